@@ -1,0 +1,351 @@
+//! Fulfilment: getting a completion from the host, on either protocol era.
+//!
+//! This is the one place that looks at protocol versions and client capabilities. A call runs
+//! as a loop of attempts (more than one only when structured output needs repair): build the
+//! sampling request, obtain the host's answer, interpret it. On the legacy era the answer is
+//! obtained by sending `sampling/createMessage` and waiting (bounded); on 2026-07-28 the loop
+//! either finds the answer in the retry's `inputResponses` or stops and returns an
+//! `InputRequiredResult` carrying the request and the sealed progress.
+
+#![allow(deprecated)] // MCP sampling is deprecated by SEP-2577, and it is what this server is.
+
+pub mod legacy;
+pub mod mrtr;
+
+use crate::completion::{Block, Completion, Role, Turn};
+use crate::contract::output::{self, STRUCTURED_TOOL, Strategy, Verdict};
+use crate::error::{CallError, CallResult};
+use crate::shapes::{Call, Mode};
+use rmcp::ErrorData;
+use rmcp::model::{
+    ClientCapabilities, CreateMessageRequestParams, CreateMessageResult, ErrorCode,
+    InputRequiredResult, ModelHint, ModelPreferences, ProtocolVersion, SamplingMessage,
+    SamplingMessageContentBlock, Tool, ToolChoice as McpToolChoice,
+};
+use rmcp::service::{RequestContext, RoleServer};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What the server knows about the client on this request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Host {
+    /// 2026-07-28 or later: no server-to-client requests, MRTR instead.
+    pub modern: bool,
+    pub protocol_version: Option<String>,
+    pub sampling: bool,
+    pub sampling_tools: bool,
+}
+
+impl Host {
+    pub fn of(ctx: &RequestContext<RoleServer>) -> Self {
+        let version = ctx.protocol_version();
+        let caps = ctx.client_capabilities().unwrap_or_default();
+        let sampling = caps.sampling.as_ref();
+        Host {
+            modern: version
+                .as_ref()
+                .is_some_and(|v| *v >= ProtocolVersion::V_2026_07_28),
+            protocol_version: version.map(|v| v.to_string()),
+            sampling: sampling.is_some(),
+            sampling_tools: sampling.is_some_and(|s| s.tools.is_some()),
+        }
+    }
+
+    /// `-32021` when the client cannot sample: nothing this server does can work then.
+    pub fn require_sampling(&self) -> CallResult<()> {
+        if self.sampling {
+            return Ok(());
+        }
+        let mut required = ClientCapabilities::default();
+        required.sampling = Some(Default::default());
+        Err(CallError::Protocol(ErrorData::new(
+            ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY,
+            "Missing required client capability: sampling. agent-as-model answers every call \
+             with the host's own model through MCP sampling, and this client did not declare \
+             the sampling capability. Use a host that samples (VS Code with GitHub Copilot, \
+             Goose, fast-agent, GitHub Copilot CLI) and allow this server to use its model (in \
+             VS Code: MCP: List Servers > agent-as-model > Configure Model Access). Claude \
+             Code, Cursor and Claude Desktop do not support sampling.",
+            Some(serde_json::json!({"requiredCapabilities": required})),
+        )))
+    }
+}
+
+/// Settings that apply to every call.
+#[derive(Clone)]
+pub struct Settings {
+    /// Longest wait for the host's answer on the legacy era.
+    pub sampling_timeout: Duration,
+    pub sealer: mrtr::Sealer,
+}
+
+/// A rejected structured answer and why, fed back to the host on the next attempt.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Repair {
+    pub answer: String,
+    pub problem: String,
+}
+
+/// The progress of a call across attempts; on 2026-07-28 it travels in the sealed state.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Progress {
+    #[serde(default)]
+    pub repairs: Vec<Repair>,
+}
+
+/// Longest rejected answer echoed back to the host in a repair request.
+const MAX_REPAIR_ECHO: usize = 8 * 1024;
+
+/// The retry fields of a `tools/call`.
+pub struct Retry<'a> {
+    pub arguments: &'a Map<String, Value>,
+    pub request_state: Option<&'a str>,
+    pub input_responses: Option<&'a rmcp::model::InputResponses>,
+}
+
+/// A completed call before rendering.
+#[derive(Debug, Clone)]
+pub struct Fulfilled {
+    pub answer: crate::shapes::Answer,
+    pub strategy: Strategy,
+    pub attempts: usize,
+    pub host_model: String,
+}
+
+pub enum Outcome {
+    Done(Fulfilled),
+    Ask(InputRequiredResult),
+}
+
+/// Runs the attempts of one call on whichever era the request belongs to.
+pub async fn run(
+    call: &Call,
+    host: &Host,
+    retry: Retry<'_>,
+    ctx: &RequestContext<RoleServer>,
+    settings: &Settings,
+) -> CallResult<Outcome> {
+    host.require_sampling()?;
+    let strategy = Strategy::for_call(call, host.sampling_tools);
+    let mut response = None;
+    let mut progress = Progress::default();
+    if host.modern {
+        let has_responses = retry.input_responses.is_some();
+        if let Some(p) = settings.sealer.open(
+            call.kind,
+            retry.arguments,
+            retry.request_state,
+            has_responses,
+        )? {
+            progress = p;
+            response = retry
+                .input_responses
+                .and_then(|r| r.get(mrtr::SAMPLE_KEY))
+                .cloned();
+        }
+    }
+    loop {
+        let params = sampling_params(call, strategy, &progress.repairs);
+        let result = if host.modern {
+            match response.take() {
+                Some(value) => parse_response(value)?,
+                // First round, or a retry without the "sample" answer: ask (again).
+                None => {
+                    return settings
+                        .sealer
+                        .ask(call.kind, retry.arguments, &progress, params)
+                        .map(Outcome::Ask);
+                }
+            }
+        } else {
+            legacy::sample(ctx, params, settings.sampling_timeout).await?
+        };
+        let completion = to_completion(result)?;
+        match output::interpret(call, strategy, &completion)? {
+            Verdict::Accepted(answer) => {
+                return Ok(Outcome::Done(Fulfilled {
+                    answer,
+                    strategy,
+                    attempts: progress.repairs.len() + 1,
+                    host_model: completion.model,
+                }));
+            }
+            Verdict::Violation { answer, problem } => {
+                let attempts = progress.repairs.len() + 1;
+                if attempts > usize::from(call.max_retries) {
+                    return Err(CallError::Rejected(format!(
+                        "{problem}; gave up after {attempts} attempt(s) (max_retries {})",
+                        call.max_retries
+                    )));
+                }
+                let mut echo: String = answer.chars().take(MAX_REPAIR_ECHO).collect();
+                if echo.len() < answer.len() {
+                    echo.push_str(" [truncated]");
+                }
+                progress.repairs.push(Repair {
+                    answer: echo,
+                    problem,
+                });
+            }
+        }
+    }
+}
+
+/// The instruction that asks for JSON when the host cannot take tools.
+fn json_instruction(schema: &Value) -> String {
+    format!(
+        "Reply with only a JSON object that satisfies this JSON Schema (Draft 2020-12), with no \
+         prose before or after it:\n{}",
+        crate::pyjson::dumps(schema, crate::pyjson::Style::SORTED)
+    )
+}
+
+fn repair_instruction(problem: &str, strategy: Strategy) -> String {
+    let how = if strategy == Strategy::StructuredByTool {
+        format!("Call the {STRUCTURED_TOOL} tool again with input that satisfies its schema.")
+    } else {
+        "Reply again with only the corrected JSON object.".to_owned()
+    };
+    format!("Your previous answer was rejected: {problem}. {how}")
+}
+
+fn message(turn: &Turn) -> SamplingMessage {
+    let role = match turn.role {
+        Role::User => rmcp::model::Role::User,
+        Role::Assistant => rmcp::model::Role::Assistant,
+    };
+    let blocks: Vec<SamplingMessageContentBlock> = turn
+        .blocks
+        .iter()
+        .map(|b| match b {
+            Block::Text(t) => SamplingMessageContentBlock::text(t.clone()),
+            Block::ToolUse { id, name, input } => SamplingMessageContentBlock::ToolUse(
+                rmcp::model::ToolUseContent::new(id.clone(), name.clone(), input.clone()),
+            ),
+        })
+        .collect();
+    match <[SamplingMessageContentBlock; 1]>::try_from(blocks) {
+        Ok([single]) => SamplingMessage::new(role, single),
+        Err(blocks) => SamplingMessage::new_multiple(role, blocks),
+    }
+}
+
+/// The `sampling/createMessage` parameters for one attempt.
+pub fn sampling_params(
+    call: &Call,
+    strategy: Strategy,
+    repairs: &[Repair],
+) -> CreateMessageRequestParams {
+    let req = &call.request;
+    let mut messages: Vec<SamplingMessage> = req.turns.iter().map(message).collect();
+    for r in repairs {
+        messages.push(SamplingMessage::assistant_text(r.answer.clone()));
+        messages.push(SamplingMessage::user_text(repair_instruction(
+            &r.problem, strategy,
+        )));
+    }
+    let mut system = req.system.clone();
+    if let (Strategy::StructuredByPrompt, Mode::Structured(schema)) = (strategy, &call.mode) {
+        let instruction = json_instruction(schema.raw());
+        system = Some(match system {
+            Some(s) => format!("{s}\n\n{instruction}"),
+            None => instruction,
+        });
+    }
+    let mut params = CreateMessageRequestParams::new(messages, req.max_tokens)
+        .with_model_preferences(
+            ModelPreferences::new().with_hints(vec![ModelHint::new(req.model.clone())]),
+        );
+    if let Some(s) = system {
+        params = params.with_system_prompt(s);
+    }
+    if let Some(t) = req.temperature {
+        params = params.with_temperature(t as f32);
+    }
+    match (strategy, &call.mode) {
+        (Strategy::StructuredByTool, Mode::Structured(schema)) => {
+            let input_schema = schema.raw().as_object().cloned().unwrap_or_default();
+            params = params
+                .with_tools(vec![Tool::new(
+                    STRUCTURED_TOOL,
+                    "Return the structured completion as this tool's input; it must satisfy the \
+                     input schema.",
+                    Arc::new(input_schema),
+                )])
+                .with_tool_choice(McpToolChoice::required());
+        }
+        (Strategy::ToolsNative, Mode::Tools { defs, choice }) => {
+            let tools = defs
+                .iter()
+                .map(|d| {
+                    let mut t = Tool::new(
+                        d.name.clone(),
+                        d.description.clone().unwrap_or_default(),
+                        Arc::new(d.input_schema.clone()),
+                    );
+                    if d.description.is_none() {
+                        t.description = None;
+                    }
+                    t
+                })
+                .collect();
+            let choice = match choice {
+                crate::completion::ToolChoice::Auto => McpToolChoice::auto(),
+                crate::completion::ToolChoice::Required => McpToolChoice::required(),
+                crate::completion::ToolChoice::None => McpToolChoice::none(),
+            };
+            params = params.with_tools(tools).with_tool_choice(choice);
+        }
+        _ => {}
+    }
+    params
+}
+
+/// Reads the `"sample"` input response of a 2026-07-28 retry.
+fn parse_response(value: Value) -> CallResult<CreateMessageResult> {
+    if value.is_null() {
+        return Err(CallError::Host(
+            "the client answered the sampling request with null instead of a \
+             CreateMessageResult"
+                .into(),
+        ));
+    }
+    serde_json::from_value(value).map_err(|e| {
+        CallError::Host(format!(
+            "inputResponses.sample is not a CreateMessageResult ({e}); expected {{\"role\": \
+             \"assistant\", \"content\": ..., \"model\": ...}}"
+        ))
+    })
+}
+
+/// The host's answer in neutral form; content this server cannot return is an error naming it.
+pub fn to_completion(result: CreateMessageResult) -> CallResult<Completion> {
+    let mut blocks = Vec::new();
+    for block in result.message.content.iter() {
+        match block {
+            SamplingMessageContentBlock::Text(t) => blocks.push(Block::Text(t.text.clone())),
+            SamplingMessageContentBlock::ToolUse(u) => blocks.push(Block::ToolUse {
+                id: u.id.clone(),
+                name: u.name.clone(),
+                input: u.input.clone(),
+            }),
+            other => {
+                let kind = match other {
+                    SamplingMessageContentBlock::Image(_) => "image",
+                    SamplingMessageContentBlock::Audio(_) => "audio",
+                    _ => "tool_result",
+                };
+                return Err(CallError::Host(format!(
+                    "the host answered with {kind} content where text was expected"
+                )));
+            }
+        }
+    }
+    Ok(Completion {
+        blocks,
+        model: result.model,
+        stop_reason: result.stop_reason,
+    })
+}

@@ -1,0 +1,425 @@
+//! Product shapes: each is a pair of pure functions, `parse` (tool arguments into a neutral
+//! [`Call`]) and a renderer (a neutral [`Answer`] into the tool result), with no I/O.
+//!
+//! This module holds what the shapes share: the common arguments (`model`, `temperature`,
+//! `max_tokens`, `output_schema`, `tools`, `tool_choice`, `persona`, `previous_response_id`),
+//! the checks that run before anything is sent, and the text-tool renderer.
+
+pub mod anthropic;
+pub mod openai_chat;
+pub mod prompt;
+pub mod responses;
+
+use crate::args::{self, Obj, as_object, non_empty_array};
+use crate::completion::{CompletionRequest, ToolChoice, ToolDef, Turn};
+use crate::contract::cursor::{self, Chain, Entry};
+use crate::contract::persona::Persona;
+use crate::contract::schema::{self, Schema};
+use crate::error::{CallError, CallResult};
+use crate::pyjson::{self, Style};
+use serde_json::{Map, Value, json};
+use std::collections::HashSet;
+use std::sync::Arc;
+
+/// The completion tools.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolKind {
+    ChatComplete,
+    MessagesCreate,
+    ResponsesCreate,
+    Generate,
+}
+
+impl ToolKind {
+    pub const ALL: [ToolKind; 4] = [
+        ToolKind::ChatComplete,
+        ToolKind::MessagesCreate,
+        ToolKind::ResponsesCreate,
+        ToolKind::Generate,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ToolKind::ChatComplete => "chat_complete",
+            ToolKind::MessagesCreate => "messages_create",
+            ToolKind::ResponsesCreate => "responses_create",
+            ToolKind::Generate => "generate",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.name() == name)
+    }
+
+    /// Parses the tool's arguments into a checked [`Call`]; nothing has been sent yet.
+    pub fn parse(self, arguments: &Map<String, Value>) -> CallResult<Call> {
+        let o = Obj::root(arguments);
+        match self {
+            ToolKind::ChatComplete => openai_chat::parse(&o),
+            ToolKind::MessagesCreate => anthropic::parse(&o),
+            ToolKind::ResponsesCreate => responses::parse(&o),
+            ToolKind::Generate => prompt::parse(&o),
+        }
+    }
+}
+
+/// What kind of answer the call wants from the host.
+#[derive(Debug, Clone)]
+pub enum Mode {
+    /// Plain text.
+    Text,
+    /// JSON satisfying `output_schema`.
+    Structured(Arc<Schema>),
+    /// Text or calls to the caller's tools.
+    Tools {
+        defs: Vec<ToolDef>,
+        choice: ToolChoice,
+    },
+}
+
+/// A parsed and checked completion call: the neutral request plus the contract around it.
+#[derive(Debug, Clone)]
+pub struct Call {
+    pub kind: ToolKind,
+    pub request: CompletionRequest,
+    pub mode: Mode,
+    pub persona: Option<Persona>,
+    pub chain: Chain,
+    /// The conversation as the cursor commits to it.
+    pub transcript: Vec<Entry>,
+    /// How many times a rejected structured answer is sent back for repair.
+    pub max_retries: u8,
+}
+
+/// The host's answer, interpreted for the call's mode.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Answer {
+    Text(String),
+    /// Validated structured output.
+    Json(Value),
+    /// The model called tools (never executed here).
+    ToolCalls {
+        text: String,
+        calls: Vec<ToolCall>,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    pub input: Map<String, Value>,
+}
+
+impl Answer {
+    /// The completion as the text tools return it and as cursors commit to it.
+    pub fn completion_text(&self) -> String {
+        match self {
+            Answer::Text(t) => t.clone(),
+            Answer::Json(v) => pyjson::dumps(v, Style::SORTED),
+            Answer::ToolCalls { text, calls } => {
+                let calls: Vec<Value> = calls
+                    .iter()
+                    .map(|c| json!({"id": c.id, "input": c.input, "name": c.name}))
+                    .collect();
+                pyjson::dumps(&json!({"text": text, "tool_calls": calls}), Style::SORTED)
+            }
+        }
+    }
+}
+
+/// The arguments every completion tool shares.
+struct Common<'a> {
+    model: String,
+    temperature: Option<f64>,
+    max_tokens: u32,
+    output_schema: Option<(&'a Value, Arc<Schema>)>,
+    tools: Option<Vec<ToolDef>>,
+    tool_choice: Option<ToolChoice>,
+    persona: Option<Persona>,
+    previous: Option<String>,
+    max_retries: u8,
+}
+
+pub const DEFAULT_MODEL: &str = "agent-default";
+pub const DEFAULT_MAX_TOKENS: u32 = 4096;
+/// Repair attempts for structured output when `max_retries` is not given, and the most allowed.
+pub const DEFAULT_MAX_RETRIES: u8 = 1;
+pub const MAX_MAX_RETRIES: u8 = 5;
+
+impl<'a> Common<'a> {
+    /// Reads the common arguments; `modes` is false for `generate`, which has no
+    /// `output_schema`, `tools` or `tool_choice`.
+    fn parse(o: &Obj<'a>, modes: bool) -> CallResult<Self> {
+        let model = o.opt_str("model")?.unwrap_or(DEFAULT_MODEL).to_owned();
+        let temperature = o.opt_f64("temperature")?;
+        let max_tokens = o.positive_u32_or("max_tokens", DEFAULT_MAX_TOKENS)?;
+        let previous = o.opt_str("previous_response_id")?.map(str::to_owned);
+        let persona = Persona::parse(o)?;
+        let (mut output_schema, mut tools, mut tool_choice) = (None, None, None);
+        let mut max_retries = 0;
+        if modes {
+            max_retries = parse_max_retries(o)?;
+            if let Some(s) = o.get("output_schema") {
+                output_schema = Some((s, schema::compile(s, "output_schema")?));
+            }
+            tools = o.opt_array("tools")?.map(|t| parse_tools(t)).transpose()?;
+            tool_choice = o
+                .opt_enum("tool_choice", &ToolChoice::NAMES)?
+                .and_then(ToolChoice::parse);
+        }
+        if output_schema.is_some() && tools.is_some() {
+            return Err(CallError::Invalid(
+                "`tools` and `output_schema` cannot be combined: output_schema is fulfilled as \
+                 one required tool call, so other tools would contradict it. Pass one of them"
+                    .into(),
+            ));
+        }
+        if let (Some(_), Some(p)) = (&output_schema, &persona)
+            && p.has_output_schema()
+        {
+            return Err(CallError::Invalid(format!(
+                "`output_schema` and `persona.output_schema` (persona {:?}) cannot both be \
+                     given: they are two sources for the same output contract. Pass one of them",
+                p.name
+            )));
+        }
+        Ok(Common {
+            model,
+            temperature,
+            max_tokens,
+            output_schema,
+            tools,
+            tool_choice,
+            persona,
+            previous,
+            max_retries,
+        })
+    }
+
+    /// The effective tool choice: the given one, or `auto` when tools are given.
+    fn effective_choice(&self) -> Option<ToolChoice> {
+        self.tool_choice
+            .or(self.tools.as_ref().map(|_| ToolChoice::Auto))
+    }
+
+    /// Adds the common keys to the object a persona's `input_schema` validates.
+    fn add_to_view(&self, view: &mut Map<String, Value>, modes: bool) {
+        view.insert("model".into(), json!(self.model));
+        view.insert("temperature".into(), json!(self.temperature));
+        view.insert("max_tokens".into(), json!(self.max_tokens));
+        if modes {
+            view.insert(
+                "output_schema".into(),
+                self.output_schema
+                    .as_ref()
+                    .map_or(Value::Null, |(raw, _)| (*raw).clone()),
+            );
+            let tools = self.tools.as_ref().map(|defs| {
+                defs.iter()
+                    .map(|d| {
+                        json!({"name": d.name, "description": d.description, "input_schema": d.input_schema})
+                    })
+                    .collect::<Vec<_>>()
+            });
+            view.insert("tools".into(), json!(tools));
+            view.insert(
+                "tool_choice".into(),
+                json!(self.effective_choice().map(ToolChoice::as_str)),
+            );
+        }
+        view.insert("previous_response_id".into(), json!(self.previous));
+    }
+
+    /// Runs the pre-send checks (persona input, cursor) and assembles the call.
+    fn into_call(self, parts: Parts) -> CallResult<Call> {
+        let Parts {
+            kind,
+            system,
+            turns,
+            transcript,
+            mut view,
+        } = parts;
+        let modes = kind != ToolKind::Generate;
+        self.add_to_view(&mut view, modes);
+        if let Some(p) = &self.persona {
+            p.check_input(&view)?;
+        }
+        let chain = cursor::parse(self.previous.as_deref())?;
+        cursor::verify(
+            &chain,
+            &self.model,
+            kind.name(),
+            &transcript,
+            kind != ToolKind::Generate,
+        )?;
+        let choice = self.effective_choice();
+        let mode = match (self.output_schema, self.tools) {
+            (Some((_, s)), _) => Mode::Structured(s),
+            (None, Some(defs)) => Mode::Tools {
+                defs,
+                choice: choice.unwrap_or(ToolChoice::Auto),
+            },
+            (None, None) => Mode::Text,
+        };
+        Ok(Call {
+            kind,
+            request: CompletionRequest {
+                model: self.model,
+                system,
+                turns,
+                temperature: self.temperature,
+                max_tokens: self.max_tokens,
+            },
+            mode,
+            persona: self.persona,
+            chain,
+            transcript,
+            max_retries: self.max_retries,
+        })
+    }
+}
+
+/// What a shape contributes to a call besides the common arguments.
+struct Parts {
+    kind: ToolKind,
+    system: Option<String>,
+    turns: Vec<Turn>,
+    transcript: Vec<Entry>,
+    /// The shape's own keys of the persona request object.
+    view: Map<String, Value>,
+}
+
+fn parse_max_retries(o: &Obj<'_>) -> CallResult<u8> {
+    let Some(v) = o.get("max_retries") else {
+        return Ok(DEFAULT_MAX_RETRIES);
+    };
+    v.as_u64()
+        .and_then(|n| u8::try_from(n).ok())
+        .filter(|n| *n <= MAX_MAX_RETRIES)
+        .ok_or_else(|| {
+            CallError::expected(
+                "max_retries",
+                &format!("an integer from 0 to {MAX_MAX_RETRIES}"),
+                v,
+            )
+        })
+}
+
+fn parse_tools(items: &[Value]) -> CallResult<Vec<ToolDef>> {
+    if items.is_empty() {
+        return Err(CallError::at(
+            "tools",
+            "must contain at least one tool definition (omit it or pass null for none)",
+        ));
+    }
+    let mut seen = HashSet::new();
+    let mut defs = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let path = args::index("tools", i);
+        let obj = Obj::new(as_object(item, &path)?, path.as_str());
+        let name = obj.required_str("name")?.trim();
+        if name.is_empty() {
+            return Err(CallError::at(
+                &obj.path("name"),
+                "must be a non-empty string",
+            ));
+        }
+        if !seen.insert(name.to_owned()) {
+            return Err(CallError::at(
+                &obj.path("name"),
+                format!("duplicate tool name {name:?}; tool names must be unique"),
+            ));
+        }
+        let description = obj.opt_str("description")?.map(str::to_owned);
+        let schema_path = obj.path("input_schema");
+        let schema = obj.required("input_schema")?;
+        schema::compile(schema, &schema_path)?;
+        defs.push(ToolDef {
+            name: name.to_owned(),
+            description,
+            input_schema: as_object(schema, &schema_path)?.clone(),
+        });
+    }
+    Ok(defs)
+}
+
+/// Reads a `messages`-style list: non-empty, each item an object.
+fn message_objects<'a>(
+    o: &Obj<'a>,
+    key: &'a str,
+) -> CallResult<Vec<(String, &'a Map<String, Value>)>> {
+    let list = non_empty_array(o.required(key)?, key)?;
+    list.iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let path = args::index(key, i);
+            let map = as_object(m, &path)?;
+            Ok((path, map))
+        })
+        .collect()
+}
+
+/// Renders the result of a text tool (`chat_complete`, `messages_create`, `generate`): the
+/// completion text (or the cursor envelope) and `{"result": text}` as structured content.
+pub fn render_text(answer: &Answer, cursor: Option<&str>) -> (String, Map<String, Value>) {
+    let completion = answer.completion_text();
+    let text = match cursor {
+        Some(c) => pyjson::dumps(
+            &json!({"completion": completion, "response_id": c}),
+            Style::SORTED,
+        ),
+        None => completion,
+    };
+    let mut structured = Map::new();
+    structured.insert("result".into(), Value::String(text.clone()));
+    (text, structured)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tool_call_envelope_is_sorted_python_json() {
+        let mut input = Map::new();
+        input.insert("city".into(), json!("Zürich"));
+        let a = Answer::ToolCalls {
+            text: "".into(),
+            calls: vec![ToolCall {
+                id: "t1".into(),
+                name: "weather".into(),
+                input,
+            }],
+        };
+        assert_eq!(
+            a.completion_text(),
+            r#"{"text": "", "tool_calls": [{"id": "t1", "input": {"city": "Z\u00fcrich"}, "name": "weather"}]}"#
+        );
+    }
+
+    #[test]
+    fn cursor_envelope_wraps_the_completion() {
+        let (text, structured) = render_text(&Answer::Text("hi".into()), Some("cur_x"));
+        assert_eq!(text, r#"{"completion": "hi", "response_id": "cur_x"}"#);
+        assert_eq!(structured["result"], json!(text));
+    }
+
+    #[test]
+    fn tools_are_validated() {
+        let e = parse_tools(&[]).unwrap_err().to_string();
+        assert!(e.contains("`tools`: must contain at least one"), "{e}");
+        let t = json!([{"name": " a ", "input_schema": {"type": "object"}}, {"name": "a", "input_schema": {"type": "object"}}]);
+        let e = parse_tools(t.as_array().unwrap()).unwrap_err().to_string();
+        assert!(
+            e.contains("`tools[1].name`: duplicate tool name \"a\""),
+            "{e}"
+        );
+        let t = json!([{"name": "a", "input_schema": {"type": "string"}}]);
+        let e = parse_tools(t.as_array().unwrap()).unwrap_err().to_string();
+        assert!(e.contains("`tools[0].input_schema`"), "{e}");
+        let t = json!([{"name": "  ", "input_schema": {"type": "object"}}]);
+        let e = parse_tools(t.as_array().unwrap()).unwrap_err().to_string();
+        assert!(e.contains("`tools[0].name`: must be a non-empty"), "{e}");
+    }
+}

@@ -1,0 +1,257 @@
+//! `responses_create`: the OpenAI Responses shape.
+//!
+//! `input` is a string (one user message) or a non-empty list of items `{role:
+//! user|assistant|system|developer, content: string | [{type: input_text|text, input_text|text}]}`.
+//! `instructions` lead the system prompt, system and developer items follow it, joined with a
+//! blank line. The result is a Responses object.
+
+use super::{Answer, Call, Common, Parts, ToolKind};
+use crate::args::{self, Obj, as_object, non_empty_array, one_of};
+use crate::completion::{Role, Turn};
+use crate::contract::cursor::Entry;
+use crate::error::{CallError, CallResult};
+use crate::pyjson::{self, Style};
+use serde_json::{Map, Value, json};
+
+const ROLES: [&str; 4] = ["user", "assistant", "system", "developer"];
+const PART_TYPES: [&str; 2] = ["input_text", "text"];
+
+fn flatten(v: &Value, path: &str) -> CallResult<String> {
+    match v {
+        Value::String(s) => Ok(s.clone()),
+        Value::Array(_) => {
+            let parts = non_empty_array(v, path)?;
+            let mut texts = Vec::with_capacity(parts.len());
+            for (i, part) in parts.iter().enumerate() {
+                let p = args::index(path, i);
+                let part = Obj::new(as_object(part, &p)?, p.as_str());
+                part.opt_enum("type", &PART_TYPES)?.ok_or_else(|| {
+                    CallError::at(
+                        &part.path("type"),
+                        format!("is required: {}", one_of(&PART_TYPES)),
+                    )
+                })?;
+                let text = match (part.opt_str("input_text")?, part.opt_str("text")?) {
+                    (Some(t), _) | (None, Some(t)) => t,
+                    (None, None) => {
+                        return Err(CallError::at(
+                            &p,
+                            "a text part needs its text in \"text\" or \"input_text\"",
+                        ));
+                    }
+                };
+                texts.push(text);
+            }
+            Ok(texts.join("\n"))
+        }
+        other => Err(CallError::expected(
+            path,
+            "a string or a list of input_text parts",
+            other,
+        )),
+    }
+}
+
+pub fn parse(o: &Obj<'_>) -> CallResult<Call> {
+    let input = o.required("input")?;
+    let common = Common::parse(o, true)?;
+    let instructions = o.opt_str("instructions")?;
+    let mut system: Vec<String> = instructions.iter().map(|s| s.to_string()).collect();
+    let mut turns = Vec::new();
+    let mut transcript: Vec<Entry> = instructions
+        .iter()
+        .map(|s| Entry::new("system", *s))
+        .collect();
+    match input {
+        Value::String(s) => {
+            turns.push(Turn::text(Role::User, s.clone()));
+            transcript.push(Entry::new("user", s.clone()));
+        }
+        Value::Array(_) => {
+            for (i, item) in non_empty_array(input, "input")?.iter().enumerate() {
+                let path = args::index("input", i);
+                let item = Obj::new(as_object(item, &path)?, path.as_str());
+                let role = item.opt_enum("role", &ROLES)?.ok_or_else(|| {
+                    CallError::at(
+                        &item.path("role"),
+                        format!("is required: {}", one_of(&ROLES)),
+                    )
+                })?;
+                let content = flatten(item.required("content")?, &item.path("content"))?;
+                match role {
+                    "user" => turns.push(Turn::text(Role::User, content.clone())),
+                    "assistant" => turns.push(Turn::text(Role::Assistant, content.clone())),
+                    _ => system.push(content.clone()),
+                }
+                transcript.push(Entry::new(role, content));
+            }
+        }
+        other => {
+            return Err(CallError::expected(
+                "input",
+                "a string or a non-empty list of input items",
+                other,
+            ));
+        }
+    }
+    if turns.is_empty() {
+        return Err(CallError::at(
+            "input",
+            "needs at least one user or assistant item besides system and developer items",
+        ));
+    }
+    let mut view = Map::new();
+    view.insert("input".into(), input.clone());
+    view.insert("instructions".into(), json!(instructions));
+    common.into_call(Parts {
+        kind: ToolKind::ResponsesCreate,
+        system: (!system.is_empty()).then(|| system.join("\n\n")),
+        turns,
+        transcript,
+        view,
+    })
+}
+
+/// A fresh Responses id: `resp_` + 32 lowercase hex digits.
+pub fn new_response_id() -> String {
+    format!("resp_{}", uuid::Uuid::new_v4().simple())
+}
+
+/// The Responses object for an answer; `id` is the cursor when the chain is on.
+pub fn response_object(answer: &Answer, model_alias: &str, id: String) -> Value {
+    let message = |text: String| {
+        json!({"type": "message", "role": "assistant",
+               "content": [{"type": "output_text", "text": text}]})
+    };
+    let output: Vec<Value> = match answer {
+        Answer::Text(t) => vec![message(t.clone())],
+        Answer::Json(v) => vec![message(pyjson::dumps(v, Style::SORTED))],
+        Answer::ToolCalls { text, calls } => {
+            let mut items = Vec::with_capacity(calls.len() + 1);
+            if !text.is_empty() {
+                items.push(message(text.clone()));
+            }
+            for c in calls {
+                items.push(json!({
+                    "type": "function_call",
+                    "id": format!("fc_{}", c.id),
+                    "call_id": c.id,
+                    "name": c.name,
+                    "arguments": pyjson::dumps(&Value::Object(c.input.clone()), Style::SORTED),
+                }));
+            }
+            items
+        }
+    };
+    json!({"id": id, "object": "response", "model": model_alias, "output": output})
+}
+
+/// The tool result text: the object as `json.dumps(indent=2)` writes it.
+pub fn render(object: &Value) -> String {
+    pyjson::dumps(object, Style::PRETTY)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shapes::ToolCall;
+
+    fn call(v: Value) -> CallResult<Call> {
+        ToolKind::ResponsesCreate.parse(v.as_object().unwrap())
+    }
+
+    #[test]
+    fn instructions_lead_and_developer_items_fold_in() {
+        let c = call(json!({
+            "instructions": "Lead.",
+            "input": [
+                {"role": "developer", "content": [{"type": "input_text", "input_text": "Use JSON."}]},
+                {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "input_text", "text": "b"}]},
+                {"role": "system", "content": "Sys."}
+            ]
+        }))
+        .unwrap();
+        assert_eq!(
+            c.request.system.as_deref(),
+            Some("Lead.\n\nUse JSON.\n\nSys.")
+        );
+        assert_eq!(c.request.turns, vec![Turn::text(Role::User, "a\nb")]);
+        let roles: Vec<&str> = c.transcript.iter().map(|e| e.role.as_str()).collect();
+        assert_eq!(roles, ["system", "developer", "user", "system"]);
+    }
+
+    #[test]
+    fn a_string_input_is_one_user_message() {
+        let c = call(json!({"input": "hello"})).unwrap();
+        assert_eq!(c.request.turns, vec![Turn::text(Role::User, "hello")]);
+        assert_eq!(c.request.system, None);
+    }
+
+    #[test]
+    fn non_text_parts_and_empty_lists_are_rejected() {
+        let cases = [
+            (
+                json!({"input": []}),
+                "`input`: must contain at least one item",
+            ),
+            (
+                json!({"input": [{"role": "user", "content": []}]}),
+                "`input[0].content`: must contain at least one item",
+            ),
+            (
+                json!({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}),
+                "`input[0].content[0].type`: expected one of \"input_text\", \"text\"",
+            ),
+            (
+                json!({"input": [{"role": "user", "content": [{"type": "input_text"}]}]}),
+                "`input[0].content[0]`: a text part needs its text",
+            ),
+            (
+                json!({"input": 5}),
+                "`input`: expected a string or a non-empty list",
+            ),
+            (
+                json!({"input": [{"role": "tool", "content": "x"}]}),
+                "`input[0].role`",
+            ),
+        ];
+        for (args, want) in cases {
+            let e = call(args).unwrap_err().to_string();
+            assert!(e.contains(want), "{e} does not contain {want}");
+        }
+    }
+
+    #[test]
+    fn tool_calls_become_function_call_items() {
+        let mut input = Map::new();
+        input.insert("b".into(), json!(1));
+        input.insert("a".into(), json!("x"));
+        let answer = Answer::ToolCalls {
+            text: String::new(),
+            calls: vec![ToolCall {
+                id: "call_1".into(),
+                name: "f".into(),
+                input,
+            }],
+        };
+        let obj = response_object(&answer, "gpt-4o", "resp_0".into());
+        assert_eq!(obj["output"].as_array().unwrap().len(), 1);
+        assert_eq!(obj["output"][0]["id"], "fc_call_1");
+        assert_eq!(obj["output"][0]["call_id"], "call_1");
+        assert_eq!(obj["output"][0]["arguments"], r#"{"a": "x", "b": 1}"#);
+        let text = render(&obj);
+        assert!(
+            text.starts_with(
+                "{\n  \"id\": \"resp_0\",\n  \"object\": \"response\",\n  \"model\": \"gpt-4o\""
+            ),
+            "{text}"
+        );
+        let id = new_response_id();
+        assert!(
+            id.len() == 37
+                && id[5..]
+                    .bytes()
+                    .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+        );
+    }
+}
