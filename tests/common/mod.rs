@@ -1,0 +1,276 @@
+//! A scripted MCP host for integration tests: it starts the real `agent-as-model` binary over
+//! stdio, connects on the legacy era (initialize) or on 2026-07-28 (discover + per-request
+//! `_meta`), declares the sampling capabilities a test asks for, records every sampling request
+//! it receives and answers each with a script.
+#![allow(
+    dead_code,
+    deprecated,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig,
+    CreateMessageRequestParams, CreateMessageResult, ErrorData, Implementation, ProtocolVersion,
+    SamplingMessage,
+};
+use rmcp::service::{RequestContext, RoleClient, RunningService};
+use rmcp::transport::{ConfigureCommandExt, TokioChildProcess};
+use rmcp::{ClientHandler, ClientLifecycleMode, ClientServiceExt, ServiceError, ServiceExt};
+use serde_json::{Value, json};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Era {
+    /// `initialize` handshake, protocol 2025-11-25: the server sends sampling requests.
+    Legacy,
+    /// 2026-07-28: per-request `_meta`, MRTR rounds.
+    Modern,
+}
+
+pub const ERAS: [Era; 2] = [Era::Legacy, Era::Modern];
+
+pub type Answer = Result<CreateMessageResult, ErrorData>;
+type Script = Arc<
+    dyn Fn(CreateMessageRequestParams) -> Pin<Box<dyn Future<Output = Answer> + Send>>
+        + Send
+        + Sync,
+>;
+
+#[derive(Clone)]
+pub struct Host {
+    pub sampling: bool,
+    pub sampling_tools: bool,
+    script: Script,
+    seen: Arc<Mutex<Vec<CreateMessageRequestParams>>>,
+}
+
+impl Host {
+    /// A host that declares `sampling` (and `sampling.tools` when `tools`) and answers with
+    /// `answer(params)`.
+    pub fn new<F>(tools: bool, answer: F) -> Self
+    where
+        F: Fn(&CreateMessageRequestParams) -> Answer + Send + Sync + 'static,
+    {
+        let answer = Arc::new(answer);
+        Host {
+            sampling: true,
+            sampling_tools: tools,
+            script: Arc::new(move |p| {
+                let answer = answer.clone();
+                Box::pin(async move { answer(&p) })
+            }),
+            seen: Arc::default(),
+        }
+    }
+
+    /// A host whose answers take time (for concurrency and timeout tests).
+    pub fn slow<F>(tools: bool, answer: F) -> Self
+    where
+        F: Fn(CreateMessageRequestParams) -> Pin<Box<dyn Future<Output = Answer> + Send>>
+            + Send
+            + Sync
+            + 'static,
+    {
+        Host {
+            sampling: true,
+            sampling_tools: tools,
+            script: Arc::new(answer),
+            seen: Arc::default(),
+        }
+    }
+
+    /// Answers every request with `text`, from model `host-model`.
+    pub fn text(text: &str) -> Self {
+        let text = text.to_owned();
+        Host::new(false, move |_| Ok(reply(&text)))
+    }
+
+    /// Answers with "echo: " + the text of the last message.
+    pub fn echo() -> Self {
+        Host::new(false, |p| Ok(reply(&format!("echo: {}", last_text(p)))))
+    }
+
+    pub fn without_sampling(mut self) -> Self {
+        self.sampling = false;
+        self.sampling_tools = false;
+        self
+    }
+
+    pub fn with_tools(mut self) -> Self {
+        self.sampling_tools = true;
+        self
+    }
+
+    /// Every sampling request received so far.
+    pub fn seen(&self) -> Vec<CreateMessageRequestParams> {
+        self.seen.lock().unwrap().clone()
+    }
+
+    /// Every sampling request received so far, as JSON.
+    pub fn seen_json(&self) -> Vec<Value> {
+        self.seen()
+            .iter()
+            .map(|p| serde_json::to_value(p).unwrap())
+            .collect()
+    }
+}
+
+pub fn reply(text: &str) -> CreateMessageResult {
+    CreateMessageResult::new(SamplingMessage::assistant_text(text), "host-model".into())
+        .with_stop_reason(CreateMessageResult::STOP_REASON_END_TURN)
+}
+
+/// The text of the last message of a sampling request.
+pub fn last_text(p: &CreateMessageRequestParams) -> String {
+    p.messages
+        .last()
+        .and_then(|m| m.content.first())
+        .and_then(|c| c.as_text())
+        .map(|t| t.text.clone())
+        .unwrap_or_default()
+}
+
+impl ClientHandler for Host {
+    fn get_info(&self) -> ClientConfig {
+        let caps: ClientCapabilities = match (self.sampling, self.sampling_tools) {
+            (true, true) => ClientCapabilities::builder()
+                .enable_sampling()
+                .enable_sampling_tools()
+                .build(),
+            (true, false) => ClientCapabilities::builder().enable_sampling().build(),
+            _ => ClientCapabilities::default(),
+        };
+        ClientConfig::new(caps, Implementation::new("scripted-host", "1.0.0"))
+            .with_protocol_version(ProtocolVersion::V_2025_11_25)
+    }
+
+    async fn create_message(
+        &self,
+        params: CreateMessageRequestParams,
+        _ctx: RequestContext<RoleClient>,
+    ) -> Result<CreateMessageResult, ErrorData> {
+        self.seen.lock().unwrap().push(params.clone());
+        (self.script)(params).await
+    }
+}
+
+pub type Client = RunningService<RoleClient, Host>;
+
+pub async fn connect(host: Host, era: Era) -> Client {
+    connect_with_env(host, era, &[]).await
+}
+
+/// Starts the server binary with extra environment variables and connects `host` to it.
+pub async fn connect_with_env(host: Host, era: Era, env: &[(&str, &str)]) -> Client {
+    let env: Vec<(String, String)> = env
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_agent-as-model")).configure(|c| {
+        c.env("RUST_LOG", "error");
+        for (k, v) in &env {
+            c.env(k, v);
+        }
+    });
+    let transport = TokioChildProcess::new(cmd).expect("spawn agent-as-model");
+    let client = match era {
+        Era::Legacy => host.serve(transport).await.expect("initialize"),
+        Era::Modern => host
+            .serve_with_lifecycle(
+                transport,
+                ClientLifecycleMode::Discover {
+                    preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+                },
+            )
+            .await
+            .expect("discover"),
+    };
+    let version = client.peer_info().map(|i| i.protocol_version.to_string());
+    let want = match era {
+        Era::Legacy => "2025-11-25",
+        Era::Modern => "2026-07-28",
+    };
+    assert_eq!(version.as_deref(), Some(want), "negotiated era");
+    client
+}
+
+pub fn params(tool: &str, args: Value) -> CallToolRequestParams {
+    let p = CallToolRequestParams::new(tool.to_owned());
+    match args {
+        Value::Object(o) => p.with_arguments(o),
+        _ => p,
+    }
+}
+
+/// Calls a tool, driving MRTR rounds on 2026-07-28; a JSON-RPC error is returned as `Err`.
+pub async fn try_call(
+    client: &Client,
+    tool: &str,
+    args: Value,
+) -> Result<CallToolResult, ServiceError> {
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        client.call_tool(params(tool, args)),
+    )
+    .await
+    .expect("the call was answered within 60 s")
+}
+
+/// Calls a tool and expects a result (successful or `isError`).
+pub async fn call(client: &Client, tool: &str, args: Value) -> CallToolResult {
+    try_call(client, tool, args)
+        .await
+        .expect("a tool result, not a JSON-RPC error")
+}
+
+pub fn text(r: &CallToolResult) -> String {
+    r.content
+        .first()
+        .and_then(|c| c.as_text())
+        .map(|t| t.text.clone())
+        .unwrap_or_default()
+}
+
+pub fn is_error(r: &CallToolResult) -> bool {
+    r.is_error == Some(true)
+}
+
+pub fn structured(r: &CallToolResult) -> Value {
+    r.structured_content.clone().unwrap_or(Value::Null)
+}
+
+/// A successful call's text; panics with the error text otherwise.
+pub async fn ok_text(client: &Client, tool: &str, args: Value) -> String {
+    let r = call(client, tool, args).await;
+    assert!(!is_error(&r), "expected success, got error: {}", text(&r));
+    text(&r)
+}
+
+/// A failed call's error text; panics if the call succeeded.
+pub async fn err_text(client: &Client, tool: &str, args: Value) -> String {
+    let r = call(client, tool, args).await;
+    assert!(
+        is_error(&r),
+        "expected an isError result, got: {}",
+        text(&r)
+    );
+    text(&r)
+}
+
+/// The JSON-RPC error code of a call that must fail at the protocol level.
+pub fn rpc_code(e: &ServiceError) -> i32 {
+    match e {
+        ServiceError::McpError(d) => d.code.0,
+        other => panic!("expected a JSON-RPC error, got {other}"),
+    }
+}
+
+pub fn user(text: &str) -> Value {
+    json!({"role": "user", "content": text})
+}
