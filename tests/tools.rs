@@ -199,6 +199,7 @@ async fn responses_create_returns_a_response_object() {
             "pretty-printed with indent 2"
         );
         assert_eq!(structured(&r), obj, "structuredContent is the same object");
+        assert_conforms(&client, "responses_create", &r).await;
         let p = &host.seen_json()[0];
         assert_eq!(p["systemPrompt"], "Answer briefly.\n\nCite nothing.");
         assert_eq!(p["messages"][0]["content"]["text"], "Capital of France?");
@@ -258,6 +259,7 @@ async fn list_models_returns_the_one_alias_without_sampling() {
             )
         );
         assert_eq!(structured(&r)["result"], json!(text(&r)));
+        assert_conforms(&client, "list_models", &r).await;
         assert!(host.seen().is_empty());
         client.cancel().await.unwrap();
     }

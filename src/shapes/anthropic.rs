@@ -45,7 +45,7 @@ fn flatten(v: &Value, path: &str) -> CallResult<String> {
 
 pub fn parse(o: &Obj<'_>) -> CallResult<Call> {
     let messages = message_objects(o, "messages")?;
-    let common = Common::parse(o, true)?;
+    let common = Common::parse(o, ToolKind::MessagesCreate)?;
     let system = o.get("system").map(|s| flatten(s, "system")).transpose()?;
     let mut turns = Vec::with_capacity(messages.len());
     let mut transcript = Vec::with_capacity(messages.len() + 1);

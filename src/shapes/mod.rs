@@ -133,7 +133,9 @@ struct Common<'a> {
     model: String,
     temperature: Option<f64>,
     max_tokens: u32,
-    output_schema: Option<(&'a Value, Arc<Schema>)>,
+    /// The structured-output schema, the `output_schema` argument itself (for the persona
+    /// view; `None` when another spelling gave the schema), and the spelling used.
+    output_schema: Option<(Option<&'a Value>, Arc<Schema>, &'static str)>,
     tools: Option<Vec<ToolDef>>,
     tool_choice: Option<ToolChoice>,
     persona: Option<Persona>,
@@ -148,9 +150,10 @@ pub const DEFAULT_MAX_RETRIES: u8 = 1;
 pub const MAX_MAX_RETRIES: u8 = 5;
 
 impl<'a> Common<'a> {
-    /// Reads the common arguments; `modes` is false for `generate`, which has no
-    /// `output_schema`, `tools` or `tool_choice`.
-    fn parse(o: &Obj<'a>, modes: bool) -> CallResult<Self> {
+    /// Reads the common arguments; `generate` has no `output_schema`, `tools` or
+    /// `tool_choice`.
+    fn parse(o: &Obj<'a>, kind: ToolKind) -> CallResult<Self> {
+        let modes = kind != ToolKind::Generate;
         let model = o.opt_str("model")?.unwrap_or(DEFAULT_MODEL).to_owned();
         let temperature = o.opt_f64("temperature")?;
         let max_tokens = o.positive_u32_or("max_tokens", DEFAULT_MAX_TOKENS)?;
@@ -160,27 +163,24 @@ impl<'a> Common<'a> {
         let mut max_retries = 0;
         if modes {
             max_retries = parse_max_retries(o)?;
-            if let Some(s) = o.get("output_schema") {
-                output_schema = Some((s, schema::compile(s, "output_schema")?));
-            }
+            output_schema = structured_spec(o, kind)?;
             tools = o.opt_array("tools")?.map(|t| parse_tools(t)).transpose()?;
             tool_choice = o
                 .opt_enum("tool_choice", &ToolChoice::NAMES)?
                 .and_then(ToolChoice::parse);
         }
-        if output_schema.is_some() && tools.is_some() {
-            return Err(CallError::Invalid(
-                "`tools` and `output_schema` cannot be combined: output_schema is fulfilled as \
+        if let (Some((_, _, source)), Some(_)) = (&output_schema, &tools) {
+            return Err(CallError::Invalid(format!(
+                "`tools` and `{source}` cannot be combined: structured output is fulfilled as \
                  one required tool call, so other tools would contradict it. Pass one of them"
-                    .into(),
-            ));
+            )));
         }
-        if let (Some(_), Some(p)) = (&output_schema, &persona)
+        if let (Some((_, _, source)), Some(p)) = (&output_schema, &persona)
             && p.has_output_schema()
         {
             return Err(CallError::Invalid(format!(
-                "`output_schema` and `persona.output_schema` (persona {:?}) cannot both be \
-                     given: they are two sources for the same output contract. Pass one of them",
+                "`{source}` and `persona.output_schema` (persona {:?}) cannot both be given: \
+                 they are two sources for the same output contract. Pass one of them",
                 p.name
             )));
         }
@@ -213,7 +213,8 @@ impl<'a> Common<'a> {
                 "output_schema".into(),
                 self.output_schema
                     .as_ref()
-                    .map_or(Value::Null, |(raw, _)| (*raw).clone()),
+                    .and_then(|(raw, _, _)| raw.cloned())
+                    .unwrap_or(Value::Null),
             );
             let tools = self.tools.as_ref().map(|defs| {
                 defs.iter()
@@ -255,7 +256,7 @@ impl<'a> Common<'a> {
         )?;
         let choice = self.effective_choice();
         let mode = match (self.output_schema, self.tools) {
-            (Some((_, s)), _) => Mode::Structured(s),
+            (Some((_, s, _)), _) => Mode::Structured(s),
             (None, Some(defs)) => Mode::Tools {
                 defs,
                 choice: choice.unwrap_or(ToolChoice::Auto),
@@ -288,6 +289,85 @@ struct Parts {
     transcript: Vec<Entry>,
     /// The shape's own keys of the persona request object.
     view: Map<String, Value>,
+}
+
+/// The structured-output schema from whichever spelling the caller used: `output_schema`
+/// (all chat-shaped tools), OpenAI's `response_format` (`chat_complete`) or the Responses
+/// `text.format` (`responses_create`). Two spellings at once are an error naming both.
+#[allow(clippy::type_complexity)]
+fn structured_spec<'a>(
+    o: &Obj<'a>,
+    kind: ToolKind,
+) -> CallResult<Option<(Option<&'a Value>, Arc<Schema>, &'static str)>> {
+    let mut found: Vec<(Option<&'a Value>, Arc<Schema>, &'static str)> = Vec::new();
+    if let Some(s) = o.get("output_schema") {
+        found.push((
+            Some(s),
+            schema::compile(s, "output_schema")?,
+            "output_schema",
+        ));
+    }
+    let format = match kind {
+        ToolKind::ChatComplete => o
+            .opt_object("response_format")?
+            .map(|f| (f, "response_format", "response_format.json_schema")),
+        ToolKind::ResponsesCreate => match o.opt_object("text")? {
+            Some(text) => Obj::new(text, "text")
+                .opt_object("format")?
+                .map(|f| (f, "text.format", "text.format")),
+            None => None,
+        },
+        _ => None,
+    };
+    if let Some((format, name, schema_parent)) = format {
+        if let Some(schema) = format_schema(&Obj::new(format, name), kind, schema_parent)? {
+            found.push((None, schema, name));
+        }
+    }
+    match found.len() {
+        0 | 1 => Ok(found.pop()),
+        _ => Err(CallError::Invalid(format!(
+            "`{}` and `{}` both ask for structured output; pass one of them",
+            found.first().map_or("", |f| f.2),
+            found.get(1).map_or("", |f| f.2),
+        ))),
+    }
+}
+
+/// Reads an OpenAI format object: `{"type": "text"}` asks for nothing, `{"type":
+/// "json_object"}` for any JSON object, `{"type": "json_schema", ...}` for that schema (nested
+/// under `json_schema` in chat completions, inline in Responses).
+fn format_schema(
+    f: &Obj<'_>,
+    kind: ToolKind,
+    schema_parent: &str,
+) -> CallResult<Option<Arc<Schema>>> {
+    const TYPES: [&str; 3] = ["text", "json_object", "json_schema"];
+    let Some(ty) = f.opt_enum("type", &TYPES)? else {
+        return Err(CallError::at(
+            &f.path("type"),
+            format!("is required: {}", args::one_of(&TYPES)),
+        ));
+    };
+    match ty {
+        "text" => Ok(None),
+        "json_object" => schema::compile(&json!({"type": "object"}), &f.path("type")).map(Some),
+        _ => {
+            let holder = if kind == ToolKind::ChatComplete {
+                let inner = f.get("json_schema").ok_or_else(|| {
+                    CallError::at(
+                        &f.path("json_schema"),
+                        "is required when type is \"json_schema\"",
+                    )
+                })?;
+                Obj::new(as_object(inner, &f.path("json_schema"))?, schema_parent)
+            } else {
+                f.clone()
+            };
+            let schema = holder.required("schema")?;
+            schema::compile(schema, &holder.path("schema")).map(Some)
+        }
+    }
 }
 
 fn parse_max_retries(o: &Obj<'_>) -> CallResult<u8> {

@@ -14,7 +14,7 @@ const ROLES: [&str; 3] = ["system", "user", "assistant"];
 
 pub fn parse(o: &Obj<'_>) -> CallResult<Call> {
     let messages = message_objects(o, "messages")?;
-    let common = Common::parse(o, true)?;
+    let common = Common::parse(o, ToolKind::ChatComplete)?;
     let mut system = Vec::new();
     let mut turns = Vec::new();
     let mut transcript = Vec::with_capacity(messages.len());
@@ -179,5 +179,87 @@ mod tests {
             e.contains("persona \"strict\"") && e.contains("/max_tokens"),
             "{e}"
         );
+    }
+}
+
+#[cfg(test)]
+mod format_tests {
+    use super::*;
+    use crate::shapes::Mode;
+
+    fn call(v: Value) -> CallResult<Call> {
+        ToolKind::ChatComplete.parse(v.as_object().unwrap())
+    }
+
+    #[test]
+    fn response_format_maps_onto_output_schema() {
+        let c = call(json!({"messages": [{"role": "user", "content": "x"}],
+            "response_format": {"type": "json_schema", "json_schema": {"name": "n", "strict": true,
+                "schema": {"type": "object", "required": ["a"]}}}}))
+        .unwrap();
+        let Mode::Structured(s) = &c.mode else {
+            panic!()
+        };
+        assert_eq!(s.raw()["required"], json!(["a"]));
+        let c = call(json!({"messages": [{"role": "user", "content": "x"}],
+            "response_format": {"type": "json_object"}}))
+        .unwrap();
+        let Mode::Structured(s) = &c.mode else {
+            panic!()
+        };
+        assert!(s.check(&json!({"anything": 1})).is_ok() && s.check(&json!([1])).is_err());
+        let c = call(json!({"messages": [{"role": "user", "content": "x"}],
+            "response_format": {"type": "text"}}))
+        .unwrap();
+        assert!(matches!(c.mode, Mode::Text));
+    }
+
+    #[test]
+    fn two_spellings_or_a_bad_format_are_named() {
+        let e = call(json!({"messages": [{"role": "user", "content": "x"}],
+            "output_schema": {"type": "object"}, "response_format": {"type": "json_object"}}))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("`output_schema` and `response_format` both ask"),
+            "{e}"
+        );
+        let e = call(json!({"messages": [{"role": "user", "content": "x"}],
+            "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "array"}}}}))
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("`response_format.json_schema.schema`"), "{e}");
+        let e = call(json!({"messages": [{"role": "user", "content": "x"}],
+            "response_format": {"type": "json_schema"}}))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("`response_format.json_schema`: is required"),
+            "{e}"
+        );
+        let e = call(json!({"messages": [{"role": "user", "content": "x"}],
+            "response_format": {"type": "yaml"}}))
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("`response_format.type`"), "{e}");
+        let e = call(json!({"messages": [{"role": "user", "content": "x"}], "max_retries": 9}))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("`max_retries`: expected an integer from 0 to 5"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn new_arguments_stay_out_of_the_persona_view() {
+        let c = call(json!({"messages": [{"role": "user", "content": "x"}],
+            "response_format": {"type": "json_object"}, "max_retries": 2,
+            "persona": {"name": "p", "input_schema": {"type": "object",
+                "properties": {"output_schema": {"type": "null"}},
+                "propertyNames": {"enum": ["messages", "model", "temperature", "max_tokens",
+                    "output_schema", "tools", "tool_choice", "previous_response_id"]}}}}));
+        assert!(c.is_ok(), "{:?}", c.err());
+        assert_eq!(c.unwrap().max_retries, 2);
     }
 }

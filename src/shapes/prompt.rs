@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 
 pub fn parse(o: &Obj<'_>) -> CallResult<Call> {
     let prompt = o.required_str("prompt")?;
-    let common = Common::parse(o, false)?;
+    let common = Common::parse(o, ToolKind::Generate)?;
     let mut view = Map::new();
     view.insert("prompt".into(), Value::String(prompt.to_owned()));
     common.into_call(Parts {

@@ -54,7 +54,7 @@ fn flatten(v: &Value, path: &str) -> CallResult<String> {
 
 pub fn parse(o: &Obj<'_>) -> CallResult<Call> {
     let input = o.required("input")?;
-    let common = Common::parse(o, true)?;
+    let common = Common::parse(o, ToolKind::ResponsesCreate)?;
     let instructions = o.opt_str("instructions")?;
     let mut system: Vec<String> = instructions.iter().map(|s| s.to_string()).collect();
     let mut turns = Vec::new();
@@ -253,5 +253,37 @@ mod tests {
                     .bytes()
                     .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
         );
+    }
+}
+
+#[cfg(test)]
+mod format_tests {
+    use super::*;
+    use crate::shapes::Mode;
+
+    #[test]
+    fn text_format_maps_onto_output_schema() {
+        let args = json!({"input": "x", "text": {"format": {"type": "json_schema", "name": "n",
+            "schema": {"type": "object", "properties": {"a": {"type": "integer"}}}}}});
+        let c = ToolKind::ResponsesCreate
+            .parse(args.as_object().unwrap())
+            .unwrap();
+        let Mode::Structured(s) = &c.mode else {
+            panic!()
+        };
+        assert!(s.check(&json!({"a": "no"})).is_err());
+        let args = json!({"input": "x", "output_schema": {"type": "object"},
+            "text": {"format": {"type": "json_object"}}});
+        let e = ToolKind::ResponsesCreate
+            .parse(args.as_object().unwrap())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`output_schema` and `text.format`"), "{e}");
+        let args = json!({"input": "x", "text": {"format": {"type": "json_schema"}}});
+        let e = ToolKind::ResponsesCreate
+            .parse(args.as_object().unwrap())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`text.format.schema`: is required"), "{e}");
     }
 }

@@ -274,3 +274,27 @@ pub fn rpc_code(e: &ServiceError) -> i32 {
 pub fn user(text: &str) -> Value {
     json!({"role": "user", "content": text})
 }
+
+/// Asserts that a result's structuredContent satisfies the outputSchema the tool declares, as
+/// hosts check it.
+pub async fn assert_conforms(client: &Client, tool: &str, result: &CallToolResult) {
+    let tools = client.list_all_tools().await.unwrap();
+    let def = tools.iter().find(|t| t.name == tool).expect("tool listed");
+    let schema = Value::Object(
+        def.output_schema
+            .as_ref()
+            .expect("outputSchema")
+            .as_ref()
+            .clone(),
+    );
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let instance = structured(result);
+    let errors: Vec<String> = validator
+        .iter_errors(&instance)
+        .map(|e| e.to_string())
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "{tool} structuredContent {instance} violates its outputSchema: {errors:?}"
+    );
+}
