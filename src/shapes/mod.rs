@@ -319,10 +319,10 @@ fn structured_spec<'a>(
         },
         _ => None,
     };
-    if let Some((format, name, schema_parent)) = format {
-        if let Some(schema) = format_schema(&Obj::new(format, name), kind, schema_parent)? {
-            found.push((None, schema, name));
-        }
+    if let Some((format, name, schema_parent)) = format
+        && let Some(schema) = format_schema(&Obj::new(format, name), kind, schema_parent)?
+    {
+        found.push((None, schema, name));
     }
     match found.len() {
         0 | 1 => Ok(found.pop()),
