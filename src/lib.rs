@@ -29,6 +29,7 @@ pub mod completion;
 pub mod contract;
 pub mod error;
 pub mod fulfil;
+pub mod limits;
 pub mod pyjson;
 pub mod server;
 pub mod shapes;

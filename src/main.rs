@@ -79,6 +79,7 @@ fn main() -> ExitCode {
     let settings = Settings {
         sampling_timeout: Duration::from_secs(secs("sampling-timeout-secs")),
         sealer,
+        limits: Default::default(),
     };
     let server = match Server::new(settings) {
         Ok(s) => s,

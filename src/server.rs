@@ -1,11 +1,12 @@
 //! The MCP handler: lists the tools and routes each `tools/call` through the pipeline. It holds
 //! no per-connection state; everything a call needs arrives with the call.
 
+use crate::completion::Block;
 use crate::contract::cursor;
 use crate::error::CallError;
 use crate::fulfil::{self, Fulfilled, Outcome, Retry, Settings};
 use crate::pyjson::{self, Style};
-use crate::shapes::{self, Call, ToolKind, responses};
+use crate::shapes::{self, Call, ToolKind, anthropic, openai_chat, responses};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
@@ -47,7 +48,7 @@ impl Server {
         let arguments = request.arguments.unwrap_or_default();
         let host = fulfil::Host::of(&ctx);
         let result = async {
-            let call = kind.parse(&arguments)?;
+            let call = kind.parse(&arguments, &self.settings.limits)?;
             let retry = Retry {
                 arguments: &arguments,
                 request_state: request.request_state.as_deref(),
@@ -96,19 +97,46 @@ fn render(call: &Call, done: Fulfilled) -> Result<CallToolResult, CallError> {
             &completion,
         )
     });
+    let out = shapes::Outcome {
+        call,
+        answer: &done.answer,
+        finish: &done.finish,
+        host_model: &done.host_model,
+        cursor: minted.as_deref(),
+    };
     let (text, mut structured) = match call.kind {
         ToolKind::ResponsesCreate => {
-            let id = minted.unwrap_or_else(responses::new_response_id);
+            let id = minted.clone().unwrap_or_else(responses::new_response_id);
             let object = responses::response_object(&done.answer, &call.request.model, id);
             let text = responses::render(&object);
-            let map = match object {
+            let mut map = match object {
                 Value::Object(m) => m,
                 _ => Map::new(),
             };
+            map.extend(responses::status_fields(&out));
             (text, map)
         }
         _ => shapes::render_text(&done.answer, minted.as_deref()),
     };
+    match call.kind {
+        ToolKind::ChatComplete => {
+            structured.insert(
+                "chat_completion".into(),
+                openai_chat::completion_object(&out),
+            );
+        }
+        ToolKind::MessagesCreate => {
+            structured.insert("message".into(), anthropic::message_object(&out));
+        }
+        ToolKind::Generate => {
+            structured.insert(
+                "finish_reason".into(),
+                json!(openai_chat::finish_reason(&done.finish)),
+            );
+            structured.insert("host_model".into(), json!(done.host_model));
+        }
+        ToolKind::ResponsesCreate => {}
+    }
     let warnings = done.strategy.warnings();
     if !warnings.is_empty() {
         structured.insert("warnings".into(), json!(warnings));
@@ -119,8 +147,18 @@ fn render(call: &Call, done: Fulfilled) -> Result<CallToolResult, CallError> {
             json!({"via": via, "attempts": done.attempts}),
         );
     }
-    tracing::debug!(tool = call.kind.name(), host_model = %done.host_model, attempts = done.attempts, "call completed");
-    let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
+    tracing::debug!(
+        tool = call.kind.name(),
+        attempts = done.attempts,
+        "call completed"
+    );
+    let mut content = vec![ContentBlock::text(text)];
+    content.extend(done.media.iter().filter_map(|b| match b {
+        Block::Image { data, mime } => Some(ContentBlock::image(data.clone(), mime.clone())),
+        Block::Audio { data, mime } => Some(ContentBlock::audio(data.clone(), mime.clone())),
+        _ => None,
+    }));
+    let mut result = CallToolResult::success(content);
     result.structured_content = Some(Value::Object(structured));
     Ok(result)
 }

@@ -93,7 +93,8 @@ async fn chat_complete_folds_system_messages_and_sends_parameters() {
         .await;
         assert!(!is_error(&r), "{}", text(&r));
         assert_eq!(text(&r), "Hello there.");
-        assert_eq!(structured(&r), json!({"result": "Hello there."}));
+        assert_eq!(structured(&r)["result"], json!("Hello there."));
+        assert_conforms(&client, "chat_complete", &r).await;
         let seen = host.seen_json();
         assert_eq!(seen.len(), 1, "{era:?}: one sampling request");
         let p = &seen[0];
@@ -198,7 +199,15 @@ async fn responses_create_returns_a_response_object() {
             text(&r).starts_with("{\n  \"id\": "),
             "pretty-printed with indent 2"
         );
-        assert_eq!(structured(&r), obj, "structuredContent is the same object");
+        let s = structured(&r);
+        for key in ["id", "object", "model", "output"] {
+            assert_eq!(
+                s[key], obj[key],
+                "structuredContent carries the same object"
+            );
+        }
+        assert_eq!(s["status"], "completed");
+        assert_eq!(s["host_model"], "host-model");
         assert_conforms(&client, "responses_create", &r).await;
         let p = &host.seen_json()[0];
         assert_eq!(p["systemPrompt"], "Answer briefly.\n\nCite nothing.");
@@ -281,8 +290,8 @@ async fn bad_arguments_are_named_and_nothing_is_sent() {
         ),
         (
             "chat_complete",
-            json!({"messages": [{"role": "user", "content": ["x"]}]}),
-            "`messages[0].content`: expected a string",
+            json!({"messages": [{"role": "user", "content": 7}]}),
+            "`messages[0].content`: expected a string or a list of content parts",
         ),
         (
             "chat_complete",
@@ -296,7 +305,7 @@ async fn bad_arguments_are_named_and_nothing_is_sent() {
         ),
         (
             "responses_create",
-            json!({"input": [{"role": "user", "content": [{"type": "input_image"}]}]}),
+            json!({"input": [{"role": "user", "content": [{"type": "input_video"}]}]}),
             "`input[0].content[0].type`",
         ),
         (

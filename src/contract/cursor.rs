@@ -6,24 +6,73 @@
 //! by the original verify here and the other way round. The server stores nothing: the caller
 //! sends the history back and the server recomputes.
 
+use crate::completion::Block;
 use crate::error::{CallError, CallResult};
 use crate::pyjson::{self, Style};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-/// One transcript entry: a role (`system`, `developer`, `user`, `assistant`) and its text.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One transcript entry: a role (`system`, `developer`, `user`, `assistant`, `tool`) and its
+/// content. Text-only content is the flattened string, exactly as the original commits to it;
+/// richer content is a list of canonical parts (see [`Entry::from_blocks`]).
+#[derive(Debug, Clone, PartialEq)]
 pub struct Entry {
     pub role: String,
-    pub content: String,
+    pub content: Value,
 }
 
 impl Entry {
     pub fn new(role: &str, content: impl Into<String>) -> Self {
         Entry {
             role: role.to_owned(),
-            content: content.into(),
+            content: Value::String(content.into()),
         }
+    }
+
+    /// The entry for a message of blocks: its text when it is one text block, else a list of
+    /// parts `{"type": "text", "text"}`, `{"type": "image" | "audio", "mime_type", "sha256"}`
+    /// (the SHA-256 of the decoded bytes, so media is committed to without being copied),
+    /// `{"type": "tool_use", "id", "name", "input"}` and `{"type": "tool_result",
+    /// "tool_use_id", "is_error", "content": [parts]}`.
+    pub fn from_blocks(role: &str, blocks: &[Block]) -> Self {
+        let content = match blocks {
+            [Block::Text(t)] => Value::String(t.clone()),
+            [] => Value::String(String::new()),
+            blocks => Value::Array(blocks.iter().map(part).collect()),
+        };
+        Entry {
+            role: role.to_owned(),
+            content,
+        }
+    }
+}
+
+fn media_digest(data: &str) -> String {
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(data)
+        .unwrap_or_else(|_| data.as_bytes().to_vec());
+    hex::encode(Sha256::digest(&bytes))
+}
+
+fn part(block: &Block) -> Value {
+    match block {
+        Block::Text(t) => json!({"type": "text", "text": t}),
+        Block::Image { data, mime } => {
+            json!({"type": "image", "mime_type": mime, "sha256": media_digest(data)})
+        }
+        Block::Audio { data, mime } => {
+            json!({"type": "audio", "mime_type": mime, "sha256": media_digest(data)})
+        }
+        Block::ToolUse { id, name, input } => {
+            json!({"type": "tool_use", "id": id, "name": name, "input": input})
+        }
+        Block::ToolResult {
+            id,
+            content,
+            is_error,
+        } => json!({"type": "tool_result", "tool_use_id": id, "is_error": is_error,
+                    "content": content.iter().map(part).collect::<Vec<_>>()}),
     }
 }
 
@@ -179,11 +228,32 @@ mod tests {
             let t: Vec<Entry> = v
                 .transcript
                 .iter()
-                .map(|e| Entry::new(&e.role, e.content.clone()))
+                .map(|e| Entry::new(&e.role, e.content.as_str()))
                 .collect();
             assert_eq!(canonical(&v.model, &v.tool, &t), v.canonical);
             assert_eq!(cursor(&v.model, &v.tool, &t), v.cursor);
         }
+    }
+
+    #[test]
+    fn rich_entries_keep_text_entries_unchanged() {
+        let text = Entry::from_blocks("user", &[Block::Text("hi".into())]);
+        assert_eq!(text, Entry::new("user", "hi"));
+        let rich = Entry::from_blocks(
+            "user",
+            &[
+                Block::Text("look".into()),
+                Block::Image {
+                    data: "aGk=".into(),
+                    mime: "image/png".into(),
+                },
+            ],
+        );
+        assert_eq!(
+            canonical("m", "chat_complete", &[rich]),
+            // sha256("hi") = 8f434346...
+            r#"{"model":"m","tool":"chat_complete","transcript":[{"content":[{"text":"look","type":"text"},{"mime_type":"image/png","sha256":"8f434346648f6b96df89dda901c5176b10a6d83961dd3c1ac88b59b2dc327aa4","type":"image"}],"role":"user"}]}"#
+        );
     }
 
     #[test]
@@ -222,7 +292,7 @@ mod tests {
         assert!(e.contains(&cur) && e.contains("expected cur_"), "{e}");
         assert!(verify(&chain, "m", "messages_create", &next, true).is_err());
         let mut edited = next.clone();
-        edited[0].content = "A".into();
+        edited[0].content = json!("A");
         assert!(verify(&chain, "m", "chat_complete", &edited, true).is_err());
         let e = verify(&chain, "m", "chat_complete", &next[..1], true)
             .unwrap_err()

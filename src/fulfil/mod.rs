@@ -12,9 +12,10 @@
 pub mod legacy;
 pub mod mrtr;
 
-use crate::completion::{Block, Completion, Role, Turn};
+use crate::completion::{Block, Completion, Finish, Role, Turn};
 use crate::contract::output::{self, STRUCTURED_TOOL, Strategy, Verdict};
 use crate::error::{CallError, CallResult};
+use crate::limits::Limits;
 use crate::shapes::{Call, Mode};
 use rmcp::ErrorData;
 use rmcp::model::{
@@ -79,6 +80,7 @@ pub struct Settings {
     /// Longest wait for the host's answer on the legacy era.
     pub sampling_timeout: Duration,
     pub sealer: mrtr::Sealer,
+    pub limits: Limits,
 }
 
 /// A rejected structured answer and why, fed back to the host on the next attempt.
@@ -112,6 +114,9 @@ pub struct Fulfilled {
     pub strategy: Strategy,
     pub attempts: usize,
     pub host_model: String,
+    pub finish: Finish,
+    /// Images and audio in the host's answer, returned beside the text.
+    pub media: Vec<Block>,
 }
 
 pub enum Outcome {
@@ -147,7 +152,7 @@ pub async fn run(
         }
     }
     loop {
-        let params = sampling_params(call, strategy, &progress.repairs);
+        let params = sampling_params(call, strategy, &progress.repairs, host.sampling_tools);
         let result = if host.modern {
             match response.take() {
                 Some(value) => parse_response(value)?,
@@ -162,14 +167,20 @@ pub async fn run(
         } else {
             legacy::sample(ctx, params, settings.sampling_timeout).await?
         };
-        let completion = to_completion(result)?;
+        let mut completion = to_completion(result)?;
+        if matches!(strategy, Strategy::Text | Strategy::ToolsNotForwarded) {
+            // Most hosts ignore stop sequences: cut the text at the first one ourselves.
+            completion.enforce_stop(&call.request.stop);
+        }
         match output::interpret(call, strategy, &completion)? {
             Verdict::Accepted(answer) => {
                 return Ok(Outcome::Done(Fulfilled {
                     answer,
                     strategy,
                     attempts: progress.repairs.len() + 1,
+                    media: completion.media(),
                     host_model: completion.model,
+                    finish: completion.finish,
                 }));
             }
             Verdict::Violation { answer, problem } => {
@@ -211,21 +222,91 @@ fn repair_instruction(problem: &str, strategy: Strategy) -> String {
     format!("Your previous answer was rejected: {problem}. {how}")
 }
 
-fn message(turn: &Turn) -> SamplingMessage {
+/// Tool content as text, for hosts that cannot take tool blocks in sampling.
+fn tool_block_as_text(block: &Block) -> String {
+    match block {
+        Block::ToolUse { id, name, input } => format!(
+            "[called tool {name} (call id {id}) with arguments {}]",
+            crate::pyjson::dumps(&Value::Object(input.clone()), crate::pyjson::Style::SORTED)
+        ),
+        Block::ToolResult {
+            id,
+            content,
+            is_error,
+        } => {
+            let texts: Vec<String> = content
+                .iter()
+                .map(|b| match b {
+                    Block::Text(t) => t.clone(),
+                    other => format!("[{} content]", other.kind()),
+                })
+                .collect();
+            let label = if *is_error {
+                "error from tool call"
+            } else {
+                "result of tool call"
+            };
+            format!("[{label} {id}]: {}", texts.join("\n"))
+        }
+        other => format!("[{} content]", other.kind()),
+    }
+}
+
+fn content_block(block: &Block) -> rmcp::model::ContentBlock {
+    match block {
+        Block::Text(t) => rmcp::model::ContentBlock::text(t.clone()),
+        Block::Image { data, mime } => rmcp::model::ContentBlock::image(data.clone(), mime.clone()),
+        Block::Audio { data, mime } => rmcp::model::ContentBlock::audio(data.clone(), mime.clone()),
+        other => rmcp::model::ContentBlock::text(tool_block_as_text(other)),
+    }
+}
+
+/// A turn as a sampling message. Text-only turns carry one text block (hosts that keep only
+/// the first block lose nothing); without `sampling.tools`, tool content travels as text.
+fn message(turn: &Turn, tools_ok: bool) -> SamplingMessage {
     let role = match turn.role {
         Role::User => rmcp::model::Role::User,
         Role::Assistant => rmcp::model::Role::Assistant,
     };
-    let blocks: Vec<SamplingMessageContentBlock> = turn
-        .blocks
-        .iter()
-        .map(|b| match b {
+    let mut blocks: Vec<SamplingMessageContentBlock> = Vec::with_capacity(turn.blocks.len());
+    for b in &turn.blocks {
+        let block = match b {
             Block::Text(t) => SamplingMessageContentBlock::text(t.clone()),
-            Block::ToolUse { id, name, input } => SamplingMessageContentBlock::ToolUse(
+            Block::Image { data, mime } => SamplingMessageContentBlock::Image(
+                rmcp::model::ImageContent::new(data.clone(), mime.clone()),
+            ),
+            Block::Audio { data, mime } => SamplingMessageContentBlock::Audio(
+                rmcp::model::AudioContent::new(data.clone(), mime.clone()),
+            ),
+            Block::ToolUse { id, name, input } if tools_ok => SamplingMessageContentBlock::ToolUse(
                 rmcp::model::ToolUseContent::new(id.clone(), name.clone(), input.clone()),
             ),
-        })
-        .collect();
+            Block::ToolResult {
+                id,
+                content,
+                is_error,
+            } if tools_ok => {
+                let mut result = rmcp::model::ToolResultContent::new(
+                    id.clone(),
+                    content.iter().map(content_block).collect(),
+                );
+                if *is_error {
+                    result.is_error = Some(true);
+                }
+                SamplingMessageContentBlock::ToolResult(result)
+            }
+            other => SamplingMessageContentBlock::text(tool_block_as_text(other)),
+        };
+        blocks.push(block);
+    }
+    // Without tools, consecutive texts (tool content rendered as text) become one block.
+    if !tools_ok && blocks.len() > 1 && blocks.iter().all(|b| b.as_text().is_some()) {
+        let joined: Vec<String> = blocks
+            .iter()
+            .filter_map(|b| b.as_text().map(|t| t.text.clone()))
+            .collect();
+        blocks = vec![SamplingMessageContentBlock::text(joined.join("\n\n"))];
+    }
     match <[SamplingMessageContentBlock; 1]>::try_from(blocks) {
         Ok([single]) => SamplingMessage::new(role, single),
         Err(blocks) => SamplingMessage::new_multiple(role, blocks),
@@ -237,9 +318,11 @@ pub fn sampling_params(
     call: &Call,
     strategy: Strategy,
     repairs: &[Repair],
+    tools_ok: bool,
 ) -> CreateMessageRequestParams {
     let req = &call.request;
-    let mut messages: Vec<SamplingMessage> = req.turns.iter().map(message).collect();
+    let mut messages: Vec<SamplingMessage> =
+        req.turns.iter().map(|t| message(t, tools_ok)).collect();
     for r in repairs {
         messages.push(SamplingMessage::assistant_text(r.answer.clone()));
         messages.push(SamplingMessage::user_text(repair_instruction(
@@ -263,6 +346,9 @@ pub fn sampling_params(
     }
     if let Some(t) = req.temperature {
         params = params.with_temperature(t as f32);
+    }
+    if !req.stop.is_empty() {
+        params = params.with_stop_sequences(req.stop.clone());
     }
     match (strategy, &call.mode) {
         (Strategy::StructuredByTool, Mode::Structured(schema)) => {
@@ -324,28 +410,36 @@ fn parse_response(value: Value) -> CallResult<CreateMessageResult> {
 pub fn to_completion(result: CreateMessageResult) -> CallResult<Completion> {
     let mut blocks = Vec::new();
     for block in result.message.content.iter() {
-        match block {
-            SamplingMessageContentBlock::Text(t) => blocks.push(Block::Text(t.text.clone())),
-            SamplingMessageContentBlock::ToolUse(u) => blocks.push(Block::ToolUse {
+        blocks.push(match block {
+            SamplingMessageContentBlock::Text(t) => Block::Text(t.text.clone()),
+            SamplingMessageContentBlock::Image(i) => Block::Image {
+                data: i.data.clone(),
+                mime: i.mime_type.clone(),
+            },
+            SamplingMessageContentBlock::Audio(a) => Block::Audio {
+                data: a.data.clone(),
+                mime: a.mime_type.clone(),
+            },
+            SamplingMessageContentBlock::ToolUse(u) => Block::ToolUse {
                 id: u.id.clone(),
                 name: u.name.clone(),
                 input: u.input.clone(),
-            }),
-            other => {
-                let kind = match other {
-                    SamplingMessageContentBlock::Image(_) => "image",
-                    SamplingMessageContentBlock::Audio(_) => "audio",
-                    _ => "tool_result",
-                };
-                return Err(CallError::Host(format!(
-                    "the host answered with {kind} content where text was expected"
-                )));
+            },
+            _ => {
+                return Err(CallError::Host(
+                    "the host answered with tool_result (or unknown) content, which only a \
+                     caller may send"
+                        .into(),
+                ));
             }
-        }
+        });
+    }
+    if blocks.is_empty() {
+        return Err(CallError::Host("the host answered with no content".into()));
     }
     Ok(Completion {
         blocks,
         model: result.model,
-        stop_reason: result.stop_reason,
+        finish: Finish::from_stop_reason(result.stop_reason.as_deref()),
     })
 }

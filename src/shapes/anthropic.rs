@@ -1,73 +1,146 @@
 //! `messages_create`: the Anthropic messages shape.
 //!
-//! `messages: [{role: user|assistant, content: string | [{type: "text", text}]}]` and
-//! `system: string | [{type: "text", text}]`; a block list becomes one text joined with `"\n"`.
+//! `messages: [{role: user|assistant, content: string | blocks}]` and `system: string | text
+//! blocks`; a list of text blocks becomes one text joined with `"\n"`. Blocks are `text`,
+//! `image` (base64 source), `tool_use` (assistant) and `tool_result` (user).
 
-use super::{Call, Common, Parts, ToolKind, message_objects};
+use super::{
+    Answer, Call, Common, Msg, Outcome, Parts, ToolKind, flatten_text, media, message_objects,
+};
 use crate::args::{self, Obj, as_object, one_of};
-use crate::completion::{Role, Turn};
+use crate::completion::{Block, Finish, Role};
 use crate::contract::cursor::Entry;
 use crate::error::{CallError, CallResult};
+use crate::limits::Limits;
 use serde_json::{Map, Value, json};
 
 const ROLES: [&str; 2] = ["user", "assistant"];
+const BLOCK_TYPES: [&str; 4] = ["text", "image", "tool_use", "tool_result"];
 
-/// Flattens a string or a list of text blocks at `path`.
-fn flatten(v: &Value, path: &str) -> CallResult<String> {
-    match v {
-        Value::String(s) => Ok(s.clone()),
-        Value::Array(blocks) => {
-            let mut texts = Vec::with_capacity(blocks.len());
-            for (i, b) in blocks.iter().enumerate() {
-                let p = args::index(path, i);
-                let block = Obj::new(as_object(b, &p)?, p.as_str());
-                match block.required_str("type")? {
-                    "text" => texts.push(block.required_str("text")?),
-                    other => {
-                        return Err(CallError::at(
-                            &block.path("type"),
-                            format!(
-                                "expected \"text\", got {other:?}: only text blocks are supported"
-                            ),
-                        ));
-                    }
-                }
-            }
-            Ok(texts.join("\n"))
-        }
-        other => Err(CallError::expected(
-            path,
-            "a string or a list of text blocks",
-            other,
+fn image(block: &Obj<'_>, limits: &Limits) -> CallResult<Block> {
+    let spath = block.path("source");
+    let source = Obj::new(
+        as_object(block.required("source")?, &spath)?,
+        spath.as_str(),
+    );
+    match source.required_str("type")? {
+        "base64" => media::image(
+            source.required_str("data")?,
+            source.required_str("media_type")?,
+            &source.path("data"),
+            &source.path("media_type"),
+            limits,
+        ),
+        "url" => Err(CallError::at(
+            &source.path("type"),
+            "remote image URLs are not fetched (this server never fetches anything): send the \
+             image as {\"type\": \"base64\", \"media_type\", \"data\"}",
+        )),
+        other => Err(CallError::at(
+            &source.path("type"),
+            format!("expected \"base64\", got {other:?}"),
         )),
     }
 }
 
-pub fn parse(o: &Obj<'_>) -> CallResult<Call> {
+/// Content: a string or a list of blocks; `nested` is true inside a `tool_result`, which holds
+/// text and images only.
+fn content(v: &Value, path: &str, limits: &Limits, nested: bool) -> CallResult<Vec<Block>> {
+    let list = match v {
+        Value::String(s) => return Ok(vec![Block::Text(s.clone())]),
+        Value::Array(list) => list,
+        other => {
+            return Err(CallError::expected(
+                path,
+                "a string or a list of content blocks",
+                other,
+            ));
+        }
+    };
+    let allowed: &[&str] = if nested {
+        &["text", "image"]
+    } else {
+        &BLOCK_TYPES
+    };
+    let mut blocks = Vec::with_capacity(list.len());
+    for (i, b) in list.iter().enumerate() {
+        let p = args::index(path, i);
+        let block = Obj::new(as_object(b, &p)?, p.as_str());
+        let ty = block.required_str("type")?;
+        blocks.push(match ty {
+            "text" => Block::Text(block.required_str("text")?.to_owned()),
+            "image" => image(&block, limits)?,
+            "tool_use" if !nested => Block::ToolUse {
+                id: block.required_str("id")?.to_owned(),
+                name: block.required_str("name")?.to_owned(),
+                input: args::as_object(block.required("input")?, &block.path("input"))?.clone(),
+            },
+            "tool_result" if !nested => Block::ToolResult {
+                id: block.required_str("tool_use_id")?.to_owned(),
+                content: match block.get("content") {
+                    Some(c) => content(c, &block.path("content"), limits, true)?,
+                    None => Vec::new(),
+                },
+                is_error: block
+                    .get("is_error")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false),
+            },
+            other => {
+                return Err(CallError::at(
+                    &block.path("type"),
+                    format!("expected {}, got {other:?}", one_of(allowed)),
+                ));
+            }
+        });
+    }
+    Ok(flatten_text(blocks))
+}
+
+/// The system prompt: a string or text blocks joined with `"\n"`.
+fn system_text(v: &Value, limits: &Limits) -> CallResult<String> {
+    match content(v, "system", limits, true)?.as_slice() {
+        [Block::Text(t)] => Ok(t.clone()),
+        [] => Ok(String::new()),
+        _ => Err(CallError::at(
+            "system",
+            "expected a string or a list of text blocks",
+        )),
+    }
+}
+
+pub fn parse(o: &Obj<'_>, limits: &Limits) -> CallResult<Call> {
     let messages = message_objects(o, "messages")?;
-    let common = Common::parse(o, ToolKind::MessagesCreate)?;
-    let system = o.get("system").map(|s| flatten(s, "system")).transpose()?;
+    let common = Common::parse(o, ToolKind::MessagesCreate, limits)?;
+    let system = o
+        .get("system")
+        .map(|s| system_text(s, limits))
+        .transpose()?;
     let mut turns = Vec::with_capacity(messages.len());
     let mut transcript = Vec::with_capacity(messages.len() + 1);
     let mut plain = Vec::with_capacity(messages.len());
     if let Some(s) = &system {
         transcript.push(Entry::new("system", s.clone()));
     }
-    for (path, map) in &messages {
+    for (index, (path, map)) in messages.iter().enumerate() {
         let m = Obj::new(map, path.as_str());
         let role = m.opt_enum("role", &ROLES)?.ok_or_else(|| {
             CallError::at(&m.path("role"), format!("is required: {}", one_of(&ROLES)))
         })?;
         let raw = m.required("content")?;
-        let content = flatten(raw, &m.path("content"))?;
+        let blocks = content(raw, &m.path("content"), limits, false)?;
         let r = if role == "user" {
             Role::User
         } else {
             Role::Assistant
         };
-        turns.push(Turn::text(r, content.clone()));
-        transcript.push(Entry::new(role, content));
+        transcript.push(Entry::from_blocks(role, &blocks));
         plain.push(json!({"role": role, "content": raw}));
+        turns.push(Msg {
+            index,
+            role: r,
+            blocks,
+        });
     }
     let mut view = Map::new();
     view.insert("messages".into(), Value::Array(plain));
@@ -77,19 +150,60 @@ pub fn parse(o: &Obj<'_>) -> CallResult<Call> {
     );
     common.into_call(Parts {
         kind: ToolKind::MessagesCreate,
+        list_key: "messages",
         system,
-        turns,
+        messages: turns,
         transcript,
         view,
+    })
+}
+
+/// The Anthropic message object for an answer.
+pub fn message_object(out: &Outcome<'_>) -> Value {
+    let mut content = Vec::new();
+    let (stop_reason, stop_sequence) = match out.finish {
+        _ if matches!(out.answer, Answer::ToolCalls { .. }) => ("tool_use", None),
+        Finish::EndTurn => ("end_turn", None),
+        Finish::MaxTokens => ("max_tokens", None),
+        Finish::StopSequence(s) => ("stop_sequence", s.clone()),
+        Finish::ToolUse => ("tool_use", None),
+    };
+    match out.answer {
+        Answer::ToolCalls { text, calls } => {
+            if !text.is_empty() {
+                content.push(json!({"type": "text", "text": text}));
+            }
+            for c in calls {
+                content.push(
+                    json!({"type": "tool_use", "id": c.id, "name": c.name, "input": c.input}),
+                );
+            }
+        }
+        other => content.push(json!({"type": "text", "text": other.completion_text()})),
+    }
+    json!({
+        "id": out.cursor.map_or_else(|| format!("msg_{}", uuid::Uuid::new_v4().simple()), str::to_owned),
+        "type": "message",
+        "role": "assistant",
+        "content": content,
+        "model": out.host_model,
+        "stop_reason": stop_reason,
+        "stop_sequence": stop_sequence,
+        "usage": {
+            "input_tokens": out.prompt_tokens(),
+            "output_tokens": out.completion_tokens(),
+            "estimated": true,
+        },
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::completion::Turn;
 
     fn call(v: Value) -> CallResult<Call> {
-        ToolKind::MessagesCreate.parse(v.as_object().unwrap())
+        ToolKind::MessagesCreate.parse(v.as_object().unwrap(), &Limits::default())
     }
 
     #[test]
@@ -116,8 +230,20 @@ mod tests {
                 "`messages[0].role`: expected one of \"user\", \"assistant\"",
             ),
             (
-                json!({"messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]}),
-                "`messages[0].content[0].type`: expected \"text\", got \"image\"",
+                json!({"messages": [{"role": "user", "content": [{"type": "video"}]}]}),
+                "`messages[0].content[0].type`: expected one of \"text\", \"image\", \"tool_use\", \"tool_result\", got \"video\"",
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": "https://x"}}]}]}),
+                "`messages[0].content[0].source.type`: remote image URLs are not fetched",
+            ),
+            (
+                json!({"messages": [{"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {}}]}]}),
+                "`messages[0]`: tool call(s) [\"t1\"] are not answered by the next message",
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t9", "content": "x"}]}]}),
+                "`messages[0]`: tool result for \"t9\"",
             ),
             (
                 json!({"messages": [{"role": "user", "content": [{"type": "text"}]}]}),
@@ -125,7 +251,7 @@ mod tests {
             ),
             (
                 json!({"messages": [{"role": "user", "content": "x"}], "system": 5}),
-                "`system`: expected a string or a list of text blocks",
+                "`system`: expected a string or a list of content blocks",
             ),
         ];
         for (args, want) in cases {

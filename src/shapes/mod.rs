@@ -6,16 +6,18 @@
 //! the checks that run before anything is sent, and the text-tool renderer.
 
 pub mod anthropic;
+pub mod media;
 pub mod openai_chat;
 pub mod prompt;
 pub mod responses;
 
 use crate::args::{self, Obj, as_object, non_empty_array};
-use crate::completion::{CompletionRequest, ToolChoice, ToolDef, Turn};
+use crate::completion::{Block, CompletionRequest, Finish, Role, ToolChoice, ToolDef, Turn};
 use crate::contract::cursor::{self, Chain, Entry};
 use crate::contract::persona::Persona;
 use crate::contract::schema::{self, Schema};
 use crate::error::{CallError, CallResult};
+use crate::limits::Limits;
 use crate::pyjson::{self, Style};
 use serde_json::{Map, Value, json};
 use std::collections::HashSet;
@@ -52,13 +54,13 @@ impl ToolKind {
     }
 
     /// Parses the tool's arguments into a checked [`Call`]; nothing has been sent yet.
-    pub fn parse(self, arguments: &Map<String, Value>) -> CallResult<Call> {
+    pub fn parse(self, arguments: &Map<String, Value>, limits: &Limits) -> CallResult<Call> {
         let o = Obj::root(arguments);
         match self {
-            ToolKind::ChatComplete => openai_chat::parse(&o),
-            ToolKind::MessagesCreate => anthropic::parse(&o),
-            ToolKind::ResponsesCreate => responses::parse(&o),
-            ToolKind::Generate => prompt::parse(&o),
+            ToolKind::ChatComplete => openai_chat::parse(&o, limits),
+            ToolKind::MessagesCreate => anthropic::parse(&o, limits),
+            ToolKind::ResponsesCreate => responses::parse(&o, limits),
+            ToolKind::Generate => prompt::parse(&o, limits),
         }
     }
 }
@@ -128,6 +130,42 @@ impl Answer {
     }
 }
 
+/// A finished answer with what the renderers need to describe it.
+pub struct Outcome<'a> {
+    pub call: &'a Call,
+    pub answer: &'a Answer,
+    pub finish: &'a Finish,
+    pub host_model: &'a str,
+    /// The cursor when the chain is on.
+    pub cursor: Option<&'a str>,
+}
+
+/// Sampling reports no token counts: usage figures are estimates (about four characters a
+/// token), always marked `"estimated": true`.
+fn estimate_tokens(chars: usize) -> usize {
+    chars.div_ceil(4)
+}
+
+impl Outcome<'_> {
+    pub fn prompt_tokens(&self) -> usize {
+        let req = &self.call.request;
+        let text: usize = req
+            .turns
+            .iter()
+            .flat_map(|t| &t.blocks)
+            .map(|b| match b {
+                Block::Text(t) => t.chars().count(),
+                _ => 0,
+            })
+            .sum();
+        estimate_tokens(text + req.system.as_ref().map_or(0, |s| s.chars().count()))
+    }
+
+    pub fn completion_tokens(&self) -> usize {
+        estimate_tokens(self.answer.completion_text().chars().count())
+    }
+}
+
 /// The arguments every completion tool shares.
 struct Common<'a> {
     model: String,
@@ -141,6 +179,8 @@ struct Common<'a> {
     persona: Option<Persona>,
     previous: Option<String>,
     max_retries: u8,
+    stop: Vec<String>,
+    limits: Limits,
 }
 
 pub const DEFAULT_MODEL: &str = "agent-default";
@@ -152,8 +192,9 @@ pub const MAX_MAX_RETRIES: u8 = 5;
 impl<'a> Common<'a> {
     /// Reads the common arguments; `generate` has no `output_schema`, `tools` or
     /// `tool_choice`.
-    fn parse(o: &Obj<'a>, kind: ToolKind) -> CallResult<Self> {
+    fn parse(o: &Obj<'a>, kind: ToolKind, limits: &Limits) -> CallResult<Self> {
         let modes = kind != ToolKind::Generate;
+        let stop = parse_stop(o, kind)?;
         let model = o.opt_str("model")?.unwrap_or(DEFAULT_MODEL).to_owned();
         let temperature = o.opt_f64("temperature")?;
         let max_tokens = o.positive_u32_or("max_tokens", DEFAULT_MAX_TOKENS)?;
@@ -164,7 +205,10 @@ impl<'a> Common<'a> {
         if modes {
             max_retries = parse_max_retries(o)?;
             output_schema = structured_spec(o, kind)?;
-            tools = o.opt_array("tools")?.map(|t| parse_tools(t)).transpose()?;
+            tools = o
+                .opt_array("tools")?
+                .map(|t| parse_tools(t, limits))
+                .transpose()?;
             tool_choice = o
                 .opt_enum("tool_choice", &ToolChoice::NAMES)?
                 .and_then(ToolChoice::parse);
@@ -194,6 +238,8 @@ impl<'a> Common<'a> {
             persona,
             previous,
             max_retries,
+            stop,
+            limits: limits.clone(),
         })
     }
 
@@ -236,11 +282,13 @@ impl<'a> Common<'a> {
     fn into_call(self, parts: Parts) -> CallResult<Call> {
         let Parts {
             kind,
+            list_key,
             system,
-            turns,
+            messages,
             transcript,
             mut view,
         } = parts;
+        let turns = assemble(list_key, messages, &self.limits)?;
         let modes = kind != ToolKind::Generate;
         self.add_to_view(&mut view, modes);
         if let Some(p) = &self.persona {
@@ -271,6 +319,7 @@ impl<'a> Common<'a> {
                 turns,
                 temperature: self.temperature,
                 max_tokens: self.max_tokens,
+                stop: self.stop,
             },
             mode,
             persona: self.persona,
@@ -284,11 +333,212 @@ impl<'a> Common<'a> {
 /// What a shape contributes to a call besides the common arguments.
 struct Parts {
     kind: ToolKind,
+    /// The argument holding the conversation (`messages`, `input`, `prompt`), for errors.
+    list_key: &'static str,
     system: Option<String>,
-    turns: Vec<Turn>,
+    messages: Vec<Msg>,
     transcript: Vec<Entry>,
     /// The shape's own keys of the persona request object.
     view: Map<String, Value>,
+}
+
+/// One message of the caller's conversation, in neutral blocks, with its index for errors.
+#[derive(Debug, Clone)]
+struct Msg {
+    index: usize,
+    role: Role,
+    blocks: Vec<Block>,
+}
+
+/// Joins a run of text blocks into one (with `"\n"`), as the original flattens text lists;
+/// content with anything but text keeps its blocks.
+fn flatten_text(blocks: Vec<Block>) -> Vec<Block> {
+    if blocks.len() > 1 && blocks.iter().all(|b| matches!(b, Block::Text(_))) {
+        let texts: Vec<String> = blocks
+            .into_iter()
+            .filter_map(|b| match b {
+                Block::Text(t) => Some(t),
+                _ => None,
+            })
+            .collect();
+        vec![Block::Text(texts.join("\n"))]
+    } else {
+        blocks
+    }
+}
+
+fn ids(blocks: &[Block], uses: bool) -> Vec<&str> {
+    blocks
+        .iter()
+        .filter_map(|b| match b {
+            Block::ToolUse { id, .. } if uses => Some(id.as_str()),
+            Block::ToolResult { id, .. } if !uses => Some(id.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Turns the caller's messages into sampling turns: merges consecutive tool-result messages
+/// (and tool calls that follow an assistant message) into one turn, enforces the limits, and
+/// enforces MCP's rules for tool content: tool calls only from the assistant, a message carrying
+/// tool results carries nothing else, and every tool call is answered by the next message.
+fn assemble(key: &str, messages: Vec<Msg>, limits: &Limits) -> CallResult<Vec<Turn>> {
+    if messages.len() > limits.max_messages {
+        return Err(CallError::at(
+            key,
+            format!(
+                "{} messages is over the limit of {} (AGENT_AS_MODEL_MAX_MESSAGES)",
+                messages.len(),
+                limits.max_messages
+            ),
+        ));
+    }
+    let mut turns: Vec<(usize, Turn)> = Vec::with_capacity(messages.len());
+    for m in messages {
+        let path = args::index(key, m.index);
+        let chars: usize = m
+            .blocks
+            .iter()
+            .map(|b| match b {
+                Block::Text(t) => t.chars().count(),
+                _ => 0,
+            })
+            .sum();
+        if chars > limits.max_message_chars {
+            return Err(CallError::at(
+                &path,
+                format!(
+                    "{chars} characters of text is over the limit of {} per message \
+                     (AGENT_AS_MODEL_MAX_MESSAGE_CHARS)",
+                    limits.max_message_chars
+                ),
+            ));
+        }
+        let results = ids(&m.blocks, false);
+        match m.role {
+            Role::User if !ids(&m.blocks, true).is_empty() => {
+                return Err(CallError::at(
+                    &path,
+                    "tool calls belong in assistant messages",
+                ));
+            }
+            Role::User if !results.is_empty() && results.len() != m.blocks.len() => {
+                return Err(CallError::at(
+                    &path,
+                    "a message carrying tool results must carry nothing else; send the text in \
+                     a message of its own after them",
+                ));
+            }
+            Role::Assistant if !results.is_empty() => {
+                return Err(CallError::at(
+                    &path,
+                    "tool results belong in user or tool messages",
+                ));
+            }
+            _ => {}
+        }
+        let only_results = !results.is_empty();
+        let only_uses = m.role == Role::Assistant
+            && m.blocks.iter().all(|b| matches!(b, Block::ToolUse { .. }));
+        let merge = match turns.last() {
+            Some((_, last)) if last.role == m.role => match m.role {
+                Role::User => only_results && ids(&last.blocks, false).len() == last.blocks.len(),
+                Role::Assistant => only_uses,
+            },
+            _ => false,
+        };
+        match turns.last_mut() {
+            Some((_, last)) if merge => last.blocks.extend(m.blocks),
+            _ => turns.push((
+                m.index,
+                Turn {
+                    role: m.role,
+                    blocks: m.blocks,
+                },
+            )),
+        }
+    }
+    for (i, (index, turn)) in turns.iter().enumerate() {
+        let path = args::index(key, *index);
+        let next = turns.get(i + 1);
+        let uses = ids(&turn.blocks, true);
+        if !uses.is_empty() {
+            let answered: Vec<&str> = next.map(|(_, t)| ids(&t.blocks, false)).unwrap_or_default();
+            let missing: Vec<&str> = uses
+                .iter()
+                .filter(|u| !answered.contains(u))
+                .copied()
+                .collect();
+            if !missing.is_empty() {
+                return Err(CallError::at(
+                    &path,
+                    format!(
+                        "tool call(s) {missing:?} are not answered by the next message: every \
+                         tool call must be answered by a tool result in the message that follows"
+                    ),
+                ));
+            }
+        }
+        let results = ids(&turn.blocks, false);
+        if !results.is_empty() {
+            let asked: Vec<&str> = i
+                .checked_sub(1)
+                .and_then(|p| turns.get(p))
+                .map(|(_, t)| ids(&t.blocks, true))
+                .unwrap_or_default();
+            if let Some(unknown) = results.iter().find(|r| !asked.contains(r)) {
+                return Err(CallError::at(
+                    &path,
+                    format!(
+                        "tool result for {unknown:?}, which no tool call in the previous \
+                         assistant message has"
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(turns.into_iter().map(|(_, t)| t).collect())
+}
+
+/// Stop sequences: `stop` (a string or a list) on `chat_complete` and `generate`,
+/// `stop_sequences` (a list) on `messages_create`.
+fn parse_stop(o: &Obj<'_>, kind: ToolKind) -> CallResult<Vec<String>> {
+    const MAX_STOP: usize = 16;
+    let key = match kind {
+        ToolKind::ChatComplete | ToolKind::Generate => "stop",
+        ToolKind::MessagesCreate => "stop_sequences",
+        ToolKind::ResponsesCreate => return Ok(Vec::new()),
+    };
+    let list: Vec<&Value> = match o.get(key) {
+        None => return Ok(Vec::new()),
+        Some(v @ Value::String(_)) if key == "stop" => vec![v],
+        Some(Value::Array(items)) => items.iter().collect(),
+        Some(other) => {
+            let what = if key == "stop" {
+                "a string or a list of strings"
+            } else {
+                "a list of strings"
+            };
+            return Err(CallError::expected(key, what, other));
+        }
+    };
+    if list.len() > MAX_STOP {
+        return Err(CallError::at(
+            key,
+            format!("at most {MAX_STOP} stop sequences are accepted"),
+        ));
+    }
+    list.iter()
+        .enumerate()
+        .map(|(i, v)| match v.as_str() {
+            Some(s) if !s.is_empty() => Ok(s.to_owned()),
+            _ => Err(CallError::expected(
+                &args::index(key, i),
+                "a non-empty string",
+                v,
+            )),
+        })
+        .collect()
 }
 
 /// The structured-output schema from whichever spelling the caller used: `output_schema`
@@ -386,11 +636,21 @@ fn parse_max_retries(o: &Obj<'_>) -> CallResult<u8> {
         })
 }
 
-fn parse_tools(items: &[Value]) -> CallResult<Vec<ToolDef>> {
+fn parse_tools(items: &[Value], limits: &Limits) -> CallResult<Vec<ToolDef>> {
     if items.is_empty() {
         return Err(CallError::at(
             "tools",
             "must contain at least one tool definition (omit it or pass null for none)",
+        ));
+    }
+    if items.len() > limits.max_tools {
+        return Err(CallError::at(
+            "tools",
+            format!(
+                "{} tool definitions is over the limit of {} (AGENT_AS_MODEL_MAX_TOOLS)",
+                items.len(),
+                limits.max_tools
+            ),
         ));
     }
     let mut seen = HashSet::new();
@@ -487,19 +747,26 @@ mod tests {
 
     #[test]
     fn tools_are_validated() {
-        let e = parse_tools(&[]).unwrap_err().to_string();
+        let l = Limits::default();
+        let e = parse_tools(&[], &l).unwrap_err().to_string();
         assert!(e.contains("`tools`: must contain at least one"), "{e}");
         let t = json!([{"name": " a ", "input_schema": {"type": "object"}}, {"name": "a", "input_schema": {"type": "object"}}]);
-        let e = parse_tools(t.as_array().unwrap()).unwrap_err().to_string();
+        let e = parse_tools(t.as_array().unwrap(), &l)
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("`tools[1].name`: duplicate tool name \"a\""),
             "{e}"
         );
         let t = json!([{"name": "a", "input_schema": {"type": "string"}}]);
-        let e = parse_tools(t.as_array().unwrap()).unwrap_err().to_string();
+        let e = parse_tools(t.as_array().unwrap(), &l)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("`tools[0].input_schema`"), "{e}");
         let t = json!([{"name": "  ", "input_schema": {"type": "object"}}]);
-        let e = parse_tools(t.as_array().unwrap()).unwrap_err().to_string();
+        let e = parse_tools(t.as_array().unwrap(), &l)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("`tools[0].name`: must be a non-empty"), "{e}");
     }
 }

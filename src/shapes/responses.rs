@@ -1,36 +1,45 @@
 //! `responses_create`: the OpenAI Responses shape.
 //!
-//! `input` is a string (one user message) or a non-empty list of items `{role:
-//! user|assistant|system|developer, content: string | [{type: input_text|text, input_text|text}]}`.
-//! `instructions` lead the system prompt, system and developer items follow it, joined with a
-//! blank line. The result is a Responses object.
+//! `input` is a string (one user message) or a non-empty list of items: messages `{role:
+//! user|assistant|system|developer, content: string | parts}` (parts `input_text`/`text`/
+//! `output_text`, `input_image` with a data URL), `function_call` items (the model's earlier tool
+//! calls) and `function_call_output` items (their results). `instructions` lead the system
+//! prompt; system and developer items follow it, joined with a blank line. The result is a
+//! Responses object.
 
-use super::{Answer, Call, Common, Parts, ToolKind};
+use super::{Answer, Call, Common, Msg, Outcome, Parts, ToolKind, flatten_text, media};
 use crate::args::{self, Obj, as_object, non_empty_array, one_of};
-use crate::completion::{Role, Turn};
+use crate::completion::{Block, Finish, Role};
 use crate::contract::cursor::Entry;
 use crate::error::{CallError, CallResult};
+use crate::limits::Limits;
 use crate::pyjson::{self, Style};
 use serde_json::{Map, Value, json};
 
 const ROLES: [&str; 4] = ["user", "assistant", "system", "developer"];
-const PART_TYPES: [&str; 2] = ["input_text", "text"];
+const PART_TYPES: [&str; 4] = ["input_text", "text", "output_text", "input_image"];
+const ITEM_TYPES: [&str; 3] = ["message", "function_call", "function_call_output"];
 
-fn flatten(v: &Value, path: &str) -> CallResult<String> {
+fn content(v: &Value, path: &str, limits: &Limits) -> CallResult<Vec<Block>> {
     match v {
-        Value::String(s) => Ok(s.clone()),
+        Value::String(s) => Ok(vec![Block::Text(s.clone())]),
         Value::Array(_) => {
             let parts = non_empty_array(v, path)?;
-            let mut texts = Vec::with_capacity(parts.len());
+            let mut blocks = Vec::with_capacity(parts.len());
             for (i, part) in parts.iter().enumerate() {
                 let p = args::index(path, i);
                 let part = Obj::new(as_object(part, &p)?, p.as_str());
-                part.opt_enum("type", &PART_TYPES)?.ok_or_else(|| {
+                let ty = part.opt_enum("type", &PART_TYPES)?.ok_or_else(|| {
                     CallError::at(
                         &part.path("type"),
                         format!("is required: {}", one_of(&PART_TYPES)),
                     )
                 })?;
+                if ty == "input_image" {
+                    let url = part.required_str("image_url")?;
+                    blocks.push(media::image_url(url, &part.path("image_url"), limits)?);
+                    continue;
+                }
                 let text = match (part.opt_str("input_text")?, part.opt_str("text")?) {
                     (Some(t), _) | (None, Some(t)) => t,
                     (None, None) => {
@@ -40,9 +49,9 @@ fn flatten(v: &Value, path: &str) -> CallResult<String> {
                         ));
                     }
                 };
-                texts.push(text);
+                blocks.push(Block::Text(text.to_owned()));
             }
-            Ok(texts.join("\n"))
+            Ok(flatten_text(blocks))
         }
         other => Err(CallError::expected(
             path,
@@ -52,9 +61,9 @@ fn flatten(v: &Value, path: &str) -> CallResult<String> {
     }
 }
 
-pub fn parse(o: &Obj<'_>) -> CallResult<Call> {
+pub fn parse(o: &Obj<'_>, limits: &Limits) -> CallResult<Call> {
     let input = o.required("input")?;
-    let common = Common::parse(o, ToolKind::ResponsesCreate)?;
+    let common = Common::parse(o, ToolKind::ResponsesCreate, limits)?;
     let instructions = o.opt_str("instructions")?;
     let mut system: Vec<String> = instructions.iter().map(|s| s.to_string()).collect();
     let mut turns = Vec::new();
@@ -64,26 +73,83 @@ pub fn parse(o: &Obj<'_>) -> CallResult<Call> {
         .collect();
     match input {
         Value::String(s) => {
-            turns.push(Turn::text(Role::User, s.clone()));
+            turns.push(Msg {
+                index: 0,
+                role: Role::User,
+                blocks: vec![Block::Text(s.clone())],
+            });
             transcript.push(Entry::new("user", s.clone()));
         }
         Value::Array(_) => {
-            for (i, item) in non_empty_array(input, "input")?.iter().enumerate() {
-                let path = args::index("input", i);
+            for (index, item) in non_empty_array(input, "input")?.iter().enumerate() {
+                let path = args::index("input", index);
                 let item = Obj::new(as_object(item, &path)?, path.as_str());
-                let role = item.opt_enum("role", &ROLES)?.ok_or_else(|| {
-                    CallError::at(
-                        &item.path("role"),
-                        format!("is required: {}", one_of(&ROLES)),
-                    )
-                })?;
-                let content = flatten(item.required("content")?, &item.path("content"))?;
-                match role {
-                    "user" => turns.push(Turn::text(Role::User, content.clone())),
-                    "assistant" => turns.push(Turn::text(Role::Assistant, content.clone())),
-                    _ => system.push(content.clone()),
+                let ty = item.opt_enum("type", &ITEM_TYPES)?.unwrap_or("message");
+                let (role, entry_role, blocks) = match ty {
+                    "function_call" => {
+                        let arguments = item.required_str("arguments")?;
+                        let Ok(Value::Object(input)) = serde_json::from_str::<Value>(arguments)
+                        else {
+                            return Err(CallError::at(
+                                &item.path("arguments"),
+                                "expected a JSON object encoded as a string",
+                            ));
+                        };
+                        let block = Block::ToolUse {
+                            id: item.required_str("call_id")?.to_owned(),
+                            name: item.required_str("name")?.to_owned(),
+                            input,
+                        };
+                        (Some(Role::Assistant), "assistant", vec![block])
+                    }
+                    "function_call_output" => {
+                        let output = match item.required("output")? {
+                            Value::String(s) => vec![Block::Text(s.clone())],
+                            other => content(other, &item.path("output"), limits)?,
+                        };
+                        let block = Block::ToolResult {
+                            id: item.required_str("call_id")?.to_owned(),
+                            content: output,
+                            is_error: false,
+                        };
+                        (Some(Role::User), "tool", vec![block])
+                    }
+                    _ => {
+                        let role = item.opt_enum("role", &ROLES)?.ok_or_else(|| {
+                            CallError::at(
+                                &item.path("role"),
+                                format!("is required: {}", one_of(&ROLES)),
+                            )
+                        })?;
+                        let blocks =
+                            content(item.required("content")?, &item.path("content"), limits)?;
+                        let turn_role = match role {
+                            "user" => Some(Role::User),
+                            "assistant" => Some(Role::Assistant),
+                            _ => {
+                                match blocks.as_slice() {
+                                    [Block::Text(t)] => system.push(t.clone()),
+                                    _ => {
+                                        return Err(CallError::at(
+                                            &item.path("content"),
+                                            "system and developer items take text only",
+                                        ));
+                                    }
+                                }
+                                None
+                            }
+                        };
+                        (turn_role, role, blocks)
+                    }
+                };
+                transcript.push(Entry::from_blocks(entry_role, &blocks));
+                if let Some(role) = role {
+                    turns.push(Msg {
+                        index,
+                        role,
+                        blocks,
+                    });
                 }
-                transcript.push(Entry::new(role, content));
             }
         }
         other => {
@@ -105,8 +171,9 @@ pub fn parse(o: &Obj<'_>) -> CallResult<Call> {
     view.insert("instructions".into(), json!(instructions));
     common.into_call(Parts {
         kind: ToolKind::ResponsesCreate,
+        list_key: "input",
         system: (!system.is_empty()).then(|| system.join("\n\n")),
-        turns,
+        messages: turns,
         transcript,
         view,
     })
@@ -151,13 +218,44 @@ pub fn render(object: &Value) -> String {
     pyjson::dumps(object, Style::PRETTY)
 }
 
+/// What structuredContent adds to the Responses object: `status`, `incomplete_details`, the
+/// host's model and an estimated `usage`.
+pub fn status_fields(out: &Outcome<'_>) -> Map<String, Value> {
+    let incomplete = matches!(out.finish, Finish::MaxTokens);
+    let mut m = Map::new();
+    m.insert(
+        "status".into(),
+        json!(if incomplete {
+            "incomplete"
+        } else {
+            "completed"
+        }),
+    );
+    m.insert(
+        "incomplete_details".into(),
+        if incomplete {
+            json!({"reason": "max_output_tokens"})
+        } else {
+            Value::Null
+        },
+    );
+    m.insert("host_model".into(), json!(out.host_model));
+    m.insert(
+        "usage".into(),
+        json!({"input_tokens": out.prompt_tokens(), "output_tokens": out.completion_tokens(),
+               "total_tokens": out.prompt_tokens() + out.completion_tokens(), "estimated": true}),
+    );
+    m
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::completion::Turn;
     use crate::shapes::ToolCall;
 
     fn call(v: Value) -> CallResult<Call> {
-        ToolKind::ResponsesCreate.parse(v.as_object().unwrap())
+        ToolKind::ResponsesCreate.parse(v.as_object().unwrap(), &Limits::default())
     }
 
     #[test]
@@ -199,8 +297,12 @@ mod tests {
                 "`input[0].content`: must contain at least one item",
             ),
             (
-                json!({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}),
+                json!({"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "x"}]}]}),
                 "`input[0].content[0].type`: expected one of \"input_text\", \"text\"",
+            ),
+            (
+                json!({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "https://x/y.png"}]}]}),
+                "`input[0].content[0].image_url`: remote image URLs are not fetched",
             ),
             (
                 json!({"input": [{"role": "user", "content": [{"type": "input_text"}]}]}),
@@ -266,7 +368,7 @@ mod format_tests {
         let args = json!({"input": "x", "text": {"format": {"type": "json_schema", "name": "n",
             "schema": {"type": "object", "properties": {"a": {"type": "integer"}}}}}});
         let c = ToolKind::ResponsesCreate
-            .parse(args.as_object().unwrap())
+            .parse(args.as_object().unwrap(), &Limits::default())
             .unwrap();
         let Mode::Structured(s) = &c.mode else {
             panic!()
@@ -275,13 +377,13 @@ mod format_tests {
         let args = json!({"input": "x", "output_schema": {"type": "object"},
             "text": {"format": {"type": "json_object"}}});
         let e = ToolKind::ResponsesCreate
-            .parse(args.as_object().unwrap())
+            .parse(args.as_object().unwrap(), &Limits::default())
             .unwrap_err()
             .to_string();
         assert!(e.contains("`output_schema` and `text.format`"), "{e}");
         let args = json!({"input": "x", "text": {"format": {"type": "json_schema"}}});
         let e = ToolKind::ResponsesCreate
-            .parse(args.as_object().unwrap())
+            .parse(args.as_object().unwrap(), &Limits::default())
             .unwrap_err()
             .to_string();
         assert!(e.contains("`text.format.schema`: is required"), "{e}");

@@ -1,0 +1,166 @@
+//! Images and audio in requests: inline base64 only. The server never fetches anything, so a
+//! remote URL is refused with an error that says how to inline it.
+
+use crate::completion::Block;
+use crate::error::{CallError, CallResult};
+use crate::limits::Limits;
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+
+pub const IMAGE_TYPES: [&str; 4] = ["image/png", "image/jpeg", "image/gif", "image/webp"];
+pub const AUDIO_TYPES: [&str; 2] = ["audio/wav", "audio/mpeg"];
+
+/// Decodes `data` (base64) at `path`, checking its size; returns the decoded bytes.
+pub fn decode(data: &str, path: &str, limits: &Limits) -> CallResult<Vec<u8>> {
+    // Base64 is 4 characters per 3 bytes: refuse oversized data before decoding it.
+    let approx = data.len() / 4 * 3;
+    if approx > limits.max_media_bytes + 3 {
+        return Err(too_big(path, approx, limits));
+    }
+    let bytes = STANDARD
+        .decode(data.trim())
+        .map_err(|e| CallError::at(path, format!("is not valid base64 ({e})")))?;
+    if bytes.len() > limits.max_media_bytes {
+        return Err(too_big(path, bytes.len(), limits));
+    }
+    Ok(bytes)
+}
+
+fn too_big(path: &str, size: usize, limits: &Limits) -> CallError {
+    CallError::at(
+        path,
+        format!(
+            "media of about {size} bytes is over the limit of {} bytes \
+             (AGENT_AS_MODEL_MAX_MEDIA_BYTES)",
+            limits.max_media_bytes
+        ),
+    )
+}
+
+fn check_type(mime: &str, allowed: &[&str], path: &str) -> CallResult<()> {
+    if allowed.contains(&mime) {
+        Ok(())
+    } else {
+        Err(CallError::at(
+            path,
+            format!(
+                "unsupported media type {mime:?}; expected {}",
+                crate::args::one_of(allowed)
+            ),
+        ))
+    }
+}
+
+pub fn image(
+    data: &str,
+    mime: &str,
+    data_path: &str,
+    mime_path: &str,
+    limits: &Limits,
+) -> CallResult<Block> {
+    check_type(mime, &IMAGE_TYPES, mime_path)?;
+    decode(data, data_path, limits)?;
+    Ok(Block::Image {
+        data: data.trim().to_owned(),
+        mime: mime.to_owned(),
+    })
+}
+
+pub fn audio(
+    data: &str,
+    mime: &str,
+    data_path: &str,
+    mime_path: &str,
+    limits: &Limits,
+) -> CallResult<Block> {
+    check_type(mime, &AUDIO_TYPES, mime_path)?;
+    decode(data, data_path, limits)?;
+    Ok(Block::Audio {
+        data: data.trim().to_owned(),
+        mime: mime.to_owned(),
+    })
+}
+
+/// An image given as a URL, which must be a `data:<mime>;base64,<data>` URL.
+pub fn image_url(url: &str, path: &str, limits: &Limits) -> CallResult<Block> {
+    let lower = url.get(..8).unwrap_or(url).to_ascii_lowercase();
+    if lower.starts_with("http://") || lower.starts_with("https:/") {
+        return Err(CallError::at(
+            path,
+            "remote image URLs are not fetched (this server never fetches anything): inline the \
+             image as a data URL, data:image/png;base64,<data>",
+        ));
+    }
+    let Some(rest) = url.strip_prefix("data:") else {
+        return Err(CallError::at(
+            path,
+            "expected a data URL, data:image/png;base64,<data>",
+        ));
+    };
+    let Some((mime, data)) = rest.split_once(";base64,") else {
+        return Err(CallError::at(
+            path,
+            "expected a base64 data URL, data:<mime type>;base64,<data>",
+        ));
+    };
+    image(data, mime, path, path, limits)
+}
+
+/// OpenAI's `input_audio.format` (`wav`, `mp3`) as a MIME type.
+pub fn audio_format(format: &str, path: &str) -> CallResult<&'static str> {
+    match format {
+        "wav" => Ok("audio/wav"),
+        "mp3" => Ok("audio/mpeg"),
+        other => Err(CallError::at(
+            path,
+            format!("unsupported audio format {other:?}; expected one of \"wav\", \"mp3\""),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn data_urls_only_with_known_types_and_valid_base64() {
+        let l = Limits::default();
+        assert_eq!(
+            image_url("data:image/png;base64,iVBORw0K", "p", &l).unwrap(),
+            Block::Image {
+                data: "iVBORw0K".into(),
+                mime: "image/png".into()
+            }
+        );
+        let e = image_url(
+            "https://example.com/cat.png",
+            "messages[0].content[1].image_url.url",
+            &l,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("`messages[0].content[1].image_url.url`")
+                && e.contains("inline the image as a data URL"),
+            "{e}"
+        );
+        let e = image_url("data:image/tiff;base64,AAAA", "p", &l)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unsupported media type \"image/tiff\""), "{e}");
+        let e = image_url("data:image/png;base64,not base64!", "p", &l)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not valid base64"), "{e}");
+        let small = Limits {
+            max_media_bytes: 4,
+            ..Limits::default()
+        };
+        let e = image_url("data:image/png;base64,AAAAAAAAAAAA", "p", &small)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("over the limit of 4 bytes"), "{e}");
+        assert_eq!(audio_format("mp3", "p").unwrap(), "audio/mpeg");
+        assert!(audio_format("flac", "p").is_err());
+    }
+}
