@@ -16,8 +16,7 @@ use rmcp::{ErrorData, ServerHandler};
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
 
-/// The tool definitions, with the original's input schemas.
-const TOOLS_JSON: &str = include_str!("tools.json");
+use crate::shapes::params::TOOLS_JSON;
 
 #[derive(Clone)]
 pub struct Server {
@@ -137,7 +136,11 @@ fn render(call: &Call, done: Fulfilled) -> Result<CallToolResult, CallError> {
         }
         ToolKind::ResponsesCreate => {}
     }
-    let warnings = done.strategy.warnings();
+    let mut warnings = call.warnings.clone();
+    warnings.extend(done.strategy.warnings());
+    if let Some(via) = done.strategy.tools_via() {
+        structured.insert("tool_calls_via".into(), json!(via));
+    }
     if !warnings.is_empty() {
         structured.insert("warnings".into(), json!(warnings));
     }
@@ -163,8 +166,8 @@ fn render(call: &Call, done: Fulfilled) -> Result<CallToolResult, CallError> {
     Ok(result)
 }
 
-/// `list_models`: the one model this server offers.
-fn list_models() -> CallToolResult {
+/// `list_models`: the one model this server offers, and what the server knows of the host.
+fn list_models(host: &fulfil::Host) -> CallToolResult {
     let models = json!([{
         "id": shapes::DEFAULT_MODEL,
         "owned_by": "host-agent",
@@ -174,7 +177,7 @@ fn list_models() -> CallToolResult {
     }]);
     let text = pyjson::dumps(&models, Style::PLAIN);
     let mut result = CallToolResult::success(vec![ContentBlock::text(text.clone())]);
-    result.structured_content = Some(json!({ "result": text }));
+    result.structured_content = Some(json!({ "result": text, "host": host.report() }));
     result
 }
 
@@ -206,7 +209,7 @@ impl ServerHandler for Server {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         if request.name == "list_models" {
-            return Ok(list_models().into());
+            return Ok(list_models(&fulfil::Host::of(&ctx)).into());
         }
         match ToolKind::from_name(&request.name) {
             Some(kind) => self.complete(kind, request, ctx).await,

@@ -308,14 +308,14 @@ async fn tools_pass_through_and_calls_come_back_in_each_shape() {
 }
 
 #[tokio::test]
-async fn tools_on_a_host_without_sampling_tools_are_reported_not_silently_dropped() {
+async fn tools_not_emulated_on_request_are_reported_not_silently_dropped() {
     for era in ERAS {
         let host = Host::text("It is sunny.");
         let client = connect(host.clone(), era).await;
         let r = call(
             &client,
             "chat_complete",
-            json!({"messages": [user("Weather?")], "tools": weather_tool()}),
+            json!({"messages": [user("Weather?")], "tools": weather_tool(), "emulate_tools": false}),
         )
         .await;
         assert!(!is_error(&r));

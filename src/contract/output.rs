@@ -3,6 +3,8 @@
 //! repaired (the fulfilment loop asks again with the problem) or reported as an error.
 
 use crate::completion::Completion;
+use crate::completion::{ToolChoice, ToolDef};
+use crate::contract::schema;
 use crate::error::{CallError, CallResult};
 use crate::shapes::{Answer, Call, Mode, ToolCall};
 use serde_json::Value;
@@ -20,6 +22,9 @@ pub enum Strategy {
     StructuredByPrompt,
     /// The caller's tools forwarded to the host.
     ToolsNative,
+    /// The host cannot take tools: they are described in the system prompt and the calls are
+    /// parsed from the answer.
+    ToolsByPrompt,
     /// The host cannot take tools: they were not sent, and the result says so.
     ToolsNotForwarded,
 }
@@ -31,7 +36,25 @@ impl Strategy {
             (Mode::Structured(_), true) => Strategy::StructuredByTool,
             (Mode::Structured(_), false) => Strategy::StructuredByPrompt,
             (Mode::Tools { .. }, true) => Strategy::ToolsNative,
+            // tool_choice "none" is honoured by not offering the tools at all.
+            (
+                Mode::Tools {
+                    choice: ToolChoice::None,
+                    ..
+                },
+                false,
+            ) => Strategy::Text,
+            (Mode::Tools { .. }, false) if call.emulate_tools => Strategy::ToolsByPrompt,
             (Mode::Tools { .. }, false) => Strategy::ToolsNotForwarded,
+        }
+    }
+
+    /// How tools reached the model, for the result's report.
+    pub fn tools_via(self) -> Option<&'static str> {
+        match self {
+            Strategy::ToolsNative => Some("native"),
+            Strategy::ToolsByPrompt => Some("prompt"),
+            _ => None,
         }
     }
 
@@ -48,8 +71,8 @@ impl Strategy {
         match self {
             Strategy::ToolsNotForwarded => vec![
                 "tools were not forwarded: the host did not declare the sampling.tools \
-                 capability, so it cannot take tools in a sampling request; the answer is the \
-                 host model's plain text"
+                 capability, so it cannot take tools in a sampling request, and emulate_tools \
+                 is false; the answer is the host model's plain text"
                     .to_owned(),
             ],
             _ => Vec::new(),
@@ -83,8 +106,27 @@ pub fn interpret(call: &Call, strategy: Strategy, completion: &Completion) -> Ca
         _ => None,
     };
     match (strategy, schema) {
-        (Strategy::ToolsNative, _) if !calls.is_empty() => {
+        (Strategy::ToolsNative | Strategy::ToolsByPrompt, _) if !calls.is_empty() => {
             Ok(Verdict::Accepted(Answer::ToolCalls { text, calls }))
+        }
+        (Strategy::ToolsByPrompt, _) => {
+            let Mode::Tools { defs, choice } = &call.mode else {
+                return Ok(Verdict::Accepted(Answer::Text(text)));
+            };
+            Ok(match emulated_calls(&text, defs) {
+                Emulated::Calls { calls, rest } => {
+                    Verdict::Accepted(Answer::ToolCalls { text: rest, calls })
+                }
+                Emulated::Invalid(problem) => Verdict::Violation {
+                    answer: text,
+                    problem,
+                },
+                Emulated::NoCall if *choice == ToolChoice::Required => Verdict::Violation {
+                    answer: text,
+                    problem: "no tool call came back, but tool_choice requires one".to_owned(),
+                },
+                Emulated::NoCall => Verdict::Accepted(Answer::Text(text)),
+            })
         }
         (Strategy::StructuredByTool, Some(schema)) => {
             let Some(found) = calls.iter().find(|c| c.name == STRUCTURED_TOOL) else {
@@ -127,34 +169,154 @@ pub fn interpret(call: &Call, strategy: Strategy, completion: &Completion) -> Ca
     }
 }
 
+/// The instruction that offers tools to a host that cannot take them.
+pub fn tools_instruction(defs: &[ToolDef], choice: ToolChoice) -> String {
+    let mut s = String::from(
+        "You can call tools. To call one or more, reply with only this fenced JSON block and \
+         nothing after it:\n```json\n{\"tool_calls\": [{\"name\": \"<tool name>\", \
+         \"arguments\": {<arguments that satisfy the tool's input schema>}}]}\n```\n",
+    );
+    s.push_str(if choice == ToolChoice::Required {
+        "You must call at least one tool.\n"
+    } else {
+        "If no tool is needed, answer in plain text instead.\n"
+    });
+    s.push_str("Tools:");
+    for d in defs {
+        s.push_str(&format!(
+            "\n- {}: {}\n  input schema: {}",
+            d.name,
+            d.description.as_deref().unwrap_or("(no description)"),
+            crate::pyjson::dumps(
+                &Value::Object(d.input_schema.clone()),
+                crate::pyjson::Style::SORTED
+            )
+        ));
+    }
+    s
+}
+
+/// Tool calls found in a prompted answer.
+#[derive(Debug, PartialEq)]
+enum Emulated {
+    Calls {
+        calls: Vec<ToolCall>,
+        rest: String,
+    },
+    /// JSON shaped like tool calls, but wrong (unknown tool, arguments violating the schema).
+    Invalid(String),
+    NoCall,
+}
+
+/// Reads `{"tool_calls": [{"name", "arguments"}]}` (also a bare call object, a list of them,
+/// `"input"` for `"arguments"`, or arguments as a JSON string) from a prompted answer and
+/// checks each call against its tool's input schema.
+fn emulated_calls(text: &str, defs: &[ToolDef]) -> Emulated {
+    let Some((value, span)) = extract_json_span(text) else {
+        return Emulated::NoCall;
+    };
+    let items: Vec<&Value> = match &value {
+        Value::Object(m) if m.contains_key("tool_calls") => match m.get("tool_calls") {
+            Some(Value::Array(a)) => a.iter().collect(),
+            Some(single) => vec![single],
+            None => Vec::new(),
+        },
+        Value::Object(m) if m.contains_key("name") => vec![&value],
+        Value::Array(a) if a.iter().all(|i| i.get("name").is_some()) && !a.is_empty() => {
+            a.iter().collect()
+        }
+        _ => return Emulated::NoCall,
+    };
+    let mut calls = Vec::with_capacity(items.len());
+    for item in items {
+        let name = item.get("name").and_then(Value::as_str).unwrap_or("");
+        let Some(def) = defs.iter().find(|d| d.name == name) else {
+            let names: Vec<&str> = defs.iter().map(|d| d.name.as_str()).collect();
+            return Emulated::Invalid(format!(
+                "the answer calls a tool named {name:?}, but the tools are {names:?}"
+            ));
+        };
+        let args = item
+            .get("arguments")
+            .or_else(|| item.get("input"))
+            .or_else(|| item.get("parameters"))
+            .cloned()
+            .unwrap_or_else(|| Value::Object(Default::default()));
+        let args = match args {
+            Value::String(s) => serde_json::from_str(&s).unwrap_or(Value::String(s)),
+            other => other,
+        };
+        let Value::Object(input) = args else {
+            return Emulated::Invalid(format!(
+                "the arguments of the call to {name:?} are not a JSON object"
+            ));
+        };
+        let schema_value = Value::Object(def.input_schema.clone());
+        if let Ok(schema) = schema::compile(&schema_value, "tools")
+            && let Err(e) = schema.check(&Value::Object(input.clone()))
+        {
+            return Emulated::Invalid(format!(
+                "the arguments of the call to {name:?} violate its input schema {e}"
+            ));
+        }
+        calls.push(ToolCall {
+            id: format!("call_{}", uuid::Uuid::new_v4().simple()),
+            name: name.to_owned(),
+            input,
+        });
+    }
+    let mut rest = String::with_capacity(text.len());
+    rest.push_str(text.get(..span.start).unwrap_or(""));
+    rest.push_str(text.get(span.end..).unwrap_or(""));
+    Emulated::Calls {
+        calls,
+        rest: rest.trim().to_owned(),
+    }
+}
+
 /// Finds the JSON in a model's text: the whole text, else the first fenced code block that
 /// parses, else the first balanced JSON object or array in the text.
 pub fn extract_json(text: &str) -> Option<Value> {
+    extract_json_span(text).map(|(v, _)| v)
+}
+
+/// Most candidate starts tried in the balanced scan, so a hostile answer cannot make the scan
+/// quadratic.
+const MAX_SCAN_STARTS: usize = 64;
+
+/// [`extract_json`] with the byte range of the text the JSON came from (the whole fence for a
+/// fenced block).
+pub fn extract_json_span(text: &str) -> Option<(Value, std::ops::Range<usize>)> {
     let trimmed = text.trim();
     if let Ok(v) = serde_json::from_str::<Value>(trimmed)
         && (v.is_object() || v.is_array())
     {
-        return Some(v);
+        return Some((v, 0..text.len()));
     }
-    let mut rest = text;
-    while let Some(start) = rest.find("```") {
-        let after = rest.get(start + 3..).unwrap_or("");
+    let mut offset = 0;
+    while let Some(start) = text.get(offset..).and_then(|r| r.find("```")) {
+        let fence = offset + start;
+        let after_start = fence + 3;
+        let after = text.get(after_start..).unwrap_or("");
         // Skip the info string ("json", "JSON", ...) up to the end of the line.
-        let body_start = after.find('\n').map_or(after.len(), |n| n + 1);
-        let body = after.get(body_start..).unwrap_or("");
+        let body_start = after_start + after.find('\n').map_or(after.len(), |n| n + 1);
+        let body = text.get(body_start..).unwrap_or("");
         let Some(end) = body.find("```") else { break };
+        let close = body_start + end + 3;
         if let Ok(v) = serde_json::from_str::<Value>(body.get(..end).unwrap_or("").trim()) {
-            return Some(v);
+            return Some((v, fence..close));
         }
-        rest = body.get(end + 3..).unwrap_or("");
+        offset = close;
     }
-    for (i, c) in text.char_indices() {
-        if c == '{' || c == '[' {
-            let tail = text.get(i..).unwrap_or("");
-            let mut stream = serde_json::Deserializer::from_str(tail).into_iter::<Value>();
-            if let Some(Ok(v)) = stream.next() {
-                return Some(v);
-            }
+    let starts = text
+        .char_indices()
+        .filter(|(_, c)| *c == '{' || *c == '[')
+        .take(MAX_SCAN_STARTS);
+    for (i, _) in starts {
+        let tail = text.get(i..).unwrap_or("");
+        let mut stream = serde_json::Deserializer::from_str(tail).into_iter::<Value>();
+        if let Some(Ok(v)) = stream.next() {
+            return Some((v, i..i + stream.byte_offset()));
         }
     }
     None
@@ -164,6 +326,61 @@ pub fn extract_json(text: &str) -> Option<Value> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    fn weather() -> Vec<ToolDef> {
+        vec![ToolDef {
+            name: "get_weather".into(),
+            description: Some("Weather".into()),
+            input_schema: json!({"type": "object", "properties": {"city": {"type": "string"}},
+                                 "required": ["city"]})
+            .as_object()
+            .unwrap()
+            .clone(),
+        }]
+    }
+
+    #[test]
+    fn prompted_tool_calls_are_parsed_tolerantly_and_validated() {
+        let forms = [
+            "```json\n{\"tool_calls\": [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]}\n```",
+            "Let me check.\n```\n{\"name\": \"get_weather\", \"input\": {\"city\": \"Paris\"}}\n```",
+            "[{\"name\": \"get_weather\", \"arguments\": \"{\\\"city\\\": \\\"Paris\\\"}\"}]",
+        ];
+        for f in forms {
+            let Emulated::Calls { calls, .. } = emulated_calls(f, &weather()) else {
+                panic!("{f}");
+            };
+            assert_eq!(calls.len(), 1);
+            assert_eq!(calls[0].name, "get_weather");
+            assert_eq!(calls[0].input["city"], "Paris");
+            assert!(calls[0].id.starts_with("call_"));
+        }
+        let Emulated::Calls { rest, .. } = emulated_calls(forms[1], &weather()) else {
+            panic!()
+        };
+        assert_eq!(rest, "Let me check.");
+        assert_eq!(emulated_calls("It is sunny.", &weather()), Emulated::NoCall);
+        assert_eq!(
+            emulated_calls("{\"temp\": 21}", &weather()),
+            Emulated::NoCall
+        );
+        let Emulated::Invalid(p) =
+            emulated_calls("{\"name\": \"get_weather\", \"arguments\": {}}", &weather())
+        else {
+            panic!()
+        };
+        assert!(
+            p.contains("violate its input schema") && p.contains("city"),
+            "{p}"
+        );
+        let Emulated::Invalid(p) =
+            emulated_calls("{\"name\": \"rm\", \"arguments\": {}}", &weather())
+        else {
+            panic!()
+        };
+        assert!(p.contains("\"rm\""), "{p}");
+        assert!(tools_instruction(&weather(), ToolChoice::Required).contains("You must call"));
+    }
 
     #[test]
     fn json_is_found_in_prose_fences_and_whole_text() {
@@ -177,6 +394,25 @@ mod tests {
             Some(json!({"ok": true, "s": "}"}))
         );
         assert_eq!(extract_json("no json {here"), None);
+        let text = "Calling it.\n```json\n{\"a\": 1}\n```\nbye";
+        let (_, span) = extract_json_span(text).unwrap();
+        assert_eq!(&text[span], "```json\n{\"a\": 1}\n```");
+        let text = "x {\"b\": 2} y";
+        let (_, span) = extract_json_span(text).unwrap();
+        assert_eq!(&text[span], "{\"b\": 2}");
+        // The balanced scan tries a bounded number of starts, so a hostile answer full of
+        // unterminated objects cannot make it quadratic: JSON after that many is not found.
+        let mut hostile = "{\"a\": ".repeat(MAX_SCAN_STARTS);
+        hostile.push_str(" {\"found\": true}");
+        assert_eq!(extract_json(&hostile), None);
+        let hostile = format!(
+            "{}{{\"found\": true}}",
+            "{\"a\": ".repeat(MAX_SCAN_STARTS - 1)
+        );
+        assert_eq!(
+            extract_json(&hostile),
+            Some(serde_json::json!({"found": true}))
+        );
         assert_eq!(extract_json("just words"), None);
     }
 }

@@ -37,9 +37,32 @@ pub struct Host {
     pub protocol_version: Option<String>,
     pub sampling: bool,
     pub sampling_tools: bool,
+    /// The client's name and version, when it sent them.
+    pub client: Option<(String, String)>,
 }
 
 impl Host {
+    /// What the server knows about the client on this request and what it will emulate: the
+    /// `host` report of `list_models`.
+    pub fn report(&self) -> Value {
+        let emulated: Vec<&str> = if !self.sampling || self.sampling_tools {
+            Vec::new()
+        } else {
+            vec!["structured_output_by_prompt", "tool_calls_by_prompt"]
+        };
+        serde_json::json!({
+            "protocol_version": self.protocol_version,
+            "era": if self.modern { "2026-07-28 (input required rounds)" } else { "legacy (sampling requests)" },
+            "sampling": self.sampling,
+            "sampling_tools": self.sampling_tools,
+            "client": self.client.as_ref().map(|(name, version)| serde_json::json!({"name": name, "version": version})),
+            "completions": if self.sampling { "available" } else { "unavailable: the client did not declare the sampling capability" },
+            "structured_output": if !self.sampling { Value::Null } else if self.sampling_tools { "tool".into() } else { "prompt".into() },
+            "tool_calls": if !self.sampling { Value::Null } else if self.sampling_tools { "native".into() } else { "prompt".into() },
+            "emulated": emulated,
+        })
+    }
+
     pub fn of(ctx: &RequestContext<RoleServer>) -> Self {
         let version = ctx.protocol_version();
         let caps = ctx.client_capabilities().unwrap_or_default();
@@ -51,6 +74,9 @@ impl Host {
             protocol_version: version.map(|v| v.to_string()),
             sampling: sampling.is_some(),
             sampling_tools: sampling.is_some_and(|s| s.tools.is_some()),
+            client: ctx
+                .client_info()
+                .map(|i| (i.name.clone(), i.version.clone())),
         }
     }
 
@@ -185,10 +211,16 @@ pub async fn run(
             }
             Verdict::Violation { answer, problem } => {
                 let attempts = progress.repairs.len() + 1;
-                if attempts > usize::from(call.max_retries) {
+                // Prompted tool calls always get one repair ("required" with no call, or a
+                // malformed call); structured output gets max_retries.
+                let allowed = if strategy == Strategy::ToolsByPrompt {
+                    call.max_retries.max(1)
+                } else {
+                    call.max_retries
+                };
+                if attempts > usize::from(allowed) {
                     return Err(CallError::Rejected(format!(
-                        "{problem}; gave up after {attempts} attempt(s) (max_retries {})",
-                        call.max_retries
+                        "{problem}; gave up after {attempts} attempt(s) (max_retries {allowed})"
                     )));
                 }
                 let mut echo: String = answer.chars().take(MAX_REPAIR_ECHO).collect();
@@ -214,10 +246,14 @@ fn json_instruction(schema: &Value) -> String {
 }
 
 fn repair_instruction(problem: &str, strategy: Strategy) -> String {
-    let how = if strategy == Strategy::StructuredByTool {
-        format!("Call the {STRUCTURED_TOOL} tool again with input that satisfies its schema.")
-    } else {
-        "Reply again with only the corrected JSON object.".to_owned()
+    let how = match strategy {
+        Strategy::StructuredByTool => {
+            format!("Call the {STRUCTURED_TOOL} tool again with input that satisfies its schema.")
+        }
+        Strategy::ToolsByPrompt => "Reply again with only the fenced JSON block of tool calls, \
+                                    with arguments that satisfy each tool's input schema."
+            .to_owned(),
+        _ => "Reply again with only the corrected JSON object.".to_owned(),
     };
     format!("Your previous answer was rejected: {problem}. {how}")
 }
@@ -330,8 +366,16 @@ pub fn sampling_params(
         )));
     }
     let mut system = req.system.clone();
-    if let (Strategy::StructuredByPrompt, Mode::Structured(schema)) = (strategy, &call.mode) {
-        let instruction = json_instruction(schema.raw());
+    let instruction = match (strategy, &call.mode) {
+        (Strategy::StructuredByPrompt, Mode::Structured(schema)) => {
+            Some(json_instruction(schema.raw()))
+        }
+        (Strategy::ToolsByPrompt, Mode::Tools { defs, choice }) => {
+            Some(output::tools_instruction(defs, *choice))
+        }
+        _ => None,
+    };
+    if let Some(instruction) = instruction {
         system = Some(match system {
             Some(s) => format!("{s}\n\n{instruction}"),
             None => instruction,
@@ -349,6 +393,9 @@ pub fn sampling_params(
     }
     if !req.stop.is_empty() {
         params = params.with_stop_sequences(req.stop.clone());
+    }
+    if !call.metadata.is_empty() {
+        params = params.with_metadata(Value::Object(call.metadata.clone()));
     }
     match (strategy, &call.mode) {
         (Strategy::StructuredByTool, Mode::Structured(schema)) => {

@@ -8,6 +8,7 @@
 pub mod anthropic;
 pub mod media;
 pub mod openai_chat;
+pub mod params;
 pub mod prompt;
 pub mod responses;
 
@@ -91,6 +92,12 @@ pub struct Call {
     pub transcript: Vec<Entry>,
     /// How many times a rejected structured answer is sent back for repair.
     pub max_retries: u8,
+    /// Describe tools in the prompt when the host cannot take them (default on).
+    pub emulate_tools: bool,
+    /// Parameters forwarded in the sampling request's `metadata`.
+    pub metadata: Map<String, Value>,
+    /// What the server did not honour as asked, reported in the result.
+    pub warnings: Vec<String>,
 }
 
 /// The host's answer, interpreted for the call's mode.
@@ -181,6 +188,8 @@ struct Common<'a> {
     max_retries: u8,
     stop: Vec<String>,
     limits: Limits,
+    emulate_tools: bool,
+    extras: params::Extras,
 }
 
 pub const DEFAULT_MODEL: &str = "agent-default";
@@ -197,7 +206,8 @@ impl<'a> Common<'a> {
         let stop = parse_stop(o, kind)?;
         let model = o.opt_str("model")?.unwrap_or(DEFAULT_MODEL).to_owned();
         let temperature = o.opt_f64("temperature")?;
-        let max_tokens = o.positive_u32_or("max_tokens", DEFAULT_MAX_TOKENS)?;
+        let max_tokens = parse_max_tokens(o, kind)?;
+        let extras = params::handle(o, kind)?;
         let previous = o.opt_str("previous_response_id")?.map(str::to_owned);
         let persona = Persona::parse(o)?;
         let (mut output_schema, mut tools, mut tool_choice) = (None, None, None);
@@ -209,10 +219,23 @@ impl<'a> Common<'a> {
                 .opt_array("tools")?
                 .map(|t| parse_tools(t, limits))
                 .transpose()?;
-            tool_choice = o
-                .opt_enum("tool_choice", &ToolChoice::NAMES)?
-                .and_then(ToolChoice::parse);
+            let (choice, forced) = parse_tool_choice(o)?;
+            tool_choice = choice;
+            if let (Some(name), Some(defs)) = (forced, tools.as_mut()) {
+                defs.retain(|d: &ToolDef| d.name == name);
+                if defs.is_empty() {
+                    return Err(CallError::at(
+                        "tool_choice",
+                        format!("names the tool {name:?}, which is not in `tools`"),
+                    ));
+                }
+            }
         }
+        let emulate_tools = match o.get("emulate_tools") {
+            None => true,
+            Some(Value::Bool(b)) => *b,
+            Some(other) => return Err(CallError::expected("emulate_tools", "a boolean", other)),
+        };
         if let (Some((_, _, source)), Some(_)) = (&output_schema, &tools) {
             return Err(CallError::Invalid(format!(
                 "`tools` and `{source}` cannot be combined: structured output is fulfilled as \
@@ -240,6 +263,8 @@ impl<'a> Common<'a> {
             max_retries,
             stop,
             limits: limits.clone(),
+            emulate_tools,
+            extras,
         })
     }
 
@@ -326,6 +351,9 @@ impl<'a> Common<'a> {
             chain,
             transcript,
             max_retries: self.max_retries,
+            emulate_tools: self.emulate_tools,
+            metadata: self.extras.metadata,
+            warnings: self.extras.warnings,
         })
     }
 }
@@ -617,6 +645,73 @@ fn format_schema(
             let schema = holder.required("schema")?;
             schema::compile(schema, &holder.path("schema")).map(Some)
         }
+    }
+}
+
+/// `max_tokens`, or the API's newer name for it (`max_completion_tokens` in chat completions,
+/// `max_output_tokens` in Responses); both with different values is an error.
+fn parse_max_tokens(o: &Obj<'_>, kind: ToolKind) -> CallResult<u32> {
+    let alias = match kind {
+        ToolKind::ChatComplete => Some("max_completion_tokens"),
+        ToolKind::ResponsesCreate => Some("max_output_tokens"),
+        _ => None,
+    };
+    let given = o.get("max_tokens").is_some();
+    let value = o.positive_u32_or("max_tokens", DEFAULT_MAX_TOKENS)?;
+    let Some(alias) = alias.filter(|a| o.get(a).is_some()) else {
+        return Ok(value);
+    };
+    let aliased = o.positive_u32_or(alias, DEFAULT_MAX_TOKENS)?;
+    if given && aliased != value {
+        return Err(CallError::Invalid(format!(
+            "`max_tokens` ({value}) and `{alias}` ({aliased}) disagree; pass one of them"
+        )));
+    }
+    Ok(aliased)
+}
+
+/// `tool_choice`: `"auto" | "required" | "none"`, or a forced tool in the OpenAI (`{"type":
+/// "function", "function": {"name"}}`, Responses `{"type": "function", "name"}`) or Anthropic
+/// (`{"type": "auto" | "any" | "none" | "tool", "name"?}`) spelling. A forced tool is
+/// `required` with only that tool offered.
+fn parse_tool_choice(o: &Obj<'_>) -> CallResult<(Option<ToolChoice>, Option<String>)> {
+    let Some(v) = o.get("tool_choice") else {
+        return Ok((None, None));
+    };
+    if let Value::String(s) = v {
+        return ToolChoice::parse(s)
+            .map(|c| (Some(c), None))
+            .ok_or_else(|| {
+                CallError::expected("tool_choice", &args::one_of(&ToolChoice::NAMES), v)
+            });
+    }
+    let Value::Object(map) = v else {
+        return Err(CallError::expected(
+            "tool_choice",
+            "\"auto\", \"required\", \"none\" or a tool choice object",
+            v,
+        ));
+    };
+    let obj = Obj::new(map, "tool_choice");
+    let name = |obj: &Obj<'_>| -> CallResult<String> {
+        match obj.opt_object("function")? {
+            Some(f) => Ok(Obj::new(f, "tool_choice.function")
+                .required_str("name")?
+                .to_owned()),
+            None => Ok(obj.required_str("name")?.to_owned()),
+        }
+    };
+    match obj.required_str("type")? {
+        "auto" => Ok((Some(ToolChoice::Auto), None)),
+        "any" | "required" => Ok((Some(ToolChoice::Required), None)),
+        "none" => Ok((Some(ToolChoice::None), None)),
+        "tool" | "function" => Ok((Some(ToolChoice::Required), Some(name(&obj)?))),
+        other => Err(CallError::at(
+            "tool_choice.type",
+            format!(
+                "expected one of \"auto\", \"any\", \"none\", \"tool\", \"function\", got {other:?}"
+            ),
+        )),
     }
 }
 
