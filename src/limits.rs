@@ -12,6 +12,9 @@ pub struct Limits {
     pub max_media_bytes: usize,
     /// Tool definitions in one call.
     pub max_tools: usize,
+    /// Bytes of one call's arguments (as JSON). The stdio transport drops any line over four
+    /// times this without reading it further.
+    pub max_request_bytes: usize,
 }
 
 impl Default for Limits {
@@ -21,6 +24,7 @@ impl Default for Limits {
             max_message_chars: 1_000_000,
             max_media_bytes: 20 * 1024 * 1024,
             max_tools: 128,
+            max_request_bytes: 16 * 1024 * 1024,
         }
     }
 }

@@ -1,14 +1,66 @@
 //! The `agent-as-model` binary: reads its settings, logs to stderr, serves MCP over stdio.
 
+use agent_as_model::contract::schema;
 use agent_as_model::fulfil::{Settings, mrtr};
+use agent_as_model::limits::Limits;
 use agent_as_model::server::Server;
 use clap::{Arg, Command, value_parser};
 use rmcp::ServiceExt;
+use rmcp::transport::async_rw::AsyncRwTransport;
 use std::process::ExitCode;
 use std::time::Duration;
 
+/// The size limits: flag, environment variable, help, default.
+fn limit_args() -> [(&'static str, &'static str, &'static str, usize); 7] {
+    let d = Limits::default();
+    [
+        (
+            "max-request-bytes",
+            "AGENT_AS_MODEL_MAX_REQUEST_BYTES",
+            "Largest arguments of one tool call, in bytes of JSON",
+            d.max_request_bytes,
+        ),
+        (
+            "max-messages",
+            "AGENT_AS_MODEL_MAX_MESSAGES",
+            "Most messages (or input items) in one call",
+            d.max_messages,
+        ),
+        (
+            "max-message-chars",
+            "AGENT_AS_MODEL_MAX_MESSAGE_CHARS",
+            "Most characters of text in one message",
+            d.max_message_chars,
+        ),
+        (
+            "max-media-bytes",
+            "AGENT_AS_MODEL_MAX_MEDIA_BYTES",
+            "Largest image or audio part, in decoded bytes",
+            d.max_media_bytes,
+        ),
+        (
+            "max-tools",
+            "AGENT_AS_MODEL_MAX_TOOLS",
+            "Most tool definitions in one call",
+            d.max_tools,
+        ),
+        (
+            "max-schema-bytes",
+            "AGENT_AS_MODEL_MAX_SCHEMA_BYTES",
+            "Largest JSON Schema accepted, in bytes",
+            schema::MAX_SCHEMA_BYTES,
+        ),
+        (
+            "max-schema-depth",
+            "AGENT_AS_MODEL_MAX_SCHEMA_DEPTH",
+            "Deepest nesting accepted in a JSON Schema",
+            schema::MAX_SCHEMA_DEPTH,
+        ),
+    ]
+}
+
 fn command() -> Command {
-    Command::new("agent-as-model")
+    let mut cmd = Command::new("agent-as-model")
         .version(env!("CARGO_PKG_VERSION"))
         .about(
             "An MCP server whose tools are shaped like model APIs and are answered by the \
@@ -31,7 +83,17 @@ fn command() -> Command {
                 .value_parser(value_parser!(u64).range(1..))
                 .default_value("3600")
                 .help("How long a sealed requestState stays valid (2026-07-28 era)"),
-        )
+        );
+    for (flag, env, help, default) in limit_args() {
+        cmd = cmd.arg(
+            Arg::new(flag)
+                .long(flag)
+                .env(env)
+                .value_parser(value_parser!(u64).range(1..))
+                .help(format!("{help} [default: {default}]")),
+        );
+    }
+    cmd
 }
 
 /// Sealing keys from the environment: `AGENT_AS_MODEL_STATE_KEY` seals (and verifies),
@@ -66,6 +128,24 @@ fn main() -> ExitCode {
         )
         .init();
     let secs = |name: &str| matches.get_one::<u64>(name).copied().unwrap_or(1);
+    let size = |name: &str| {
+        let default = limit_args()
+            .into_iter()
+            .find(|(flag, ..)| *flag == name)
+            .map_or(1, |(.., d)| d);
+        matches
+            .get_one::<u64>(name)
+            .and_then(|v| usize::try_from(*v).ok())
+            .unwrap_or(default)
+    };
+    let limits = Limits {
+        max_messages: size("max-messages"),
+        max_message_chars: size("max-message-chars"),
+        max_media_bytes: size("max-media-bytes"),
+        max_tools: size("max-tools"),
+        max_request_bytes: size("max-request-bytes"),
+    };
+    schema::set_limits(size("max-schema-bytes"), size("max-schema-depth"));
     let keys = state_keys();
     let (sealer, source) =
         match mrtr::Sealer::new(&keys, Duration::from_secs(secs("state-ttl-secs"))) {
@@ -79,7 +159,7 @@ fn main() -> ExitCode {
     let settings = Settings {
         sampling_timeout: Duration::from_secs(secs("sampling-timeout-secs")),
         sealer,
-        limits: Default::default(),
+        limits: limits.clone(),
     };
     let server = match Server::new(settings) {
         Ok(s) => s,
@@ -99,7 +179,12 @@ fn main() -> ExitCode {
         }
     };
     let outcome = runtime.block_on(async {
-        let running = server.serve(rmcp::transport::stdio()).await?;
+        // A line over four times the request limit is dropped by the transport unread; one
+        // under it is parsed and, if its arguments exceed the limit, refused with an error.
+        let max_line = limits.max_request_bytes.saturating_mul(4).max(1024 * 1024);
+        let transport = AsyncRwTransport::new_server(tokio::io::stdin(), tokio::io::stdout())
+            .with_max_line_length(max_line);
+        let running = server.serve(transport).await?;
         running.waiting().await?;
         Ok::<(), Box<dyn std::error::Error>>(())
     });

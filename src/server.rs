@@ -47,6 +47,7 @@ impl Server {
         let arguments = request.arguments.unwrap_or_default();
         let host = fulfil::Host::of(&ctx);
         let result = async {
+            check_size(&arguments, self.settings.limits.max_request_bytes)?;
             let call = kind.parse(&arguments, &self.settings.limits)?;
             let retry = Retry {
                 arguments: &arguments,
@@ -61,6 +62,30 @@ impl Server {
         .await;
         result.or_else(|e| edge(kind.name(), e))
     }
+}
+
+/// Refuses arguments larger than the limit, counting their JSON size without building it.
+fn check_size(arguments: &Map<String, Value>, max: usize) -> Result<(), CallError> {
+    struct Counter(usize);
+    impl std::io::Write for Counter {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counter = Counter(0);
+    let _ = serde_json::to_writer(&mut counter, arguments);
+    if counter.0 > max {
+        return Err(CallError::Invalid(format!(
+            "the arguments are {} bytes of JSON, over the limit of {max} \
+             (AGENT_AS_MODEL_MAX_REQUEST_BYTES)",
+            counter.0
+        )));
+    }
+    Ok(())
 }
 
 /// Turns a call error into what the client sees: JSON-RPC errors for protocol faults, an

@@ -316,3 +316,61 @@ async fn fifty_concurrent_calls_each_get_their_own_answer() {
         assert_eq!(host.seen().len(), 50);
     }
 }
+
+#[tokio::test]
+async fn a_thousand_concurrent_calls_with_mixed_outcomes() {
+    for era in ERAS {
+        let host = Host::slow(false, |p| {
+            Box::pin(async move {
+                let t = last_text(&p);
+                let n: u64 = t
+                    .rsplit(' ')
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(0);
+                tokio::time::sleep(Duration::from_millis((n * 7919) % 20)).await;
+                if t.starts_with("bad-host") {
+                    return Ok(CreateMessageResult::new(
+                        SamplingMessage::assistant_tool_use("t", "f", serde_json::Map::new()),
+                        "host-model".into(),
+                    ));
+                }
+                Ok(reply(&format!("answer to {t}")))
+            })
+        });
+        let client = std::sync::Arc::new(connect(host.clone(), era).await);
+        let mut tasks = Vec::new();
+        for i in 0..1000u64 {
+            let client = client.clone();
+            tasks.push(tokio::spawn(async move {
+                let args = match i % 10 {
+                    3 => json!({"messages": [{"role": "robot", "content": format!("call {i}")}]}),
+                    7 => json!({"messages": [user(&format!("bad-host {i}"))]}),
+                    _ => json!({"messages": [user(&format!("call {i}"))]}),
+                };
+                (i, call(&client, "chat_complete", args).await)
+            }));
+        }
+        for t in tasks {
+            let (i, r) = t.await.unwrap();
+            match i % 10 {
+                3 => assert!(
+                    is_error(&r) && text(&r).contains("`messages[0].role`"),
+                    "{i}: {}",
+                    text(&r)
+                ),
+                7 => assert!(
+                    is_error(&r) && text(&r).contains("no tools were offered"),
+                    "{i}: {}",
+                    text(&r)
+                ),
+                _ => assert_eq!(text(&r), format!("answer to call {i}"), "{era:?} {i}"),
+            }
+        }
+        assert_eq!(
+            host.seen().len(),
+            900,
+            "{era:?}: bad arguments never reach the host"
+        );
+    }
+}

@@ -12,12 +12,22 @@ use jsonschema::{PatternOptions, Validator};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-/// Largest schema accepted, in bytes of canonical JSON.
+/// Largest schema accepted by default, in bytes of canonical JSON.
 pub const MAX_SCHEMA_BYTES: usize = 256 * 1024;
-/// Deepest nesting of objects and arrays accepted in a schema.
+/// Deepest nesting of objects and arrays accepted in a schema by default.
 pub const MAX_SCHEMA_DEPTH: usize = 64;
+
+static SCHEMA_BYTES: AtomicUsize = AtomicUsize::new(MAX_SCHEMA_BYTES);
+static SCHEMA_DEPTH: AtomicUsize = AtomicUsize::new(MAX_SCHEMA_DEPTH);
+
+/// Sets the schema limits for the process (from the command line, at startup).
+pub fn set_limits(max_bytes: usize, max_depth: usize) {
+    SCHEMA_BYTES.store(max_bytes, Ordering::Relaxed);
+    SCHEMA_DEPTH.store(max_depth, Ordering::Relaxed);
+}
 /// Compiled validators kept across calls.
 const CACHE_CAPACITY: usize = 256;
 
@@ -81,18 +91,23 @@ pub fn compile(schema: &Value, path: &str) -> CallResult<Arc<Schema>> {
             ),
         ));
     }
-    if depth(schema) > MAX_SCHEMA_DEPTH {
-        return Err(CallError::at(
-            path,
-            format!("the schema nests deeper than {MAX_SCHEMA_DEPTH} levels"),
-        ));
-    }
-    let text = pyjson::dumps(schema, Style::CANONICAL);
-    if text.len() > MAX_SCHEMA_BYTES {
+    let max_depth = SCHEMA_DEPTH.load(Ordering::Relaxed);
+    if depth(schema) > max_depth {
         return Err(CallError::at(
             path,
             format!(
-                "the schema is {} bytes; at most {MAX_SCHEMA_BYTES} are accepted",
+                "the schema nests deeper than {max_depth} levels (AGENT_AS_MODEL_MAX_SCHEMA_DEPTH)"
+            ),
+        ));
+    }
+    let text = pyjson::dumps(schema, Style::CANONICAL);
+    let max_bytes = SCHEMA_BYTES.load(Ordering::Relaxed);
+    if text.len() > max_bytes {
+        return Err(CallError::at(
+            path,
+            format!(
+                "the schema is {} bytes; at most {max_bytes} are accepted \
+                 (AGENT_AS_MODEL_MAX_SCHEMA_BYTES)",
                 text.len()
             ),
         ));

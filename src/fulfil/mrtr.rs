@@ -23,6 +23,10 @@ use std::time::Duration;
 /// The `inputRequests` key of the sampling request.
 pub const SAMPLE_KEY: &str = "sample";
 
+/// Largest `requestState` accepted: more than the server ever issues (five repairs of at most
+/// 8 KiB each, base64-encoded), so a larger one is refused before it is decoded.
+pub const MAX_STATE_BYTES: usize = 128 * 1024;
+
 /// Seals and opens `requestState`.
 #[derive(Clone)]
 pub struct Sealer {
@@ -125,6 +129,16 @@ impl Sealer {
             }
             return Ok(None);
         };
+        if state.len() > MAX_STATE_BYTES {
+            return Err(CallError::Protocol(ErrorData::invalid_params(
+                format!(
+                    "requestState rejected: {} bytes is more than this server ever issues \
+                     ({MAX_STATE_BYTES})",
+                    state.len()
+                ),
+                None,
+            )));
+        }
         let binding = Self::binding(tool, arguments);
         self.codec
             .open_json_with::<Progress>(state, binding.as_bytes())

@@ -298,3 +298,4 @@ pub async fn assert_conforms(client: &Client, tool: &str, result: &CallToolResul
         "{tool} structuredContent {instance} violates its outputSchema: {errors:?}"
     );
 }
+pub mod raw;
