@@ -281,7 +281,7 @@ impl Lcg {
 fn random_value(rng: &mut Lcg, depth: u32) -> Value {
     match rng.next() % if depth > 3 { 5 } else { 7 } {
         0 => Value::Null,
-        1 => json!(rng.next() % 2 == 0),
+        1 => json!(rng.next().is_multiple_of(2)),
         2 => json!(rng.next() as i64 - (1 << 30)),
         3 => json!(format!("s{}\u{e9}\u{1F600}\"\\", rng.next())),
         4 => json!(rng.next() as f64 / 7.0),
@@ -353,14 +353,14 @@ fn arbitrary_lines_never_take_the_server_down() {
             0 => (0..rng.next() % 200).map(|_| char::from_u32((rng.next() % 0x7f) as u32).unwrap_or('?')).collect::<String>(),
             1 => random_value(&mut rng, 0).to_string(),
             2 => {
-                let v = tools_call(json!(format!("r{i}")), *rng.pick(&tools), random_value(&mut rng, 0));
+                let v = tools_call(json!(format!("r{i}")), rng.pick(&tools), random_value(&mut rng, 0));
                 let s = v.to_string();
                 let keep = rng.next() as usize % s.chars().count();
                 s.chars().take(keep).collect::<String>() // truncated
             }
             3 => {
                 request_ids.insert(format!("r{i}"));
-                tools_call(json!(format!("r{i}")), *rng.pick(&tools), random_value(&mut rng, 0)).to_string()
+                tools_call(json!(format!("r{i}")), rng.pick(&tools), random_value(&mut rng, 0)).to_string()
             }
             4 => json!({"jsonrpc": "2.0", "method": rng.pick(&methods), "params": random_value(&mut rng, 0)}).to_string(),
             _ => {
@@ -379,14 +379,14 @@ fn arbitrary_lines_never_take_the_server_down() {
     );
     let mut counts = std::collections::HashMap::new();
     for v in &seen {
-        if let Some(id) = v.get("id").and_then(Value::as_str) {
-            if v.get("method").is_none() {
-                *counts.entry(id.to_owned()).or_insert(0) += 1;
-                assert!(
-                    request_ids.contains(id),
-                    "seed {seed}: a reply to {id}, which was not a request"
-                );
-            }
+        if let Some(id) = v.get("id").and_then(Value::as_str)
+            && v.get("method").is_none()
+        {
+            *counts.entry(id.to_owned()).or_insert(0) += 1;
+            assert!(
+                request_ids.contains(id),
+                "seed {seed}: a reply to {id}, which was not a request"
+            );
         }
     }
     assert!(
