@@ -278,6 +278,11 @@ impl Lcg {
     }
 }
 
+fn pick_str<'a>(rng: &mut Lcg, items: &[&'a str]) -> &'a str {
+    let i = (rng.next() as usize) % items.len();
+    items[i]
+}
+
 fn random_value(rng: &mut Lcg, depth: u32) -> Value {
     match rng.next() % if depth > 3 { 5 } else { 7 } {
         0 => Value::Null,
@@ -331,7 +336,7 @@ fn arbitrary_lines_never_take_the_server_down() {
         &[("AGENT_AS_MODEL_SAMPLING_TIMEOUT_SECS", "1")],
         json!({"sampling": {"tools": {}}}),
     );
-    let tools = [
+    let tools: [&str; 6] = [
         "chat_complete",
         "messages_create",
         "responses_create",
@@ -353,14 +358,14 @@ fn arbitrary_lines_never_take_the_server_down() {
             0 => (0..rng.next() % 200).map(|_| char::from_u32((rng.next() % 0x7f) as u32).unwrap_or('?')).collect::<String>(),
             1 => random_value(&mut rng, 0).to_string(),
             2 => {
-                let v = tools_call(json!(format!("r{i}")), rng.pick(&tools), random_value(&mut rng, 0));
+                let v = tools_call(json!(format!("r{i}")), pick_str(&mut rng, &tools), random_value(&mut rng, 0));
                 let s = v.to_string();
                 let keep = rng.next() as usize % s.chars().count();
                 s.chars().take(keep).collect::<String>() // truncated
             }
             3 => {
                 request_ids.insert(format!("r{i}"));
-                tools_call(json!(format!("r{i}")), rng.pick(&tools), random_value(&mut rng, 0)).to_string()
+                tools_call(json!(format!("r{i}")), pick_str(&mut rng, &tools), random_value(&mut rng, 0)).to_string()
             }
             4 => json!({"jsonrpc": "2.0", "method": rng.pick(&methods), "params": random_value(&mut rng, 0)}).to_string(),
             _ => {
