@@ -56,6 +56,17 @@ pub fn dumps(value: &Value, style: Style) -> String {
     out
 }
 
+/// Appends `value` to `out` in the given style (for writers that lay out the outer object
+/// themselves).
+pub fn dump_into(out: &mut String, value: &Value, style: Style) {
+    write_value(out, value, style, 0);
+}
+
+/// Appends a JSON string literal, escaped as Python's `ensure_ascii` does.
+pub fn dump_str_into(out: &mut String, s: &str) {
+    write_string(out, s);
+}
+
 fn newline(out: &mut String, style: Style, level: usize) {
     if let Some(width) = style.indent {
         out.push('\n');

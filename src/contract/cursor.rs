@@ -130,16 +130,31 @@ pub fn parse(previous: Option<&str>) -> CallResult<Chain> {
     ))
 }
 
-/// The canonical JSON the cursor hashes.
+/// The canonical JSON the cursor hashes, written directly in sorted-key order (`content` <
+/// `role`, `model` < `tool` < `transcript`) rather than through a value tree.
 pub fn canonical(model: &str, tool: &str, transcript: &[Entry]) -> String {
-    let entries: Vec<Value> = transcript
+    let size: usize = transcript
         .iter()
-        .map(|e| json!({"role": e.role, "content": e.content}))
-        .collect();
-    pyjson::dumps(
-        &json!({"model": model, "tool": tool, "transcript": entries}),
-        Style::CANONICAL,
-    )
+        .map(|e| 32 + e.role.len() + e.content.as_str().map_or(64, str::len))
+        .sum();
+    let mut out = String::with_capacity(64 + model.len() + tool.len() + size);
+    out.push_str("{\"model\":");
+    pyjson::dump_str_into(&mut out, model);
+    out.push_str(",\"tool\":");
+    pyjson::dump_str_into(&mut out, tool);
+    out.push_str(",\"transcript\":[");
+    for (i, e) in transcript.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str("{\"content\":");
+        pyjson::dump_into(&mut out, &e.content, Style::CANONICAL);
+        out.push_str(",\"role\":");
+        pyjson::dump_str_into(&mut out, &e.role);
+        out.push('}');
+    }
+    out.push_str("]}");
+    out
 }
 
 pub fn cursor(model: &str, tool: &str, transcript: &[Entry]) -> String {

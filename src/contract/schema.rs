@@ -7,7 +7,6 @@
 //! call pays for compilation once.
 
 use crate::error::{CallError, CallResult};
-use crate::pyjson::{self, Style};
 use jsonschema::{PatternOptions, Validator};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -100,19 +99,20 @@ pub fn compile(schema: &Value, path: &str) -> CallResult<Arc<Schema>> {
             ),
         ));
     }
-    let text = pyjson::dumps(schema, Style::CANONICAL);
+    // serde_json's writer is fast; the key only needs to be stable for the same text.
+    let text = serde_json::to_vec(schema).unwrap_or_default();
     let max_bytes = SCHEMA_BYTES.load(Ordering::Relaxed);
     if text.len() > max_bytes {
         return Err(CallError::at(
             path,
             format!(
-                "the schema is {} bytes; at most {max_bytes} are accepted \
+                "the schema is {} bytes of JSON; at most {max_bytes} are accepted \
                  (AGENT_AS_MODEL_MAX_SCHEMA_BYTES)",
                 text.len()
             ),
         ));
     }
-    let key: [u8; 32] = Sha256::digest(text.as_bytes()).into();
+    let key: [u8; 32] = Sha256::digest(&text).into();
     if let Some(hit) = cache().lock().ok().and_then(|c| c.get(&key).cloned()) {
         return Ok(hit);
     }

@@ -135,7 +135,9 @@ pub fn parse(o: &Obj<'_>, limits: &Limits) -> CallResult<Call> {
             Role::Assistant
         };
         transcript.push(Entry::from_blocks(role, &blocks));
-        plain.push(json!({"role": role, "content": raw}));
+        if common.persona.is_some() {
+            plain.push(json!({"role": role, "content": raw}));
+        }
         turns.push(Msg {
             index,
             role: r,
@@ -143,11 +145,13 @@ pub fn parse(o: &Obj<'_>, limits: &Limits) -> CallResult<Call> {
         });
     }
     let mut view = Map::new();
-    view.insert("messages".into(), Value::Array(plain));
-    view.insert(
-        "system".into(),
-        o.get("system").cloned().unwrap_or(Value::Null),
-    );
+    if common.persona.is_some() {
+        view.insert("messages".into(), Value::Array(plain));
+        view.insert(
+            "system".into(),
+            o.get("system").cloned().unwrap_or(Value::Null),
+        );
+    }
     common.into_call(Parts {
         kind: ToolKind::MessagesCreate,
         list_key: "messages",

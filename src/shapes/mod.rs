@@ -315,8 +315,9 @@ impl<'a> Common<'a> {
         } = parts;
         let turns = assemble(list_key, messages, &self.limits)?;
         let modes = kind != ToolKind::Generate;
-        self.add_to_view(&mut view, modes);
+        // The persona request object is built only when there is a persona to check it.
         if let Some(p) = &self.persona {
+            self.add_to_view(&mut view, modes);
             p.check_input(&view)?;
         }
         let chain = cursor::parse(self.previous.as_deref())?;
@@ -366,7 +367,7 @@ struct Parts {
     system: Option<String>,
     messages: Vec<Msg>,
     transcript: Vec<Entry>,
-    /// The shape's own keys of the persona request object.
+    /// The shape's own keys of the persona request object (empty without a persona).
     view: Map<String, Value>,
 }
 

@@ -170,14 +170,15 @@ pub fn parse(o: &Obj<'_>, limits: &Limits) -> CallResult<Call> {
             }
         };
         transcript.push(Entry::from_blocks(entry_role, &blocks));
-        let mut item =
-            json!({"role": role, "content": map.get("content").cloned().unwrap_or(Value::Null)});
-        for extra in ["tool_calls", "tool_call_id"] {
-            if let (Some(v), Some(obj)) = (map.get(extra), item.as_object_mut()) {
-                obj.insert(extra.into(), v.clone());
+        if common.persona.is_some() {
+            let mut item = json!({"role": role, "content": map.get("content").cloned().unwrap_or(Value::Null)});
+            for extra in ["tool_calls", "tool_call_id"] {
+                if let (Some(v), Some(obj)) = (map.get(extra), item.as_object_mut()) {
+                    obj.insert(extra.into(), v.clone());
+                }
             }
+            plain.push(item);
         }
-        plain.push(item);
         if let Some(role) = turn_role {
             turns.push(Msg {
                 index,
@@ -193,7 +194,9 @@ pub fn parse(o: &Obj<'_>, limits: &Limits) -> CallResult<Call> {
         ));
     }
     let mut view = Map::new();
-    view.insert("messages".into(), Value::Array(plain));
+    if common.persona.is_some() {
+        view.insert("messages".into(), Value::Array(plain));
+    }
     common.into_call(Parts {
         kind: ToolKind::ChatComplete,
         list_key: "messages",

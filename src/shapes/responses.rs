@@ -167,8 +167,10 @@ pub fn parse(o: &Obj<'_>, limits: &Limits) -> CallResult<Call> {
         ));
     }
     let mut view = Map::new();
-    view.insert("input".into(), input.clone());
-    view.insert("instructions".into(), json!(instructions));
+    if common.persona.is_some() {
+        view.insert("input".into(), input.clone());
+        view.insert("instructions".into(), json!(instructions));
+    }
     common.into_call(Parts {
         kind: ToolKind::ResponsesCreate,
         list_key: "input",
