@@ -51,6 +51,30 @@ fn check_type(mime: &str, allowed: &[&str], path: &str) -> CallResult<()> {
     }
 }
 
+/// An image or audio block from base64 `data` of type `mime`, both checked; the paths name
+/// the fields in errors.
+fn media(
+    audio: bool,
+    data: &str,
+    mime: &str,
+    data_path: &str,
+    mime_path: &str,
+    limits: &Limits,
+) -> CallResult<Block> {
+    check_type(
+        mime,
+        if audio { &AUDIO_TYPES } else { &IMAGE_TYPES },
+        mime_path,
+    )?;
+    decode(data, data_path, limits)?;
+    let (data, mime) = (data.trim().to_owned(), mime.to_owned());
+    Ok(if audio {
+        Block::Audio { data, mime }
+    } else {
+        Block::Image { data, mime }
+    })
+}
+
 pub fn image(
     data: &str,
     mime: &str,
@@ -58,12 +82,7 @@ pub fn image(
     mime_path: &str,
     limits: &Limits,
 ) -> CallResult<Block> {
-    check_type(mime, &IMAGE_TYPES, mime_path)?;
-    decode(data, data_path, limits)?;
-    Ok(Block::Image {
-        data: data.trim().to_owned(),
-        mime: mime.to_owned(),
-    })
+    media(false, data, mime, data_path, mime_path, limits)
 }
 
 pub fn audio(
@@ -73,12 +92,7 @@ pub fn audio(
     mime_path: &str,
     limits: &Limits,
 ) -> CallResult<Block> {
-    check_type(mime, &AUDIO_TYPES, mime_path)?;
-    decode(data, data_path, limits)?;
-    Ok(Block::Audio {
-        data: data.trim().to_owned(),
-        mime: mime.to_owned(),
-    })
+    media(true, data, mime, data_path, mime_path, limits)
 }
 
 /// An image given as a URL, which must be a `data:<mime>;base64,<data>` URL.

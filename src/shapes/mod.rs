@@ -412,6 +412,16 @@ fn ids(blocks: &[Block], uses: bool) -> Vec<&str> {
 /// enforces MCP's rules for tool content: tool calls only from the assistant, a message carrying
 /// tool results carries nothing else, and every tool call is answered by the next message.
 fn assemble(key: &str, messages: Vec<Msg>, limits: &Limits) -> CallResult<Vec<Turn>> {
+    if messages.is_empty() {
+        return Err(CallError::at(
+            key,
+            if key == "input" {
+                "needs at least one user or assistant item besides system and developer items"
+            } else {
+                "needs at least one user or assistant message besides system messages"
+            },
+        ));
+    }
     if messages.len() > limits.max_messages {
         return Err(CallError::at(
             key,

@@ -187,12 +187,6 @@ pub fn parse(o: &Obj<'_>, limits: &Limits) -> CallResult<Call> {
             });
         }
     }
-    if turns.is_empty() {
-        return Err(CallError::at(
-            "messages",
-            "needs at least one user or assistant message besides system messages",
-        ));
-    }
     let mut view = Map::new();
     if common.persona.is_some() {
         view.insert("messages".into(), Value::Array(plain));

@@ -160,12 +160,6 @@ pub fn parse(o: &Obj<'_>, limits: &Limits) -> CallResult<Call> {
             ));
         }
     }
-    if turns.is_empty() {
-        return Err(CallError::at(
-            "input",
-            "needs at least one user or assistant item besides system and developer items",
-        ));
-    }
     let mut view = Map::new();
     if common.persona.is_some() {
         view.insert("input".into(), input.clone());
