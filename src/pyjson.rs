@@ -6,7 +6,7 @@
 //! recompute cursors from them, so this module reproduces that writer instead of using
 //! `serde_json`'s, which differs in escapes, separators and float forms.
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 use std::fmt::Write as _;
 
 /// How to lay the text out; the three presets are the only ones the server uses.
@@ -56,6 +56,13 @@ pub fn dumps(value: &Value, style: Style) -> String {
     out
 }
 
+/// Writes an object in the given style without wrapping it in a `Value`.
+pub fn dumps_object(map: &Map<String, Value>, style: Style) -> String {
+    let mut out = String::new();
+    write_object(&mut out, map, style, 0);
+    out
+}
+
 /// Appends `value` to `out` in the given style (for writers that lay out the outer object
 /// themselves).
 pub fn dump_into(out: &mut String, value: &Value, style: Style) {
@@ -96,30 +103,32 @@ fn write_value(out: &mut String, value: &Value, style: Style, level: usize) {
             newline(out, style, level);
             out.push(']');
         }
-        Value::Object(map) => {
-            if map.is_empty() {
-                out.push_str("{}");
-                return;
-            }
-            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            if style.sort_keys {
-                // Python sorts str keys by code point; UTF-8 byte order is the same order.
-                entries.sort_by(|a, b| a.0.cmp(b.0));
-            }
-            out.push('{');
-            for (i, (key, item)) in entries.into_iter().enumerate() {
-                if i > 0 {
-                    out.push_str(item_sep(style));
-                }
-                newline(out, style, level + 1);
-                write_string(out, key);
-                out.push_str(style.key_sep);
-                write_value(out, item, style, level + 1);
-            }
-            newline(out, style, level);
-            out.push('}');
-        }
+        Value::Object(map) => write_object(out, map, style, level),
     }
+}
+
+fn write_object(out: &mut String, map: &Map<String, Value>, style: Style, level: usize) {
+    if map.is_empty() {
+        out.push_str("{}");
+        return;
+    }
+    let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+    if style.sort_keys {
+        // Python sorts str keys by code point; UTF-8 byte order is the same order.
+        entries.sort_by(|a, b| a.0.cmp(b.0));
+    }
+    out.push('{');
+    for (i, (key, item)) in entries.into_iter().enumerate() {
+        if i > 0 {
+            out.push_str(item_sep(style));
+        }
+        newline(out, style, level + 1);
+        write_string(out, key);
+        out.push_str(style.key_sep);
+        write_value(out, item, style, level + 1);
+    }
+    newline(out, style, level);
+    out.push('}');
 }
 
 /// With an indent Python drops the trailing space of the item separator.

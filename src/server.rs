@@ -121,9 +121,10 @@ fn render(call: &Call, done: Fulfilled) -> Result<CallToolResult, CallError> {
             &completion,
         )
     });
-    let out = shapes::Outcome {
+    let out = shapes::Reply {
         call,
         answer: &done.answer,
+        completion: &completion,
         finish: &done.finish,
         host_model: &done.host_model,
         cursor: minted.as_deref(),
@@ -140,7 +141,7 @@ fn render(call: &Call, done: Fulfilled) -> Result<CallToolResult, CallError> {
             map.extend(responses::status_fields(&out));
             (text, map)
         }
-        _ => shapes::render_text(&done.answer, minted.as_deref()),
+        _ => shapes::render_text(&completion, minted.as_deref()),
     };
     match call.kind {
         ToolKind::ChatComplete => {

@@ -30,11 +30,29 @@ pub enum Strategy {
 }
 
 impl Strategy {
+    /// How structured output is obtained on a host with or without `sampling.tools`.
+    pub fn for_structured(sampling_tools: bool) -> Self {
+        if sampling_tools {
+            Strategy::StructuredByTool
+        } else {
+            Strategy::StructuredByPrompt
+        }
+    }
+
+    /// How tools reach the model on a host with or without `sampling.tools` (when offered and
+    /// emulation is on).
+    pub fn for_tools(sampling_tools: bool) -> Self {
+        if sampling_tools {
+            Strategy::ToolsNative
+        } else {
+            Strategy::ToolsByPrompt
+        }
+    }
+
     pub fn for_call(call: &Call, sampling_tools: bool) -> Self {
         match (&call.mode, sampling_tools) {
             (Mode::Text, _) => Strategy::Text,
-            (Mode::Structured(_), true) => Strategy::StructuredByTool,
-            (Mode::Structured(_), false) => Strategy::StructuredByPrompt,
+            (Mode::Structured(_), _) => Strategy::for_structured(sampling_tools),
             (Mode::Tools { .. }, true) => Strategy::ToolsNative,
             // tool_choice "none" is honoured by not offering the tools at all.
             (
@@ -44,7 +62,7 @@ impl Strategy {
                 },
                 false,
             ) => Strategy::Text,
-            (Mode::Tools { .. }, false) if call.emulate_tools => Strategy::ToolsByPrompt,
+            (Mode::Tools { .. }, false) if call.emulate_tools => Strategy::for_tools(false),
             (Mode::Tools { .. }, false) => Strategy::ToolsNotForwarded,
         }
     }

@@ -45,10 +45,13 @@ impl Host {
     /// What the server knows about the client on this request and what it will emulate: the
     /// `host` report of `list_models`.
     pub fn report(&self) -> Value {
-        let emulated: Vec<&str> = if !self.sampling || self.sampling_tools {
-            Vec::new()
-        } else {
+        // The same decisions the calls make (`Strategy`), reported ahead of time.
+        let structured = Strategy::for_structured(self.sampling_tools).structured_via();
+        let tools = Strategy::for_tools(self.sampling_tools).tools_via();
+        let emulated: Vec<&str> = if self.sampling && !self.sampling_tools {
             vec!["structured_output_by_prompt", "tool_calls_by_prompt"]
+        } else {
+            Vec::new()
         };
         serde_json::json!({
             "protocol_version": self.protocol_version,
@@ -57,8 +60,8 @@ impl Host {
             "sampling_tools": self.sampling_tools,
             "client": self.client.as_ref().map(|(name, version)| serde_json::json!({"name": name, "version": version})),
             "completions": if self.sampling { "available" } else { "unavailable: the client did not declare the sampling capability" },
-            "structured_output": if !self.sampling { Value::Null } else if self.sampling_tools { "tool".into() } else { "prompt".into() },
-            "tool_calls": if !self.sampling { Value::Null } else if self.sampling_tools { "native".into() } else { "prompt".into() },
+            "structured_output": structured.filter(|_| self.sampling),
+            "tool_calls": tools.filter(|_| self.sampling),
             "emulated": emulated,
         })
     }
@@ -162,14 +165,15 @@ pub async fn run(
     let strategy = Strategy::for_call(call, host.sampling_tools);
     let mut response = None;
     let mut progress = Progress::default();
-    if host.modern {
+    let binding = host
+        .modern
+        .then(|| mrtr::Sealer::binding(call.kind, retry.arguments));
+    if let Some(binding) = &binding {
         let has_responses = retry.input_responses.is_some();
-        if let Some(p) = settings.sealer.open(
-            call.kind,
-            retry.arguments,
-            retry.request_state,
-            has_responses,
-        )? {
+        if let Some(p) = settings
+            .sealer
+            .open(binding, retry.request_state, has_responses)?
+        {
             progress = p;
             response = retry
                 .input_responses
@@ -178,20 +182,19 @@ pub async fn run(
         }
     }
     loop {
-        let params = sampling_params(call, strategy, &progress.repairs, host.sampling_tools);
-        let result = if host.modern {
-            match response.take() {
-                Some(value) => parse_response(value)?,
-                // First round, or a retry without the "sample" answer: ask (again).
-                None => {
-                    return settings
-                        .sealer
-                        .ask(call.kind, retry.arguments, &progress, params)
-                        .map(Outcome::Ask);
-                }
+        // The sampling request is built only when it is sent: on a retry that carries the
+        // answer, the request it answers is not needed again.
+        let params = || sampling_params(call, strategy, &progress.repairs, host.sampling_tools);
+        let result = match (&binding, response.take()) {
+            (Some(_), Some(value)) => parse_response(value)?,
+            // First round, or a retry without the "sample" answer: ask (again).
+            (Some(binding), None) => {
+                return settings
+                    .sealer
+                    .ask(binding, &progress, params())
+                    .map(Outcome::Ask);
             }
-        } else {
-            legacy::sample(ctx, params, settings.sampling_timeout).await?
+            (None, _) => legacy::sample(ctx, params(), settings.sampling_timeout).await?,
         };
         let mut completion = to_completion(result)?;
         if matches!(strategy, Strategy::Text | Strategy::ToolsNotForwarded) {

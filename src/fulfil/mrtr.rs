@@ -27,6 +27,10 @@ pub const SAMPLE_KEY: &str = "sample";
 /// 8 KiB each, base64-encoded), so a larger one is refused before it is decoded.
 pub const MAX_STATE_BYTES: usize = 128 * 1024;
 
+/// What a sealed state is bound to: the tool and a digest of its exact arguments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Binding(String);
+
 /// Seals and opens `requestState`.
 #[derive(Clone)]
 pub struct Sealer {
@@ -72,28 +76,27 @@ impl Sealer {
         Ok((Sealer { codec, ttl }, source))
     }
 
-    /// The associated data binding a state to one tool and its exact arguments.
-    fn binding(tool: ToolKind, arguments: &Map<String, Value>) -> String {
-        let canonical = pyjson::dumps(&Value::Object(arguments.clone()), Style::CANONICAL);
+    /// The associated data binding a state to one tool and its exact arguments; computed once
+    /// per request and used to open the retry's state and to seal the next one.
+    pub fn binding(tool: ToolKind, arguments: &Map<String, Value>) -> Binding {
+        let canonical = pyjson::dumps_object(arguments, Style::CANONICAL);
         let digest = hex::encode(Sha256::digest(canonical.as_bytes()));
-        format!("agent-as-model/1|{}|{digest}", tool.name())
+        Binding(format!("agent-as-model/1|{}|{digest}", tool.name()))
     }
 
     /// An `InputRequiredResult` asking the client for one sampling call.
     pub fn ask(
         &self,
-        tool: ToolKind,
-        arguments: &Map<String, Value>,
+        binding: &Binding,
         progress: &Progress,
         params: CreateMessageRequestParams,
     ) -> Result<InputRequiredResult, CallError> {
-        let binding = Self::binding(tool, arguments);
         let sealed = self
             .codec
             .seal_json_with(
                 progress,
                 &SealOptions::new()
-                    .associated_data(binding.as_bytes())
+                    .associated_data(binding.0.as_bytes())
                     .ttl(self.ttl),
             )
             .map_err(|e| {
@@ -114,8 +117,7 @@ impl Sealer {
     /// expired or bound to another call.
     pub fn open(
         &self,
-        tool: ToolKind,
-        arguments: &Map<String, Value>,
+        binding: &Binding,
         state: Option<&str>,
         has_responses: bool,
     ) -> Result<Option<Progress>, CallError> {
@@ -139,9 +141,8 @@ impl Sealer {
                 None,
             )));
         }
-        let binding = Self::binding(tool, arguments);
         self.codec
-            .open_json_with::<Progress>(state, binding.as_bytes())
+            .open_json_with::<Progress>(state, binding.0.as_bytes())
             .map(Some)
             .map_err(|e| {
                 CallError::Protocol(ErrorData::invalid_params(
@@ -173,34 +174,52 @@ mod tests {
         let params = CreateMessageRequestParams::new(vec![], 10);
         let progress = Progress::default();
         let ir = sealer
-            .ask(ToolKind::Generate, &a, &progress, params)
+            .ask(&Sealer::binding(ToolKind::Generate, &a), &progress, params)
             .unwrap();
         let state = ir.request_state.unwrap();
         let opened = sealer
-            .open(ToolKind::Generate, &a, Some(&state), true)
+            .open(&Sealer::binding(ToolKind::Generate, &a), Some(&state), true)
             .unwrap();
         assert_eq!(opened, Some(progress));
         let other = args(json!({"prompt": "bye"}));
         assert!(
             sealer
-                .open(ToolKind::Generate, &other, Some(&state), true)
+                .open(
+                    &Sealer::binding(ToolKind::Generate, &other),
+                    Some(&state),
+                    true
+                )
                 .is_err()
         );
         assert!(
             sealer
-                .open(ToolKind::ChatComplete, &a, Some(&state), true)
+                .open(
+                    &Sealer::binding(ToolKind::ChatComplete, &a),
+                    Some(&state),
+                    true
+                )
                 .is_err()
         );
         let mut tampered = state.clone();
         tampered.push('x');
         assert!(
             sealer
-                .open(ToolKind::Generate, &a, Some(&tampered), true)
+                .open(
+                    &Sealer::binding(ToolKind::Generate, &a),
+                    Some(&tampered),
+                    true
+                )
                 .is_err()
         );
-        assert!(sealer.open(ToolKind::Generate, &a, None, true).is_err());
+        assert!(
+            sealer
+                .open(&Sealer::binding(ToolKind::Generate, &a), None, true)
+                .is_err()
+        );
         assert_eq!(
-            sealer.open(ToolKind::Generate, &a, None, false).unwrap(),
+            sealer
+                .open(&Sealer::binding(ToolKind::Generate, &a), None, false)
+                .unwrap(),
             None
         );
     }
@@ -215,8 +234,7 @@ mod tests {
         let a = args(json!({"prompt": "hi"}));
         let ir = old_sealer
             .ask(
-                ToolKind::Generate,
-                &a,
+                &Sealer::binding(ToolKind::Generate, &a),
                 &Progress::default(),
                 CreateMessageRequestParams::new(vec![], 1),
             )
@@ -226,13 +244,13 @@ mod tests {
         let (rotated, _) = Sealer::new(&[new.clone(), old], Duration::from_secs(60)).unwrap();
         assert!(
             rotated
-                .open(ToolKind::Generate, &a, Some(&state), true)
+                .open(&Sealer::binding(ToolKind::Generate, &a), Some(&state), true)
                 .is_ok()
         );
         let (dropped, _) = Sealer::new(&[new], Duration::from_secs(60)).unwrap();
         assert!(
             dropped
-                .open(ToolKind::Generate, &a, Some(&state), true)
+                .open(&Sealer::binding(ToolKind::Generate, &a), Some(&state), true)
                 .is_err()
         );
         assert!(Sealer::new(&[vec![1u8; 8]], Duration::from_secs(1)).is_err());
@@ -244,15 +262,18 @@ mod tests {
         let a = args(json!({"prompt": "hi"}));
         let ir = sealer
             .ask(
-                ToolKind::Generate,
-                &a,
+                &Sealer::binding(ToolKind::Generate, &a),
                 &Progress::default(),
                 CreateMessageRequestParams::new(vec![], 1),
             )
             .unwrap();
         std::thread::sleep(Duration::from_millis(20));
         let e = sealer
-            .open(ToolKind::Generate, &a, ir.request_state.as_deref(), true)
+            .open(
+                &Sealer::binding(ToolKind::Generate, &a),
+                ir.request_state.as_deref(),
+                true,
+            )
             .unwrap_err();
         assert!(e.to_string().contains("requestState rejected"), "{e}");
     }

@@ -5,7 +5,7 @@
 //! `image` (base64 source), `tool_use` (assistant) and `tool_result` (user).
 
 use super::{
-    Answer, Call, Common, Msg, Outcome, Parts, ToolKind, flatten_text, media, message_objects,
+    Answer, Call, Common, Msg, Parts, Reply, ToolKind, flatten_text, media, message_objects,
 };
 use crate::args::{self, Obj, as_object, one_of};
 use crate::completion::{Block, Finish, Role};
@@ -24,7 +24,8 @@ fn image(block: &Obj<'_>, limits: &Limits) -> CallResult<Block> {
         spath.as_str(),
     );
     match source.required_str("type")? {
-        "base64" => media::image(
+        "base64" => media::block(
+            media::Kind::Image,
             source.required_str("data")?,
             source.required_str("media_type")?,
             &source.path("data"),
@@ -163,7 +164,8 @@ pub fn parse(o: &Obj<'_>, limits: &Limits) -> CallResult<Call> {
 }
 
 /// The Anthropic message object for an answer.
-pub fn message_object(out: &Outcome<'_>) -> Value {
+pub fn message_object(out: &Reply<'_>) -> Value {
+    let (input_tokens, output_tokens) = out.usage();
     let mut content = Vec::new();
     let (stop_reason, stop_sequence) = match out.finish {
         _ if matches!(out.answer, Answer::ToolCalls { .. }) => ("tool_use", None),
@@ -183,7 +185,7 @@ pub fn message_object(out: &Outcome<'_>) -> Value {
                 );
             }
         }
-        other => content.push(json!({"type": "text", "text": other.completion_text()})),
+        _ => content.push(json!({"type": "text", "text": out.completion})),
     }
     json!({
         "id": out.cursor.map_or_else(|| format!("msg_{}", uuid::Uuid::new_v4().simple()), str::to_owned),
@@ -194,8 +196,8 @@ pub fn message_object(out: &Outcome<'_>) -> Value {
         "stop_reason": stop_reason,
         "stop_sequence": stop_sequence,
         "usage": {
-            "input_tokens": out.prompt_tokens(),
-            "output_tokens": out.completion_tokens(),
+            "input_tokens": input_tokens,
+            "output_tokens": output_tokens,
             "estimated": true,
         },
     })

@@ -51,48 +51,34 @@ fn check_type(mime: &str, allowed: &[&str], path: &str) -> CallResult<()> {
     }
 }
 
+/// What kind of media a part carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Image,
+    Audio,
+}
+
 /// An image or audio block from base64 `data` of type `mime`, both checked; the paths name
 /// the fields in errors.
-fn media(
-    audio: bool,
+pub fn block(
+    kind: Kind,
     data: &str,
     mime: &str,
     data_path: &str,
     mime_path: &str,
     limits: &Limits,
 ) -> CallResult<Block> {
-    check_type(
-        mime,
-        if audio { &AUDIO_TYPES } else { &IMAGE_TYPES },
-        mime_path,
-    )?;
+    let allowed: &[&str] = match kind {
+        Kind::Image => &IMAGE_TYPES,
+        Kind::Audio => &AUDIO_TYPES,
+    };
+    check_type(mime, allowed, mime_path)?;
     decode(data, data_path, limits)?;
     let (data, mime) = (data.trim().to_owned(), mime.to_owned());
-    Ok(if audio {
-        Block::Audio { data, mime }
-    } else {
-        Block::Image { data, mime }
+    Ok(match kind {
+        Kind::Image => Block::Image { data, mime },
+        Kind::Audio => Block::Audio { data, mime },
     })
-}
-
-pub fn image(
-    data: &str,
-    mime: &str,
-    data_path: &str,
-    mime_path: &str,
-    limits: &Limits,
-) -> CallResult<Block> {
-    media(false, data, mime, data_path, mime_path, limits)
-}
-
-pub fn audio(
-    data: &str,
-    mime: &str,
-    data_path: &str,
-    mime_path: &str,
-    limits: &Limits,
-) -> CallResult<Block> {
-    media(true, data, mime, data_path, mime_path, limits)
 }
 
 /// An image given as a URL, which must be a `data:<mime>;base64,<data>` URL.
@@ -117,7 +103,7 @@ pub fn image_url(url: &str, path: &str, limits: &Limits) -> CallResult<Block> {
             "expected a base64 data URL, data:<mime type>;base64,<data>",
         ));
     };
-    image(data, mime, path, path, limits)
+    block(Kind::Image, data, mime, path, path, limits)
 }
 
 /// OpenAI's `input_audio.format` (`wav`, `mp3`) as a MIME type.

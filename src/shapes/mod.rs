@@ -138,9 +138,11 @@ impl Answer {
 }
 
 /// A finished answer with what the renderers need to describe it.
-pub struct Outcome<'a> {
+pub struct Reply<'a> {
     pub call: &'a Call,
     pub answer: &'a Answer,
+    /// `answer.completion_text()`, computed once.
+    pub completion: &'a str,
     pub finish: &'a Finish,
     pub host_model: &'a str,
     /// The cursor when the chain is on.
@@ -153,8 +155,9 @@ fn estimate_tokens(chars: usize) -> usize {
     chars.div_ceil(4)
 }
 
-impl Outcome<'_> {
-    pub fn prompt_tokens(&self) -> usize {
+impl Reply<'_> {
+    /// Estimated (prompt, completion) tokens.
+    pub fn usage(&self) -> (usize, usize) {
         let req = &self.call.request;
         let text: usize = req
             .turns
@@ -165,11 +168,11 @@ impl Outcome<'_> {
                 _ => 0,
             })
             .sum();
-        estimate_tokens(text + req.system.as_ref().map_or(0, |s| s.chars().count()))
-    }
-
-    pub fn completion_tokens(&self) -> usize {
-        estimate_tokens(self.answer.completion_text().chars().count())
+        let system = req.system.as_ref().map_or(0, |s| s.chars().count());
+        (
+            estimate_tokens(text + system),
+            estimate_tokens(self.completion.chars().count()),
+        )
     }
 }
 
@@ -808,14 +811,13 @@ fn message_objects<'a>(
 
 /// Renders the result of a text tool (`chat_complete`, `messages_create`, `generate`): the
 /// completion text (or the cursor envelope) and `{"result": text}` as structured content.
-pub fn render_text(answer: &Answer, cursor: Option<&str>) -> (String, Map<String, Value>) {
-    let completion = answer.completion_text();
+pub fn render_text(completion: &str, cursor: Option<&str>) -> (String, Map<String, Value>) {
     let text = match cursor {
         Some(c) => pyjson::dumps(
             &json!({"completion": completion, "response_id": c}),
             Style::SORTED,
         ),
-        None => completion,
+        None => completion.to_owned(),
     };
     let mut structured = Map::new();
     structured.insert("result".into(), Value::String(text.clone()));
@@ -846,7 +848,7 @@ mod tests {
 
     #[test]
     fn cursor_envelope_wraps_the_completion() {
-        let (text, structured) = render_text(&Answer::Text("hi".into()), Some("cur_x"));
+        let (text, structured) = render_text("hi", Some("cur_x"));
         assert_eq!(text, r#"{"completion": "hi", "response_id": "cur_x"}"#);
         assert_eq!(structured["result"], json!(text));
     }

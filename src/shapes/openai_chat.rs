@@ -7,7 +7,7 @@
 //! them by `tool_call_id`.
 
 use super::{
-    Answer, Call, Common, Msg, Outcome, Parts, ToolKind, flatten_text, media, message_objects,
+    Answer, Call, Common, Msg, Parts, Reply, ToolKind, flatten_text, media, message_objects,
 };
 use crate::args::{self, Obj, as_object, one_of};
 use crate::completion::{Block, Finish, Role};
@@ -68,7 +68,8 @@ fn content(v: &Value, path: &str, limits: &Limits) -> CallResult<Vec<Block>> {
                 );
                 let mime =
                     media::audio_format(audio.required_str("format")?, &audio.path("format"))?;
-                media::audio(
+                media::block(
+                    media::Kind::Audio,
                     audio.required_str("data")?,
                     mime,
                     &audio.path("data"),
@@ -202,7 +203,7 @@ pub fn parse(o: &Obj<'_>, limits: &Limits) -> CallResult<Call> {
 }
 
 /// The OpenAI `chat.completion` object for an answer.
-pub fn completion_object(out: &Outcome<'_>) -> Value {
+pub fn completion_object(out: &Reply<'_>) -> Value {
     let (content, tool_calls) = match out.answer {
         Answer::ToolCalls { text, calls } => {
             let calls: Vec<Value> = calls
@@ -216,7 +217,7 @@ pub fn completion_object(out: &Outcome<'_>) -> Value {
                 .collect();
             ((!text.is_empty()).then(|| text.clone()), Some(calls))
         }
-        other => (Some(other.completion_text()), None),
+        _ => (Some(out.completion.to_owned()), None),
     };
     let finish_reason = if tool_calls.is_some() {
         "tool_calls"
@@ -227,6 +228,7 @@ pub fn completion_object(out: &Outcome<'_>) -> Value {
     if let (Some(calls), Some(m)) = (tool_calls, message.as_object_mut()) {
         m.insert("tool_calls".into(), Value::Array(calls));
     }
+    let (prompt_tokens, completion_tokens) = out.usage();
     let created = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
@@ -237,9 +239,9 @@ pub fn completion_object(out: &Outcome<'_>) -> Value {
         "model": out.host_model,
         "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
         "usage": {
-            "prompt_tokens": out.prompt_tokens(),
-            "completion_tokens": out.completion_tokens(),
-            "total_tokens": out.prompt_tokens() + out.completion_tokens(),
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
             "estimated": true,
         },
     })

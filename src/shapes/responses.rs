@@ -7,7 +7,7 @@
 //! prompt; system and developer items follow it, joined with a blank line. The result is a
 //! Responses object.
 
-use super::{Answer, Call, Common, Msg, Outcome, Parts, ToolKind, flatten_text, media};
+use super::{Answer, Call, Common, Msg, Parts, Reply, ToolKind, flatten_text, media};
 use crate::args::{self, Obj, as_object, non_empty_array, one_of};
 use crate::completion::{Block, Finish, Role};
 use crate::contract::cursor::Entry;
@@ -216,8 +216,9 @@ pub fn render(object: &Value) -> String {
 
 /// What structuredContent adds to the Responses object: `status`, `incomplete_details`, the
 /// host's model and an estimated `usage`.
-pub fn status_fields(out: &Outcome<'_>) -> Map<String, Value> {
+pub fn status_fields(out: &Reply<'_>) -> Map<String, Value> {
     let incomplete = matches!(out.finish, Finish::MaxTokens);
+    let (input, output) = out.usage();
     let mut m = Map::new();
     m.insert(
         "status".into(),
@@ -238,8 +239,8 @@ pub fn status_fields(out: &Outcome<'_>) -> Map<String, Value> {
     m.insert("host_model".into(), json!(out.host_model));
     m.insert(
         "usage".into(),
-        json!({"input_tokens": out.prompt_tokens(), "output_tokens": out.completion_tokens(),
-               "total_tokens": out.prompt_tokens() + out.completion_tokens(), "estimated": true}),
+        json!({"input_tokens": input, "output_tokens": output,
+               "total_tokens": input + output, "estimated": true}),
     );
     m
 }
