@@ -237,8 +237,21 @@ fn sealed_state_refuses_oversized_and_expired_state() {
 
 #[test]
 fn default_logs_carry_no_content_schema_or_state() {
-    const SECRET: &str = "SECRET-7f3a";
-    let mut raw = Raw::legacy(&[], json!({"sampling": {}}));
+    let logs = logs_after_secret_traffic(&[]);
+    assert!(!logs.contains(SECRET), "the logs leak content: {logs}");
+    // The capture does see logs: at debug level the SDK prints whole messages.
+    let debug = logs_after_secret_traffic(&[("RUST_LOG", "debug")]);
+    assert!(
+        debug.contains(SECRET),
+        "stderr capture works at debug level"
+    );
+}
+
+const SECRET: &str = "SECRET-7f3a";
+
+/// Sends content, a schema and a state carrying `SECRET`, plus garbage, and returns stderr.
+fn logs_after_secret_traffic(env: &[(&str, &str)]) -> String {
+    let mut raw = Raw::legacy(env, json!({"sampling": {}}));
     let sid = start_call(&mut raw, json!(1), SECRET);
     raw.send(&json!({"jsonrpc": "2.0", "id": sid, "error": {"code": -32603, "message": SECRET}}));
     raw.recv_id(&json!(1), T).unwrap();
@@ -259,8 +272,7 @@ fn default_logs_carry_no_content_schema_or_state() {
     raw.recv_id(&json!(3), T).unwrap();
     raw.close_stdin();
     raw.wait_exit(T);
-    let logs = raw.stderr();
-    assert!(!logs.contains(SECRET), "the logs leak content: {logs}");
+    raw.stderr()
 }
 
 /// A small deterministic generator, so a failing case can be replayed from its seed.
