@@ -342,18 +342,19 @@ fn row(label: &str, ours: f64, floor: f64, unit: &str) -> String {
 /// contract check (persona, cursor, schema compilation through the cache), plus validating the
 /// structured answer. Median of many runs, and the part each scenario adds over `generate`.
 fn in_process(calls: usize) {
+    use agent_as_model::call::Mode;
     use agent_as_model::limits::Limits;
-    use agent_as_model::shapes::{Mode, ToolKind};
+    use agent_as_model::shapes;
     let limits = Limits::default();
     let measure = |name: &str| -> Duration {
         let (tool, args) = scenario_args(name);
-        let kind = ToolKind::from_name(tool).unwrap();
+        let shape = shapes::find(tool).unwrap();
         let map = args.as_object().unwrap();
         let answer = structured_answer();
         let mut times: Vec<Duration> = (0..calls.max(200))
             .map(|_| {
                 let t = Instant::now();
-                let call = kind.parse(map, &limits).unwrap();
+                let call = shapes::parse(shape, map, &limits).unwrap();
                 if let Mode::Structured(schema) = &call.mode {
                     schema.check(&answer).unwrap();
                 }

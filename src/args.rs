@@ -51,6 +51,11 @@ impl<'a> Obj<'a> {
         join(&self.path, key)
     }
 
+    /// This object's own path.
+    pub fn here(&self) -> &str {
+        &self.path
+    }
+
     /// The value at `key`, treating JSON `null` as absent (the original's optional fields all
     /// default to `null`).
     pub fn get(&self, key: &str) -> Option<&'a Value> {
@@ -139,6 +144,26 @@ impl<'a> Obj<'a> {
         found
             .map(Some)
             .ok_or_else(|| CallError::expected(&self.path(key), &one_of(allowed), v))
+    }
+}
+
+impl<'a> Obj<'a> {
+    /// A string field that must be present and one of `allowed`.
+    pub fn required_enum(&self, key: &str, allowed: &[&'static str]) -> CallResult<&'static str> {
+        self.opt_enum(key, allowed)?.ok_or_else(|| {
+            CallError::at(&self.path(key), format!("is required: {}", one_of(allowed)))
+        })
+    }
+}
+
+/// A JSON object encoded in the string field `key` (tool-call arguments in OpenAI shapes).
+pub fn json_object_string(o: &Obj<'_>, key: &str) -> CallResult<Map<String, Value>> {
+    match serde_json::from_str::<Value>(o.required_str(key)?) {
+        Ok(Value::Object(m)) => Ok(m),
+        _ => Err(CallError::at(
+            &o.path(key),
+            "expected a JSON object encoded as a string",
+        )),
     }
 }
 

@@ -1,12 +1,18 @@
-//! One error type for a tool call, turned into an `isError` result or a JSON-RPC error at the
-//! edge (`server.rs`). Every message names the field or location and what was expected.
+//! Typed errors. A call's error carries what went wrong and where (the argument path); it is
+//! rendered to text only at the edge (`server.rs`), as an `isError` result or a JSON-RPC error.
+//! Every message names the field or location and what was expected.
 
 use rmcp::ErrorData;
 use serde_json::Value;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CallError {
-    /// The caller's arguments are wrong; nothing was sent to the host.
+    /// An argument is wrong; nothing was sent. `path` is the argument path, e.g.
+    /// `messages[2].content`.
+    #[error("invalid argument `{path}`: {problem}")]
+    Argument { path: String, problem: String },
+    /// The arguments are wrong as a whole (two that conflict, a size over a limit); nothing was
+    /// sent.
     #[error("invalid argument {0}")]
     Invalid(String),
     /// The host did not produce a usable completion.
@@ -25,12 +31,58 @@ pub type CallResult<T> = Result<T, CallError>;
 impl CallError {
     /// `path: expected <what>, got <kind of value>`.
     pub fn expected(path: &str, what: &str, got: &Value) -> Self {
-        CallError::Invalid(format!("`{path}`: expected {what}, got {}", describe(got)))
+        CallError::at(path, format!("expected {what}, got {}", describe(got)))
     }
 
-    /// `path: <message>`.
-    pub fn at(path: &str, message: impl std::fmt::Display) -> Self {
-        CallError::Invalid(format!("`{path}`: {message}"))
+    /// `path: <problem>`.
+    pub fn at(path: &str, problem: impl std::fmt::Display) -> Self {
+        CallError::Argument {
+            path: path.to_owned(),
+            problem: problem.to_string(),
+        }
+    }
+
+    /// The argument path the error names, when it names one.
+    pub fn path(&self) -> Option<&str> {
+        match self {
+            CallError::Argument { path, .. } => Some(path),
+            _ => None,
+        }
+    }
+
+    /// A short name of the kind of failure, for logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            CallError::Argument { .. } | CallError::Invalid(_) => "invalid arguments",
+            CallError::Host(_) => "host failure",
+            CallError::Rejected(_) => "completion rejected",
+            CallError::Protocol(_) => "protocol error",
+        }
+    }
+}
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("the built-in definition of tool {tool} does not parse: {problem}")]
+    Definition { tool: String, problem: String },
+    #[error("{0}")]
+    Key(String),
+}
+
+/// Longest client- or host-supplied value echoed into a log line or an error message.
+pub const MAX_ECHO_CHARS: usize = 120;
+
+/// `s` cut to [`MAX_ECHO_CHARS`] characters, marked when cut: values from clients and hosts
+/// never make a log line or an error long.
+pub fn clip(s: &str) -> std::borrow::Cow<'_, str> {
+    match s.char_indices().nth(MAX_ECHO_CHARS) {
+        None => std::borrow::Cow::Borrowed(s),
+        Some((at, _)) => std::borrow::Cow::Owned(format!(
+            "{}… ({} bytes in all)",
+            s.get(..at).unwrap_or(""),
+            s.len()
+        )),
     }
 }
 
@@ -45,5 +97,24 @@ pub fn describe(v: &Value) -> String {
         Value::String(_) => "a string".into(),
         Value::Array(a) => format!("an array of {} item(s)", a.len()),
         Value::Object(_) => "an object".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_carry_the_path_and_render_it() {
+        let e = CallError::at("messages[0].role", "is required");
+        assert_eq!(e.path(), Some("messages[0].role"));
+        assert_eq!(
+            e.to_string(),
+            "invalid argument `messages[0].role`: is required"
+        );
+        assert_eq!(clip("short"), "short");
+        let long = "x".repeat(10_000);
+        let c = clip(&long);
+        assert!(c.len() < 200 && c.contains("10000 bytes"), "{c}");
     }
 }

@@ -1,31 +1,30 @@
 //! agent-as-model: an MCP server whose tools are shaped like model APIs (OpenAI chat
-//! completions, Anthropic messages, OpenAI Responses, a raw prompt) and are fulfilled by the
-//! connected host's own model through MCP sampling. No API key: the agent is the model.
+//! completions, Anthropic messages, OpenAI Responses, Google Gemini, a raw prompt) and are
+//! fulfilled by the connected host's own model through MCP sampling. No API key: the agent is
+//! the model.
 //!
-//! A call flows one way through the crate. [`server`] receives `tools/call` and hands the
-//! arguments to a product shape in [`shapes`], which parses them (pure, no I/O) into a neutral
-//! [`completion`] request wrapped in a [`shapes::Call`]; the checks of [`contract`] (persona
-//! input, cursor, schemas) run during parsing, before anything is sent. [`fulfil`] is the only
-//! place that knows protocol eras: on the legacy era it sends `sampling/createMessage` and waits,
-//! on 2026-07-28 it returns an `InputRequiredResult` with a sealed `requestState` and reads the
-//! answer on the retry. The answer is interpreted by [`contract::output`] (structured output
-//! validation and repair), checked against the persona, given a cursor, and rendered by the
-//! shape. [`error::CallError`] is the one error type; the server turns it into an `isError`
-//! result or, for protocol faults, a JSON-RPC error. [`pyjson`] writes JSON texts exactly as the
-//! original Python server did, so byte comparisons and cursors agree across the two.
-
-#![cfg_attr(
-    test,
-    allow(
-        clippy::unwrap_used,
-        clippy::expect_used,
-        clippy::panic,
-        clippy::indexing_slicing
-    )
-)]
+//! A call flows one way through the crate:
+//!
+//! ```text
+//! server      routes tools/call to a shape in the registry; renders errors at the edge
+//! shapes/     one file per product API: parse arguments -> call::Call, render call::Reply
+//! contract/   schema (compile, validate, budgets), persona, cursor: checks before sending
+//! call        the neutral core: call, mode, turns of blocks, answer, usage, finish reason
+//! fulfil/     the pure state machine: strategy from backend capabilities, repairs, output
+//! backends/   the drivers doing I/O: host sampling on the legacy era and in MRTR rounds
+//! config      one typed configuration (command line and environment), passed down
+//! ```
+//!
+//! Nothing in [`call`], [`contract`] or [`fulfil`] imports a shape, and only [`backends`] knows
+//! protocol eras. [`error::CallError`] is the one error type; the server turns it into an
+//! `isError` result or, for protocol faults, a JSON-RPC error. [`pyjson`] writes JSON texts
+//! exactly as the original Python server did, so byte comparisons and cursors agree across the
+//! two.
 
 pub mod args;
-pub mod completion;
+pub mod backends;
+pub mod call;
+pub mod config;
 pub mod contract;
 pub mod error;
 pub mod fulfil;

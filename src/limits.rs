@@ -1,20 +1,39 @@
 //! Limits on what one call may carry, so that no caller can make the server hold or process
-//! unbounded data. Defaults suit real use; each is configurable (see the README).
+//! unbounded data. Defaults suit real use; each is a flag and an environment variable.
+
+/// A positive whole number (a limit of 0 would refuse everything).
+fn positive(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("expected a positive whole number, got {s:?}")),
+    }
+}
 
 /// The limits in force.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
 pub struct Limits {
-    /// Messages (or input items) in one call.
+    /// Most messages (or input items) in one call
+    #[arg(long, env = "AGENT_AS_MODEL_MAX_MESSAGES", default_value_t = 1000, value_parser = positive)]
     pub max_messages: usize,
-    /// Characters of text in one message.
+    /// Most characters of text in one message
+    #[arg(long, env = "AGENT_AS_MODEL_MAX_MESSAGE_CHARS", default_value_t = 1_000_000, value_parser = positive)]
     pub max_message_chars: usize,
-    /// Decoded bytes of one image or audio part.
+    /// Largest image or audio part, in decoded bytes
+    #[arg(long, env = "AGENT_AS_MODEL_MAX_MEDIA_BYTES", default_value_t = 20 * 1024 * 1024, value_parser = positive)]
     pub max_media_bytes: usize,
-    /// Tool definitions in one call.
+    /// Most tool definitions in one call
+    #[arg(long, env = "AGENT_AS_MODEL_MAX_TOOLS", default_value_t = 128, value_parser = positive)]
     pub max_tools: usize,
-    /// Bytes of one call's arguments (as JSON). The stdio transport drops any line over four
-    /// times this without reading it further.
+    /// Largest arguments of one tool call, in bytes of JSON. The stdio transport drops any
+    /// line over four times this without reading it further
+    #[arg(long, env = "AGENT_AS_MODEL_MAX_REQUEST_BYTES", default_value_t = 16 * 1024 * 1024, value_parser = positive)]
     pub max_request_bytes: usize,
+    /// Largest JSON Schema accepted, in bytes
+    #[arg(long, env = "AGENT_AS_MODEL_MAX_SCHEMA_BYTES", default_value_t = 256 * 1024, value_parser = positive)]
+    pub max_schema_bytes: usize,
+    /// Deepest nesting accepted in a JSON Schema
+    #[arg(long, env = "AGENT_AS_MODEL_MAX_SCHEMA_DEPTH", default_value_t = 64, value_parser = positive)]
+    pub max_schema_depth: usize,
 }
 
 impl Default for Limits {
@@ -25,6 +44,29 @@ impl Default for Limits {
             max_media_bytes: 20 * 1024 * 1024,
             max_tools: 128,
             max_request_bytes: 16 * 1024 * 1024,
+            max_schema_bytes: 256 * 1024,
+            max_schema_depth: 64,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Probe {
+        #[command(flatten)]
+        limits: Limits,
+    }
+
+    #[test]
+    fn the_command_line_defaults_are_the_defaults() {
+        let probe = Probe::try_parse_from(["x"]).unwrap();
+        assert_eq!(probe.limits, Limits::default());
+        assert!(Probe::try_parse_from(["x", "--max-tools", "0"]).is_err());
+        let p = Probe::try_parse_from(["x", "--max-tools", "3"]).unwrap();
+        assert_eq!(p.limits.max_tools, 3);
     }
 }

@@ -1,12 +1,15 @@
-//! The MCP handler: lists the tools and routes each `tools/call` through the pipeline. It holds
-//! no per-connection state; everything a call needs arrives with the call.
+//! The MCP handler: lists the tools and routes each `tools/call` to its shape in the registry,
+//! then to the backend, then back to the shape to render. It holds no per-connection state;
+//! everything a call needs arrives with the call.
 
-use crate::completion::Block;
+use crate::backends::sampling::{self, Host, Outcome, Retry, Settings};
+use crate::call::{Block, Call, Reply};
 use crate::contract::cursor;
-use crate::error::CallError;
-use crate::fulfil::{self, Fulfilled, Outcome, Retry, Settings};
+use crate::error::{CallError, StartError, clip};
+use crate::fulfil::Fulfilled;
+use crate::limits::Limits;
 use crate::pyjson::{self, Style};
-use crate::shapes::{self, Call, ToolKind, anthropic, openai_chat, responses};
+use crate::shapes::{self, Shape};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
@@ -16,20 +19,30 @@ use rmcp::{ErrorData, ServerHandler};
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
 
-use crate::shapes::params::TOOLS_JSON;
-
 #[derive(Clone)]
 pub struct Server {
     settings: Arc<Settings>,
+    limits: Arc<Limits>,
     tools: Arc<Vec<Tool>>,
 }
 
+fn definition(name: &str, text: &str) -> Result<Tool, StartError> {
+    serde_json::from_str(text).map_err(|e| StartError::Definition {
+        tool: name.to_owned(),
+        problem: e.to_string(),
+    })
+}
+
 impl Server {
-    pub fn new(settings: Settings) -> Result<Self, String> {
-        let tools: Vec<Tool> = serde_json::from_str(TOOLS_JSON)
-            .map_err(|e| format!("built-in tool definitions do not parse: {e}"))?;
+    pub fn new(settings: Settings, limits: Limits) -> Result<Self, StartError> {
+        let mut tools = Vec::with_capacity(shapes::REGISTRY.len() + 1);
+        for shape in shapes::REGISTRY {
+            tools.push(definition(shape.name(), shape.definition())?);
+        }
+        tools.push(definition("list_models", shapes::LIST_MODELS)?);
         Ok(Server {
             settings: Arc::new(settings),
+            limits: Arc::new(limits),
             tools: Arc::new(tools),
         })
     }
@@ -40,27 +53,27 @@ impl Server {
 
     async fn complete(
         &self,
-        kind: ToolKind,
+        shape: &'static dyn Shape,
         request: CallToolRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let arguments = request.arguments.unwrap_or_default();
-        let host = fulfil::Host::of(&ctx);
+        let host = Host::of(&ctx);
         let result = async {
-            check_size(&arguments, self.settings.limits.max_request_bytes)?;
-            let call = kind.parse(&arguments, &self.settings.limits)?;
+            check_size(&arguments, self.limits.max_request_bytes)?;
+            let call = shapes::parse(shape, &arguments, &self.limits)?;
             let retry = Retry {
                 arguments: &arguments,
                 request_state: request.request_state.as_deref(),
                 input_responses: request.input_responses.as_ref(),
             };
-            match fulfil::run(&call, &host, retry, &ctx, &self.settings).await? {
+            match sampling::run(&call, &host, retry, &ctx, &self.settings).await? {
                 Outcome::Ask(ask) => Ok(CallToolResponse::InputRequired(ask)),
-                Outcome::Done(done) => render(&call, done).map(CallToolResponse::Complete),
+                Outcome::Done(done) => finish(shape, &call, done).map(CallToolResponse::Complete),
             }
         }
         .await;
-        result.or_else(|e| edge(kind.name(), e))
+        result.or_else(|e| edge(shape.name(), e))
     }
 }
 
@@ -91,24 +104,16 @@ fn check_size(arguments: &Map<String, Value>, max: usize) -> Result<(), CallErro
 /// Turns a call error into what the client sees: JSON-RPC errors for protocol faults, an
 /// `isError` result (readable by the calling agent) for everything else.
 fn edge(tool: &str, e: CallError) -> Result<CallToolResponse, ErrorData> {
-    tracing::debug!(tool, kind = error_kind(&e), "call failed");
+    tracing::debug!(tool, kind = e.kind(), "call failed");
     match e {
         CallError::Protocol(err) => Err(err),
         other => Ok(CallToolResult::error(vec![ContentBlock::text(other.to_string())]).into()),
     }
 }
 
-fn error_kind(e: &CallError) -> &'static str {
-    match e {
-        CallError::Invalid(_) => "invalid arguments",
-        CallError::Host(_) => "host failure",
-        CallError::Rejected(_) => "completion rejected",
-        CallError::Protocol(_) => "protocol error",
-    }
-}
-
-/// Final contract checks on the answer (persona output, cursor) and the shape's rendering.
-fn render(call: &Call, done: Fulfilled) -> Result<CallToolResult, CallError> {
+/// Final contract checks on the answer (persona output, cursor), the shape's rendering, and
+/// what every result reports (warnings, how tools and structured output were obtained, media).
+fn finish(shape: &dyn Shape, call: &Call, done: Fulfilled) -> Result<CallToolResult, CallError> {
     let completion = done.answer.completion_text();
     if let Some(p) = &call.persona {
         p.check_output(&completion)?;
@@ -116,12 +121,12 @@ fn render(call: &Call, done: Fulfilled) -> Result<CallToolResult, CallError> {
     let minted = call.chain.is_on().then(|| {
         cursor::mint(
             &call.request.model,
-            call.kind.name(),
+            call.tool,
             &call.transcript,
             &completion,
         )
     });
-    let out = shapes::Reply {
+    let reply = Reply {
         call,
         answer: &done.answer,
         completion: &completion,
@@ -129,39 +134,8 @@ fn render(call: &Call, done: Fulfilled) -> Result<CallToolResult, CallError> {
         host_model: &done.host_model,
         cursor: minted.as_deref(),
     };
-    let (text, mut structured) = match call.kind {
-        ToolKind::ResponsesCreate => {
-            let id = minted.clone().unwrap_or_else(responses::new_response_id);
-            let object = responses::response_object(&done.answer, &call.request.model, id);
-            let text = responses::render(&object);
-            let mut map = match object {
-                Value::Object(m) => m,
-                _ => Map::new(),
-            };
-            map.extend(responses::status_fields(&out));
-            (text, map)
-        }
-        _ => shapes::render_text(&completion, minted.as_deref()),
-    };
-    match call.kind {
-        ToolKind::ChatComplete => {
-            structured.insert(
-                "chat_completion".into(),
-                openai_chat::completion_object(&out),
-            );
-        }
-        ToolKind::MessagesCreate => {
-            structured.insert("message".into(), anthropic::message_object(&out));
-        }
-        ToolKind::Generate => {
-            structured.insert(
-                "finish_reason".into(),
-                json!(openai_chat::finish_reason(&done.finish)),
-            );
-            structured.insert("host_model".into(), json!(done.host_model));
-        }
-        ToolKind::ResponsesCreate => {}
-    }
+    let rendered = shape.render(&reply);
+    let mut structured = rendered.structured;
     let mut warnings = call.warnings.clone();
     warnings.extend(done.strategy.warnings());
     if let Some(via) = done.strategy.tools_via() {
@@ -176,24 +150,25 @@ fn render(call: &Call, done: Fulfilled) -> Result<CallToolResult, CallError> {
             json!({"via": via, "attempts": done.attempts}),
         );
     }
-    tracing::debug!(
-        tool = call.kind.name(),
-        attempts = done.attempts,
-        "call completed"
-    );
-    let mut content = vec![ContentBlock::text(text)];
-    content.extend(done.media.iter().filter_map(|b| match b {
-        Block::Image { data, mime } => Some(ContentBlock::image(data.clone(), mime.clone())),
-        Block::Audio { data, mime } => Some(ContentBlock::audio(data.clone(), mime.clone())),
-        _ => None,
-    }));
+    tracing::debug!(tool = call.tool, attempts = done.attempts, "call completed");
+    let mut content = vec![ContentBlock::text(rendered.text)];
+    content.extend(done.media.into_iter().filter_map(media_content));
     let mut result = CallToolResult::success(content);
     result.structured_content = Some(Value::Object(structured));
     Ok(result)
 }
 
+/// An image or audio block of the answer as MCP content.
+fn media_content(block: Block) -> Option<ContentBlock> {
+    match block {
+        Block::Image { data, mime } => Some(ContentBlock::image(data, mime)),
+        Block::Audio { data, mime } => Some(ContentBlock::audio(data, mime)),
+        _ => None,
+    }
+}
+
 /// `list_models`: the one model this server offers, and what the server knows of the host.
-fn list_models(host: &fulfil::Host) -> CallToolResult {
+fn list_models(host: &Host) -> CallToolResult {
     let models = json!([{
         "id": shapes::DEFAULT_MODEL,
         "owned_by": "host-agent",
@@ -216,8 +191,8 @@ impl ServerHandler for Server {
             ))
             .with_instructions(
                 "Model-shaped tools (chat_complete, messages_create, responses_create, \
-                 generate) answered by this host's own model through MCP sampling: no API key. \
-                 The host must support sampling.",
+                 generate, generate_content) answered by this host's own model through MCP \
+                 sampling: no API key. The host must support sampling.",
             )
     }
 
@@ -235,18 +210,21 @@ impl ServerHandler for Server {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         if request.name == "list_models" {
-            return Ok(list_models(&fulfil::Host::of(&ctx)).into());
+            return Ok(list_models(&Host::of(&ctx)).into());
         }
-        match ToolKind::from_name(&request.name) {
-            Some(kind) => self.complete(kind, request, ctx).await,
-            None => Err(ErrorData::invalid_params(
-                format!(
-                    "unknown tool {:?}: this server has chat_complete, messages_create, \
-                     responses_create, generate and list_models",
-                    request.name
-                ),
-                None,
-            )),
+        match shapes::find(&request.name) {
+            Some(shape) => self.complete(shape, request, ctx).await,
+            None => {
+                let names: Vec<&str> = self.tools.iter().map(|t| t.name.as_ref()).collect();
+                Err(ErrorData::invalid_params(
+                    format!(
+                        "unknown tool {:?}: this server has {}",
+                        clip(&request.name),
+                        names.join(", ")
+                    ),
+                    None,
+                ))
+            }
         }
     }
 }

@@ -6,7 +6,7 @@
 //! by the original verify here and the other way round. The server stores nothing: the caller
 //! sends the history back and the server recomputes.
 
-use crate::completion::Block;
+use crate::call::Block;
 use crate::error::{CallError, CallResult};
 use crate::pyjson::{self, Style};
 use serde_json::{Value, json};

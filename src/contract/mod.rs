@@ -1,7 +1,6 @@
-//! The contract around a completion: schemas, personas, cursors, and what counts as a valid
-//! answer. Everything here is pure and runs before anything is sent or after the host answers.
+//! The contract around a completion: schemas, personas and cursors. Everything here is pure and
+//! runs before anything is sent or after the answer is in.
 
 pub mod cursor;
-pub mod output;
 pub mod persona;
 pub mod schema;

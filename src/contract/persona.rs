@@ -7,6 +7,7 @@
 use super::schema::{self, Schema};
 use crate::args::{Obj, as_object};
 use crate::error::{CallError, CallResult};
+use crate::limits::Limits;
 use serde_json::{Map, Value};
 use std::sync::Arc;
 
@@ -19,19 +20,22 @@ pub struct Persona {
 
 impl Persona {
     /// Reads and validates the `persona` argument, if any.
-    pub fn parse(args: &Obj<'_>) -> CallResult<Option<Persona>> {
+    pub fn parse(args: &Obj<'_>, limits: &Limits) -> CallResult<Option<Persona>> {
         let Some(value) = args.get("persona") else {
             return Ok(None);
         };
-        let map = as_object(value, "persona")?;
-        let obj = Obj::new(map, "persona");
+        let path = args.path("persona");
+        let obj = Obj::new(as_object(value, &path)?, path.as_str());
         let name = obj.required_str("name")?;
         if name.trim().is_empty() {
-            return Err(CallError::at("persona.name", "must be a non-empty string"));
+            return Err(CallError::at(
+                &obj.path("name"),
+                "must be a non-empty string",
+            ));
         }
         let compile = |key: &str| -> CallResult<Option<Arc<Schema>>> {
             obj.get(key)
-                .map(|s| schema::compile(s, &obj.path(key)))
+                .map(|s| schema::compile(s, &obj.path(key), limits))
                 .transpose()
         };
         Ok(Some(Persona {
@@ -86,7 +90,7 @@ mod tests {
 
     fn persona(v: Value) -> CallResult<Option<Persona>> {
         let args = json!({ "persona": v });
-        Persona::parse(&Obj::root(args.as_object().unwrap()))
+        Persona::parse(&Obj::root(args.as_object().unwrap()), &Limits::default())
     }
 
     #[test]

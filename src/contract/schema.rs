@@ -7,26 +7,13 @@
 //! call pays for compilation once.
 
 use crate::error::{CallError, CallResult};
+use crate::limits::Limits;
 use jsonschema::{PatternOptions, Validator};
-use serde_json::Value;
+use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
-/// Largest schema accepted by default, in bytes of canonical JSON.
-pub const MAX_SCHEMA_BYTES: usize = 256 * 1024;
-/// Deepest nesting of objects and arrays accepted in a schema by default.
-pub const MAX_SCHEMA_DEPTH: usize = 64;
-
-static SCHEMA_BYTES: AtomicUsize = AtomicUsize::new(MAX_SCHEMA_BYTES);
-static SCHEMA_DEPTH: AtomicUsize = AtomicUsize::new(MAX_SCHEMA_DEPTH);
-
-/// Sets the schema limits for the process (from the command line, at startup).
-pub fn set_limits(max_bytes: usize, max_depth: usize) {
-    SCHEMA_BYTES.store(max_bytes, Ordering::Relaxed);
-    SCHEMA_DEPTH.store(max_depth, Ordering::Relaxed);
-}
 /// Compiled validators kept across calls.
 const CACHE_CAPACITY: usize = 256;
 
@@ -37,23 +24,42 @@ pub struct Schema {
     validator: Validator,
 }
 
+/// The first place a value breaks a schema.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("at {pointer}: {message}")]
+pub struct Violation {
+    /// JSON pointer into the value (`/` for the root).
+    pub pointer: String,
+    pub message: String,
+}
+
 impl Schema {
     pub fn raw(&self) -> &Value {
         &self.raw
     }
 
-    /// `Err` carries the first violation as `at <JSON pointer>: <message>`.
-    pub fn check(&self, instance: &Value) -> Result<(), String> {
+    /// The schema as an object (it always is one: roots must be `"type": "object"`).
+    pub fn object(&self) -> &Map<String, Value> {
+        static EMPTY: OnceLock<Map<String, Value>> = OnceLock::new();
+        self.raw
+            .as_object()
+            .unwrap_or_else(|| EMPTY.get_or_init(Map::new))
+    }
+
+    /// The first violation, if any.
+    pub fn check(&self, instance: &Value) -> Result<(), Violation> {
         match self.validator.iter_errors(instance).next() {
             None => Ok(()),
             Some(e) => {
                 let pointer = e.instance_path().to_string();
-                let at = if pointer.is_empty() {
-                    "/".to_owned()
-                } else {
-                    pointer
-                };
-                Err(format!("at {at}: {e}"))
+                Err(Violation {
+                    pointer: if pointer.is_empty() {
+                        "/".to_owned()
+                    } else {
+                        pointer
+                    },
+                    message: e.to_string(),
+                })
             }
         }
     }
@@ -68,15 +74,14 @@ fn depth(v: &Value) -> usize {
 }
 
 fn cache() -> &'static Mutex<HashMap<[u8; 32], Arc<Schema>>> {
-    static CACHE: std::sync::OnceLock<Mutex<HashMap<[u8; 32], Arc<Schema>>>> =
-        std::sync::OnceLock::new();
+    static CACHE: OnceLock<Mutex<HashMap<[u8; 32], Arc<Schema>>>> = OnceLock::new();
     CACHE.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
 /// Compiles the schema at `path` (an argument path such as `output_schema` or
 /// `tools[0].input_schema`), which must be a valid Draft 2020-12 schema whose root `type` is
 /// `"object"`.
-pub fn compile(schema: &Value, path: &str) -> CallResult<Arc<Schema>> {
+pub fn compile(schema: &Value, path: &str, limits: &Limits) -> CallResult<Arc<Schema>> {
     let Some(map) = schema.as_object() else {
         return Err(CallError::expected(path, "a JSON Schema object", schema));
     };
@@ -90,7 +95,7 @@ pub fn compile(schema: &Value, path: &str) -> CallResult<Arc<Schema>> {
             ),
         ));
     }
-    let max_depth = SCHEMA_DEPTH.load(Ordering::Relaxed);
+    let max_depth = limits.max_schema_depth;
     if depth(schema) > max_depth {
         return Err(CallError::at(
             path,
@@ -101,7 +106,7 @@ pub fn compile(schema: &Value, path: &str) -> CallResult<Arc<Schema>> {
     }
     // serde_json's writer is fast; the key only needs to be stable for the same text.
     let text = serde_json::to_vec(schema).unwrap_or_default();
-    let max_bytes = SCHEMA_BYTES.load(Ordering::Relaxed);
+    let max_bytes = limits.max_schema_bytes;
     if text.len() > max_bytes {
         return Err(CallError::at(
             path,
@@ -150,7 +155,12 @@ mod tests {
 
     #[test]
     fn rejects_non_object_roots_and_invalid_schemas() {
-        let e = compile(&json!({"type": "array"}), "output_schema").unwrap_err();
+        let e = compile(
+            &json!({"type": "array"}),
+            "output_schema",
+            &Limits::default(),
+        )
+        .unwrap_err();
         assert!(
             e.to_string()
                 .contains("`output_schema`: the schema's root \"type\" must be \"object\"")
@@ -158,11 +168,12 @@ mod tests {
         let e = compile(
             &json!({"type": "object", "properties": {"a": {"type": 5}}}),
             "output_schema",
+            &Limits::default(),
         )
         .unwrap_err()
         .to_string();
         assert!(e.contains("not a valid Draft 2020-12 JSON Schema"), "{e}");
-        let e = compile(&json!("x"), "tools[0].input_schema")
+        let e = compile(&json!("x"), "tools[0].input_schema", &Limits::default())
             .unwrap_err()
             .to_string();
         assert!(
@@ -173,15 +184,12 @@ mod tests {
 
     #[test]
     fn violations_name_the_json_pointer() {
-        let s = compile(
-            &json!({"type": "object", "properties": {"a": {"type": "array", "items": {"type": "integer"}}}, "required": ["a"]}),
-            "output_schema",
-        )
+        let s = compile(&json!({"type": "object", "properties": {"a": {"type": "array", "items": {"type": "integer"}}}, "required": ["a"]}), "output_schema", &Limits::default())
         .unwrap();
         assert!(s.check(&json!({"a": [1, 2]})).is_ok());
-        let e = s.check(&json!({"a": [1, "x"]})).unwrap_err();
+        let e = s.check(&json!({"a": [1, "x"]})).unwrap_err().to_string();
         assert!(e.starts_with("at /a/1:"), "{e}");
-        let e = s.check(&json!({})).unwrap_err();
+        let e = s.check(&json!({})).unwrap_err().to_string();
         assert!(e.starts_with("at /:") && e.contains("\"a\""), "{e}");
     }
 
@@ -191,21 +199,24 @@ mod tests {
         let e = compile(
             &json!({"type": "object", "properties": {"a": {"type": "string", "pattern": "(a)\\1"}}}),
             "output_schema",
+            &Limits::default(),
         );
         assert!(e.is_err());
         let mut deep = json!({"type": "object"});
         for _ in 0..70 {
             deep = json!({"type": "object", "properties": {"x": deep}});
         }
-        let e = compile(&deep, "output_schema").unwrap_err().to_string();
+        let e = compile(&deep, "output_schema", &Limits::default())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("nests deeper"), "{e}");
     }
 
     #[test]
     fn compiled_schemas_are_cached() {
         let schema = json!({"type": "object", "properties": {"cached": {"type": "string"}}});
-        let a = compile(&schema, "output_schema").unwrap();
-        let b = compile(&schema, "output_schema").unwrap();
+        let a = compile(&schema, "output_schema", &Limits::default()).unwrap();
+        let b = compile(&schema, "output_schema", &Limits::default()).unwrap();
         assert!(Arc::ptr_eq(&a, &b));
     }
 }

@@ -4,15 +4,50 @@
 //! blocks`; a list of text blocks becomes one text joined with `"\n"`. Blocks are `text`,
 //! `image` (base64 source), `tool_use` (assistant) and `tool_result` (user).
 
-use super::{
-    Answer, Call, Common, Msg, Parts, Reply, ToolKind, flatten_text, media, message_objects,
+use super::common::{
+    Common, Env, Format, Msg, Parts, Spelling, flatten_text, message_objects, render_text,
 };
+use super::{Rendered, Shape, media};
 use crate::args::{self, Obj, as_object, one_of};
-use crate::completion::{Block, Finish, Role};
+use crate::call::{Answer, Block, Call, Finish, Reply, Role};
 use crate::contract::cursor::Entry;
 use crate::error::{CallError, CallResult};
 use crate::limits::Limits;
 use serde_json::{Map, Value, json};
+
+/// The `messages_create` tool.
+pub struct MessagesCreate;
+
+const SPELLING: Spelling = Spelling {
+    tool: "messages_create",
+    list_key: "messages",
+    modes: true,
+    stop: Some("stop_sequences"),
+    max_tokens_alias: None,
+    format: Format::None,
+    metadata: &["top_p", "top_k", "metadata"],
+    verifies_cursors: true,
+};
+
+impl Shape for MessagesCreate {
+    fn name(&self) -> &'static str {
+        SPELLING.tool
+    }
+
+    fn definition(&self) -> &'static str {
+        include_str!("tools/messages_create.json")
+    }
+
+    fn parse(&self, o: &Obj<'_>, env: &Env<'_>) -> CallResult<Call> {
+        parse(o, env)
+    }
+
+    fn render(&self, reply: &Reply<'_>) -> Rendered {
+        let mut r = render_text(reply.completion, reply.cursor);
+        r.structured.insert("message".into(), message_object(reply));
+        r
+    }
+}
 
 const ROLES: [&str; 2] = ["user", "assistant"];
 const BLOCK_TYPES: [&str; 4] = ["text", "image", "tool_use", "tool_result"];
@@ -110,9 +145,10 @@ fn system_text(v: &Value, limits: &Limits) -> CallResult<String> {
     }
 }
 
-pub fn parse(o: &Obj<'_>, limits: &Limits) -> CallResult<Call> {
+fn parse(o: &Obj<'_>, env: &Env<'_>) -> CallResult<Call> {
+    let limits = env.limits;
     let messages = message_objects(o, "messages")?;
-    let common = Common::parse(o, ToolKind::MessagesCreate, limits)?;
+    let common = Common::read(o, &SPELLING, env)?;
     let system = o
         .get("system")
         .map(|s| system_text(s, limits))
@@ -125,9 +161,7 @@ pub fn parse(o: &Obj<'_>, limits: &Limits) -> CallResult<Call> {
     }
     for (index, (path, map)) in messages.iter().enumerate() {
         let m = Obj::new(map, path.as_str());
-        let role = m.opt_enum("role", &ROLES)?.ok_or_else(|| {
-            CallError::at(&m.path("role"), format!("is required: {}", one_of(&ROLES)))
-        })?;
+        let role = m.required_enum("role", &ROLES)?;
         let raw = m.required("content")?;
         let blocks = content(raw, &m.path("content"), limits, false)?;
         let r = if role == "user" {
@@ -153,19 +187,20 @@ pub fn parse(o: &Obj<'_>, limits: &Limits) -> CallResult<Call> {
             o.get("system").cloned().unwrap_or(Value::Null),
         );
     }
-    common.into_call(Parts {
-        kind: ToolKind::MessagesCreate,
+    let parts = Parts {
         list_key: "messages",
         system,
         messages: turns,
         transcript,
         view,
-    })
+        common_view: Some(true),
+    };
+    common.into_call(parts, limits)
 }
 
 /// The Anthropic message object for an answer.
 pub fn message_object(out: &Reply<'_>) -> Value {
-    let (input_tokens, output_tokens) = out.usage();
+    let usage = out.usage();
     let mut content = Vec::new();
     let (stop_reason, stop_sequence) = match out.finish {
         _ if matches!(out.answer, Answer::ToolCalls { .. }) => ("tool_use", None),
@@ -188,7 +223,7 @@ pub fn message_object(out: &Reply<'_>) -> Value {
         _ => content.push(json!({"type": "text", "text": out.completion})),
     }
     json!({
-        "id": out.cursor.map_or_else(|| format!("msg_{}", uuid::Uuid::new_v4().simple()), str::to_owned),
+        "id": out.response_id("msg_"),
         "type": "message",
         "role": "assistant",
         "content": content,
@@ -196,8 +231,8 @@ pub fn message_object(out: &Reply<'_>) -> Value {
         "stop_reason": stop_reason,
         "stop_sequence": stop_sequence,
         "usage": {
-            "input_tokens": input_tokens,
-            "output_tokens": output_tokens,
+            "input_tokens": usage.prompt,
+            "output_tokens": usage.completion,
             "estimated": true,
         },
     })
@@ -206,10 +241,10 @@ pub fn message_object(out: &Reply<'_>) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::completion::Turn;
+    use crate::call::Turn;
 
     fn call(v: Value) -> CallResult<Call> {
-        ToolKind::MessagesCreate.parse(v.as_object().unwrap(), &Limits::default())
+        crate::shapes::common::tests_support::parse(&MessagesCreate, v)
     }
 
     #[test]

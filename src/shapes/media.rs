@@ -1,7 +1,7 @@
 //! Images and audio in requests: inline base64 only. The server never fetches anything, so a
 //! remote URL is refused with an error that says how to inline it.
 
-use crate::completion::Block;
+use crate::call::Block;
 use crate::error::{CallError, CallResult};
 use crate::limits::Limits;
 use base64::Engine as _;

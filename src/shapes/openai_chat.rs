@@ -6,16 +6,58 @@
 //! URL, `input_audio`); assistant messages may carry `tool_calls`, and `tool` messages answer
 //! them by `tool_call_id`.
 
-use super::{
-    Answer, Call, Common, Msg, Parts, Reply, ToolKind, flatten_text, media, message_objects,
+use super::common::{
+    Common, Env, Format, Msg, Parts, Spelling, flatten_text, message_objects, render_text,
 };
-use crate::args::{self, Obj, as_object, one_of};
-use crate::completion::{Block, Finish, Role};
+use super::{Rendered, Shape, media};
+use crate::args::{self, Obj, as_object};
+use crate::call::{Answer, Block, Call, Finish, Reply, Role};
 use crate::contract::cursor::Entry;
 use crate::error::{CallError, CallResult};
 use crate::limits::Limits;
-use crate::pyjson::{self, Style};
 use serde_json::{Map, Value, json};
+
+/// The `chat_complete` tool.
+pub struct ChatComplete;
+
+const SPELLING: Spelling = Spelling {
+    tool: "chat_complete",
+    list_key: "messages",
+    modes: true,
+    stop: Some("stop"),
+    max_tokens_alias: Some("max_completion_tokens"),
+    format: Format::ResponseFormat,
+    metadata: &[
+        "top_p",
+        "seed",
+        "user",
+        "metadata",
+        "frequency_penalty",
+        "presence_penalty",
+    ],
+    verifies_cursors: true,
+};
+
+impl Shape for ChatComplete {
+    fn name(&self) -> &'static str {
+        SPELLING.tool
+    }
+
+    fn definition(&self) -> &'static str {
+        include_str!("tools/chat_complete.json")
+    }
+
+    fn parse(&self, o: &Obj<'_>, env: &Env<'_>) -> CallResult<Call> {
+        parse(o, env)
+    }
+
+    fn render(&self, reply: &Reply<'_>) -> Rendered {
+        let mut r = render_text(reply.completion, reply.cursor);
+        r.structured
+            .insert("chat_completion".into(), completion_object(reply));
+        r
+    }
+}
 
 const ROLES: [&str; 5] = ["system", "user", "assistant", "tool", "developer"];
 const PART_TYPES: [&str; 3] = ["text", "image_url", "input_audio"];
@@ -37,13 +79,7 @@ fn content(v: &Value, path: &str, limits: &Limits) -> CallResult<Vec<Block>> {
     for (i, part) in parts.iter().enumerate() {
         let p = args::index(path, i);
         let part = Obj::new(as_object(part, &p)?, p.as_str());
-        let ty = part.opt_enum("type", &PART_TYPES)?.ok_or_else(|| {
-            CallError::at(
-                &part.path("type"),
-                format!("is required: {}", one_of(&PART_TYPES)),
-            )
-        })?;
-        blocks.push(match ty {
+        blocks.push(match part.required_enum("type", &PART_TYPES)? {
             "text" => Block::Text(part.required_str("text")?.to_owned()),
             "image_url" => {
                 let url_path = part.path("image_url");
@@ -94,16 +130,7 @@ fn tool_calls(list: &[Value], path: &str) -> CallResult<Vec<Block>> {
                 as_object(call.required("function")?, &fpath)?,
                 fpath.as_str(),
             );
-            let arguments = function.required_str("arguments")?;
-            let input = match serde_json::from_str::<Value>(arguments) {
-                Ok(Value::Object(m)) => m,
-                _ => {
-                    return Err(CallError::at(
-                        &function.path("arguments"),
-                        "expected a JSON object encoded as a string",
-                    ));
-                }
-            };
+            let input = args::json_object_string(&function, "arguments")?;
             Ok(Block::ToolUse {
                 id: call.required_str("id")?.to_owned(),
                 name: function.required_str("name")?.to_owned(),
@@ -113,72 +140,20 @@ fn tool_calls(list: &[Value], path: &str) -> CallResult<Vec<Block>> {
         .collect()
 }
 
-pub fn parse(o: &Obj<'_>, limits: &Limits) -> CallResult<Call> {
+fn parse(o: &Obj<'_>, env: &Env<'_>) -> CallResult<Call> {
     let messages = message_objects(o, "messages")?;
-    let common = Common::parse(o, ToolKind::ChatComplete, limits)?;
+    let common = Common::read(o, &SPELLING, env)?;
     let mut system = Vec::new();
     let mut turns = Vec::new();
     let mut transcript = Vec::with_capacity(messages.len());
     let mut plain = Vec::with_capacity(messages.len());
     for (index, (path, map)) in messages.iter().enumerate() {
         let m = Obj::new(map, path.as_str());
-        let role = m.opt_enum("role", &ROLES)?.ok_or_else(|| {
-            CallError::at(&m.path("role"), format!("is required: {}", one_of(&ROLES)))
-        })?;
-        let content_path = m.path("content");
-        let mut blocks = match (role, m.get("content")) {
-            ("assistant", None) => Vec::new(),
-            (_, Some(v)) => content(v, &content_path, limits)?,
-            (_, None) => return Err(CallError::at(&content_path, "is required but missing")),
-        };
-        let mut entry_role = role;
-        let turn_role = match role {
-            "system" | "developer" => {
-                let text = match blocks.as_slice() {
-                    [Block::Text(t)] => t.clone(),
-                    _ => {
-                        return Err(CallError::at(
-                            &content_path,
-                            "system messages take text only",
-                        ));
-                    }
-                };
-                system.push(text);
-                None
-            }
-            "user" => Some(Role::User),
-            "assistant" => {
-                if let Some(calls) = m.opt_array("tool_calls")? {
-                    blocks.retain(|b| !matches!(b, Block::Text(t) if t.is_empty()));
-                    blocks.extend(tool_calls(calls, &m.path("tool_calls"))?);
-                }
-                if blocks.is_empty() {
-                    return Err(CallError::at(
-                        path,
-                        "an assistant message needs content or tool_calls",
-                    ));
-                }
-                Some(Role::Assistant)
-            }
-            _ => {
-                entry_role = "tool";
-                blocks = vec![Block::ToolResult {
-                    id: m.required_str("tool_call_id")?.to_owned(),
-                    content: blocks,
-                    is_error: false,
-                }];
-                Some(Role::User)
-            }
-        };
+        let role = m.required_enum("role", &ROLES)?;
+        let (entry_role, turn_role, blocks) = message(&m, role, &mut system, env.limits)?;
         transcript.push(Entry::from_blocks(entry_role, &blocks));
         if common.persona.is_some() {
-            let mut item = json!({"role": role, "content": map.get("content").cloned().unwrap_or(Value::Null)});
-            for extra in ["tool_calls", "tool_call_id"] {
-                if let (Some(v), Some(obj)) = (map.get(extra), item.as_object_mut()) {
-                    obj.insert(extra.into(), v.clone());
-                }
-            }
-            plain.push(item);
+            plain.push(plain_message(map, role));
         }
         if let Some(role) = turn_role {
             turns.push(Msg {
@@ -192,14 +167,81 @@ pub fn parse(o: &Obj<'_>, limits: &Limits) -> CallResult<Call> {
     if common.persona.is_some() {
         view.insert("messages".into(), Value::Array(plain));
     }
-    common.into_call(Parts {
-        kind: ToolKind::ChatComplete,
+    let parts = Parts {
         list_key: "messages",
         system: (!system.is_empty()).then(|| system.join("\n\n")),
         messages: turns,
         transcript,
         view,
-    })
+        common_view: Some(true),
+    };
+    common.into_call(parts, env.limits)
+}
+
+/// One message: its transcript role, its turn role (`None` for system text, which is pushed
+/// onto `system`) and its blocks.
+fn message(
+    m: &Obj<'_>,
+    role: &'static str,
+    system: &mut Vec<String>,
+    limits: &Limits,
+) -> CallResult<(&'static str, Option<Role>, Vec<Block>)> {
+    let content_path = m.path("content");
+    let mut blocks = match (role, m.get("content")) {
+        ("assistant", None) => Vec::new(),
+        (_, Some(v)) => content(v, &content_path, limits)?,
+        (_, None) => return Err(CallError::at(&content_path, "is required but missing")),
+    };
+    match role {
+        "system" | "developer" => match blocks.as_slice() {
+            [Block::Text(t)] => {
+                system.push(t.clone());
+                Ok((role, None, blocks))
+            }
+            _ => Err(CallError::at(
+                &content_path,
+                "system messages take text only",
+            )),
+        },
+        "user" => Ok((role, Some(Role::User), blocks)),
+        "assistant" => {
+            if let Some(calls) = m.opt_array("tool_calls")? {
+                blocks.retain(|b| !matches!(b, Block::Text(t) if t.is_empty()));
+                blocks.extend(tool_calls(calls, &m.path("tool_calls"))?);
+            }
+            if blocks.is_empty() {
+                return Err(CallError::at(
+                    m.here(),
+                    "an assistant message needs content or tool_calls",
+                ));
+            }
+            Ok((role, Some(Role::Assistant), blocks))
+        }
+        _ => {
+            let result = Block::ToolResult {
+                id: m.required_str("tool_call_id")?.to_owned(),
+                content: blocks,
+                is_error: false,
+            };
+            Ok(("tool", Some(Role::User), vec![result]))
+        }
+    }
+}
+
+/// The message as a persona's `input_schema` sees it.
+fn plain_message(map: &Map<String, Value>, role: &str) -> Value {
+    let mut item = Map::new();
+    item.insert("role".into(), json!(role));
+    item.insert(
+        "content".into(),
+        map.get("content").cloned().unwrap_or(Value::Null),
+    );
+    for extra in ["tool_calls", "tool_call_id"] {
+        if let Some(v) = map.get(extra) {
+            item.insert(extra.into(), v.clone());
+        }
+    }
+    Value::Object(item)
 }
 
 /// The OpenAI `chat.completion` object for an answer.
@@ -211,7 +253,7 @@ pub fn completion_object(out: &Reply<'_>) -> Value {
                 .map(|c| {
                     json!({"id": c.id, "type": "function", "function": {
                         "name": c.name,
-                        "arguments": pyjson::dumps(&Value::Object(c.input.clone()), Style::SORTED),
+                        "arguments": c.arguments_json(),
                     }})
                 })
                 .collect();
@@ -228,26 +270,26 @@ pub fn completion_object(out: &Reply<'_>) -> Value {
     if let (Some(calls), Some(m)) = (tool_calls, message.as_object_mut()) {
         m.insert("tool_calls".into(), Value::Array(calls));
     }
-    let (prompt_tokens, completion_tokens) = out.usage();
+    let usage = out.usage();
     let created = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     json!({
-        "id": out.cursor.map_or_else(|| format!("chatcmpl-{}", uuid::Uuid::new_v4().simple()), str::to_owned),
+        "id": out.response_id("chatcmpl-"),
         "object": "chat.completion",
         "created": created,
         "model": out.host_model,
         "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
         "usage": {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
+            "prompt_tokens": usage.prompt,
+            "completion_tokens": usage.completion,
+            "total_tokens": usage.total(),
             "estimated": true,
         },
     })
 }
 
-/// OpenAI's `finish_reason` for `generate`, which has no object of its own.
+/// OpenAI's `finish_reason` (also `generate`'s, which has no object of its own).
 pub fn finish_reason(finish: &Finish) -> &'static str {
     match finish {
         Finish::MaxTokens => "length",
@@ -259,11 +301,10 @@ pub fn finish_reason(finish: &Finish) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::completion::Turn;
-    use crate::shapes::Mode;
+    use crate::call::{Mode, Turn};
 
-    fn call(v: Value) -> CallResult<Call> {
-        ToolKind::ChatComplete.parse(v.as_object().unwrap(), &Limits::default())
+    pub fn call(v: Value) -> CallResult<Call> {
+        crate::shapes::common::tests_support::parse(&ChatComplete, v)
     }
 
     #[test]
@@ -392,10 +433,10 @@ mod tests {
 #[cfg(test)]
 mod format_tests {
     use super::*;
-    use crate::shapes::Mode;
+    use crate::call::Mode;
 
     fn call(v: Value) -> CallResult<Call> {
-        ToolKind::ChatComplete.parse(v.as_object().unwrap(), &Limits::default())
+        tests::call(v)
     }
 
     #[test]

@@ -3,32 +3,10 @@
 //! error (what sampling cannot do at all), or reported in `warnings` (no sampling equivalent, or
 //! an argument nobody knows). The original ignored unknown arguments silently.
 
-use super::ToolKind;
 use crate::args::Obj;
 use crate::error::{CallError, CallResult};
 use serde_json::{Map, Value};
 use std::collections::HashSet;
-use std::sync::OnceLock;
-
-/// The tool definitions: names, descriptions, input and output schemas.
-pub const TOOLS_JSON: &str = include_str!("../tools.json");
-
-/// Parameters forwarded in the sampling request's `metadata` (hosts may ignore them).
-fn metadata_keys(kind: ToolKind) -> &'static [&'static str] {
-    match kind {
-        ToolKind::ChatComplete => &[
-            "top_p",
-            "seed",
-            "user",
-            "metadata",
-            "frequency_penalty",
-            "presence_penalty",
-        ],
-        ToolKind::MessagesCreate => &["top_p", "top_k", "metadata"],
-        ToolKind::ResponsesCreate => &["top_p", "user", "metadata"],
-        ToolKind::Generate => &["top_p", "seed", "user", "metadata"],
-    }
-}
 
 /// Parameters accepted for compatibility that have no equivalent in sampling.
 const NO_EQUIVALENT: [&str; 11] = [
@@ -45,25 +23,14 @@ const NO_EQUIVALENT: [&str; 11] = [
     "stream_options",
 ];
 
-/// The argument names a tool declares in its input schema.
-pub fn known_arguments(kind: ToolKind) -> &'static HashSet<String> {
-    static KNOWN: OnceLock<Vec<(String, HashSet<String>)>> = OnceLock::new();
-    static EMPTY: OnceLock<HashSet<String>> = OnceLock::new();
-    let all = KNOWN.get_or_init(|| {
-        let tools: Vec<Value> = serde_json::from_str(TOOLS_JSON).unwrap_or_default();
-        tools
-            .iter()
-            .filter_map(|t| {
-                let name = t.get("name")?.as_str()?.to_owned();
-                let props = t.get("inputSchema")?.get("properties")?.as_object()?;
-                Some((name, props.keys().cloned().collect()))
-            })
-            .collect()
-    });
-    all.iter()
-        .find(|(name, _)| name == kind.name())
-        .map(|(_, k)| k)
-        .unwrap_or_else(|| EMPTY.get_or_init(HashSet::new))
+/// The argument names a tool definition declares in its input schema.
+pub fn declared_arguments(definition: &Value) -> HashSet<String> {
+    definition
+        .get("inputSchema")
+        .and_then(|s| s.get("properties"))
+        .and_then(Value::as_object)
+        .map(|props| props.keys().cloned().collect())
+        .unwrap_or_default()
 }
 
 /// What the parameters contribute to a call.
@@ -74,7 +41,9 @@ pub struct Extras {
     pub warnings: Vec<String>,
 }
 
-pub fn handle(o: &Obj<'_>, kind: ToolKind) -> CallResult<Extras> {
+/// Reads the parameters every OpenAI- and Anthropic-shaped tool may carry: `metadata_keys` are
+/// forwarded, arguments outside `known` are reported.
+pub fn handle(o: &Obj<'_>, metadata_keys: &[&str], known: &HashSet<String>) -> CallResult<Extras> {
     let mut extras = Extras::default();
     if let Some(n) = o.get("n")
         && n.as_u64() != Some(1)
@@ -116,43 +85,59 @@ pub fn handle(o: &Obj<'_>, kind: ToolKind) -> CallResult<Extras> {
         ),
         Some(other) => return Err(CallError::expected("stream", "a boolean", other)),
     }
-    for key in metadata_keys(kind) {
+    for key in metadata_keys {
         if let Some(v) = o.get(key) {
             extras.metadata.insert((*key).to_owned(), v.clone());
         }
     }
-    let known = known_arguments(kind);
+    extras.warnings.extend(unknown_arguments(o, known));
+    Ok(extras)
+}
+
+/// Warnings for the arguments outside `known`, and for known ones that have no equivalent.
+pub fn unknown_arguments(o: &Obj<'_>, known: &HashSet<String>) -> Vec<String> {
+    let mut warnings = Vec::new();
     let mut keys: Vec<&String> = o.map().keys().collect();
     keys.sort();
     for key in keys {
         if NO_EQUIVALENT.contains(&key.as_str()) && known.contains(key) {
             if o.get(key).is_some() && !(key == "stream_options" && o.get("stream").is_some()) {
-                extras.warnings.push(format!(
+                warnings.push(format!(
                     "`{key}` has no equivalent in MCP sampling and was ignored"
                 ));
             }
         } else if !known.contains(key) {
-            extras
-                .warnings
-                .push(format!("unknown argument `{key}` was ignored"));
+            warnings.push(format!(
+                "unknown argument `{}` was ignored",
+                crate::error::clip(key)
+            ));
         }
     }
-    Ok(extras)
+    warnings
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::shapes::{self, Shape};
     use serde_json::json;
 
-    fn run(kind: ToolKind, v: Value) -> CallResult<Extras> {
-        handle(&Obj::root(v.as_object().unwrap()), kind)
+    fn known(shape: &dyn Shape) -> HashSet<String> {
+        declared_arguments(&serde_json::from_str(shape.definition()).unwrap())
     }
+
+    fn run(keys: &[&str], shape: &dyn Shape, v: Value) -> CallResult<Extras> {
+        handle(&Obj::root(v.as_object().unwrap()), keys, &known(shape))
+    }
+
+    const CHAT_KEYS: [&str; 3] = ["top_p", "seed", "user"];
 
     #[test]
     fn each_parameter_has_an_outcome() {
+        let chat = &shapes::openai_chat::ChatComplete;
         let e = run(
-            ToolKind::ChatComplete,
+            &CHAT_KEYS,
+            chat,
             json!({"messages": [], "top_p": 0.9, "seed": 7, "user": "u",
             "stream": true, "parallel_tool_calls": false, "frobnicate": 1}),
         )
@@ -187,17 +172,18 @@ mod tests {
             (json!({"modalities": ["text", "audio"]}), "`modalities`"),
             (json!({"stream": "yes"}), "`stream`"),
         ] {
-            let err = run(ToolKind::ChatComplete, args).unwrap_err().to_string();
+            let err = run(&CHAT_KEYS, chat, args).unwrap_err().to_string();
             assert!(err.contains(field), "{err}");
         }
-        assert!(run(ToolKind::ChatComplete, json!({"n": 1, "logprobs": false})).is_ok());
+        assert!(run(&CHAT_KEYS, chat, json!({"n": 1, "logprobs": false})).is_ok());
     }
 
     #[test]
     fn known_arguments_come_from_the_declared_schemas() {
-        assert!(known_arguments(ToolKind::Generate).contains("prompt"));
-        assert!(!known_arguments(ToolKind::Generate).contains("messages"));
-        let e = run(ToolKind::Generate, json!({"prompt": "x", "tools": []})).unwrap();
+        let generate = &shapes::prompt::Generate;
+        assert!(known(generate).contains("prompt"));
+        assert!(!known(generate).contains("messages"));
+        let e = run(&[], generate, json!({"prompt": "x", "tools": []})).unwrap();
         assert_eq!(
             e.warnings,
             vec!["unknown argument `tools` was ignored".to_owned()]

@@ -1,53 +1,81 @@
 //! `generate`: a raw prompt sent as one user message, with no system prompt and no tools.
 
-use super::{Call, Common, Msg, Parts, ToolKind};
+use super::common::{Common, Env, Format, Msg, Parts, Spelling, render_text};
+use super::openai_chat::finish_reason;
+use super::{Rendered, Shape};
 use crate::args::Obj;
-use crate::completion::{Block, Role};
+use crate::call::{Block, Call, Reply, Role};
 use crate::contract::cursor::Entry;
 use crate::error::CallResult;
-use crate::limits::Limits;
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
-pub fn parse(o: &Obj<'_>, limits: &Limits) -> CallResult<Call> {
-    let prompt = o.required_str("prompt")?;
-    let common = Common::parse(o, ToolKind::Generate, limits)?;
-    let mut view = Map::new();
-    view.insert("prompt".into(), Value::String(prompt.to_owned()));
-    common.into_call(Parts {
-        kind: ToolKind::Generate,
-        list_key: "prompt",
-        system: None,
-        messages: vec![Msg {
-            index: 0,
-            role: Role::User,
-            blocks: vec![Block::Text(prompt.to_owned())],
-        }],
-        transcript: vec![Entry::new("user", prompt)],
-        view,
-    })
+/// The `generate` tool.
+pub struct Generate;
+
+const SPELLING: Spelling = Spelling {
+    tool: "generate",
+    list_key: "prompt",
+    modes: false,
+    stop: Some("stop"),
+    max_tokens_alias: None,
+    format: Format::None,
+    metadata: &["top_p", "seed", "user", "metadata"],
+    verifies_cursors: false,
+};
+
+impl Shape for Generate {
+    fn name(&self) -> &'static str {
+        SPELLING.tool
+    }
+
+    fn definition(&self) -> &'static str {
+        include_str!("tools/generate.json")
+    }
+
+    fn parse(&self, o: &Obj<'_>, env: &Env<'_>) -> CallResult<Call> {
+        let prompt = o.required_str("prompt")?;
+        let common = Common::read(o, &SPELLING, env)?;
+        let mut view = Map::new();
+        view.insert("prompt".into(), Value::String(prompt.to_owned()));
+        let parts = Parts {
+            list_key: "prompt",
+            system: None,
+            messages: vec![Msg {
+                index: 0,
+                role: Role::User,
+                blocks: vec![Block::Text(prompt.to_owned())],
+            }],
+            transcript: vec![Entry::new("user", prompt)],
+            view,
+            common_view: Some(false),
+        };
+        common.into_call(parts, env.limits)
+    }
+
+    fn render(&self, reply: &Reply<'_>) -> Rendered {
+        let mut r = render_text(reply.completion, reply.cursor);
+        r.structured
+            .insert("finish_reason".into(), json!(finish_reason(reply.finish)));
+        r.structured
+            .insert("host_model".into(), json!(reply.host_model));
+        r
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::completion::Turn;
-    use serde_json::json;
+    use crate::call::Turn;
+    use crate::shapes::common::tests_support::parse;
 
     #[test]
     fn prompt_is_one_user_turn_and_tools_are_ignored() {
         let args = json!({"prompt": "Once", "max_tokens": 10, "tools": "ignored"});
-        let c = ToolKind::Generate
-            .parse(args.as_object().unwrap(), &Limits::default())
-            .unwrap();
+        let c = parse(&Generate, args).unwrap();
         assert_eq!(c.request.turns, vec![Turn::text(Role::User, "Once")]);
         assert_eq!(c.request.system, None);
         assert_eq!(c.request.max_tokens, 10);
-        let e = ToolKind::Generate
-            .parse(
-                json!({"prompt": 1}).as_object().unwrap(),
-                &Limits::default(),
-            )
-            .unwrap_err();
+        let e = parse(&Generate, json!({"prompt": 1})).unwrap_err();
         assert!(
             e.to_string()
                 .contains("`prompt`: expected a string, got number 1")

@@ -7,14 +7,57 @@
 //! prompt; system and developer items follow it, joined with a blank line. The result is a
 //! Responses object.
 
-use super::{Answer, Call, Common, Msg, Parts, Reply, ToolKind, flatten_text, media};
-use crate::args::{self, Obj, as_object, non_empty_array, one_of};
-use crate::completion::{Block, Finish, Role};
+use super::common::{Common, Env, Format, Msg, Parts, Spelling, flatten_text};
+use super::{Rendered, Shape, media};
+use crate::args::{self, Obj, as_object, non_empty_array};
+use crate::call::{Answer, Block, Call, Finish, Reply, Role};
 use crate::contract::cursor::Entry;
 use crate::error::{CallError, CallResult};
 use crate::limits::Limits;
 use crate::pyjson::{self, Style};
 use serde_json::{Map, Value, json};
+
+/// The `responses_create` tool.
+pub struct ResponsesCreate;
+
+const SPELLING: Spelling = Spelling {
+    tool: "responses_create",
+    list_key: "input",
+    modes: true,
+    stop: None,
+    max_tokens_alias: Some("max_output_tokens"),
+    format: Format::TextFormat,
+    metadata: &["top_p", "user", "metadata"],
+    verifies_cursors: true,
+};
+
+impl Shape for ResponsesCreate {
+    fn name(&self) -> &'static str {
+        SPELLING.tool
+    }
+
+    fn definition(&self) -> &'static str {
+        include_str!("tools/responses_create.json")
+    }
+
+    fn parse(&self, o: &Obj<'_>, env: &Env<'_>) -> CallResult<Call> {
+        parse(o, env)
+    }
+
+    /// The Responses object as pretty JSON text; structuredContent is the same object with
+    /// status, the host's model and usage.
+    fn render(&self, reply: &Reply<'_>) -> Rendered {
+        let id = reply.response_id("resp_");
+        let object = response_object(reply.answer, &reply.call.request.model, id);
+        let text = render(&object);
+        let mut structured = match object {
+            Value::Object(m) => m,
+            _ => Map::new(),
+        };
+        structured.extend(status_fields(reply));
+        Rendered { text, structured }
+    }
+}
 
 const ROLES: [&str; 4] = ["user", "assistant", "system", "developer"];
 const PART_TYPES: [&str; 4] = ["input_text", "text", "output_text", "input_image"];
@@ -29,13 +72,7 @@ fn content(v: &Value, path: &str, limits: &Limits) -> CallResult<Vec<Block>> {
             for (i, part) in parts.iter().enumerate() {
                 let p = args::index(path, i);
                 let part = Obj::new(as_object(part, &p)?, p.as_str());
-                let ty = part.opt_enum("type", &PART_TYPES)?.ok_or_else(|| {
-                    CallError::at(
-                        &part.path("type"),
-                        format!("is required: {}", one_of(&PART_TYPES)),
-                    )
-                })?;
-                if ty == "input_image" {
+                if part.required_enum("type", &PART_TYPES)? == "input_image" {
                     let url = part.required_str("image_url")?;
                     blocks.push(media::image_url(url, &part.path("image_url"), limits)?);
                     continue;
@@ -61,9 +98,9 @@ fn content(v: &Value, path: &str, limits: &Limits) -> CallResult<Vec<Block>> {
     }
 }
 
-pub fn parse(o: &Obj<'_>, limits: &Limits) -> CallResult<Call> {
+fn parse(o: &Obj<'_>, env: &Env<'_>) -> CallResult<Call> {
     let input = o.required("input")?;
-    let common = Common::parse(o, ToolKind::ResponsesCreate, limits)?;
+    let common = Common::read(o, &SPELLING, env)?;
     let instructions = o.opt_str("instructions")?;
     let mut system: Vec<String> = instructions.iter().map(|s| s.to_string()).collect();
     let mut turns = Vec::new();
@@ -84,64 +121,7 @@ pub fn parse(o: &Obj<'_>, limits: &Limits) -> CallResult<Call> {
             for (index, item) in non_empty_array(input, "input")?.iter().enumerate() {
                 let path = args::index("input", index);
                 let item = Obj::new(as_object(item, &path)?, path.as_str());
-                let ty = item.opt_enum("type", &ITEM_TYPES)?.unwrap_or("message");
-                let (role, entry_role, blocks) = match ty {
-                    "function_call" => {
-                        let arguments = item.required_str("arguments")?;
-                        let Ok(Value::Object(input)) = serde_json::from_str::<Value>(arguments)
-                        else {
-                            return Err(CallError::at(
-                                &item.path("arguments"),
-                                "expected a JSON object encoded as a string",
-                            ));
-                        };
-                        let block = Block::ToolUse {
-                            id: item.required_str("call_id")?.to_owned(),
-                            name: item.required_str("name")?.to_owned(),
-                            input,
-                        };
-                        (Some(Role::Assistant), "assistant", vec![block])
-                    }
-                    "function_call_output" => {
-                        let output = match item.required("output")? {
-                            Value::String(s) => vec![Block::Text(s.clone())],
-                            other => content(other, &item.path("output"), limits)?,
-                        };
-                        let block = Block::ToolResult {
-                            id: item.required_str("call_id")?.to_owned(),
-                            content: output,
-                            is_error: false,
-                        };
-                        (Some(Role::User), "tool", vec![block])
-                    }
-                    _ => {
-                        let role = item.opt_enum("role", &ROLES)?.ok_or_else(|| {
-                            CallError::at(
-                                &item.path("role"),
-                                format!("is required: {}", one_of(&ROLES)),
-                            )
-                        })?;
-                        let blocks =
-                            content(item.required("content")?, &item.path("content"), limits)?;
-                        let turn_role = match role {
-                            "user" => Some(Role::User),
-                            "assistant" => Some(Role::Assistant),
-                            _ => {
-                                match blocks.as_slice() {
-                                    [Block::Text(t)] => system.push(t.clone()),
-                                    _ => {
-                                        return Err(CallError::at(
-                                            &item.path("content"),
-                                            "system and developer items take text only",
-                                        ));
-                                    }
-                                }
-                                None
-                            }
-                        };
-                        (turn_role, role, blocks)
-                    }
-                };
+                let (role, entry_role, blocks) = input_item(&item, &mut system, env.limits)?;
                 transcript.push(Entry::from_blocks(entry_role, &blocks));
                 if let Some(role) = role {
                     turns.push(Msg {
@@ -165,19 +145,62 @@ pub fn parse(o: &Obj<'_>, limits: &Limits) -> CallResult<Call> {
         view.insert("input".into(), input.clone());
         view.insert("instructions".into(), json!(instructions));
     }
-    common.into_call(Parts {
-        kind: ToolKind::ResponsesCreate,
+    let parts = Parts {
         list_key: "input",
         system: (!system.is_empty()).then(|| system.join("\n\n")),
         messages: turns,
         transcript,
         view,
-    })
+        common_view: Some(true),
+    };
+    common.into_call(parts, env.limits)
 }
 
-/// A fresh Responses id: `resp_` + 32 lowercase hex digits.
-pub fn new_response_id() -> String {
-    format!("resp_{}", uuid::Uuid::new_v4().simple())
+/// One input item: its turn role (`None` for system text, pushed onto `system`), its
+/// transcript role and its blocks.
+fn input_item(
+    item: &Obj<'_>,
+    system: &mut Vec<String>,
+    limits: &Limits,
+) -> CallResult<(Option<Role>, &'static str, Vec<Block>)> {
+    match item.opt_enum("type", &ITEM_TYPES)?.unwrap_or("message") {
+        "function_call" => {
+            let block = Block::ToolUse {
+                id: item.required_str("call_id")?.to_owned(),
+                name: item.required_str("name")?.to_owned(),
+                input: args::json_object_string(item, "arguments")?,
+            };
+            Ok((Some(Role::Assistant), "assistant", vec![block]))
+        }
+        "function_call_output" => {
+            let output = match item.required("output")? {
+                Value::String(s) => vec![Block::Text(s.clone())],
+                other => content(other, &item.path("output"), limits)?,
+            };
+            let block = Block::ToolResult {
+                id: item.required_str("call_id")?.to_owned(),
+                content: output,
+                is_error: false,
+            };
+            Ok((Some(Role::User), "tool", vec![block]))
+        }
+        _ => {
+            let role = item.required_enum("role", &ROLES)?;
+            let blocks = content(item.required("content")?, &item.path("content"), limits)?;
+            match (role, blocks.as_slice()) {
+                ("user", _) => Ok((Some(Role::User), role, blocks)),
+                ("assistant", _) => Ok((Some(Role::Assistant), role, blocks)),
+                (_, [Block::Text(t)]) => {
+                    system.push(t.clone());
+                    Ok((None, role, blocks))
+                }
+                _ => Err(CallError::at(
+                    &item.path("content"),
+                    "system and developer items take text only",
+                )),
+            }
+        }
+    }
 }
 
 /// The Responses object for an answer; `id` is the cursor when the chain is on.
@@ -200,7 +223,7 @@ pub fn response_object(answer: &Answer, model_alias: &str, id: String) -> Value 
                     "id": format!("fc_{}", c.id),
                     "call_id": c.id,
                     "name": c.name,
-                    "arguments": pyjson::dumps(&Value::Object(c.input.clone()), Style::SORTED),
+                    "arguments": c.arguments_json(),
                 }));
             }
             items
@@ -218,7 +241,7 @@ pub fn render(object: &Value) -> String {
 /// host's model and an estimated `usage`.
 pub fn status_fields(out: &Reply<'_>) -> Map<String, Value> {
     let incomplete = matches!(out.finish, Finish::MaxTokens);
-    let (input, output) = out.usage();
+    let usage = out.usage();
     let mut m = Map::new();
     m.insert(
         "status".into(),
@@ -239,8 +262,8 @@ pub fn status_fields(out: &Reply<'_>) -> Map<String, Value> {
     m.insert("host_model".into(), json!(out.host_model));
     m.insert(
         "usage".into(),
-        json!({"input_tokens": input, "output_tokens": output,
-               "total_tokens": input + output, "estimated": true}),
+        json!({"input_tokens": usage.prompt, "output_tokens": usage.completion,
+               "total_tokens": usage.total(), "estimated": true}),
     );
     m
 }
@@ -248,11 +271,10 @@ pub fn status_fields(out: &Reply<'_>) -> Map<String, Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::completion::Turn;
-    use crate::shapes::ToolCall;
+    use crate::call::{ToolCall, Turn};
 
-    fn call(v: Value) -> CallResult<Call> {
-        ToolKind::ResponsesCreate.parse(v.as_object().unwrap(), &Limits::default())
+    pub fn call(v: Value) -> CallResult<Call> {
+        crate::shapes::common::tests_support::parse(&ResponsesCreate, v)
     }
 
     #[test]
@@ -345,7 +367,7 @@ mod tests {
             ),
             "{text}"
         );
-        let id = new_response_id();
+        let id = crate::call::new_id("resp_");
         assert!(
             id.len() == 37
                 && id[5..]
@@ -358,31 +380,24 @@ mod tests {
 #[cfg(test)]
 mod format_tests {
     use super::*;
-    use crate::shapes::Mode;
+    use crate::call::Mode;
+    use tests::call;
 
     #[test]
     fn text_format_maps_onto_output_schema() {
         let args = json!({"input": "x", "text": {"format": {"type": "json_schema", "name": "n",
             "schema": {"type": "object", "properties": {"a": {"type": "integer"}}}}}});
-        let c = ToolKind::ResponsesCreate
-            .parse(args.as_object().unwrap(), &Limits::default())
-            .unwrap();
+        let c = call(args).unwrap();
         let Mode::Structured(s) = &c.mode else {
             panic!()
         };
         assert!(s.check(&json!({"a": "no"})).is_err());
         let args = json!({"input": "x", "output_schema": {"type": "object"},
             "text": {"format": {"type": "json_object"}}});
-        let e = ToolKind::ResponsesCreate
-            .parse(args.as_object().unwrap(), &Limits::default())
-            .unwrap_err()
-            .to_string();
+        let e = call(args).unwrap_err().to_string();
         assert!(e.contains("`output_schema` and `text.format`"), "{e}");
         let args = json!({"input": "x", "text": {"format": {"type": "json_schema"}}});
-        let e = ToolKind::ResponsesCreate
-            .parse(args.as_object().unwrap(), &Limits::default())
-            .unwrap_err()
-            .to_string();
+        let e = call(args).unwrap_err().to_string();
         assert!(e.contains("`text.format.schema`: is required"), "{e}");
     }
 }

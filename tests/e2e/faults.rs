@@ -1,17 +1,9 @@
 //! Reliability and security over raw stdio: host faults end only their own call, cancellation
 //! reaches the host, a closed pipe shuts down cleanly, limits give clear errors, sealed state
 //! resists tampering, logs carry no content, and arbitrary input never takes the server down.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
-mod common;
-
-use common::raw::{Raw, tools_call};
-use common::*;
+use crate::common::raw::{Raw, tools_call};
+use crate::common::*;
 use serde_json::{Value, json};
 use std::time::Duration;
 

@@ -1,16 +1,11 @@
 //! Property tests on the stable toolchain: arbitrary JSON into every shape's parser and every
 //! contract check never panics, and the JSON writer round-trips.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
-use agent_as_model::contract::{cursor, output, schema};
+use agent_as_model::contract::{cursor, schema};
+use agent_as_model::fulfil::output;
 use agent_as_model::limits::Limits;
 use agent_as_model::pyjson::{self, Style};
-use agent_as_model::shapes::ToolKind;
+use agent_as_model::shapes;
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
 
@@ -114,24 +109,25 @@ proptest! {
     #[test]
     fn shape_parsers_never_panic(args in prop::collection::vec((key(), json_value()), 0..8)) {
         let map: Map<String, Value> = args.into_iter().collect();
-        for kind in ToolKind::ALL {
-            let _ = kind.parse(&map, &Limits::default());
+        for shape in shapes::REGISTRY {
+            let _ = shapes::parse(shape, &map, &Limits::default());
         }
     }
 
     #[test]
     fn chat_messages_never_panic(messages in prop::collection::vec(json_value(), 0..6), tools in json_value()) {
-        let map = json!({"messages": messages, "tools": tools});
-        let _ = ToolKind::ChatComplete.parse(map.as_object().unwrap(), &Limits::default());
-        let map = json!({"messages": messages});
-        let _ = ToolKind::MessagesCreate.parse(map.as_object().unwrap(), &Limits::default());
-        let map = json!({"input": messages});
-        let _ = ToolKind::ResponsesCreate.parse(map.as_object().unwrap(), &Limits::default());
+        let parse = |tool: &str, map: Value| {
+            let _ = shapes::parse(shapes::find(tool).unwrap(), map.as_object().unwrap(), &Limits::default());
+        };
+        parse("chat_complete", json!({"messages": messages, "tools": tools}));
+        parse("messages_create", json!({"messages": messages}));
+        parse("responses_create", json!({"input": messages}));
+        parse("generate_content", json!({"contents": messages, "tools": tools}));
     }
 
     #[test]
     fn contract_checks_never_panic(v in json_value(), s in "\\PC{0,80}") {
-        if let Ok(compiled) = schema::compile(&v, "output_schema") {
+        if let Ok(compiled) = schema::compile(&v, "output_schema", &Limits::default()) {
             let _ = compiled.check(&v);
         }
         let _ = cursor::parse(Some(&s));

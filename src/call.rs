@@ -1,10 +1,16 @@
-//! The neutral completion request and answer that every product shape translates to and from.
+//! The neutral core: one model call and its answer, with no knowledge of product shapes or
+//! protocol eras.
 //!
-//! Shapes never build MCP types and the fulfilment step never sees a product shape: this module
-//! is the seam between them. Content is a list of blocks, not a string, so richer conversations
-//! are a change to the shapes only.
+//! Every shape parses into a [`Call`] and renders from a [`Reply`]; fulfilment and the backends
+//! see only these types. Content is a list of blocks, not a string, so richer conversations are a
+//! change to the shapes only.
 
-use serde_json::{Map, Value};
+use crate::contract::cursor::{Chain, Entry};
+use crate::contract::persona::Persona;
+use crate::contract::schema::Schema;
+use crate::pyjson::{self, Style};
+use serde_json::{Map, Value, json};
+use std::sync::Arc;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
@@ -68,12 +74,28 @@ impl Turn {
     }
 }
 
-/// A tool the model may call, validated (trimmed unique name, object-rooted schema).
-#[derive(Debug, Clone, PartialEq)]
+/// A tool the model may call, validated (trimmed unique name, object-rooted schema), with its
+/// compiled schema kept beside it.
+#[derive(Debug, Clone)]
 pub struct ToolDef {
     pub name: String,
     pub description: Option<String>,
-    pub input_schema: Map<String, Value>,
+    pub schema: Arc<Schema>,
+}
+
+impl ToolDef {
+    /// The input schema as the caller gave it (always an object: [`Schema`] is object-rooted).
+    pub fn input_schema(&self) -> &Map<String, Value> {
+        self.schema.object()
+    }
+}
+
+impl PartialEq for ToolDef {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+            && self.description == other.description
+            && self.schema.raw() == other.schema.raw()
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -160,15 +182,7 @@ impl Completion {
 
     /// The text blocks joined with `"\n"`, as the original joins them.
     pub fn text(&self) -> String {
-        let texts: Vec<&str> = self
-            .blocks
-            .iter()
-            .filter_map(|b| match b {
-                Block::Text(t) => Some(t.as_str()),
-                _ => None,
-            })
-            .collect();
-        texts.join("\n")
+        join_text(&self.blocks, "\n")
     }
 
     pub fn tool_uses(&self) -> impl Iterator<Item = (&str, &str, &Map<String, Value>)> {
@@ -222,9 +236,180 @@ impl Completion {
     }
 }
 
+/// The text blocks of `blocks` joined with `sep` (other blocks are skipped).
+pub fn join_text(blocks: &[Block], sep: &str) -> String {
+    let texts: Vec<&str> = blocks
+        .iter()
+        .filter_map(|b| match b {
+            Block::Text(t) => Some(t.as_str()),
+            _ => None,
+        })
+        .collect();
+    texts.join(sep)
+}
+
+/// What kind of answer the call wants.
+#[derive(Debug, Clone)]
+pub enum Mode {
+    /// Plain text.
+    Text,
+    /// JSON satisfying the schema.
+    Structured(Arc<Schema>),
+    /// Text or calls to the caller's tools.
+    Tools {
+        defs: Vec<ToolDef>,
+        choice: ToolChoice,
+    },
+}
+
+/// A parsed and checked completion call: the neutral request plus the contract around it.
+#[derive(Debug, Clone)]
+pub struct Call {
+    /// The tool that was called (binds sealed state and cursors to it).
+    pub tool: &'static str,
+    pub request: CompletionRequest,
+    pub mode: Mode,
+    pub persona: Option<Persona>,
+    pub chain: Chain,
+    /// The conversation as the cursor commits to it.
+    pub transcript: Vec<Entry>,
+    /// How many times a rejected structured answer is sent back for repair.
+    pub max_retries: u8,
+    /// Describe tools in the prompt when the backend cannot take them (default on).
+    pub emulate_tools: bool,
+    /// Parameters forwarded as request metadata.
+    pub metadata: Map<String, Value>,
+    /// What the server did not honour as asked, reported in the result.
+    pub warnings: Vec<String>,
+}
+
+/// The answer, interpreted for the call's mode.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Answer {
+    Text(String),
+    /// Validated structured output.
+    Json(Value),
+    /// The model called tools (never executed here).
+    ToolCalls {
+        text: String,
+        calls: Vec<ToolCall>,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    pub input: Map<String, Value>,
+}
+
+impl ToolCall {
+    /// The call's arguments as a JSON string with sorted keys, as OpenAI-style APIs carry them.
+    pub fn arguments_json(&self) -> String {
+        pyjson::dumps_object(&self.input, Style::SORTED)
+    }
+}
+
+impl Answer {
+    /// The completion as the text tools return it and as cursors commit to it.
+    pub fn completion_text(&self) -> String {
+        match self {
+            Answer::Text(t) => t.clone(),
+            Answer::Json(v) => pyjson::dumps(v, Style::SORTED),
+            Answer::ToolCalls { text, calls } => {
+                let calls: Vec<Value> = calls
+                    .iter()
+                    .map(|c| json!({"id": c.id, "input": c.input, "name": c.name}))
+                    .collect();
+                pyjson::dumps(&json!({"text": text, "tool_calls": calls}), Style::SORTED)
+            }
+        }
+    }
+}
+
+/// Estimated token counts. Sampling reports none, so figures are estimates (about four
+/// characters a token), always marked `"estimated": true` where they are rendered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Usage {
+    pub prompt: usize,
+    pub completion: usize,
+}
+
+impl Usage {
+    pub fn total(self) -> usize {
+        self.prompt + self.completion
+    }
+}
+
+fn estimate_tokens(chars: usize) -> usize {
+    chars.div_ceil(4)
+}
+
+/// A finished answer with what the renderers need to describe it.
+pub struct Reply<'a> {
+    pub call: &'a Call,
+    pub answer: &'a Answer,
+    /// `answer.completion_text()`, computed once.
+    pub completion: &'a str,
+    pub finish: &'a Finish,
+    pub host_model: &'a str,
+    /// The cursor when the chain is on.
+    pub cursor: Option<&'a str>,
+}
+
+impl Reply<'_> {
+    /// Estimated usage of this call.
+    pub fn usage(&self) -> Usage {
+        let req = &self.call.request;
+        let text: usize = req
+            .turns
+            .iter()
+            .flat_map(|t| &t.blocks)
+            .map(|b| match b {
+                Block::Text(t) => t.chars().count(),
+                _ => 0,
+            })
+            .sum();
+        let system = req.system.as_ref().map_or(0, |s| s.chars().count());
+        Usage {
+            prompt: estimate_tokens(text + system),
+            completion: estimate_tokens(self.completion.chars().count()),
+        }
+    }
+
+    /// The id of the response object: the cursor when the chain is on, else `prefix` and a
+    /// random hex id.
+    pub fn response_id(&self, prefix: &str) -> String {
+        self.cursor.map_or_else(|| new_id(prefix), str::to_owned)
+    }
+}
+
+/// A fresh id: `prefix` and 32 random lowercase hex digits.
+pub fn new_id(prefix: &str) -> String {
+    format!("{prefix}{}", uuid::Uuid::new_v4().simple())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tool_call_envelope_is_sorted_python_json() {
+        let mut input = Map::new();
+        input.insert("city".into(), json!("Zürich"));
+        let a = Answer::ToolCalls {
+            text: "".into(),
+            calls: vec![ToolCall {
+                id: "t1".into(),
+                name: "weather".into(),
+                input,
+            }],
+        };
+        assert_eq!(
+            a.completion_text(),
+            r#"{"text": "", "tool_calls": [{"id": "t1", "input": {"city": "Z\u00fcrich"}, "name": "weather"}]}"#
+        );
+    }
 
     #[test]
     fn stop_sequences_cut_the_text_at_the_first_one() {

@@ -1,16 +1,7 @@
 //! The two protocol eras on the wire (contract A3, A7): MRTR rounds and sealed state on
 //! 2026-07-28, capability errors on both, host faults, concurrency.
-#![allow(
-    deprecated,
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use rmcp::model::{
     CallToolResponse, CreateMessageResult, ErrorData, ImageContent, InputRequest, InputResponses,
     SamplingMessage, SamplingMessageContentBlock,

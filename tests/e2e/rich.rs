@@ -1,16 +1,7 @@
 //! Rich conversations end to end: images and audio in, tool-call round trips in each shape,
 //! stop sequences enforced by the server, finish reasons and full response objects.
-#![allow(
-    deprecated,
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use rmcp::model::{CreateMessageRequestParams, CreateMessageResult, SamplingMessage};
 use serde_json::{Value, json};
 

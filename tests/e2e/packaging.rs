@@ -1,16 +1,10 @@
 //! What the MCP registry and a newcomer read: server.json and the README agree with the crate.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use serde_json::Value;
 
 #[test]
 fn server_json_matches_the_crate_and_the_readme() {
-    let server: Value = serde_json::from_str(include_str!("../server.json")).unwrap();
+    let server: Value = serde_json::from_str(include_str!("../../server.json")).unwrap();
     let version = env!("CARGO_PKG_VERSION");
     assert!(server["$schema"].as_str().unwrap().contains("/2025-12-11/"));
     assert_eq!(server["version"], version);
@@ -25,7 +19,7 @@ fn server_json_matches_the_crate_and_the_readme() {
     assert_eq!(package["identifier"], env!("CARGO_PKG_NAME"));
     assert_eq!(package["version"], version);
     assert_eq!(package["transport"]["type"], "stdio");
-    let readme = include_str!("../README.md");
+    let readme = include_str!("../../README.md");
     assert!(
         readme.contains(&format!("mcp-name: {name}")),
         "the README carries the registry's ownership line"

@@ -1,10 +1,4 @@
 //! The process as a host launches it: flags, stdout carrying only JSON-RPC, exit on EOF.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};

@@ -2,14 +2,6 @@
 //! stdio, connects on the legacy era (initialize) or on 2026-07-28 (discover + per-request
 //! `_meta`), declares the sampling capabilities a test asks for, records every sampling request
 //! it receives and answers each with a script.
-#![allow(
-    dead_code,
-    deprecated,
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig,

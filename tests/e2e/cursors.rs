@@ -1,15 +1,7 @@
 //! Conversation cursors end to end (contract A6): minted like the original, verified before
 //! anything is sent, on both eras.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use rmcp::model::CallToolResponse;
 use serde_json::{Value, json};
 
@@ -222,6 +214,6 @@ async fn messages_create_and_generate_mint_cursors() {
 }
 
 fn vector(i: usize) -> String {
-    let v: Vec<Value> = serde_json::from_str(include_str!("data/cursors.json")).unwrap();
+    let v: Vec<Value> = serde_json::from_str(include_str!("../data/cursors.json")).unwrap();
     v[i]["cursor"].as_str().unwrap().to_owned()
 }

@@ -1,17 +1,8 @@
 //! Scripted hosts that imitate real hosts' quirks: no tools in sampling (VS Code, Goose), stop
 //! sequences ignored, one content block kept, prose where a tool call was asked for. The
 //! contract must hold on each, or the result must say where it could not.
-#![allow(
-    deprecated,
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use rmcp::model::CreateMessageRequestParams;
 use serde_json::{Value, json};
 

@@ -1,102 +1,12 @@
-//! Interpreting the host's answer for the call's mode: plain text, tool calls, or structured
+//! Interpreting the backend's answer for the call's mode: plain text, tool calls, or structured
 //! output that must satisfy a schema. A violation is not returned as output: it is either
-//! repaired (the fulfilment loop asks again with the problem) or reported as an error.
+//! repaired (the machine asks again with the problem) or reported as an error.
 
-use crate::completion::Completion;
-use crate::completion::{ToolChoice, ToolDef};
-use crate::contract::schema;
+use super::{STRUCTURED_TOOL, Strategy};
+use crate::call::{Answer, Call, Completion, Mode, ToolCall, ToolChoice, ToolDef, new_id};
 use crate::error::{CallError, CallResult};
-use crate::shapes::{Answer, Call, Mode, ToolCall};
+use crate::pyjson::{self, Style};
 use serde_json::Value;
-
-/// The name of the single required tool that carries structured output.
-pub const STRUCTURED_TOOL: &str = "structured_output";
-
-/// How the call's mode is fulfilled on this host.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Strategy {
-    Text,
-    /// `output_schema` as one required tool (host declared `sampling.tools`).
-    StructuredByTool,
-    /// `output_schema` as an instruction in the system prompt, JSON extracted from the text.
-    StructuredByPrompt,
-    /// The caller's tools forwarded to the host.
-    ToolsNative,
-    /// The host cannot take tools: they are described in the system prompt and the calls are
-    /// parsed from the answer.
-    ToolsByPrompt,
-    /// The host cannot take tools: they were not sent, and the result says so.
-    ToolsNotForwarded,
-}
-
-impl Strategy {
-    /// How structured output is obtained on a host with or without `sampling.tools`.
-    pub fn for_structured(sampling_tools: bool) -> Self {
-        if sampling_tools {
-            Strategy::StructuredByTool
-        } else {
-            Strategy::StructuredByPrompt
-        }
-    }
-
-    /// How tools reach the model on a host with or without `sampling.tools` (when offered and
-    /// emulation is on).
-    pub fn for_tools(sampling_tools: bool) -> Self {
-        if sampling_tools {
-            Strategy::ToolsNative
-        } else {
-            Strategy::ToolsByPrompt
-        }
-    }
-
-    pub fn for_call(call: &Call, sampling_tools: bool) -> Self {
-        match (&call.mode, sampling_tools) {
-            (Mode::Text, _) => Strategy::Text,
-            (Mode::Structured(_), _) => Strategy::for_structured(sampling_tools),
-            (Mode::Tools { .. }, true) => Strategy::ToolsNative,
-            // tool_choice "none" is honoured by not offering the tools at all.
-            (
-                Mode::Tools {
-                    choice: ToolChoice::None,
-                    ..
-                },
-                false,
-            ) => Strategy::Text,
-            (Mode::Tools { .. }, false) if call.emulate_tools => Strategy::for_tools(false),
-            (Mode::Tools { .. }, false) => Strategy::ToolsNotForwarded,
-        }
-    }
-
-    /// How tools reached the model, for the result's report.
-    pub fn tools_via(self) -> Option<&'static str> {
-        match self {
-            Strategy::ToolsNative => Some("native"),
-            Strategy::ToolsByPrompt => Some("prompt"),
-            _ => None,
-        }
-    }
-
-    /// How structured output was obtained, for the result's report.
-    pub fn structured_via(self) -> Option<&'static str> {
-        match self {
-            Strategy::StructuredByTool => Some("tool"),
-            Strategy::StructuredByPrompt => Some("prompt"),
-            _ => None,
-        }
-    }
-
-    pub fn warnings(self) -> Vec<String> {
-        match self {
-            Strategy::ToolsNotForwarded => vec![
-                "tools were not forwarded: the host did not declare the sampling.tools \
-                 capability, so it cannot take tools in a sampling request, and emulate_tools \
-                 is false; the answer is the host model's plain text"
-                    .to_owned(),
-            ],
-            _ => Vec::new(),
-        }
-    }
-}
 
 /// What came of one answer.
 #[derive(Debug, Clone, PartialEq)]
@@ -160,7 +70,7 @@ pub fn interpret(call: &Call, strategy: Strategy, completion: &Completion) -> Ca
             Ok(match schema.check(&value) {
                 Ok(()) => Verdict::Accepted(Answer::Json(value)),
                 Err(e) => Verdict::Violation {
-                    answer: crate::pyjson::dumps(&value, crate::pyjson::Style::SORTED),
+                    answer: pyjson::dumps(&value, Style::SORTED),
                     problem: format!("the structured output violates output_schema {e}"),
                 },
             })
@@ -205,10 +115,7 @@ pub fn tools_instruction(defs: &[ToolDef], choice: ToolChoice) -> String {
             "\n- {}: {}\n  input schema: {}",
             d.name,
             d.description.as_deref().unwrap_or("(no description)"),
-            crate::pyjson::dumps(
-                &Value::Object(d.input_schema.clone()),
-                crate::pyjson::Style::SORTED
-            )
+            pyjson::dumps_object(d.input_schema(), Style::SORTED)
         ));
     }
     s
@@ -269,16 +176,17 @@ fn emulated_calls(text: &str, defs: &[ToolDef]) -> Emulated {
                 "the arguments of the call to {name:?} are not a JSON object"
             ));
         };
-        let schema_value = Value::Object(def.input_schema.clone());
-        if let Ok(schema) = schema::compile(&schema_value, "tools")
-            && let Err(e) = schema.check(&Value::Object(input.clone()))
-        {
+        let input = Value::Object(input);
+        if let Err(e) = def.schema.check(&input) {
             return Emulated::Invalid(format!(
                 "the arguments of the call to {name:?} violate its input schema {e}"
             ));
         }
+        let Value::Object(input) = input else {
+            return Emulated::NoCall;
+        };
         calls.push(ToolCall {
-            id: format!("call_{}", uuid::Uuid::new_v4().simple()),
+            id: new_id("call_"),
             name: name.to_owned(),
             input,
         });
@@ -346,14 +254,17 @@ mod tests {
     use serde_json::json;
 
     fn weather() -> Vec<ToolDef> {
+        let schema = json!({"type": "object", "properties": {"city": {"type": "string"}},
+                            "required": ["city"]});
         vec![ToolDef {
             name: "get_weather".into(),
             description: Some("Weather".into()),
-            input_schema: json!({"type": "object", "properties": {"city": {"type": "string"}},
-                                 "required": ["city"]})
-            .as_object()
-            .unwrap()
-            .clone(),
+            schema: crate::contract::schema::compile(
+                &schema,
+                "tools",
+                &crate::limits::Limits::default(),
+            )
+            .unwrap(),
         }]
     }
 

@@ -7,10 +7,11 @@
 //! authenticated, not encrypted: it holds only the round's progress (repair attempts), which
 //! the client has seen anyway.
 
-use super::Progress;
-use crate::error::CallError;
+#![allow(deprecated)] // MCP sampling is deprecated by SEP-2577, and it is what this server is.
+
+use crate::error::{CallError, StartError};
+use crate::fulfil::Progress;
 use crate::pyjson::{self, Style};
-use crate::shapes::ToolKind;
 use rmcp::ErrorData;
 use rmcp::model::{
     CreateMessageRequest, CreateMessageRequestParams, InputRequest, InputRequests,
@@ -49,13 +50,15 @@ impl Sealer {
     /// `keys`: the sealing key first, then older keys still accepted for verification (key
     /// rotation). With no keys, a random per-process key is used: states then do not survive a
     /// restart, which is harmless for a stdio server whose host restarts the whole call.
-    pub fn new(keys: &[Vec<u8>], ttl: Duration) -> Result<(Self, KeySource), String> {
+    pub fn new(keys: &[Vec<u8>], ttl: Duration) -> Result<(Self, KeySource), StartError> {
         let (codec, source) = match keys {
             [] => {
                 let mut key = vec![0u8; 32];
-                getrandom::fill(&mut key)
-                    .map_err(|e| format!("no random source for the state key: {e}"))?;
-                let codec = RequestStateCodec::try_new(key).map_err(|e| e.to_string())?;
+                getrandom::fill(&mut key).map_err(|e| {
+                    StartError::Key(format!("no random source for the state key: {e}"))
+                })?;
+                let codec =
+                    RequestStateCodec::try_new(key).map_err(|e| StartError::Key(e.to_string()))?;
                 (codec, KeySource::RandomPerProcess)
             }
             keys => {
@@ -68,8 +71,9 @@ impl Sealer {
                 };
                 let active = keys.first().map(|k| kid(k)).unwrap_or_default();
                 let ring = keys.iter().map(|k| (kid(k), k.clone()));
-                let codec = RequestStateCodec::new_with_keyring(active, ring)
-                    .map_err(|e| format!("state keys must each be at least 32 bytes: {e}"))?;
+                let codec = RequestStateCodec::new_with_keyring(active, ring).map_err(|e| {
+                    StartError::Key(format!("state keys must each be at least 32 bytes: {e}"))
+                })?;
                 (codec, KeySource::Environment)
             }
         };
@@ -78,10 +82,10 @@ impl Sealer {
 
     /// The associated data binding a state to one tool and its exact arguments; computed once
     /// per request and used to open the retry's state and to seal the next one.
-    pub fn binding(tool: ToolKind, arguments: &Map<String, Value>) -> Binding {
+    pub fn binding(tool: &str, arguments: &Map<String, Value>) -> Binding {
         let canonical = pyjson::dumps_object(arguments, Style::CANONICAL);
         let digest = hex::encode(Sha256::digest(canonical.as_bytes()));
-        Binding(format!("agent-as-model/1|{}|{digest}", tool.name()))
+        Binding(format!("agent-as-model/1|{tool}|{digest}"))
     }
 
     /// An `InputRequiredResult` asking the client for one sampling call.
@@ -174,51 +178,39 @@ mod tests {
         let params = CreateMessageRequestParams::new(vec![], 10);
         let progress = Progress::default();
         let ir = sealer
-            .ask(&Sealer::binding(ToolKind::Generate, &a), &progress, params)
+            .ask(&Sealer::binding("generate", &a), &progress, params)
             .unwrap();
         let state = ir.request_state.unwrap();
         let opened = sealer
-            .open(&Sealer::binding(ToolKind::Generate, &a), Some(&state), true)
+            .open(&Sealer::binding("generate", &a), Some(&state), true)
             .unwrap();
         assert_eq!(opened, Some(progress));
         let other = args(json!({"prompt": "bye"}));
         assert!(
             sealer
-                .open(
-                    &Sealer::binding(ToolKind::Generate, &other),
-                    Some(&state),
-                    true
-                )
+                .open(&Sealer::binding("generate", &other), Some(&state), true)
                 .is_err()
         );
         assert!(
             sealer
-                .open(
-                    &Sealer::binding(ToolKind::ChatComplete, &a),
-                    Some(&state),
-                    true
-                )
+                .open(&Sealer::binding("chat_complete", &a), Some(&state), true)
                 .is_err()
         );
         let mut tampered = state.clone();
         tampered.push('x');
         assert!(
             sealer
-                .open(
-                    &Sealer::binding(ToolKind::Generate, &a),
-                    Some(&tampered),
-                    true
-                )
+                .open(&Sealer::binding("generate", &a), Some(&tampered), true)
                 .is_err()
         );
         assert!(
             sealer
-                .open(&Sealer::binding(ToolKind::Generate, &a), None, true)
+                .open(&Sealer::binding("generate", &a), None, true)
                 .is_err()
         );
         assert_eq!(
             sealer
-                .open(&Sealer::binding(ToolKind::Generate, &a), None, false)
+                .open(&Sealer::binding("generate", &a), None, false)
                 .unwrap(),
             None
         );
@@ -234,7 +226,7 @@ mod tests {
         let a = args(json!({"prompt": "hi"}));
         let ir = old_sealer
             .ask(
-                &Sealer::binding(ToolKind::Generate, &a),
+                &Sealer::binding("generate", &a),
                 &Progress::default(),
                 CreateMessageRequestParams::new(vec![], 1),
             )
@@ -244,13 +236,13 @@ mod tests {
         let (rotated, _) = Sealer::new(&[new.clone(), old], Duration::from_secs(60)).unwrap();
         assert!(
             rotated
-                .open(&Sealer::binding(ToolKind::Generate, &a), Some(&state), true)
+                .open(&Sealer::binding("generate", &a), Some(&state), true)
                 .is_ok()
         );
         let (dropped, _) = Sealer::new(&[new], Duration::from_secs(60)).unwrap();
         assert!(
             dropped
-                .open(&Sealer::binding(ToolKind::Generate, &a), Some(&state), true)
+                .open(&Sealer::binding("generate", &a), Some(&state), true)
                 .is_err()
         );
         assert!(Sealer::new(&[vec![1u8; 8]], Duration::from_secs(1)).is_err());
@@ -262,7 +254,7 @@ mod tests {
         let a = args(json!({"prompt": "hi"}));
         let ir = sealer
             .ask(
-                &Sealer::binding(ToolKind::Generate, &a),
+                &Sealer::binding("generate", &a),
                 &Progress::default(),
                 CreateMessageRequestParams::new(vec![], 1),
             )
@@ -270,7 +262,7 @@ mod tests {
         std::thread::sleep(Duration::from_millis(20));
         let e = sealer
             .open(
-                &Sealer::binding(ToolKind::Generate, &a),
+                &Sealer::binding("generate", &a),
                 ir.request_state.as_deref(),
                 true,
             )

@@ -1,16 +1,7 @@
 //! Structured output, tool passthrough and personas end to end (contract A4, A5 and the
 //! structured-output issue), on hosts with and without `sampling.tools`, on both eras.
-#![allow(
-    deprecated,
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use rmcp::model::{CreateMessageRequestParams, CreateMessageResult, SamplingMessage};
 use serde_json::{Value, json};
 

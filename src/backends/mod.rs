@@ -1,0 +1,11 @@
+//! Backends: the drivers that do the I/O of fulfilment. Each runs the pure
+//! [`crate::fulfil::Machine`], declares what its model can take, and turns the machine's
+//! attempts into requests and the model's answers into neutral completions.
+//!
+//! Today there is one backend, the host's model through MCP sampling, on both protocol eras:
+//! [`sampling`] is the driver, [`legacy`] sends `sampling/createMessage` during the tool call,
+//! [`mrtr`] seals the state of 2026-07-28 input-required rounds.
+
+pub mod legacy;
+pub mod mrtr;
+pub mod sampling;

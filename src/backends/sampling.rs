@@ -1,0 +1,370 @@
+//! The sampling backend: the connected host's own model through MCP sampling, on either
+//! protocol era. This is the one place that looks at protocol versions and client
+//! capabilities.
+//!
+//! The driver runs the fulfilment [`Machine`] and does its I/O: on the legacy era each attempt
+//! is sent as `sampling/createMessage` and awaited (bounded, see [`super::legacy`]); on
+//! 2026-07-28 the answer is read from the retry's `inputResponses`, or the driver stops and
+//! returns an `InputRequiredResult` carrying the request and the sealed progress (see
+//! [`super::mrtr`]).
+
+#![allow(deprecated)] // MCP sampling is deprecated by SEP-2577, and it is what this server is.
+
+use super::{legacy, mrtr};
+use crate::call::{Block, Call, Completion, Finish, Role, ToolChoice, Turn};
+use crate::error::{CallError, CallResult};
+use crate::fulfil::{Attempt, Capabilities, Fulfilled, Machine, Progress, Step, Strategy};
+use crate::pyjson::{self, Style};
+use rmcp::ErrorData;
+use rmcp::model::{
+    ClientCapabilities, CreateMessageRequestParams, CreateMessageResult, ErrorCode,
+    InputRequiredResult, ModelHint, ModelPreferences, ProtocolVersion, SamplingMessage,
+    SamplingMessageContentBlock, Tool, ToolChoice as McpToolChoice,
+};
+use rmcp::service::{RequestContext, RoleServer};
+use serde_json::{Map, Value};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What the server knows about the client on this request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Host {
+    /// 2026-07-28 or later: no server-to-client requests, MRTR instead.
+    pub modern: bool,
+    pub protocol_version: Option<String>,
+    pub sampling: bool,
+    pub sampling_tools: bool,
+    /// The client's name and version, when it sent them.
+    pub client: Option<(String, String)>,
+}
+
+impl Host {
+    /// What the server knows about the client on this request and what it will emulate: the
+    /// `host` report of `list_models`.
+    pub fn report(&self) -> Value {
+        // The same decisions the calls make (`Strategy`), reported ahead of time.
+        let structured = Strategy::for_structured(self.sampling_tools).structured_via();
+        let tools = Strategy::for_tools(self.sampling_tools).tools_via();
+        let emulated: Vec<&str> = if self.sampling && !self.sampling_tools {
+            vec!["structured_output_by_prompt", "tool_calls_by_prompt"]
+        } else {
+            Vec::new()
+        };
+        serde_json::json!({
+            "protocol_version": self.protocol_version,
+            "era": if self.modern { "2026-07-28 (input required rounds)" } else { "legacy (sampling requests)" },
+            "sampling": self.sampling,
+            "sampling_tools": self.sampling_tools,
+            "client": self.client.as_ref().map(|(name, version)| serde_json::json!({"name": name, "version": version})),
+            "completions": if self.sampling { "available" } else { "unavailable: the client did not declare the sampling capability" },
+            "structured_output": structured.filter(|_| self.sampling),
+            "tool_calls": tools.filter(|_| self.sampling),
+            "emulated": emulated,
+        })
+    }
+
+    pub fn of(ctx: &RequestContext<RoleServer>) -> Self {
+        let version = ctx.protocol_version();
+        let caps = ctx.client_capabilities().unwrap_or_default();
+        let sampling = caps.sampling.as_ref();
+        Host {
+            modern: version
+                .as_ref()
+                .is_some_and(|v| *v >= ProtocolVersion::V_2026_07_28),
+            protocol_version: version.map(|v| v.to_string()),
+            sampling: sampling.is_some(),
+            sampling_tools: sampling.is_some_and(|s| s.tools.is_some()),
+            client: ctx
+                .client_info()
+                .map(|i| (i.name.clone(), i.version.clone())),
+        }
+    }
+
+    /// What the host's sampling can take.
+    pub fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            tools: self.sampling_tools,
+        }
+    }
+
+    /// `-32021` when the client cannot sample: nothing this server does can work then.
+    pub fn require_sampling(&self) -> CallResult<()> {
+        if self.sampling {
+            return Ok(());
+        }
+        let mut required = ClientCapabilities::default();
+        required.sampling = Some(Default::default());
+        Err(CallError::Protocol(ErrorData::new(
+            ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY,
+            "Missing required client capability: sampling. agent-as-model answers every call \
+             with the host's own model through MCP sampling, and this client did not declare \
+             the sampling capability. Use a host that samples (VS Code with GitHub Copilot, \
+             Goose, fast-agent, GitHub Copilot CLI) and allow this server to use its model (in \
+             VS Code: MCP: List Servers > agent-as-model > Configure Model Access). Claude \
+             Code, Cursor and Claude Desktop do not support sampling.",
+            Some(serde_json::json!({"requiredCapabilities": required})),
+        )))
+    }
+}
+
+/// Settings of the sampling backend.
+#[derive(Clone)]
+pub struct Settings {
+    /// Longest wait for the host's answer on the legacy era.
+    pub sampling_timeout: Duration,
+    pub sealer: mrtr::Sealer,
+}
+
+/// The retry fields of a `tools/call`.
+pub struct Retry<'a> {
+    pub arguments: &'a Map<String, Value>,
+    pub request_state: Option<&'a str>,
+    pub input_responses: Option<&'a rmcp::model::InputResponses>,
+}
+
+pub enum Outcome {
+    Done(Fulfilled),
+    Ask(InputRequiredResult),
+}
+
+/// Fulfils one call on whichever era the request belongs to.
+pub async fn run(
+    call: &Call,
+    host: &Host,
+    retry: Retry<'_>,
+    ctx: &RequestContext<RoleServer>,
+    settings: &Settings,
+) -> CallResult<Outcome> {
+    host.require_sampling()?;
+    let machine = Machine::new(call, host.capabilities());
+    let mut progress = Progress::default();
+    if !host.modern {
+        let mut answer = None;
+        loop {
+            match machine.step(&mut progress, answer.take())? {
+                Step::Done(done) => return Ok(Outcome::Done(done)),
+                Step::Send(attempt) => {
+                    let result =
+                        legacy::sample(ctx, sampling_params(&attempt), settings.sampling_timeout)
+                            .await?;
+                    answer = Some(to_completion(result)?);
+                }
+            }
+        }
+    }
+    let binding = mrtr::Sealer::binding(call.tool, retry.arguments);
+    let mut answer = None;
+    let has_responses = retry.input_responses.is_some();
+    if let Some(p) = settings
+        .sealer
+        .open(&binding, retry.request_state, has_responses)?
+    {
+        progress = p;
+        if let Some(value) = retry.input_responses.and_then(|r| r.get(mrtr::SAMPLE_KEY)) {
+            answer = Some(to_completion(parse_response(value.clone())?)?);
+        }
+    }
+    match machine.step(&mut progress, answer)? {
+        Step::Done(done) => Ok(Outcome::Done(done)),
+        // First round, a retry without the "sample" answer, or a repair: ask (again).
+        Step::Send(attempt) => settings
+            .sealer
+            .ask(&binding, &progress, sampling_params(&attempt))
+            .map(Outcome::Ask),
+    }
+}
+
+/// Tool content as text, for hosts that cannot take tool blocks in sampling.
+fn tool_block_as_text(block: &Block) -> String {
+    match block {
+        Block::ToolUse { id, name, input } => format!(
+            "[called tool {name} (call id {id}) with arguments {}]",
+            pyjson::dumps_object(input, Style::SORTED)
+        ),
+        Block::ToolResult {
+            id,
+            content,
+            is_error,
+        } => {
+            let texts: Vec<String> = content
+                .iter()
+                .map(|b| match b {
+                    Block::Text(t) => t.clone(),
+                    other => format!("[{} content]", other.kind()),
+                })
+                .collect();
+            let label = if *is_error {
+                "error from tool call"
+            } else {
+                "result of tool call"
+            };
+            format!("[{label} {id}]: {}", texts.join("\n"))
+        }
+        other => format!("[{} content]", other.kind()),
+    }
+}
+
+fn content_block(block: &Block) -> rmcp::model::ContentBlock {
+    match block {
+        Block::Text(t) => rmcp::model::ContentBlock::text(t.clone()),
+        Block::Image { data, mime } => rmcp::model::ContentBlock::image(data.clone(), mime.clone()),
+        Block::Audio { data, mime } => rmcp::model::ContentBlock::audio(data.clone(), mime.clone()),
+        other => rmcp::model::ContentBlock::text(tool_block_as_text(other)),
+    }
+}
+
+/// A turn as a sampling message. Text-only turns carry one text block (hosts that keep only
+/// the first block lose nothing); without `sampling.tools`, tool content travels as text.
+fn message(turn: &Turn, tools_ok: bool) -> SamplingMessage {
+    let role = match turn.role {
+        Role::User => rmcp::model::Role::User,
+        Role::Assistant => rmcp::model::Role::Assistant,
+    };
+    let mut blocks: Vec<SamplingMessageContentBlock> = Vec::with_capacity(turn.blocks.len());
+    for b in &turn.blocks {
+        let block = match b {
+            Block::Text(t) => SamplingMessageContentBlock::text(t.clone()),
+            Block::Image { data, mime } => SamplingMessageContentBlock::Image(
+                rmcp::model::ImageContent::new(data.clone(), mime.clone()),
+            ),
+            Block::Audio { data, mime } => SamplingMessageContentBlock::Audio(
+                rmcp::model::AudioContent::new(data.clone(), mime.clone()),
+            ),
+            Block::ToolUse { id, name, input } if tools_ok => SamplingMessageContentBlock::ToolUse(
+                rmcp::model::ToolUseContent::new(id.clone(), name.clone(), input.clone()),
+            ),
+            Block::ToolResult {
+                id,
+                content,
+                is_error,
+            } if tools_ok => {
+                let mut result = rmcp::model::ToolResultContent::new(
+                    id.clone(),
+                    content.iter().map(content_block).collect(),
+                );
+                if *is_error {
+                    result.is_error = Some(true);
+                }
+                SamplingMessageContentBlock::ToolResult(result)
+            }
+            other => SamplingMessageContentBlock::text(tool_block_as_text(other)),
+        };
+        blocks.push(block);
+    }
+    // Without tools, consecutive texts (tool content rendered as text) become one block.
+    if !tools_ok && blocks.len() > 1 && blocks.iter().all(|b| b.as_text().is_some()) {
+        let joined: Vec<String> = blocks
+            .iter()
+            .filter_map(|b| b.as_text().map(|t| t.text.clone()))
+            .collect();
+        blocks = vec![SamplingMessageContentBlock::text(joined.join("\n\n"))];
+    }
+    match <[SamplingMessageContentBlock; 1]>::try_from(blocks) {
+        Ok([single]) => SamplingMessage::new(role, single),
+        Err(blocks) => SamplingMessage::new_multiple(role, blocks),
+    }
+}
+
+/// The `sampling/createMessage` parameters for one attempt.
+pub fn sampling_params(attempt: &Attempt<'_>) -> CreateMessageRequestParams {
+    let req = &attempt.call.request;
+    let messages: Vec<SamplingMessage> = attempt
+        .turns()
+        .map(|t| message(t, attempt.tool_content))
+        .collect();
+    let mut params = CreateMessageRequestParams::new(messages, req.max_tokens)
+        .with_model_preferences(
+            ModelPreferences::new().with_hints(vec![ModelHint::new(req.model.clone())]),
+        );
+    if let Some(s) = &attempt.system {
+        params = params.with_system_prompt(s.clone());
+    }
+    if let Some(t) = req.temperature {
+        params = params.with_temperature(t as f32);
+    }
+    if !req.stop.is_empty() {
+        params = params.with_stop_sequences(req.stop.clone());
+    }
+    if !attempt.call.metadata.is_empty() {
+        params = params.with_metadata(Value::Object(attempt.call.metadata.clone()));
+    }
+    if !attempt.tools.is_empty() {
+        let tools = attempt
+            .tools
+            .iter()
+            .map(|t| {
+                let mut tool = Tool::new(
+                    t.name.to_owned(),
+                    t.description.unwrap_or_default().to_owned(),
+                    Arc::new(t.input_schema.clone()),
+                );
+                tool.description = t.description.map(|d| d.to_owned().into());
+                tool
+            })
+            .collect();
+        params = params.with_tools(tools);
+    }
+    if let Some(choice) = attempt.tool_choice {
+        params = params.with_tool_choice(match choice {
+            ToolChoice::Auto => McpToolChoice::auto(),
+            ToolChoice::Required => McpToolChoice::required(),
+            ToolChoice::None => McpToolChoice::none(),
+        });
+    }
+    params
+}
+
+/// Reads the `"sample"` input response of a 2026-07-28 retry.
+fn parse_response(value: Value) -> CallResult<CreateMessageResult> {
+    if value.is_null() {
+        return Err(CallError::Host(
+            "the client answered the sampling request with null instead of a \
+             CreateMessageResult"
+                .into(),
+        ));
+    }
+    serde_json::from_value(value).map_err(|e| {
+        CallError::Host(format!(
+            "inputResponses.sample is not a CreateMessageResult ({e}); expected {{\"role\": \
+             \"assistant\", \"content\": ..., \"model\": ...}}"
+        ))
+    })
+}
+
+/// The host's answer in neutral form; content this server cannot return is an error naming it.
+pub fn to_completion(result: CreateMessageResult) -> CallResult<Completion> {
+    let mut blocks = Vec::new();
+    for block in result.message.content.iter() {
+        blocks.push(match block {
+            SamplingMessageContentBlock::Text(t) => Block::Text(t.text.clone()),
+            SamplingMessageContentBlock::Image(i) => Block::Image {
+                data: i.data.clone(),
+                mime: i.mime_type.clone(),
+            },
+            SamplingMessageContentBlock::Audio(a) => Block::Audio {
+                data: a.data.clone(),
+                mime: a.mime_type.clone(),
+            },
+            SamplingMessageContentBlock::ToolUse(u) => Block::ToolUse {
+                id: u.id.clone(),
+                name: u.name.clone(),
+                input: u.input.clone(),
+            },
+            _ => {
+                return Err(CallError::Host(
+                    "the host answered with tool_result (or unknown) content, which only a \
+                     caller may send"
+                        .into(),
+                ));
+            }
+        });
+    }
+    if blocks.is_empty() {
+        return Err(CallError::Host("the host answered with no content".into()));
+    }
+    Ok(Completion {
+        blocks,
+        model: result.model,
+        finish: Finish::from_stop_reason(result.stop_reason.as_deref()),
+    })
+}

@@ -1,0 +1,757 @@
+//! `generate_content`: Google Gemini's `models.generateContent` shape.
+//!
+//! `contents: [{role: user|model, parts}]` with parts `text`, `inlineData {mimeType, data}`,
+//! `functionCall {name, args, id?}` and `functionResponse {name, response, id?}`;
+//! `systemInstruction` (a Content or a string); `generationConfig` (`temperature`,
+//! `maxOutputTokens`, `stopSequences`, `responseMimeType` with `responseSchema` (OpenAPI style)
+//! or `responseJsonSchema`, `candidateCount` 1, `topP`/`topK`/`seed` forwarded as metadata);
+//! `tools[].functionDeclarations` and `toolConfig.functionCallingConfig` (`AUTO`/`ANY`/`NONE`,
+//! `allowedFunctionNames`). The result is a `GenerateContentResponse`.
+//!
+//! Gemini's function calls may come without ids: a response is then paired with the earliest
+//! unanswered call of the same name in the model turn before it.
+
+use super::common::{self, Common, Env, Msg, Parts, Structured, flatten_text, render_text};
+use super::{DEFAULT_MAX_TOKENS, DEFAULT_MODEL, Rendered, Shape, media, params};
+use crate::args::{self, Obj, as_object, non_empty_array};
+use crate::call::{Answer, Block, Call, Finish, Reply, Role, ToolChoice, ToolDef};
+use crate::contract::cursor::Entry;
+use crate::contract::persona::Persona;
+use crate::contract::schema;
+use crate::error::{CallError, CallResult};
+use crate::limits::Limits;
+use serde_json::{Map, Value, json};
+
+/// The `generate_content` tool.
+pub struct GenerateContent;
+
+const TOOL: &str = "generate_content";
+const ROLES: [&str; 2] = ["user", "model"];
+/// `generationConfig` keys forwarded in the request metadata.
+const METADATA: [&str; 5] = [
+    "topP",
+    "topK",
+    "seed",
+    "presencePenalty",
+    "frequencyPenalty",
+];
+/// `generationConfig` keys this shape reads itself.
+const READ: [&str; 8] = [
+    "temperature",
+    "maxOutputTokens",
+    "stopSequences",
+    "candidateCount",
+    "responseMimeType",
+    "responseSchema",
+    "responseJsonSchema",
+    "responseModalities",
+];
+/// The top-level keys of the persona view: the request as Gemini spells it.
+const VIEW_KEYS: [&str; 7] = [
+    "contents",
+    "model",
+    "systemInstruction",
+    "generationConfig",
+    "tools",
+    "toolConfig",
+    "previous_response_id",
+];
+
+impl Shape for GenerateContent {
+    fn name(&self) -> &'static str {
+        TOOL
+    }
+
+    fn definition(&self) -> &'static str {
+        include_str!("tools/generate_content.json")
+    }
+
+    fn parse(&self, o: &Obj<'_>, env: &Env<'_>) -> CallResult<Call> {
+        let contents = non_empty_array(o.required("contents")?, &o.path("contents"))?;
+        let common = read_common(o, env)?;
+        let system = match o.get("systemInstruction") {
+            Some(v) => Some(system_text(v, &o.path("systemInstruction"), env.limits)?),
+            None => None,
+        };
+        let (messages, mut transcript) = conversation(contents, env.limits)?;
+        if let Some(s) = &system {
+            transcript.insert(0, Entry::new("system", s.clone()));
+        }
+        let mut view = Map::new();
+        if common.persona.is_some() {
+            for key in VIEW_KEYS {
+                let value = match key {
+                    "model" => json!(common.model),
+                    _ => o.get(key).cloned().unwrap_or(Value::Null),
+                };
+                view.insert(key.into(), value);
+            }
+        }
+        let parts = Parts {
+            list_key: "contents",
+            system,
+            messages,
+            transcript,
+            view,
+            common_view: None,
+        };
+        common.into_call(parts, env.limits)
+    }
+
+    fn render(&self, reply: &Reply<'_>) -> Rendered {
+        let mut r = render_text(reply.completion, reply.cursor);
+        r.structured.extend(response_object(reply));
+        r
+    }
+}
+
+/// The arguments every shape has, as Gemini spells them.
+fn read_common<'a>(o: &Obj<'a>, env: &Env<'_>) -> CallResult<Common<'a>> {
+    let config_path = o.path("generationConfig");
+    static EMPTY: std::sync::OnceLock<Map<String, Value>> = std::sync::OnceLock::new();
+    let config = Obj::new(
+        o.opt_object("generationConfig")?
+            .unwrap_or_else(|| EMPTY.get_or_init(Map::new)),
+        config_path.as_str(),
+    );
+    if o.get("cachedContent").is_some() {
+        return Err(CallError::at(
+            &o.path("cachedContent"),
+            "cached content is not supported: send the content itself",
+        ));
+    }
+    let mut common = Common {
+        tool: TOOL,
+        verifies_cursors: true,
+        model: o.opt_str("model")?.unwrap_or(DEFAULT_MODEL).to_owned(),
+        temperature: config.opt_f64("temperature")?,
+        max_tokens: config.positive_u32_or("maxOutputTokens", DEFAULT_MAX_TOKENS)?,
+        output_schema: response_schema(&config, env.limits)?,
+        tools: None,
+        tool_choice: None,
+        persona: Persona::parse(o, env.limits)?,
+        previous: o.opt_str("previous_response_id")?.map(str::to_owned),
+        max_retries: common::parse_max_retries(o)?,
+        stop: stop_sequences(&config)?,
+        emulate_tools: common::parse_emulate_tools(o)?,
+        extras: extras(o, &config, env)?,
+    };
+    if let Some(list) = o.opt_array("tools")? {
+        common.tools = Some(declarations(list, &o.path("tools"), env.limits)?);
+    }
+    let (choice, allowed) = tool_config(o)?;
+    common.tool_choice = choice;
+    if let (Some(allowed), Some(defs)) = (allowed, common.tools.as_mut()) {
+        defs.retain(|d| allowed.contains(&d.name));
+        if defs.is_empty() {
+            return Err(CallError::at(
+                "toolConfig.functionCallingConfig.allowedFunctionNames",
+                "names no function declared in `tools`",
+            ));
+        }
+    }
+    common.check_conflicts()?;
+    Ok(common)
+}
+
+/// What `generationConfig` and the top level contribute besides the neutral fields: metadata,
+/// warnings for what has no equivalent, and errors for what cannot be honoured.
+fn extras(o: &Obj<'_>, config: &Obj<'_>, env: &Env<'_>) -> CallResult<params::Extras> {
+    if let Some(n) = config.get("candidateCount")
+        && n.as_u64() != Some(1)
+    {
+        return Err(CallError::expected(
+            &config.path("candidateCount"),
+            "1 (each sampling request yields one completion; call again for more)",
+            n,
+        ));
+    }
+    if config
+        .get("responseLogprobs")
+        .is_some_and(|v| v != &Value::Bool(false))
+    {
+        return Err(CallError::at(
+            &config.path("responseLogprobs"),
+            "log probabilities are not available: MCP sampling does not report them",
+        ));
+    }
+    let mut extras = params::Extras::default();
+    for key in METADATA {
+        if let Some(v) = config.get(key) {
+            extras.metadata.insert(key.to_owned(), v.clone());
+        }
+    }
+    let mut keys: Vec<&String> = config.map().keys().collect();
+    keys.sort();
+    for key in keys {
+        if !METADATA.contains(&key.as_str()) && !READ.contains(&key.as_str()) {
+            extras.warnings.push(format!(
+                "`generationConfig.{}` has no equivalent in MCP sampling and was ignored",
+                crate::error::clip(key)
+            ));
+        }
+    }
+    if o.get("safetySettings").is_some() {
+        extras.warnings.push(
+            "`safetySettings` has no equivalent in MCP sampling (the host applies its own \
+             policies) and was ignored"
+                .to_owned(),
+        );
+    }
+    extras
+        .warnings
+        .extend(params::unknown_arguments(o, env.known));
+    Ok(extras)
+}
+
+fn stop_sequences(config: &Obj<'_>) -> CallResult<Vec<String>> {
+    match config.get("stopSequences") {
+        None => Ok(Vec::new()),
+        Some(Value::Array(items)) => {
+            let items: Vec<&Value> = items.iter().collect();
+            common::stop_list(&items, &config.path("stopSequences"))
+        }
+        Some(other) => Err(CallError::expected(
+            &config.path("stopSequences"),
+            "a list of strings",
+            other,
+        )),
+    }
+}
+
+/// Structured output: `responseMimeType: "application/json"` with `responseJsonSchema`,
+/// `responseSchema` (OpenAPI style, converted) or neither (any JSON object).
+fn response_schema<'a>(config: &Obj<'a>, limits: &Limits) -> CallResult<Option<Structured<'a>>> {
+    const MIME: [&str; 2] = ["text/plain", "application/json"];
+    let json = config.opt_enum("responseMimeType", &MIME)? == Some("application/json");
+    let mut found = Vec::new();
+    if let Some(s) = config.get("responseJsonSchema") {
+        let path = config.path("responseJsonSchema");
+        found.push(Structured {
+            raw: None,
+            schema: schema::compile(s, &path, limits)?,
+            source: "generationConfig.responseJsonSchema",
+        });
+    }
+    if let Some(s) = config.get("responseSchema") {
+        let path = config.path("responseSchema");
+        found.push(Structured {
+            raw: None,
+            schema: schema::compile(&openapi_to_json_schema(s), &path, limits)?,
+            source: "generationConfig.responseSchema",
+        });
+    }
+    if found.is_empty() && json {
+        found.push(Structured {
+            raw: None,
+            schema: common::any_object(&config.path("responseMimeType"), limits)?,
+            source: "generationConfig.responseMimeType",
+        });
+    }
+    common::one_spelling(found)
+}
+
+/// Gemini's OpenAPI-style schema (`type: "OBJECT"`, `nullable`, `propertyOrdering`) as JSON
+/// Schema: types lower-cased, `nullable: true` as a union with `"null"`, ordering hints dropped.
+/// Everything else (properties, items, required, enum, format, bounds, anyOf) carries over.
+pub fn openapi_to_json_schema(v: &Value) -> Value {
+    match v {
+        Value::Object(map) => {
+            let nullable = map.get("nullable") == Some(&Value::Bool(true));
+            let mut out = Map::with_capacity(map.len());
+            for (k, x) in map {
+                match k.as_str() {
+                    "nullable" | "propertyOrdering" => {}
+                    "type" => {
+                        let t = x
+                            .as_str()
+                            .map_or_else(|| x.clone(), |t| json!(t.to_lowercase()));
+                        out.insert(k.clone(), if nullable { json!([t, "null"]) } else { t });
+                    }
+                    // Maps whose keys are names, not keywords: convert their values only.
+                    "properties" => {
+                        let props = x.as_object().map(|p| {
+                            p.iter()
+                                .map(|(name, s)| (name.clone(), openapi_to_json_schema(s)))
+                                .collect::<Map<String, Value>>()
+                        });
+                        out.insert(k.clone(), props.map_or_else(|| x.clone(), Value::Object));
+                    }
+                    "enum" | "required" | "example" | "default" => {
+                        out.insert(k.clone(), x.clone());
+                    }
+                    _ => {
+                        out.insert(k.clone(), openapi_to_json_schema(x));
+                    }
+                }
+            }
+            Value::Object(out)
+        }
+        Value::Array(items) => Value::Array(items.iter().map(openapi_to_json_schema).collect()),
+        other => other.clone(),
+    }
+}
+
+/// `tools: [{functionDeclarations: [...]}]` flattened into one checked list.
+fn declarations(list: &[Value], path: &str, limits: &Limits) -> CallResult<Vec<ToolDef>> {
+    let mut all = Vec::new();
+    for (i, tool) in list.iter().enumerate() {
+        let tpath = args::index(path, i);
+        let tool = Obj::new(as_object(tool, &tpath)?, tpath.as_str());
+        if let Some(other) = tool.map().keys().find(|k| *k != "functionDeclarations") {
+            return Err(CallError::at(
+                &tool.path(other),
+                "only functionDeclarations are supported: the host's model cannot run Google's \
+                 built-in tools",
+            ));
+        }
+        let decls = non_empty_array(
+            tool.required("functionDeclarations")?,
+            &tool.path("functionDeclarations"),
+        )?;
+        let dpath = tool.path("functionDeclarations");
+        for (j, d) in decls.iter().enumerate() {
+            all.push((args::index(&dpath, j), d));
+        }
+    }
+    let converted: Vec<Value> = all
+        .iter()
+        .map(|(p, d)| declaration_entry(p, d))
+        .collect::<CallResult<_>>()?;
+    // Errors name declarations by their place in the flattened list: exact with one `tools`
+    // entry, the common case.
+    let list_path = match list {
+        [_] => format!("{}.functionDeclarations", args::index(path, 0)),
+        _ => path.to_owned(),
+    };
+    common::tool_list(&converted, &list_path, limits, converted_entry)
+}
+
+/// One function declaration in the neutral `{name, description, input_schema, path}` form.
+fn declaration_entry(path: &str, d: &Value) -> CallResult<Value> {
+    let obj = Obj::new(as_object(d, path)?, path);
+    let (schema, schema_path) = match (obj.get("parametersJsonSchema"), obj.get("parameters")) {
+        (Some(_), Some(_)) => {
+            return Err(CallError::at(
+                path,
+                "`parameters` and `parametersJsonSchema` both describe the arguments; pass one",
+            ));
+        }
+        (Some(s), None) => (s.clone(), obj.path("parametersJsonSchema")),
+        (None, Some(s)) => (openapi_to_json_schema(s), obj.path("parameters")),
+        (None, None) => (
+            json!({"type": "object", "properties": {}}),
+            obj.path("parameters"),
+        ),
+    };
+    Ok(json!({
+        "name": obj.required_str("name")?,
+        "description": obj.opt_str("description")?,
+        "input_schema": schema,
+        "schema_path": schema_path,
+    }))
+}
+
+fn converted_entry<'a>(obj: &Obj<'a>) -> CallResult<(&'a str, Option<&'a str>, &'a Value, String)> {
+    Ok((
+        obj.required_str("name")?,
+        obj.opt_str("description")?,
+        obj.required("input_schema")?,
+        obj.opt_str("schema_path")?.unwrap_or("tools").to_owned(),
+    ))
+}
+
+/// `toolConfig.functionCallingConfig`: the choice and the allowed function names.
+fn tool_config(o: &Obj<'_>) -> CallResult<(Option<ToolChoice>, Option<Vec<String>>)> {
+    let Some(config) = o.opt_object("toolConfig")? else {
+        return Ok((None, None));
+    };
+    let config = Obj::new(config, "toolConfig");
+    let Some(fc) = config.opt_object("functionCallingConfig")? else {
+        return Ok((None, None));
+    };
+    let fc = Obj::new(fc, "toolConfig.functionCallingConfig");
+    const MODES: [&str; 4] = ["AUTO", "ANY", "NONE", "VALIDATED"];
+    let choice = match fc.opt_enum("mode", &MODES)? {
+        None | Some("AUTO") | Some("VALIDATED") => None,
+        Some("ANY") => Some(ToolChoice::Required),
+        Some(_) => Some(ToolChoice::None),
+    };
+    let allowed = match fc.opt_array("allowedFunctionNames")? {
+        None => None,
+        Some(names) => Some(
+            names
+                .iter()
+                .enumerate()
+                .map(|(i, n)| {
+                    n.as_str().map(str::to_owned).ok_or_else(|| {
+                        CallError::expected(
+                            &args::index(&fc.path("allowedFunctionNames"), i),
+                            "a function name",
+                            n,
+                        )
+                    })
+                })
+                .collect::<CallResult<Vec<_>>>()?,
+        ),
+    };
+    Ok((choice, allowed))
+}
+
+/// `systemInstruction`: a string, or a Content whose parts are all text (joined with `"\n"`).
+fn system_text(v: &Value, path: &str, limits: &Limits) -> CallResult<String> {
+    if let Value::String(s) = v {
+        return Ok(s.clone());
+    }
+    let obj = Obj::new(as_object(v, path)?, path);
+    let parts = non_empty_array(obj.required("parts")?, &obj.path("parts"))?;
+    let mut pending = Vec::new();
+    let blocks = content_parts(parts, &obj.path("parts"), limits, &mut pending, 0)?;
+    match flatten_text(blocks).as_slice() {
+        [Block::Text(t)] => Ok(t.clone()),
+        _ => Err(CallError::at(
+            path,
+            "the system instruction takes text parts only",
+        )),
+    }
+}
+
+/// The contents as messages and the transcript the cursor commits to.
+fn conversation(contents: &[Value], limits: &Limits) -> CallResult<(Vec<Msg>, Vec<Entry>)> {
+    let mut messages = Vec::with_capacity(contents.len());
+    let mut transcript = Vec::with_capacity(contents.len() + 1);
+    // Calls of the previous model turn not answered yet: (id, name).
+    let mut pending: Vec<(String, String)> = Vec::new();
+    for (index, c) in contents.iter().enumerate() {
+        let path = args::index("contents", index);
+        let obj = Obj::new(as_object(c, &path)?, path.as_str());
+        let role = match obj.opt_enum("role", &ROLES)? {
+            Some("model") => Role::Assistant,
+            _ => Role::User,
+        };
+        let parts = non_empty_array(obj.required("parts")?, &obj.path("parts"))?;
+        if role == Role::Assistant {
+            pending.clear();
+        }
+        let blocks = content_parts(parts, &obj.path("parts"), limits, &mut pending, index)?;
+        let blocks = flatten_text(blocks);
+        let entry_role = match (role, blocks.first()) {
+            (Role::Assistant, _) => "assistant",
+            (Role::User, Some(Block::ToolResult { .. })) => "tool",
+            (Role::User, _) => "user",
+        };
+        transcript.push(Entry::from_blocks(entry_role, &blocks));
+        messages.push(Msg {
+            index,
+            role,
+            blocks,
+        });
+    }
+    Ok((messages, transcript))
+}
+
+/// The parts of one Content as blocks. `pending` holds the calls of the last model turn, so
+/// that responses without ids find theirs; `turn` makes ids of calls without one unique.
+fn content_parts(
+    parts: &[Value],
+    path: &str,
+    limits: &Limits,
+    pending: &mut Vec<(String, String)>,
+    turn: usize,
+) -> CallResult<Vec<Block>> {
+    let mut blocks = Vec::with_capacity(parts.len());
+    for (i, part) in parts.iter().enumerate() {
+        let p = args::index(path, i);
+        let part = Obj::new(as_object(part, &p)?, p.as_str());
+        blocks.push(part_block(&part, limits, pending, (turn, i))?);
+    }
+    Ok(blocks)
+}
+
+/// One part: exactly one of `text`, `inlineData`, `functionCall`, `functionResponse`.
+fn part_block(
+    part: &Obj<'_>,
+    limits: &Limits,
+    pending: &mut Vec<(String, String)>,
+    (turn, i): (usize, usize),
+) -> CallResult<Block> {
+    const KINDS: [&str; 4] = ["text", "inlineData", "functionCall", "functionResponse"];
+    let present: Vec<&str> = KINDS
+        .into_iter()
+        .filter(|k| part.get(k).is_some())
+        .collect();
+    let kind = match present.as_slice() {
+        [one] => *one,
+        [] if part.get("fileData").is_some() => {
+            return Err(CallError::at(
+                &part.path("fileData"),
+                "files are not fetched (this server never fetches anything): send the bytes \
+                 as inlineData {mimeType, data}",
+            ));
+        }
+        _ => {
+            return Err(CallError::at(
+                part.here(),
+                format!("a part needs exactly one of {}", args::one_of(&KINDS)),
+            ));
+        }
+    };
+    match kind {
+        "text" => Ok(Block::Text(part.required_str("text")?.to_owned())),
+        "inlineData" => inline_data(part, limits),
+        "functionCall" => {
+            let fpath = part.path("functionCall");
+            let call = Obj::new(
+                as_object(part.required("functionCall")?, &fpath)?,
+                fpath.as_str(),
+            );
+            let name = call.required_str("name")?.to_owned();
+            let id = match call.opt_str("id")? {
+                Some(id) => id.to_owned(),
+                None => format!("{name}#{turn}.{i}"),
+            };
+            let input = match call.opt_object("args")? {
+                Some(m) => m.clone(),
+                None => Map::new(),
+            };
+            pending.push((id.clone(), name.clone()));
+            Ok(Block::ToolUse { id, name, input })
+        }
+        _ => function_response(part, pending),
+    }
+}
+
+fn inline_data(part: &Obj<'_>, limits: &Limits) -> CallResult<Block> {
+    let dpath = part.path("inlineData");
+    let data = Obj::new(
+        as_object(part.required("inlineData")?, &dpath)?,
+        dpath.as_str(),
+    );
+    let mime = data.required_str("mimeType")?;
+    let kind = if mime.starts_with("audio/") {
+        media::Kind::Audio
+    } else {
+        media::Kind::Image
+    };
+    media::block(
+        kind,
+        data.required_str("data")?,
+        mime,
+        &data.path("data"),
+        &data.path("mimeType"),
+        limits,
+    )
+}
+
+/// A `functionResponse`: its id, or the earliest unanswered call of its name.
+fn function_response(part: &Obj<'_>, pending: &mut Vec<(String, String)>) -> CallResult<Block> {
+    let rpath = part.path("functionResponse");
+    let resp = Obj::new(
+        as_object(part.required("functionResponse")?, &rpath)?,
+        rpath.as_str(),
+    );
+    let name = resp.required_str("name")?;
+    let response = resp.required("response")?;
+    as_object(response, &resp.path("response"))?;
+    let id = match resp.opt_str("id")? {
+        Some(id) => id.to_owned(),
+        None => match pending.iter().position(|(_, n)| n == name) {
+            Some(at) => pending.remove(at).0,
+            None => {
+                return Err(CallError::at(
+                    &rpath,
+                    format!("answers no call of {name:?} in the model turn before it"),
+                ));
+            }
+        },
+    };
+    Ok(Block::ToolResult {
+        id,
+        content: vec![Block::Text(crate::pyjson::dumps(
+            response,
+            crate::pyjson::Style::SORTED,
+        ))],
+        is_error: false,
+    })
+}
+
+/// The `GenerateContentResponse` fields for an answer.
+fn response_object(out: &Reply<'_>) -> Map<String, Value> {
+    let mut parts = Vec::new();
+    match out.answer {
+        Answer::ToolCalls { text, calls } => {
+            if !text.is_empty() {
+                parts.push(json!({"text": text}));
+            }
+            for c in calls {
+                parts.push(json!({"functionCall": {"id": c.id, "name": c.name, "args": c.input}}));
+            }
+        }
+        _ => parts.push(json!({"text": out.completion})),
+    }
+    let finish = match out.finish {
+        Finish::MaxTokens => "MAX_TOKENS",
+        _ => "STOP",
+    };
+    let usage = out.usage();
+    let mut m = Map::new();
+    m.insert(
+        "candidates".into(),
+        json!([{"content": {"role": "model", "parts": parts}, "finishReason": finish, "index": 0}]),
+    );
+    m.insert(
+        "usageMetadata".into(),
+        json!({"promptTokenCount": usage.prompt, "candidatesTokenCount": usage.completion,
+               "totalTokenCount": usage.total(), "estimated": true}),
+    );
+    m.insert("modelVersion".into(), json!(out.host_model));
+    m.insert("responseId".into(), json!(out.response_id("")));
+    m
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::call::{Mode, Turn};
+    use crate::shapes::common::tests_support::parse;
+
+    fn call(v: Value) -> CallResult<Call> {
+        parse(&GenerateContent, v)
+    }
+
+    #[test]
+    fn contents_system_and_config_map_onto_the_call() {
+        let c = call(json!({
+            "contents": [
+                {"role": "user", "parts": [{"text": "Hi"}, {"text": "there"}]},
+                {"role": "model", "parts": [{"text": "Hello"}]},
+                {"parts": [{"text": "Again"}]}
+            ],
+            "systemInstruction": {"parts": [{"text": "Be brief."}]},
+            "generationConfig": {"temperature": 0.2, "maxOutputTokens": 50,
+                                 "stopSequences": ["END"], "topK": 3}
+        }))
+        .unwrap();
+        assert_eq!(c.request.system.as_deref(), Some("Be brief."));
+        assert_eq!(
+            c.request.turns,
+            vec![
+                Turn::text(Role::User, "Hi\nthere"),
+                Turn::text(Role::Assistant, "Hello"),
+                Turn::text(Role::User, "Again")
+            ]
+        );
+        assert_eq!(c.request.max_tokens, 50);
+        assert_eq!(c.request.temperature, Some(0.2));
+        assert_eq!(c.request.stop, vec!["END".to_owned()]);
+        assert_eq!(c.metadata["topK"], json!(3));
+        assert_eq!(c.transcript[0], Entry::new("system", "Be brief."));
+        assert_eq!(c.transcript[2], Entry::new("assistant", "Hello"));
+    }
+
+    #[test]
+    fn response_schema_is_converted_and_enforced() {
+        let c = call(json!({
+            "contents": [{"parts": [{"text": "x"}]}],
+            "generationConfig": {"responseMimeType": "application/json", "responseSchema": {
+                "type": "OBJECT", "properties": {"n": {"type": "INTEGER", "nullable": true}},
+                "required": ["n"], "propertyOrdering": ["n"]}}
+        }))
+        .unwrap();
+        let Mode::Structured(s) = &c.mode else {
+            panic!("structured")
+        };
+        assert!(s.check(&json!({"n": 3})).is_ok());
+        assert!(s.check(&json!({"n": null})).is_ok());
+        assert!(s.check(&json!({"n": "3"})).is_err());
+        let c = call(json!({"contents": [{"parts": [{"text": "x"}]}],
+            "generationConfig": {"responseMimeType": "application/json"}}))
+        .unwrap();
+        assert!(matches!(c.mode, Mode::Structured(_)));
+    }
+
+    #[test]
+    fn function_calls_pair_by_name_and_config_narrows_tools() {
+        let c = call(json!({
+            "contents": [
+                {"role": "user", "parts": [{"text": "Weather?"}]},
+                {"role": "model", "parts": [{"functionCall": {"name": "get_weather", "args": {"city": "Oslo"}}}]},
+                {"role": "user", "parts": [{"functionResponse": {"name": "get_weather", "response": {"temp": 3}}}]}
+            ],
+            "tools": [{"functionDeclarations": [
+                {"name": "get_weather", "parameters": {"type": "OBJECT", "properties": {"city": {"type": "STRING"}}}},
+                {"name": "get_time"}
+            ]}],
+            "toolConfig": {"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": ["get_weather"]}}
+        }))
+        .unwrap();
+        let Mode::Tools { defs, choice } = &c.mode else {
+            panic!("tools")
+        };
+        assert_eq!(*choice, ToolChoice::Required);
+        assert_eq!(defs.len(), 1);
+        assert_eq!(
+            defs[0].input_schema()["properties"]["city"]["type"],
+            "string"
+        );
+        let Block::ToolUse { id, .. } = &c.request.turns[1].blocks[0] else {
+            panic!("a call")
+        };
+        let Block::ToolResult { id: answered, .. } = &c.request.turns[2].blocks[0] else {
+            panic!("a result")
+        };
+        assert_eq!(id, answered);
+        assert_eq!(c.transcript[2].role, "tool");
+    }
+
+    #[test]
+    fn bad_input_names_the_field() {
+        let cases = [
+            (json!({}), "`contents`: is required"),
+            (
+                json!({"contents": []}),
+                "`contents`: must contain at least one item",
+            ),
+            (
+                json!({"contents": [{"role": "assistant", "parts": [{"text": "x"}]}]}),
+                "`contents[0].role`: expected one of \"user\", \"model\"",
+            ),
+            (
+                json!({"contents": [{"parts": [{"text": "x", "inlineData": {}}]}]}),
+                "`contents[0].parts[0]`: a part needs exactly one of",
+            ),
+            (
+                json!({"contents": [{"parts": [{"fileData": {"fileUri": "gs://x"}}]}]}),
+                "`contents[0].parts[0].fileData`: files are not fetched",
+            ),
+            (
+                json!({"contents": [{"parts": [{"text": "x"}]}],
+                       "generationConfig": {"candidateCount": 2}}),
+                "`generationConfig.candidateCount`: expected 1",
+            ),
+            (
+                json!({"contents": [{"parts": [{"text": "x"}]}],
+                       "generationConfig": {"responseSchema": {"type": "ARRAY"}}}),
+                "`generationConfig.responseSchema`: the schema's root \"type\" must be \"object\"",
+            ),
+            (
+                json!({"contents": [{"parts": [{"text": "x"}]}],
+                       "tools": [{"googleSearch": {}}]}),
+                "`tools[0].googleSearch`: only functionDeclarations are supported",
+            ),
+            (
+                json!({"contents": [{"role": "user", "parts": [{"functionResponse": {"name": "f", "response": {}}}]}]}),
+                "answers no call of \"f\"",
+            ),
+            (
+                json!({"contents": [{"parts": [{"text": "x"}]}],
+                       "generationConfig": {"maxOutputTokens": 0}}),
+                "`generationConfig.maxOutputTokens`",
+            ),
+        ];
+        for (args, want) in cases {
+            let e = call(args).unwrap_err().to_string();
+            assert!(e.contains(want), "{e} does not contain {want}");
+        }
+    }
+}

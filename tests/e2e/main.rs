@@ -1,0 +1,29 @@
+//! End-to-end tests: the real `agent-as-model` binary over stdio, driven by a scripted host on
+//! both protocol eras, plus property tests of the library. One test crate, so the tests link
+//! once on a small machine.
+//!
+//! Tests may unwrap, expect, panic and index (clippy.toml allows it in `#[test]` functions; the
+//! helpers here share the allowance below). Sampling is deprecated by SEP-2577, and testing it
+//! is the point.
+#![allow(
+    dead_code,
+    deprecated,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+mod common;
+
+mod cli;
+mod cursors;
+mod eras;
+mod faults;
+mod gemini;
+mod hosts;
+mod packaging;
+mod properties;
+mod rich;
+mod structured;
+mod tools;
