@@ -47,6 +47,11 @@ pub struct Config {
     #[arg(long, env = "AGENT_AS_MODEL_TRANSPORT", value_enum, default_value_t = Transport::Stdio)]
     pub transport: Transport,
 
+    /// Most tool calls in flight at once; beyond it a call is refused at once with "retry"
+    #[arg(long, env = "AGENT_AS_MODEL_MAX_CALLS_IN_FLIGHT", default_value_t = 1024,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_calls_in_flight: u64,
+
     #[command(flatten)]
     pub limits: Limits,
 }
@@ -54,6 +59,20 @@ pub struct Config {
 impl Config {
     pub fn sampling_timeout(&self) -> Duration {
         Duration::from_secs(self.sampling_timeout_secs)
+    }
+
+    /// The stdio framing limits: a line holds a call's arguments, or a host's answer with
+    /// media in it, plus the envelope.
+    pub fn framing(&self) -> crate::transport::Framing {
+        let l = &self.limits;
+        let media_base64 = l.max_media_bytes.saturating_mul(4) / 3;
+        crate::transport::Framing {
+            max_line: l
+                .max_request_bytes
+                .max(media_base64)
+                .saturating_add(1024 * 1024),
+            max_calls: usize::try_from(self.max_calls_in_flight).unwrap_or(usize::MAX),
+        }
     }
 
     pub fn state_ttl(&self) -> Duration {

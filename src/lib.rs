@@ -13,6 +13,7 @@
 //! fulfil/     the pure state machine: strategy from backend capabilities, repairs, output
 //! backends/   the drivers doing I/O: host sampling on the legacy era and in MRTR rounds
 //! config      one typed configuration (command line and environment), passed down
+//! transport   stdio framing: bounded lines, one well-formed reply per request
 //! ```
 //!
 //! Nothing in [`call`], [`contract`] or [`fulfil`] imports a shape, and only [`backends`] knows
@@ -32,3 +33,4 @@ pub mod limits;
 pub mod pyjson;
 pub mod server;
 pub mod shapes;
+pub mod transport;

@@ -4,9 +4,8 @@ use agent_as_model::backends::mrtr::Sealer;
 use agent_as_model::backends::sampling::Settings;
 use agent_as_model::config::{Config, Transport};
 use agent_as_model::server::Server;
+use agent_as_model::transport::serve_stdio;
 use clap::Parser;
-use rmcp::ServiceExt;
-use rmcp::transport::async_rw::AsyncRwTransport;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -50,7 +49,7 @@ fn main() -> ExitCode {
         }
     };
     let outcome = runtime.block_on(match config.transport {
-        Transport::Stdio => serve_stdio(server, &config),
+        Transport::Stdio => serve_stdio(server, config.framing()),
     });
     // Pending blocking reads on stdin must not hold the process once the connection is over.
     runtime.shutdown_timeout(Duration::from_millis(100));
@@ -61,19 +60,4 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-async fn serve_stdio(server: Server, config: &Config) -> Result<(), Box<dyn std::error::Error>> {
-    // A line over four times the request limit is dropped by the transport unread; one under it
-    // is parsed and, if its arguments exceed the limit, refused with an error.
-    let max_line = config
-        .limits
-        .max_request_bytes
-        .saturating_mul(4)
-        .max(1024 * 1024);
-    let transport = AsyncRwTransport::new_server(tokio::io::stdin(), tokio::io::stdout())
-        .with_max_line_length(max_line);
-    let running = server.serve(transport).await?;
-    running.waiting().await?;
-    Ok(())
 }

@@ -73,15 +73,146 @@ fn depth(v: &Value) -> usize {
     }
 }
 
-fn cache() -> &'static Mutex<HashMap<[u8; 32], Arc<Schema>>> {
-    static CACHE: OnceLock<Mutex<HashMap<[u8; 32], Arc<Schema>>>> = OnceLock::new();
-    CACHE.get_or_init(|| Mutex::new(HashMap::new()))
+/// Most schema nodes after every reference is expanded. Validation work grows with this, so a
+/// schema whose references double at each level (2.7 KB of `$defs` can expand to 2^40 nodes) is
+/// refused before it is compiled.
+pub const MAX_EXPANDED_NODES: u64 = 100_000;
+/// Most `pattern` and `patternProperties` regular expressions in one schema.
+pub const MAX_PATTERNS: usize = 64;
+/// Compiled size limit of one regular expression (and of its lazy DFA), in bytes: ordinary
+/// patterns need a few KiB; `\p{L}{200}` needs megabytes and is refused.
+pub const REGEX_SIZE_LIMIT: usize = 256 * 1024;
+/// Weight of the validator cache, in bytes of schema text plus [`REGEX_SIZE_LIMIT`] per
+/// pattern: a bound on what cached validators can hold.
+const CACHE_BUDGET: usize = 64 * 1024 * 1024;
+
+/// Counts schema nodes with every local reference (`#/pointer`, `#anchor`, an embedded `$id`)
+/// expanded, stopping at `MAX_EXPANDED_NODES`. A reference back into its own expansion
+/// (recursion) counts once: validation of recursive schemas is bounded by the instance.
+struct Expansion<'a> {
+    root: &'a Value,
+    anchors: HashMap<&'a str, &'a Value>,
+    memo: HashMap<*const Value, u64>,
+    active: Vec<*const Value>,
+    patterns: usize,
 }
 
-/// Compiles the schema at `path` (an argument path such as `output_schema` or
-/// `tools[0].input_schema`), which must be a valid Draft 2020-12 schema whose root `type` is
-/// `"object"`.
-pub fn compile(schema: &Value, path: &str, limits: &Limits) -> CallResult<Arc<Schema>> {
+impl<'a> Expansion<'a> {
+    fn new(root: &'a Value) -> Self {
+        let mut anchors = HashMap::new();
+        collect_anchors(root, &mut anchors);
+        Expansion {
+            root,
+            anchors,
+            memo: HashMap::new(),
+            active: Vec::new(),
+            patterns: 0,
+        }
+    }
+
+    fn resolve(&self, reference: &str) -> Result<&'a Value, String> {
+        let target = match reference.strip_prefix('#') {
+            Some("") => Some(self.root),
+            Some(pointer) if pointer.starts_with('/') => self.root.pointer(pointer),
+            Some(anchor) => self.anchors.get(anchor).copied(),
+            None => self.anchors.get(reference).copied(),
+        };
+        target.ok_or_else(|| {
+            format!(
+                "the reference {:?} does not resolve inside the schema; only local references \
+                 (#/..., #anchor, an embedded $id) are supported",
+                crate::error::clip(reference)
+            )
+        })
+    }
+
+    /// The expanded size of `node`, saturating at the limit.
+    fn size(&mut self, node: &'a Value) -> Result<u64, String> {
+        let key = node as *const Value;
+        if let Some(n) = self.memo.get(&key) {
+            return Ok(*n);
+        }
+        if self.active.contains(&key) {
+            return Ok(1);
+        }
+        self.active.push(key);
+        let mut total: u64 = 1;
+        match node {
+            Value::Object(map) => {
+                for (k, v) in map {
+                    if k == "pattern" || k == "patternProperties" {
+                        self.patterns += v.as_object().map_or(1, Map::len);
+                    }
+                    let child = match (k.as_str(), v) {
+                        ("$ref" | "$dynamicRef", Value::String(r)) => self.resolve(r)?,
+                        _ => v,
+                    };
+                    total = total.saturating_add(self.size(child)?);
+                    if total > MAX_EXPANDED_NODES {
+                        break;
+                    }
+                }
+            }
+            Value::Array(items) => {
+                for v in items {
+                    total = total.saturating_add(self.size(v)?);
+                    if total > MAX_EXPANDED_NODES {
+                        break;
+                    }
+                }
+            }
+            _ => {}
+        }
+        self.active.pop();
+        self.memo.insert(key, total);
+        Ok(total)
+    }
+}
+
+fn collect_anchors<'a>(v: &'a Value, out: &mut HashMap<&'a str, &'a Value>) {
+    match v {
+        Value::Object(map) => {
+            for key in ["$anchor", "$dynamicAnchor", "$id"] {
+                if let Some(Value::String(name)) = map.get(key) {
+                    out.insert(name.as_str(), v);
+                }
+            }
+            map.values().for_each(|x| collect_anchors(x, out));
+        }
+        Value::Array(items) => items.iter().for_each(|x| collect_anchors(x, out)),
+        _ => {}
+    }
+}
+
+/// Cached validators and their total weight against [`CACHE_BUDGET`].
+#[derive(Default)]
+struct Cache {
+    entries: HashMap<[u8; 32], Arc<Schema>>,
+    weight: usize,
+}
+
+fn cache() -> &'static Mutex<Cache> {
+    static CACHE: OnceLock<Mutex<Cache>> = OnceLock::new();
+    CACHE.get_or_init(|| Mutex::new(Cache::default()))
+}
+
+fn remember(key: [u8; 32], schema: &Arc<Schema>, weight: usize) {
+    let Ok(mut c) = cache().lock() else {
+        return;
+    };
+    if weight > CACHE_BUDGET / 4 {
+        return;
+    }
+    if c.entries.len() >= CACHE_CAPACITY || c.weight + weight > CACHE_BUDGET {
+        c.entries.clear();
+        c.weight = 0;
+    }
+    c.weight += weight;
+    c.entries.insert(key, schema.clone());
+}
+
+/// The root must be an object schema with `"type": "object"`, nested no deeper than the limit.
+fn check_shape(schema: &Value, path: &str, limits: &Limits) -> CallResult<()> {
     let Some(map) = schema.as_object() else {
         return Err(CallError::expected(path, "a JSON Schema object", schema));
     };
@@ -104,6 +235,44 @@ pub fn compile(schema: &Value, path: &str, limits: &Limits) -> CallResult<Arc<Sc
             ),
         ));
     }
+    Ok(())
+}
+
+/// The work a schema can cause is bounded: expanded size and number of patterns. Returns the
+/// number of patterns.
+fn check_budget(schema: &Value, path: &str) -> CallResult<usize> {
+    let mut expansion = Expansion::new(schema);
+    let nodes = expansion
+        .size(schema)
+        .map_err(|problem| CallError::at(path, problem))?;
+    if nodes > MAX_EXPANDED_NODES {
+        return Err(CallError::at(
+            path,
+            format!(
+                "the schema's references expand to more than {MAX_EXPANDED_NODES} schema nodes, \
+                 which would make validation too costly; reference shared definitions without \
+                 multiplying them"
+            ),
+        ));
+    }
+    if expansion.patterns > MAX_PATTERNS {
+        return Err(CallError::at(
+            path,
+            format!(
+                "the schema has {} regular expressions (pattern, patternProperties); at most \
+                 {MAX_PATTERNS} are accepted",
+                expansion.patterns
+            ),
+        ));
+    }
+    Ok(expansion.patterns)
+}
+
+/// Compiles the schema at `path` (an argument path such as `output_schema` or
+/// `tools[0].input_schema`), which must be a valid Draft 2020-12 schema whose root `type` is
+/// `"object"`, within the limits. `format` is asserted, not just annotated.
+pub fn compile(schema: &Value, path: &str, limits: &Limits) -> CallResult<Arc<Schema>> {
+    check_shape(schema, path, limits)?;
     // serde_json's writer is fast; the key only needs to be stable for the same text.
     let text = serde_json::to_vec(schema).unwrap_or_default();
     let max_bytes = limits.max_schema_bytes;
@@ -118,9 +287,14 @@ pub fn compile(schema: &Value, path: &str, limits: &Limits) -> CallResult<Arc<Sc
         ));
     }
     let key: [u8; 32] = Sha256::digest(&text).into();
-    if let Some(hit) = cache().lock().ok().and_then(|c| c.get(&key).cloned()) {
+    let hit = cache()
+        .lock()
+        .ok()
+        .and_then(|c| c.entries.get(&key).cloned());
+    if let Some(hit) = hit {
         return Ok(hit);
     }
+    let patterns = check_budget(schema, path)?;
     if let Err(e) = jsonschema::draft202012::meta::validate(schema) {
         let pointer = e.instance_path().to_string();
         return Err(CallError::at(
@@ -131,20 +305,19 @@ pub fn compile(schema: &Value, path: &str, limits: &Limits) -> CallResult<Arc<Sc
             ),
         ));
     }
+    let patterns_options = PatternOptions::regex()
+        .size_limit(REGEX_SIZE_LIMIT)
+        .dfa_size_limit(REGEX_SIZE_LIMIT);
     let validator = jsonschema::draft202012::options()
-        .with_pattern_options(PatternOptions::regex())
+        .with_pattern_options(patterns_options)
+        .should_validate_formats(true)
         .build(schema)
         .map_err(|e| CallError::at(path, format!("the schema cannot be compiled: {e}")))?;
     let compiled = Arc::new(Schema {
         raw: schema.clone(),
         validator,
     });
-    if let Ok(mut c) = cache().lock() {
-        if c.len() >= CACHE_CAPACITY {
-            c.clear();
-        }
-        c.insert(key, compiled.clone());
-    }
+    remember(key, &compiled, text.len() + patterns * REGEX_SIZE_LIMIT);
     Ok(compiled)
 }
 
@@ -210,6 +383,99 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("nests deeper"), "{e}");
+    }
+
+    /// Forty levels, each `allOf` two references to the next: 2.7 KB that expands to 2^40.
+    fn doubling(levels: usize, via_anchor: bool) -> Value {
+        let mut defs = Map::new();
+        for i in 0..levels {
+            let next = if via_anchor {
+                format!("#L{}", i + 1)
+            } else {
+                format!("#/$defs/L{}", i + 1)
+            };
+            defs.insert(
+                format!("L{i}"),
+                json!({"$anchor": format!("L{i}"), "allOf": [{"$ref": next}, {"$ref": next}]}),
+            );
+        }
+        defs.insert(
+            format!("L{levels}"),
+            json!({"$anchor": format!("L{levels}"), "type": "string"}),
+        );
+        json!({"type": "object", "$defs": defs, "properties": {"x": {"$ref": "#/$defs/L0"}}})
+    }
+
+    #[test]
+    fn reference_bombs_and_pattern_floods_are_refused() {
+        let l = Limits::default();
+        for anchor in [false, true] {
+            let e = compile(&doubling(40, anchor), "output_schema", &l)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("expand to more than"), "{e}");
+        }
+        // A few levels of sharing are fine, and so is recursion.
+        assert!(compile(&doubling(8, false), "output_schema", &l).is_ok());
+        let tree = json!({"type": "object", "$defs": {"node": {"type": "object",
+            "properties": {"children": {"type": "array", "items": {"$ref": "#/$defs/node"}}}}},
+            "properties": {"root": {"$ref": "#/$defs/node"}}});
+        assert!(compile(&tree, "output_schema", &l).is_ok());
+        let e = compile(
+            &json!({"type": "object", "properties": {"a": {"$ref": "https://x/y.json"}}}),
+            "output_schema",
+            &l,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("does not resolve inside the schema"), "{e}");
+        let mut props = Map::new();
+        for i in 0..65 {
+            props.insert(format!("p{i}"), json!({"type": "string", "pattern": "^a"}));
+        }
+        let e = compile(
+            &json!({"type": "object", "properties": props}),
+            "output_schema",
+            &l,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("65 regular expressions"), "{e}");
+        let e = compile(
+            &json!({"type": "object", "properties": {"a": {"type": "string", "pattern": r"\p{L}{200}"}}}),
+            "output_schema",
+            &l,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("cannot be compiled"), "{e}");
+    }
+
+    #[test]
+    fn formats_are_asserted() {
+        let s = compile(
+            &json!({"type": "object", "properties": {
+                "d": {"type": "string", "format": "date"},
+                "e": {"type": "string", "format": "email"},
+                "u": {"type": "string", "format": "uuid"},
+                "i": {"type": "string", "format": "ipv4"}}}),
+            "output_schema",
+            &Limits::default(),
+        )
+        .unwrap();
+        assert!(
+            s.check(&json!({"d": "2026-11-30", "e": "a@b.co", "i": "10.0.0.1",
+                                "u": "67e55044-10b1-426f-9247-bb680e5fe0c8"}))
+                .is_ok()
+        );
+        for bad in [
+            json!({"d": "30/11/2026"}),
+            json!({"e": "nobody"}),
+            json!({"u": "x"}),
+            json!({"i": "999.1.1.1"}),
+        ] {
+            assert!(s.check(&bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -21,6 +21,7 @@ mod cursors;
 mod eras;
 mod faults;
 mod gemini;
+mod hardening;
 mod hosts;
 mod packaging;
 mod properties;

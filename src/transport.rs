@@ -1,0 +1,547 @@
+//! The stdio transport, with a framing layer in front of the SDK's line transport.
+//!
+//! Every line from the client is checked before the SDK sees it, so that each request gets
+//! exactly one well-formed JSON-RPC reply and no line can make the server build gigabytes:
+//!
+//! - a line longer than the limit is never held: its first bytes are kept to find its `id`,
+//!   the rest is skipped, and it is answered with `-32600` (`id` from the head, else `null`);
+//! - JSON that does not parse (invalid UTF-8, a lone surrogate, nesting deeper than 128, two
+//!   values on a line, truncation) is answered with `-32700` and `"id": null`, checked with a
+//!   pass that builds nothing;
+//! - a batch or a non-object is `-32600`; a `tools/call` whose `name` is not a string or whose
+//!   `arguments` is not an object is `-32602`; a second request with the id of one still in
+//!   flight is refused; beyond the cap of calls in flight a call is refused with "retry";
+//! - notifications are never answered: a malformed one is dropped, and one that arrives before
+//!   any request (2026-07-28 has no handshake) is dropped instead of ending the session;
+//! - every error the SDK writes gets an `id` member.
+//!
+//! When stdin closes, calls still in flight are cancelled and the process exits promptly.
+
+use crate::error::clip;
+use crate::server::Server;
+use rmcp::ServiceExt;
+use rmcp::transport::async_rw::AsyncRwTransport;
+use serde::Deserialize;
+use serde::de::{self, MapAccess, SeqAccess, Visitor};
+use serde_json::{Value, json};
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::sync::mpsc;
+
+/// Bytes of an oversized line kept to find its id.
+const HEAD_BYTES: usize = 4096;
+/// How long calls in flight get to finish after stdin closes.
+const SHUTDOWN_GRACE: Duration = Duration::from_millis(300);
+
+/// The framing limits.
+#[derive(Debug, Clone, Copy)]
+pub struct Framing {
+    /// Longest line accepted, in bytes.
+    pub max_line: usize,
+    /// Most `tools/call` requests in flight at once.
+    pub max_calls: usize,
+}
+
+/// The JSON type of a value, read without building it; every string in it is decoded, so
+/// invalid escapes (a lone surrogate) are found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Object,
+    Other,
+}
+
+impl<'de> Deserialize<'de> for Kind {
+    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Kind;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Kind, A::Error> {
+                while m.next_entry::<Kind, Kind>()?.is_some() {}
+                Ok(Kind::Object)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> Result<Kind, A::Error> {
+                while s.next_element::<Kind>()?.is_some() {}
+                Ok(Kind::Other)
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Kind, E> {
+                Ok(Kind::Other)
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Kind, E> {
+                Ok(Kind::Other)
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Kind, E> {
+                Ok(Kind::Other)
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Kind, E> {
+                Ok(Kind::Other)
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Kind, E> {
+                Ok(Kind::Other)
+            }
+            fn visit_unit<E>(self) -> Result<Kind, E> {
+                Ok(Kind::Other)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// What the framer reads of a message: everything but the bulk.
+#[derive(Debug, Deserialize)]
+struct Envelope {
+    #[serde(default)]
+    id: Option<Value>,
+    #[serde(default)]
+    method: Option<String>,
+    #[serde(default)]
+    params: Option<Params>,
+    /// Whether the member is there at all (`"result": null` is a result, if a bad one).
+    #[serde(default, deserialize_with = "present")]
+    result: bool,
+    #[serde(default, deserialize_with = "present")]
+    error: bool,
+}
+
+fn present<'de, D: de::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    Kind::deserialize(d).map(|_| true)
+}
+
+#[derive(Debug, Deserialize)]
+struct Params {
+    #[serde(default)]
+    name: Option<Value>,
+    #[serde(default)]
+    arguments: Option<Kind>,
+    #[serde(default, rename = "_meta")]
+    meta: Option<Kind>,
+}
+
+/// What to do with one line.
+#[derive(Debug, PartialEq)]
+enum Verdict {
+    Forward,
+    Drop,
+    Reply(Value),
+}
+
+fn error(id: Option<Value>, code: i64, message: String) -> Verdict {
+    Verdict::Reply(json!({"jsonrpc": "2.0", "id": id.unwrap_or(Value::Null),
+                          "error": {"code": code, "message": message}}))
+}
+
+/// Ids of requests forwarded and not yet answered, and how many of them are tool calls.
+#[derive(Default)]
+struct InFlight {
+    ids: HashSet<String>,
+    calls: HashSet<String>,
+    seen_request: bool,
+}
+
+fn parse_error(e: &serde_json::Error) -> Verdict {
+    error(
+        None,
+        -32700,
+        format!("parse error: the line is not one JSON value ({e})"),
+    )
+}
+
+/// Decides what to do with one complete line.
+fn classify(line: &[u8], state: &Mutex<InFlight>, framing: Framing) -> Verdict {
+    if let Err(e) = serde_json::from_slice::<Kind>(line) {
+        return parse_error(&e);
+    }
+    let first = line.iter().find(|b| !b.is_ascii_whitespace());
+    if first != Some(&b'{') {
+        return error(
+            None,
+            -32600,
+            "invalid request: expected one JSON-RPC object per line (batches are not supported)"
+                .into(),
+        );
+    }
+    let env: Envelope = match serde_json::from_slice(line) {
+        Ok(e) => e,
+        Err(e) => return error(head_id(line), -32600, format!("invalid request: {e}")),
+    };
+    let Ok(mut state) = state.lock() else {
+        return Verdict::Forward;
+    };
+    classify_envelope(env, &mut state, framing)
+}
+
+fn classify_envelope(env: Envelope, state: &mut InFlight, framing: Framing) -> Verdict {
+    let Some(method) = env.method else {
+        // A response to one of our requests (sampling), or nonsense.
+        return match (&env.id, env.result || env.error) {
+            (Some(_), true) => Verdict::Forward,
+            _ => error(env.id, -32600, "invalid request: no method".into()),
+        };
+    };
+    let Some(id) = env.id.filter(|id| !id.is_null()) else {
+        // A notification: never answered. Dropped when malformed, or when no request came yet.
+        let malformed = env
+            .params
+            .as_ref()
+            .is_some_and(|p| p.meta == Some(Kind::Other));
+        return if malformed || !state.seen_request {
+            Verdict::Drop
+        } else {
+            Verdict::Forward
+        };
+    };
+    if !(id.is_string() || id.is_number()) {
+        return error(
+            None,
+            -32600,
+            "invalid request: id must be a string or a number".into(),
+        );
+    }
+    let key = id.to_string();
+    if state.ids.contains(&key) {
+        return error(
+            Some(id),
+            -32600,
+            format!(
+                "invalid request: a request with id {} is still in flight",
+                clip(&key)
+            ),
+        );
+    }
+    if method == "tools/call" {
+        let params = env.params.as_ref();
+        if !params.is_some_and(|p| p.name.as_ref().is_some_and(Value::is_string)) {
+            return error(
+                Some(id),
+                -32602,
+                "invalid params: `name` must be a string".into(),
+            );
+        }
+        if params.is_some_and(|p| p.arguments.is_some_and(|k| k != Kind::Object)) {
+            return error(
+                Some(id),
+                -32602,
+                "invalid params: `arguments` must be an object".into(),
+            );
+        }
+        if state.calls.len() >= framing.max_calls {
+            return error(
+                Some(id),
+                -32000,
+                format!(
+                    "server busy: {} tool calls are in flight, the most this server takes at once \
+                     (AGENT_AS_MODEL_MAX_CALLS_IN_FLIGHT); retry shortly",
+                    state.calls.len()
+                ),
+            );
+        }
+        state.calls.insert(key.clone());
+    }
+    state.seen_request = true;
+    state.ids.insert(key);
+    Verdict::Forward
+}
+
+/// The id named near the start of an oversized line, if its head shows one.
+fn head_id(head: &[u8]) -> Option<Value> {
+    let text = String::from_utf8_lossy(head);
+    let at = text.find("\"id\"")?;
+    let rest = text
+        .get(at + 4..)?
+        .trim_start()
+        .strip_prefix(':')?
+        .trim_start();
+    let mut stream = serde_json::Deserializer::from_str(rest).into_iter::<Value>();
+    match stream.next() {
+        Some(Ok(v)) if v.is_string() || v.is_number() => Some(v),
+        _ => None,
+    }
+}
+
+/// Reads one line of at most `max` bytes. `Ok(None)` at end of input; an oversized line comes
+/// back as `Err(head)` after the rest of it has been skipped.
+async fn read_line<R: AsyncBufRead + Unpin>(
+    reader: &mut R,
+    max: usize,
+    line: &mut Vec<u8>,
+) -> std::io::Result<Option<Result<(), Vec<u8>>>> {
+    line.clear();
+    let mut oversized = false;
+    loop {
+        let buf = reader.fill_buf().await?;
+        if buf.is_empty() {
+            return Ok(match (line.is_empty() && !oversized, oversized) {
+                (true, _) => None,
+                (_, true) => Some(Err(std::mem::take(line))),
+                _ => Some(Ok(())),
+            });
+        }
+        let (chunk, done, complete) = match buf.iter().position(|b| *b == b'\n') {
+            Some(n) => (buf.get(..n).unwrap_or(buf), n + 1, true),
+            None => (buf, buf.len(), false),
+        };
+        if oversized {
+            // Only the head is kept.
+        } else if line.len() + chunk.len() > max {
+            oversized = true;
+            let room = HEAD_BYTES.saturating_sub(line.len());
+            line.extend_from_slice(chunk.get(..room.min(chunk.len())).unwrap_or(chunk));
+        } else {
+            line.extend_from_slice(chunk);
+        }
+        reader.consume(done);
+        if complete {
+            return Ok(Some(if oversized {
+                Err(std::mem::take(line))
+            } else {
+                Ok(())
+            }));
+        }
+    }
+}
+
+/// Copies the SDK's output to stdout a line at a time, merged with the framer's own replies,
+/// giving error replies an `id` and retiring answered ids.
+async fn write_out(
+    sdk: impl tokio::io::AsyncRead + Unpin,
+    mut own: mpsc::Receiver<Vec<u8>>,
+    mut out: impl AsyncWrite + Unpin,
+    state: Arc<Mutex<InFlight>>,
+) -> std::io::Result<()> {
+    let mut lines = BufReader::new(sdk);
+    let mut line = Vec::new();
+    let mut sdk_open = true;
+    loop {
+        let next = tokio::select! {
+            read = lines.read_until(b'\n', &mut line), if sdk_open => match read? {
+                0 => { sdk_open = false; continue; }
+                _ => Some(retire(std::mem::take(&mut line), &state)),
+            },
+            reply = own.recv() => reply,
+        };
+        let Some(mut bytes) = next else {
+            return out.flush().await;
+        };
+        if bytes.last() != Some(&b'\n') {
+            bytes.push(b'\n');
+        }
+        out.write_all(&bytes).await?;
+        out.flush().await?;
+    }
+}
+
+/// Marks the request a reply answers as finished, and gives an error reply without an id
+/// `"id": null`.
+fn retire(line: Vec<u8>, state: &Mutex<InFlight>) -> Vec<u8> {
+    let Ok(env) = serde_json::from_slice::<Envelope>(&line) else {
+        return line;
+    };
+    if env.method.is_some() {
+        return line;
+    }
+    match env.id {
+        Some(id) => {
+            if let Ok(mut s) = state.lock() {
+                let key = id.to_string();
+                s.ids.remove(&key);
+                s.calls.remove(&key);
+            }
+            line
+        }
+        None if env.error => match serde_json::from_slice::<Value>(&line) {
+            Ok(Value::Object(mut m)) => {
+                m.insert("id".into(), Value::Null);
+                serde_json::to_vec(&Value::Object(m)).unwrap_or(line)
+            }
+            _ => line,
+        },
+        None => line,
+    }
+}
+
+/// Serves MCP over stdio until stdin closes.
+pub async fn serve_stdio(
+    server: Server,
+    framing: Framing,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let (sdk_in, mut to_sdk) = tokio::io::duplex(256 * 1024);
+    let (from_sdk, sdk_out) = tokio::io::duplex(256 * 1024);
+    let (own_tx, own_rx) = mpsc::channel::<Vec<u8>>(64);
+    let state = Arc::new(Mutex::new(InFlight::default()));
+    let writer = tokio::spawn(write_out(
+        from_sdk,
+        own_rx,
+        tokio::io::stdout(),
+        state.clone(),
+    ));
+    // The reader runs before the SDK's handshake, which it feeds.
+    let reader = tokio::spawn(async move {
+        let mut stdin = BufReader::with_capacity(64 * 1024, tokio::io::stdin());
+        let mut line = Vec::new();
+        while let Some(read) = read_line(&mut stdin, framing.max_line, &mut line).await? {
+            let verdict = match read {
+                Err(head) => error(
+                    head_id(&head),
+                    -32600,
+                    format!(
+                        "invalid request: the message is longer than {} bytes \
+                         (AGENT_AS_MODEL_MAX_REQUEST_BYTES) and was not read",
+                        framing.max_line
+                    ),
+                ),
+                Ok(()) if line.iter().all(u8::is_ascii_whitespace) => Verdict::Drop,
+                Ok(()) => classify(&line, &state, framing),
+            };
+            match verdict {
+                Verdict::Forward => {
+                    line.push(b'\n');
+                    to_sdk.write_all(&line).await?;
+                }
+                Verdict::Drop => {}
+                Verdict::Reply(v) => {
+                    tracing::debug!(reply = %clip(&v.to_string()), "framing reply");
+                    let _ = own_tx
+                        .send(serde_json::to_vec(&v).unwrap_or_default())
+                        .await;
+                }
+            }
+        }
+        Ok::<(), std::io::Error>(())
+    });
+    let running = server
+        .serve(AsyncRwTransport::new_server(sdk_in, sdk_out))
+        .await?;
+    let token = running.cancellation_token();
+    let waiting = running.waiting();
+    tokio::pin!(waiting);
+    tokio::select! {
+        quit = &mut waiting => { quit?; }
+        read = reader => {
+            read??;
+            // stdin closed: give calls in flight a moment, then cancel them.
+            if tokio::time::timeout(SHUTDOWN_GRACE, &mut waiting).await.is_err() {
+                token.cancel();
+                let _ = tokio::time::timeout(Duration::from_secs(1), &mut waiting).await;
+            }
+        }
+    }
+    writer.abort();
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn framing() -> Framing {
+        Framing {
+            max_line: 1024,
+            max_calls: 1,
+        }
+    }
+
+    fn run(line: &str, state: &Mutex<InFlight>) -> Verdict {
+        classify(line.as_bytes(), state, framing())
+    }
+
+    fn code(v: &Verdict) -> (i64, Value) {
+        let Verdict::Reply(r) = v else {
+            panic!("expected a reply, got {v:?}")
+        };
+        (r["error"]["code"].as_i64().unwrap(), r["id"].clone())
+    }
+
+    #[test]
+    fn each_line_gets_one_well_formed_outcome() {
+        let s = Mutex::new(InFlight::default());
+        assert_eq!(
+            run(
+                r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+                &s
+            ),
+            Verdict::Drop
+        );
+        for bad in [
+            r#"{"a": "\ud800"}"#,
+            r#"{"a":1}{"b":2}"#,
+            r#"{"a":"#,
+            &"[".repeat(200),
+        ] {
+            assert_eq!(code(&run(bad, &s)), (-32700, Value::Null), "{bad}");
+        }
+        assert_eq!(code(&run("[1]", &s)).0, -32600);
+        let call = |id: u32, params: &str| {
+            format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{params}}}"#)
+        };
+        assert_eq!(
+            code(&run(&call(1, r#"{"name":5}"#), &s)),
+            (-32602, json!(1))
+        );
+        assert_eq!(
+            code(&run(&call(2, r#"{"name":"generate","arguments":[1]}"#), &s)),
+            (-32602, json!(2))
+        );
+        assert_eq!(
+            run(&call(3, r#"{"name":"generate","arguments":{}}"#), &s),
+            Verdict::Forward
+        );
+        assert_eq!(code(&run(&call(3, r#"{"name":"generate"}"#), &s)).0, -32600);
+        assert_eq!(code(&run(&call(4, r#"{"name":"generate"}"#), &s)).0, -32000);
+        // After a request, notifications go through unless malformed.
+        let note = r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"_meta":5}}"#;
+        assert_eq!(run(note, &s), Verdict::Drop);
+        let reply = retire(br#"{"jsonrpc":"2.0","id":3,"result":{}}"#.to_vec(), &s);
+        assert!(!reply.is_empty());
+        assert_eq!(
+            run(&call(4, r#"{"name":"generate"}"#), &s),
+            Verdict::Forward
+        );
+        let patched = retire(
+            br#"{"jsonrpc":"2.0","error":{"code":-32600,"message":"x"}}"#.to_vec(),
+            &s,
+        );
+        let v: Value = serde_json::from_slice(&patched).unwrap();
+        assert_eq!(v["id"], Value::Null);
+    }
+
+    #[test]
+    fn oversized_lines_are_skipped_and_their_id_found() {
+        assert_eq!(
+            head_id(br#"{"jsonrpc":"2.0","id": "abc","method":"x","params":{"#),
+            Some(json!("abc"))
+        );
+        assert_eq!(
+            head_id(br#"{"jsonrpc":"2.0","method":"x","params":{"a":"#),
+            None
+        );
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let input = format!("{}\n{{\"ok\":1}}\n", "x".repeat(10_000));
+            let mut reader = BufReader::with_capacity(64, input.as_bytes());
+            let mut line = Vec::new();
+            let first = read_line(&mut reader, 100, &mut line)
+                .await
+                .unwrap()
+                .unwrap();
+            assert!(matches!(first, Err(head) if head.len() <= HEAD_BYTES));
+            let second = read_line(&mut reader, 100, &mut line)
+                .await
+                .unwrap()
+                .unwrap();
+            assert!(second.is_ok());
+            assert_eq!(line, b"{\"ok\":1}");
+            assert!(
+                read_line(&mut reader, 100, &mut line)
+                    .await
+                    .unwrap()
+                    .is_none()
+            );
+        });
+    }
+}

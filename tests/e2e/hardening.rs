@@ -1,0 +1,203 @@
+//! Hostile input over the real binary, on both eras: schemas that would stall validation,
+//! regular expressions that would eat memory, lines over the limit, malformed JSON-RPC,
+//! notifications first, duplicate ids, the cap on calls in flight, and shutdown.
+
+use crate::common::raw::{Raw, tools_call};
+use crate::common::*;
+use serde_json::{Map, Value, json};
+use std::time::{Duration, Instant};
+
+const T: Duration = Duration::from_secs(10);
+
+/// 2.7 KB whose references double at each of forty levels.
+fn reference_bomb() -> Value {
+    let mut defs = Map::new();
+    for i in 0..40 {
+        let next = format!("#/$defs/L{}", i + 1);
+        defs.insert(
+            format!("L{i}"),
+            json!({"allOf": [{"$ref": next}, {"$ref": next}]}),
+        );
+    }
+    defs.insert("L40".into(), json!({"type": "string"}));
+    json!({"type": "object", "$defs": defs, "properties": {"x": {"$ref": "#/$defs/L0"}}})
+}
+
+fn pattern_flood() -> Value {
+    let mut props = Map::new();
+    for i in 0..40 {
+        props.insert(
+            format!("p{i}"),
+            json!({"type": "string", "pattern": "\\p{L}{200}"}),
+        );
+    }
+    json!({"type": "object", "properties": props})
+}
+
+#[tokio::test]
+async fn schema_bombs_are_refused_at_once_wherever_a_schema_goes() {
+    for era in ERAS {
+        let host = Host::text("{}").with_tools();
+        let client = connect(host.clone(), era).await;
+        let bomb = reference_bomb();
+        let flood = pattern_flood();
+        let msgs = json!([user("x")]);
+        for (args, tool, want) in [
+            (
+                json!({"messages": msgs, "output_schema": bomb}),
+                "chat_complete",
+                "expand to more than",
+            ),
+            (
+                json!({"messages": msgs, "response_format": {"type": "json_schema",
+                "json_schema": {"schema": bomb}}}),
+                "chat_complete",
+                "expand to more than",
+            ),
+            (
+                json!({"input": "x", "text": {"format": {"type": "json_schema", "schema": bomb}}}),
+                "responses_create",
+                "expand to more than",
+            ),
+            (
+                json!({"prompt": "x", "persona": {"name": "p", "input_schema": bomb}}),
+                "generate",
+                "expand to more than",
+            ),
+            (
+                json!({"messages": msgs, "tools": [{"name": "t", "input_schema": bomb}]}),
+                "messages_create",
+                "expand to more than",
+            ),
+            (
+                json!({"messages": msgs, "output_schema": flood}),
+                "chat_complete",
+                "cannot be compiled",
+            ),
+        ] {
+            let started = Instant::now();
+            let e = err_text(&client, tool, args).await;
+            assert!(e.contains(want), "{tool}: {e}");
+            assert!(started.elapsed() < T, "{tool} answered promptly");
+        }
+        // The server still answers, and nothing reached the host.
+        assert!(!client.list_all_tools().await.unwrap().is_empty());
+        assert!(host.seen().is_empty());
+        client.cancel().await.unwrap();
+    }
+}
+
+fn modern_call(id: Value, arguments: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                  "io.modelcontextprotocol/clientCapabilities": {"sampling": {}}},
+        "name": "generate", "arguments": arguments}})
+}
+
+#[test]
+fn every_request_gets_one_well_formed_reply_and_notifications_none() {
+    // 2026-07-28: no handshake, and a notification may come first.
+    let mut raw = Raw::spawn(&[
+        ("AGENT_AS_MODEL_MAX_REQUEST_BYTES", "100000"),
+        ("AGENT_AS_MODEL_MAX_MEDIA_BYTES", "100000"),
+    ]);
+    raw.send_line(
+        r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}"#,
+    );
+    raw.send_line(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+    for bad in [
+        "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\",\"params\":{\"a\":\"\\ud800\"}}",
+        "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"ping\"}{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"ping\"}",
+        "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":",
+        &format!("{}1{}", "[".repeat(300), "]".repeat(300)),
+    ] {
+        raw.send_line(bad);
+        let r = raw.recv(T).expect("a parse error reply");
+        assert_eq!(r["error"]["code"], -32700, "{bad}: {r}");
+        assert_eq!(r["id"], Value::Null);
+        assert_eq!(r["jsonrpc"], "2.0");
+    }
+    // An oversized line is answered with its id, without being read.
+    let huge = modern_call(json!("big"), json!({"prompt": "x".repeat(2_000_000)}));
+    raw.send(&huge);
+    let r = raw
+        .recv_id(&json!("big"), T)
+        .expect("the oversized line is answered");
+    assert_eq!(r["error"]["code"], -32600);
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("longer than"),
+        "{r}"
+    );
+    // tools/call with a bad name or arguments is -32602.
+    raw.send(&json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": 5}}));
+    assert_eq!(raw.recv_id(&json!(7), T).unwrap()["error"]["code"], -32602);
+    raw.send(&json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call",
+                     "params": {"name": "generate", "arguments": [1]}}));
+    assert_eq!(raw.recv_id(&json!(8), T).unwrap()["error"]["code"], -32602);
+    // A malformed notification is not answered; the next request is.
+    raw.send_line(r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"_meta":5}}"#);
+    raw.send(&modern_call(json!(9), json!({"prompt": "hi"})));
+    let r = raw.recv(T).expect("a reply");
+    assert_eq!(r["id"], 9, "the notification got no reply: {r}");
+    assert_eq!(r["result"]["resultType"], "input_required", "{r}");
+    assert!(raw.alive());
+}
+
+#[test]
+fn a_duplicate_id_in_flight_is_refused_and_the_cap_says_retry() {
+    let mut raw = Raw::legacy(
+        &[("AGENT_AS_MODEL_MAX_CALLS_IN_FLIGHT", "1")],
+        json!({"sampling": {}}),
+    );
+    raw.send(&tools_call(json!(1), "generate", json!({"prompt": "hi"})));
+    let sampling = raw
+        .recv_request("sampling/createMessage", T)
+        .expect("asked the host");
+    raw.send(&tools_call(
+        json!(1),
+        "generate",
+        json!({"prompt": "again"}),
+    ));
+    let dup = raw.recv_id(&json!(1), T).expect("the duplicate is refused");
+    assert_eq!(dup["error"]["code"], -32600, "{dup}");
+    assert!(
+        dup["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("still in flight")
+    );
+    raw.send(&tools_call(json!(2), "generate", json!({"prompt": "more"})));
+    let busy = raw.recv_id(&json!(2), T).expect("over the cap");
+    assert_eq!(busy["error"]["code"], -32000);
+    assert!(
+        busy["error"]["message"].as_str().unwrap().contains("retry"),
+        "{busy}"
+    );
+    raw.send(&json!({"jsonrpc": "2.0", "id": sampling["id"], "result": {
+        "role": "assistant", "content": {"type": "text", "text": "done"}, "model": "m"}}));
+    let r = raw.recv_id(&json!(1), T).expect("the first call completes");
+    assert_eq!(r["result"]["content"][0]["text"], "done");
+    // Its id is free again, and so is the slot.
+    raw.send(&tools_call(json!(1), "generate", json!({"prompt": "next"})));
+    assert!(raw.recv_request("sampling/createMessage", T).is_some());
+}
+
+#[test]
+fn closing_stdin_with_calls_in_flight_exits_within_a_second() {
+    let mut raw = Raw::legacy(&[], json!({"sampling": {}}));
+    raw.send(&tools_call(json!(1), "generate", json!({"prompt": "hi"})));
+    assert!(raw.recv_request("sampling/createMessage", T).is_some());
+    let started = Instant::now();
+    raw.close_stdin();
+    let status = raw.wait_exit(T).expect("the process exits");
+    assert!(status.success(), "{status}");
+    // Not a timed assertion of speed: a generous bound that the old five-second wait broke.
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+}
