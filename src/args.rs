@@ -92,6 +92,22 @@ impl<'a> Obj<'a> {
         }
     }
 
+    /// A number within `range` (finite by construction), or `None` when absent.
+    pub fn opt_f64_in(
+        &self,
+        key: &str,
+        range: std::ops::RangeInclusive<f64>,
+    ) -> CallResult<Option<f64>> {
+        match self.opt_f64(key)? {
+            Some(n) if !range.contains(&n) => Err(CallError::expected(
+                &self.path(key),
+                &format!("a number from {} to {}", range.start(), range.end()),
+                self.map.get(key).unwrap_or(&Value::Null),
+            )),
+            other => Ok(other),
+        }
+    }
+
     /// A positive integer that fits in `u32`, or `default` when absent.
     pub fn positive_u32_or(&self, key: &str, default: u32) -> CallResult<u32> {
         let Some(v) = self.get(key) else {

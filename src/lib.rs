@@ -8,7 +8,7 @@
 //! ```text
 //! server      routes tools/call to a shape in the registry; renders errors at the edge
 //! shapes/     one file per product API: parse arguments -> call::Call, render call::Reply
-//! contract/   schema (compile, validate, budgets), persona, cursor: checks before sending
+//! contract/   schema (compile, validate, budgets), persona, cursor, media: the checks
 //! call        the neutral core: call, mode, turns of blocks, answer, usage, finish reason
 //! fulfil/     the pure state machine: strategy from backend capabilities, repairs, output
 //! backends/   the drivers doing I/O: host sampling on the legacy era and in MRTR rounds
@@ -30,6 +30,7 @@ pub mod contract;
 pub mod error;
 pub mod fulfil;
 pub mod limits;
+pub mod logging;
 pub mod pyjson;
 pub mod server;
 pub mod shapes;

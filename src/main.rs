@@ -11,14 +11,7 @@ use std::time::Duration;
 
 fn main() -> ExitCode {
     let config = Config::parse();
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .init();
+    agent_as_model::logging::init();
     let (sealer, source) = match Sealer::new(&config.state_keys(), config.state_ttl()) {
         Ok(s) => s,
         Err(e) => {

@@ -67,7 +67,7 @@ impl Server {
                 request_state: request.request_state.as_deref(),
                 input_responses: request.input_responses.as_ref(),
             };
-            match sampling::run(&call, &host, retry, &ctx, &self.settings).await? {
+            match sampling::run(&call, &host, retry, &ctx, &self.settings, &self.limits).await? {
                 Outcome::Ask(ask) => Ok(CallToolResponse::InputRequired(ask)),
                 Outcome::Done(done) => finish(shape, &call, done).map(CallToolResponse::Complete),
             }

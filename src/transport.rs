@@ -127,6 +127,8 @@ enum Verdict {
     Forward,
     Drop,
     Reply(Value),
+    /// Forward this message instead of the line.
+    Instead(Value),
 }
 
 fn error(id: Option<Value>, code: i64, message: String) -> Verdict {
@@ -213,37 +215,50 @@ fn classify_envelope(env: Envelope, state: &mut InFlight, framing: Framing) -> V
         );
     }
     if method == "tools/call" {
-        let params = env.params.as_ref();
-        if !params.is_some_and(|p| p.name.as_ref().is_some_and(Value::is_string)) {
-            return error(
-                Some(id),
-                -32602,
-                "invalid params: `name` must be a string".into(),
-            );
-        }
-        if params.is_some_and(|p| p.arguments.is_some_and(|k| k != Kind::Object)) {
-            return error(
-                Some(id),
-                -32602,
-                "invalid params: `arguments` must be an object".into(),
-            );
-        }
-        if state.calls.len() >= framing.max_calls {
-            return error(
-                Some(id),
-                -32000,
-                format!(
-                    "server busy: {} tool calls are in flight, the most this server takes at once \
-                     (AGENT_AS_MODEL_MAX_CALLS_IN_FLIGHT); retry shortly",
-                    state.calls.len()
-                ),
-            );
+        if let Some(refused) = check_call(env.params.as_ref(), &id, state, framing) {
+            return refused;
         }
         state.calls.insert(key.clone());
     }
     state.seen_request = true;
     state.ids.insert(key);
     Verdict::Forward
+}
+
+/// A `tools/call`'s name and arguments, and room under the cap; `None` when it may go on.
+fn check_call(
+    params: Option<&Params>,
+    id: &Value,
+    state: &InFlight,
+    framing: Framing,
+) -> Option<Verdict> {
+    let id = Some(id.clone());
+    if !params.is_some_and(|p| p.name.as_ref().is_some_and(Value::is_string)) {
+        return Some(error(
+            id,
+            -32602,
+            "invalid params: `name` must be a string".into(),
+        ));
+    }
+    if params.is_some_and(|p| p.arguments.is_some_and(|k| k != Kind::Object)) {
+        return Some(error(
+            id,
+            -32602,
+            "invalid params: `arguments` must be an object".into(),
+        ));
+    }
+    if state.calls.len() >= framing.max_calls {
+        return Some(error(
+            id,
+            -32000,
+            format!(
+                "server busy: {} tool calls are in flight, the most this server takes at once \
+                 (AGENT_AS_MODEL_MAX_CALLS_IN_FLIGHT); retry shortly",
+                state.calls.len()
+            ),
+        ));
+    }
+    None
 }
 
 /// The id named near the start of an oversized line, if its head shows one.
@@ -363,12 +378,73 @@ fn retire(line: Vec<u8>, state: &Mutex<InFlight>) -> Vec<u8> {
     }
 }
 
+/// Reads stdin a line at a time and forwards, answers or drops each line, until stdin closes.
+async fn read_stdin(
+    mut to_sdk: impl AsyncWrite + Unpin,
+    own_tx: mpsc::Sender<Vec<u8>>,
+    state: Arc<Mutex<InFlight>>,
+    framing: Framing,
+) -> std::io::Result<()> {
+    let mut stdin = BufReader::with_capacity(64 * 1024, tokio::io::stdin());
+    let mut line = Vec::new();
+    while let Some(read) = read_line(&mut stdin, framing.max_line, &mut line).await? {
+        let verdict = match read {
+            Err(head) => oversized(&head, framing.max_line),
+            Ok(()) if line.iter().all(u8::is_ascii_whitespace) => Verdict::Drop,
+            Ok(()) => classify(&line, &state, framing),
+        };
+        match verdict {
+            Verdict::Forward => {
+                line.push(b'\n');
+                to_sdk.write_all(&line).await?;
+            }
+            Verdict::Drop => {}
+            Verdict::Instead(v) => {
+                let mut bytes = serde_json::to_vec(&v).unwrap_or_default();
+                bytes.push(b'\n');
+                to_sdk.write_all(&bytes).await?;
+            }
+            Verdict::Reply(v) => {
+                tracing::debug!(reply = %clip(&v.to_string()), "framing reply");
+                let _ = own_tx
+                    .send(serde_json::to_vec(&v).unwrap_or_default())
+                    .await;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A line over the limit, named by the id its head shows. A request is answered with
+/// `-32600`; a response (the host's answer to a sampling request) reaches the waiting call as
+/// an error, so the call fails at once instead of waiting out its timeout.
+fn oversized(head: &[u8], max_line: usize) -> Verdict {
+    let text = String::from_utf8_lossy(head);
+    let is_response =
+        !text.contains("\"method\"") && (text.contains("\"result\"") || text.contains("\"error\""));
+    match (head_id(head), is_response) {
+        (Some(id), true) => Verdict::Instead(json!({"jsonrpc": "2.0", "id": id, "error": {
+            "code": -32600,
+            "message": format!("the answer is longer than {max_line} bytes, the most this \
+                                server reads (AGENT_AS_MODEL_MAX_REQUEST_BYTES, \
+                                AGENT_AS_MODEL_MAX_MEDIA_BYTES); it was not read")}})),
+        (id, _) => error(
+            id,
+            -32600,
+            format!(
+                "invalid request: the message is longer than {max_line} bytes \
+                 (AGENT_AS_MODEL_MAX_REQUEST_BYTES) and was not read"
+            ),
+        ),
+    }
+}
+
 /// Serves MCP over stdio until stdin closes.
 pub async fn serve_stdio(
     server: Server,
     framing: Framing,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let (sdk_in, mut to_sdk) = tokio::io::duplex(256 * 1024);
+    let (sdk_in, to_sdk) = tokio::io::duplex(256 * 1024);
     let (from_sdk, sdk_out) = tokio::io::duplex(256 * 1024);
     let (own_tx, own_rx) = mpsc::channel::<Vec<u8>>(64);
     let state = Arc::new(Mutex::new(InFlight::default()));
@@ -379,39 +455,7 @@ pub async fn serve_stdio(
         state.clone(),
     ));
     // The reader runs before the SDK's handshake, which it feeds.
-    let reader = tokio::spawn(async move {
-        let mut stdin = BufReader::with_capacity(64 * 1024, tokio::io::stdin());
-        let mut line = Vec::new();
-        while let Some(read) = read_line(&mut stdin, framing.max_line, &mut line).await? {
-            let verdict = match read {
-                Err(head) => error(
-                    head_id(&head),
-                    -32600,
-                    format!(
-                        "invalid request: the message is longer than {} bytes \
-                         (AGENT_AS_MODEL_MAX_REQUEST_BYTES) and was not read",
-                        framing.max_line
-                    ),
-                ),
-                Ok(()) if line.iter().all(u8::is_ascii_whitespace) => Verdict::Drop,
-                Ok(()) => classify(&line, &state, framing),
-            };
-            match verdict {
-                Verdict::Forward => {
-                    line.push(b'\n');
-                    to_sdk.write_all(&line).await?;
-                }
-                Verdict::Drop => {}
-                Verdict::Reply(v) => {
-                    tracing::debug!(reply = %clip(&v.to_string()), "framing reply");
-                    let _ = own_tx
-                        .send(serde_json::to_vec(&v).unwrap_or_default())
-                        .await;
-                }
-            }
-        }
-        Ok::<(), std::io::Error>(())
-    });
+    let reader = tokio::spawn(read_stdin(to_sdk, own_tx, state, framing));
     let running = server
         .serve(AsyncRwTransport::new_server(sdk_in, sdk_out))
         .await?;

@@ -25,8 +25,9 @@ use std::time::Duration;
 pub const SAMPLE_KEY: &str = "sample";
 
 /// Largest `requestState` accepted: more than the server ever issues (five repairs of at most
-/// 8 KiB each, base64-encoded), so a larger one is refused before it is decoded.
-pub const MAX_STATE_BYTES: usize = 128 * 1024;
+/// 5 KiB each, even if every byte needs a six-byte JSON escape, base64-encoded), so a larger
+/// one is refused before it is decoded.
+pub const MAX_STATE_BYTES: usize = 256 * 1024;
 
 /// What a sealed state is bound to: the tool and a digest of its exact arguments.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -246,6 +247,37 @@ mod tests {
                 .is_err()
         );
         assert!(Sealer::new(&[vec![1u8; 8]], Duration::from_secs(1)).is_err());
+    }
+
+    #[test]
+    fn the_largest_state_the_server_issues_is_one_it_accepts() {
+        use crate::fulfil::{MAX_MAX_RETRIES, MAX_REPAIR_ECHO, MAX_REPAIR_PROBLEM, Repair};
+        let (sealer, _) = Sealer::new(&[], Duration::from_secs(60)).unwrap();
+        let a = args(json!({"prompt": "hi"}));
+        let binding = Sealer::binding("generate", &a);
+        // Control characters are the worst case: each becomes a six-byte escape in JSON.
+        let worst = |n: usize| "\u{1}".repeat(n) + " [truncated]";
+        let progress = Progress {
+            repairs: (0..MAX_MAX_RETRIES)
+                .map(|_| Repair {
+                    answer: worst(MAX_REPAIR_ECHO),
+                    problem: worst(MAX_REPAIR_PROBLEM),
+                })
+                .collect(),
+        };
+        let ir = sealer
+            .ask(
+                &binding,
+                &progress,
+                CreateMessageRequestParams::new(vec![], 1),
+            )
+            .unwrap();
+        let state = ir.request_state.unwrap();
+        assert!(state.len() <= MAX_STATE_BYTES, "{}", state.len());
+        assert_eq!(
+            sealer.open(&binding, Some(&state), true).unwrap(),
+            Some(progress)
+        );
     }
 
     #[test]

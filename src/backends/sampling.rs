@@ -12,8 +12,10 @@
 
 use super::{legacy, mrtr};
 use crate::call::{Block, Call, Completion, Finish, Role, ToolChoice, Turn};
+use crate::contract::media;
 use crate::error::{CallError, CallResult};
 use crate::fulfil::{Attempt, Capabilities, Fulfilled, Machine, Progress, Step, Strategy};
+use crate::limits::Limits;
 use crate::pyjson::{self, Style};
 use rmcp::ErrorData;
 use rmcp::model::{
@@ -134,6 +136,7 @@ pub async fn run(
     retry: Retry<'_>,
     ctx: &RequestContext<RoleServer>,
     settings: &Settings,
+    limits: &Limits,
 ) -> CallResult<Outcome> {
     host.require_sampling()?;
     let machine = Machine::new(call, host.capabilities());
@@ -147,7 +150,7 @@ pub async fn run(
                     let result =
                         legacy::sample(ctx, sampling_params(&attempt), settings.sampling_timeout)
                             .await?;
-                    answer = Some(to_completion(result)?);
+                    answer = Some(to_completion(result, limits)?);
                 }
             }
         }
@@ -161,7 +164,7 @@ pub async fn run(
     {
         progress = p;
         if let Some(value) = retry.input_responses.and_then(|r| r.get(mrtr::SAMPLE_KEY)) {
-            answer = Some(to_completion(parse_response(value.clone())?)?);
+            answer = Some(to_completion(parse_response(value.clone())?, limits)?);
         }
     }
     match machine.step(&mut progress, answer)? {
@@ -332,19 +335,28 @@ fn parse_response(value: Value) -> CallResult<CreateMessageResult> {
 }
 
 /// The host's answer in neutral form; content this server cannot return is an error naming it.
-pub fn to_completion(result: CreateMessageResult) -> CallResult<Completion> {
+/// Checked like the caller's media: accepted type, valid base64, within the media limit.
+pub fn to_completion(result: CreateMessageResult, limits: &Limits) -> CallResult<Completion> {
+    if result.message.role != rmcp::model::Role::Assistant {
+        return Err(CallError::Host(
+            "the host answered with a message whose role is not \"assistant\"".into(),
+        ));
+    }
     let mut blocks = Vec::new();
-    for block in result.message.content.iter() {
+    for (i, block) in result.message.content.iter().enumerate() {
+        let host_media = |kind, data: &str, mime: &str| {
+            let path = format!("content[{i}]");
+            media::block(kind, data, mime, &path, &path, limits)
+                .map_err(|e| CallError::Host(format!("the host answered with unusable media: {e}")))
+        };
         blocks.push(match block {
             SamplingMessageContentBlock::Text(t) => Block::Text(t.text.clone()),
-            SamplingMessageContentBlock::Image(i) => Block::Image {
-                data: i.data.clone(),
-                mime: i.mime_type.clone(),
-            },
-            SamplingMessageContentBlock::Audio(a) => Block::Audio {
-                data: a.data.clone(),
-                mime: a.mime_type.clone(),
-            },
+            SamplingMessageContentBlock::Image(m) => {
+                host_media(media::Kind::Image, &m.data, &m.mime_type)?
+            }
+            SamplingMessageContentBlock::Audio(m) => {
+                host_media(media::Kind::Audio, &m.data, &m.mime_type)?
+            }
             SamplingMessageContentBlock::ToolUse(u) => Block::ToolUse {
                 id: u.id.clone(),
                 name: u.name.clone(),

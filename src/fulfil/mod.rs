@@ -135,10 +135,14 @@ pub struct Progress {
     pub repairs: Vec<Repair>,
 }
 
-/// Longest rejected answer echoed back to the model in a repair request, in characters.
-pub const MAX_REPAIR_ECHO: usize = 8 * 1024;
-/// Longest problem description kept for a repair, in characters.
-pub const MAX_REPAIR_PROBLEM: usize = 2 * 1024;
+/// Longest rejected answer echoed back to the model in a repair request, in bytes. Repairs
+/// travel in the sealed state on 2026-07-28, so this bounds the state too.
+pub const MAX_REPAIR_ECHO: usize = 4 * 1024;
+/// Repair attempts when `max_retries` is not given, and the most allowed.
+pub const DEFAULT_MAX_RETRIES: u8 = 1;
+pub const MAX_MAX_RETRIES: u8 = 5;
+/// Longest problem description kept for a repair, in bytes.
+pub const MAX_REPAIR_PROBLEM: usize = 1024;
 
 /// A tool offered to the model in a request.
 #[derive(Debug, Clone, PartialEq)]
@@ -244,8 +248,8 @@ impl<'a> Machine<'a> {
                     )));
                 }
                 progress.repairs.push(Repair {
-                    answer: clip_chars(&answer, MAX_REPAIR_ECHO),
-                    problem: clip_chars(&problem, MAX_REPAIR_PROBLEM),
+                    answer: clip_bytes(&answer, MAX_REPAIR_ECHO),
+                    problem: clip_bytes(&problem, MAX_REPAIR_PROBLEM),
                 });
                 Ok(Step::Send(self.attempt(progress)))
             }
@@ -327,12 +331,16 @@ fn offered(d: &ToolDef) -> Offered<'_> {
     }
 }
 
-/// At most `max` characters of `s`, marked when cut.
-pub fn clip_chars(s: &str, max: usize) -> String {
-    match s.char_indices().nth(max) {
-        None => s.to_owned(),
-        Some((at, _)) => format!("{} [truncated]", s.get(..at).unwrap_or("")),
+/// At most `max` bytes of `s` (cut at a character boundary), marked when cut.
+pub fn clip_bytes(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_owned();
     }
+    let at = (0..=max)
+        .rev()
+        .find(|i| s.is_char_boundary(*i))
+        .unwrap_or(0);
+    format!("{} [truncated]", s.get(..at).unwrap_or(""))
 }
 
 /// The instruction that asks for JSON when the backend cannot take tools.
@@ -415,8 +423,8 @@ mod tests {
 
     #[test]
     fn repairs_are_clipped() {
-        assert_eq!(clip_chars("abc", 5), "abc");
-        assert_eq!(clip_chars("abcdef", 3), "abc [truncated]");
-        assert_eq!(clip_chars("ééé", 2), "éé [truncated]");
+        assert_eq!(clip_bytes("abc", 5), "abc");
+        assert_eq!(clip_bytes("abcdef", 3), "abc [truncated]");
+        assert_eq!(clip_bytes("ééé", 5), "éé [truncated]");
     }
 }

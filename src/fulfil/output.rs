@@ -4,6 +4,7 @@
 
 use super::{STRUCTURED_TOOL, Strategy};
 use crate::call::{Answer, Call, Completion, Mode, ToolCall, ToolChoice, ToolDef, new_id};
+use crate::contract::schema::Schema;
 use crate::error::{CallError, CallResult};
 use crate::pyjson::{self, Style};
 use serde_json::Value;
@@ -19,6 +20,7 @@ pub enum Verdict {
     },
 }
 
+/// Interprets one answer for the call's mode under `strategy`.
 pub fn interpret(call: &Call, strategy: Strategy, completion: &Completion) -> CallResult<Verdict> {
     let text = completion.text();
     let calls: Vec<ToolCall> = completion
@@ -29,71 +31,81 @@ pub fn interpret(call: &Call, strategy: Strategy, completion: &Completion) -> Ca
             input: input.clone(),
         })
         .collect();
-    let schema = match &call.mode {
-        Mode::Structured(s) => Some(s),
-        _ => None,
-    };
-    match (strategy, schema) {
+    match (strategy, &call.mode) {
         (Strategy::ToolsNative | Strategy::ToolsByPrompt, _) if !calls.is_empty() => {
             Ok(Verdict::Accepted(Answer::ToolCalls { text, calls }))
         }
-        (Strategy::ToolsByPrompt, _) => {
-            let Mode::Tools { defs, choice } = &call.mode else {
-                return Ok(Verdict::Accepted(Answer::Text(text)));
-            };
-            Ok(match emulated_calls(&text, defs) {
-                Emulated::Calls { calls, rest } => {
-                    Verdict::Accepted(Answer::ToolCalls { text: rest, calls })
-                }
-                Emulated::Invalid(problem) => Verdict::Violation {
-                    answer: text,
-                    problem,
-                },
-                Emulated::NoCall if *choice == ToolChoice::Required => Verdict::Violation {
-                    answer: text,
-                    problem: "no tool call came back, but tool_choice requires one".to_owned(),
-                },
-                Emulated::NoCall => Verdict::Accepted(Answer::Text(text)),
-            })
+        (Strategy::ToolsByPrompt, Mode::Tools { defs, choice }) => {
+            Ok(prompted_tools(text, defs, *choice))
         }
-        (Strategy::StructuredByTool, Some(schema)) => {
-            let Some(found) = calls.iter().find(|c| c.name == STRUCTURED_TOOL) else {
-                return Ok(Verdict::Violation {
-                    answer: text,
-                    problem: format!(
-                        "the host did not call the required {STRUCTURED_TOOL} tool, so it gave \
-                         no structured output"
-                    ),
-                });
-            };
-            let value = Value::Object(found.input.clone());
-            Ok(match schema.check(&value) {
-                Ok(()) => Verdict::Accepted(Answer::Json(value)),
-                Err(e) => Verdict::Violation {
-                    answer: pyjson::dumps(&value, Style::SORTED),
-                    problem: format!("the structured output violates output_schema {e}"),
-                },
-            })
+        (Strategy::StructuredByTool, Mode::Structured(schema)) => {
+            Ok(structured_by_tool(text, &calls, schema))
         }
-        (Strategy::StructuredByPrompt, Some(schema)) => Ok(match extract_json(&text) {
-            None => Verdict::Violation {
-                answer: text,
-                problem: "the answer contains no JSON object".to_owned(),
-            },
-            Some(value) => match schema.check(&value) {
-                Ok(()) => Verdict::Accepted(Answer::Json(value)),
-                Err(e) => Verdict::Violation {
-                    answer: text,
-                    problem: format!("the JSON in the answer violates output_schema {e}"),
-                },
-            },
-        }),
+        (Strategy::StructuredByPrompt, Mode::Structured(schema)) => {
+            Ok(structured_by_prompt(text, schema))
+        }
         _ if !calls.is_empty() => Err(CallError::Host(
             "the host answered with tool_use content, but no tools were offered to it; \
              expected text"
                 .to_owned(),
         )),
         _ => Ok(Verdict::Accepted(Answer::Text(text))),
+    }
+}
+
+/// Tool calls written in the text by a model that was offered tools in the prompt.
+fn prompted_tools(text: String, defs: &[ToolDef], choice: ToolChoice) -> Verdict {
+    match emulated_calls(&text, defs) {
+        Emulated::Calls { calls, rest } => {
+            Verdict::Accepted(Answer::ToolCalls { text: rest, calls })
+        }
+        Emulated::Invalid(problem) => Verdict::Violation {
+            answer: text,
+            problem,
+        },
+        Emulated::NoCall if choice == ToolChoice::Required => Verdict::Violation {
+            answer: text,
+            problem: "no tool call came back, but tool_choice requires one".to_owned(),
+        },
+        Emulated::NoCall => Verdict::Accepted(Answer::Text(text)),
+    }
+}
+
+/// Structured output as the input of the required tool.
+fn structured_by_tool(text: String, calls: &[ToolCall], schema: &Schema) -> Verdict {
+    let Some(found) = calls.iter().find(|c| c.name == STRUCTURED_TOOL) else {
+        return Verdict::Violation {
+            answer: text,
+            problem: format!(
+                "the host did not call the required {STRUCTURED_TOOL} tool, so it gave no \
+                 structured output"
+            ),
+        };
+    };
+    let value = Value::Object(found.input.clone());
+    match schema.check(&value) {
+        Ok(()) => Verdict::Accepted(Answer::Json(value)),
+        Err(e) => Verdict::Violation {
+            answer: pyjson::dumps(&value, Style::SORTED),
+            problem: format!("the structured output violates output_schema {e}"),
+        },
+    }
+}
+
+/// Structured output as JSON found in the text.
+fn structured_by_prompt(text: String, schema: &Schema) -> Verdict {
+    match extract_json(&text) {
+        None => Verdict::Violation {
+            answer: text,
+            problem: "the answer contains no JSON object".to_owned(),
+        },
+        Some(value) => match schema.check(&value) {
+            Ok(()) => Verdict::Accepted(Answer::Json(value)),
+            Err(e) => Verdict::Violation {
+                answer: text,
+                problem: format!("the JSON in the answer violates output_schema {e}"),
+            },
+        },
     }
 }
 
@@ -152,45 +164,14 @@ fn emulated_calls(text: &str, defs: &[ToolDef]) -> Emulated {
         }
         _ => return Emulated::NoCall,
     };
-    let mut calls = Vec::with_capacity(items.len());
-    for item in items {
-        let name = item.get("name").and_then(Value::as_str).unwrap_or("");
-        let Some(def) = defs.iter().find(|d| d.name == name) else {
-            let names: Vec<&str> = defs.iter().map(|d| d.name.as_str()).collect();
-            return Emulated::Invalid(format!(
-                "the answer calls a tool named {name:?}, but the tools are {names:?}"
-            ));
-        };
-        let args = item
-            .get("arguments")
-            .or_else(|| item.get("input"))
-            .or_else(|| item.get("parameters"))
-            .cloned()
-            .unwrap_or_else(|| Value::Object(Default::default()));
-        let args = match args {
-            Value::String(s) => serde_json::from_str(&s).unwrap_or(Value::String(s)),
-            other => other,
-        };
-        let Value::Object(input) = args else {
-            return Emulated::Invalid(format!(
-                "the arguments of the call to {name:?} are not a JSON object"
-            ));
-        };
-        let input = Value::Object(input);
-        if let Err(e) = def.schema.check(&input) {
-            return Emulated::Invalid(format!(
-                "the arguments of the call to {name:?} violate its input schema {e}"
-            ));
-        }
-        let Value::Object(input) = input else {
-            return Emulated::NoCall;
-        };
-        calls.push(ToolCall {
-            id: new_id("call_"),
-            name: name.to_owned(),
-            input,
-        });
-    }
+    let calls = match items
+        .into_iter()
+        .map(|item| emulated_call(item, defs))
+        .collect::<Result<Vec<_>, String>>()
+    {
+        Ok(calls) => calls,
+        Err(problem) => return Emulated::Invalid(problem),
+    };
     let mut rest = String::with_capacity(text.len());
     rest.push_str(text.get(..span.start).unwrap_or(""));
     rest.push_str(text.get(span.end..).unwrap_or(""));
@@ -198,6 +179,48 @@ fn emulated_calls(text: &str, defs: &[ToolDef]) -> Emulated {
         calls,
         rest: rest.trim().to_owned(),
     }
+}
+
+/// One prompted call `{name, arguments | input | parameters}` (arguments possibly a JSON
+/// string), checked against its tool's schema.
+fn emulated_call(item: &Value, defs: &[ToolDef]) -> Result<ToolCall, String> {
+    let name = item.get("name").and_then(Value::as_str).unwrap_or("");
+    let Some(def) = defs.iter().find(|d| d.name == name) else {
+        let names: Vec<&str> = defs.iter().map(|d| d.name.as_str()).collect();
+        return Err(format!(
+            "the answer calls a tool named {name:?}, but the tools are {names:?}"
+        ));
+    };
+    let args = item
+        .get("arguments")
+        .or_else(|| item.get("input"))
+        .or_else(|| item.get("parameters"))
+        .cloned()
+        .unwrap_or_else(|| Value::Object(Default::default()));
+    let args = match args {
+        Value::String(s) => serde_json::from_str(&s).unwrap_or(Value::String(s)),
+        other => other,
+    };
+    if !args.is_object() {
+        return Err(format!(
+            "the arguments of the call to {name:?} are not a JSON object"
+        ));
+    }
+    if let Err(e) = def.schema.check(&args) {
+        return Err(format!(
+            "the arguments of the call to {name:?} violate its input schema {e}"
+        ));
+    }
+    let Value::Object(input) = args else {
+        return Err(format!(
+            "the arguments of the call to {name:?} are not a JSON object"
+        ));
+    };
+    Ok(ToolCall {
+        id: new_id("call_"),
+        name: name.to_owned(),
+        input,
+    })
 }
 
 /// Finds the JSON in a model's text: the whole text, else the first fenced code block that

@@ -7,10 +7,11 @@
 use super::common::{
     Common, Env, Format, Msg, Parts, Spelling, flatten_text, message_objects, render_text,
 };
-use super::{Rendered, Shape, media};
+use super::{Rendered, Shape};
 use crate::args::{self, Obj, as_object, one_of};
 use crate::call::{Answer, Block, Call, Finish, Reply, Role};
 use crate::contract::cursor::Entry;
+use crate::contract::media;
 use crate::error::{CallError, CallResult};
 use crate::limits::Limits;
 use serde_json::{Map, Value, json};

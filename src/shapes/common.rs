@@ -84,9 +84,9 @@ pub struct Common<'a> {
 
 pub const DEFAULT_MODEL: &str = "agent-default";
 pub const DEFAULT_MAX_TOKENS: u32 = 4096;
-/// Repair attempts for structured output when `max_retries` is not given, and the most allowed.
-pub const DEFAULT_MAX_RETRIES: u8 = 1;
-pub const MAX_MAX_RETRIES: u8 = 5;
+/// The sampling temperatures the model APIs accept.
+pub const TEMPERATURE: std::ops::RangeInclusive<f64> = 0.0..=2.0;
+pub use crate::fulfil::{DEFAULT_MAX_RETRIES, MAX_MAX_RETRIES};
 
 impl<'a> Common<'a> {
     /// Reads the common arguments as `sp` spells them.
@@ -100,7 +100,7 @@ impl<'a> Common<'a> {
             tool: sp.tool,
             verifies_cursors: sp.verifies_cursors,
             model: o.opt_str("model")?.unwrap_or(DEFAULT_MODEL).to_owned(),
-            temperature: o.opt_f64("temperature")?,
+            temperature: o.opt_f64_in("temperature", TEMPERATURE)?,
             max_tokens,
             output_schema: None,
             tools: None,

@@ -12,10 +12,11 @@
 //! unanswered call of the same name in the model turn before it.
 
 use super::common::{self, Common, Env, Msg, Parts, Structured, flatten_text, render_text};
-use super::{DEFAULT_MAX_TOKENS, DEFAULT_MODEL, Rendered, Shape, media, params};
+use super::{DEFAULT_MAX_TOKENS, DEFAULT_MODEL, Rendered, Shape, params};
 use crate::args::{self, Obj, as_object, non_empty_array};
 use crate::call::{Answer, Block, Call, Finish, Reply, Role, ToolChoice, ToolDef};
 use crate::contract::cursor::Entry;
+use crate::contract::media;
 use crate::contract::persona::Persona;
 use crate::contract::schema;
 use crate::error::{CallError, CallResult};
@@ -124,7 +125,7 @@ fn read_common<'a>(o: &Obj<'a>, env: &Env<'_>) -> CallResult<Common<'a>> {
         tool: TOOL,
         verifies_cursors: true,
         model: o.opt_str("model")?.unwrap_or(DEFAULT_MODEL).to_owned(),
-        temperature: config.opt_f64("temperature")?,
+        temperature: config.opt_f64_in("temperature", common::TEMPERATURE)?,
         max_tokens: config.positive_u32_or("maxOutputTokens", DEFAULT_MAX_TOKENS)?,
         output_schema: response_schema(&config, env.limits)?,
         tools: None,

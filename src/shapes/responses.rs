@@ -8,10 +8,11 @@
 //! Responses object.
 
 use super::common::{Common, Env, Format, Msg, Parts, Spelling, flatten_text};
-use super::{Rendered, Shape, media};
+use super::{Rendered, Shape};
 use crate::args::{self, Obj, as_object, non_empty_array};
 use crate::call::{Answer, Block, Call, Finish, Reply, Role};
 use crate::contract::cursor::Entry;
+use crate::contract::media;
 use crate::error::{CallError, CallResult};
 use crate::limits::Limits;
 use crate::pyjson::{self, Style};

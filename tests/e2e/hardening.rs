@@ -201,3 +201,147 @@ fn closing_stdin_with_calls_in_flight_exits_within_a_second() {
         started.elapsed()
     );
 }
+
+#[tokio::test]
+async fn what_the_host_sends_back_is_checked() {
+    use rmcp::model::{
+        CreateMessageResult, ImageContent, SamplingMessage, SamplingMessageContentBlock,
+    };
+    for era in ERAS {
+        for (label, answer, want) in [
+            (
+                "bad base64",
+                SamplingMessage::new(
+                    rmcp::model::Role::Assistant,
+                    SamplingMessageContentBlock::Image(ImageContent::new("%%%", "image/png")),
+                ),
+                "not valid base64",
+            ),
+            (
+                "unknown type",
+                SamplingMessage::new(
+                    rmcp::model::Role::Assistant,
+                    SamplingMessageContentBlock::Image(ImageContent::new("AAAA", "image/tiff")),
+                ),
+                "unsupported media type",
+            ),
+            (
+                "user role",
+                SamplingMessage::user_text("I am the user"),
+                "role",
+            ),
+        ] {
+            let answer = answer.clone();
+            let host = Host::new(false, move |_| {
+                Ok(CreateMessageResult::new(answer.clone(), "m".into()))
+            });
+            let client = connect(host, era).await;
+            let e = err_text(&client, "generate", json!({"prompt": "draw"})).await;
+            assert!(e.contains(want), "{label}: {e}");
+            client.cancel().await.unwrap();
+        }
+    }
+}
+
+#[test]
+fn an_oversized_host_answer_fails_its_call_at_once() {
+    let mut raw = Raw::legacy(
+        &[
+            ("AGENT_AS_MODEL_MAX_REQUEST_BYTES", "100000"),
+            ("AGENT_AS_MODEL_MAX_MEDIA_BYTES", "100000"),
+        ],
+        json!({"sampling": {}}),
+    );
+    raw.send(&tools_call(json!(1), "generate", json!({"prompt": "hi"})));
+    let sampling = raw
+        .recv_request("sampling/createMessage", T)
+        .expect("asked the host");
+    let started = Instant::now();
+    raw.send(
+        &json!({"jsonrpc": "2.0", "id": sampling["id"], "result": {"role": "assistant",
+        "content": {"type": "text", "text": "x".repeat(3_000_000)}, "model": "m"}}),
+    );
+    let r = raw.recv_id(&json!(1), T).expect("the call ends");
+    assert_eq!(r["result"]["isError"], true, "{r}");
+    let text = r["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("longer than"), "{text}");
+    assert!(started.elapsed() < T);
+    assert!(raw.alive());
+}
+
+#[tokio::test]
+async fn numbers_out_of_range_and_formats_are_named() {
+    for era in ERAS {
+        let host = Host::new(false, |p| {
+            Ok(reply(if p.messages.len() == 1 {
+                "{\"when\": \"30/11/2026\"}"
+            } else {
+                "{\"when\": \"2026-11-30\"}"
+            }))
+        });
+        let client = connect(host.clone(), era).await;
+        for (tool, args, field) in [
+            (
+                "generate",
+                json!({"prompt": "x", "temperature": 1e300}),
+                "`temperature`",
+            ),
+            (
+                "chat_complete",
+                json!({"messages": [user("x")], "temperature": -1}),
+                "`temperature`",
+            ),
+            (
+                "generate_content",
+                json!({"contents": [{"parts": [{"text": "x"}]}],
+                "generationConfig": {"temperature": 9}}),
+                "`generationConfig.temperature`",
+            ),
+        ] {
+            let e = err_text(&client, tool, args).await;
+            assert!(e.contains(field) && e.contains("from 0 to 2"), "{e}");
+        }
+        assert!(host.seen().is_empty());
+        // `format: date` is a promise: the first answer breaks it and is repaired.
+        let r = call(
+            &client,
+            "chat_complete",
+            json!({"messages": [user("When?")],
+            "output_schema": {"type": "object", "required": ["when"],
+                "properties": {"when": {"type": "string", "format": "date"}}}}),
+        )
+        .await;
+        assert_eq!(text(&r), "{\"when\": \"2026-11-30\"}");
+        assert!(
+            last_text(&host.seen()[1]).contains("date"),
+            "the repair names the format"
+        );
+        client.cancel().await.unwrap();
+    }
+}
+
+#[test]
+fn logged_and_echoed_client_values_are_cut_short() {
+    let mut raw = Raw::spawn(&[("RUST_LOG", "debug")]);
+    let name = "n".repeat(1_000_000);
+    raw.send(&modern_call(json!(1), json!({"prompt": "x"})));
+    assert!(raw.recv_id(&json!(1), T).is_some());
+    let mut params = modern_call(json!(2), json!({}));
+    params["params"]["name"] = json!(name);
+    raw.send(&params);
+    let r = raw.recv_id(&json!(2), T).expect("answered");
+    let message = r["error"]["message"].as_str().unwrap();
+    assert!(message.len() < 1000, "{} bytes", message.len());
+    raw.close_stdin();
+    let _ = raw.wait_exit(T);
+    let stderr = raw.stderr();
+    assert!(
+        stderr.contains("DEBUG") || stderr.contains("debug"),
+        "logs were captured"
+    );
+    assert!(
+        !stderr.contains(&"n".repeat(10_000)),
+        "no log line carries the name: {} bytes of logs",
+        stderr.len()
+    );
+}

@@ -1,0 +1,50 @@
+//! Logging to stderr with every line bounded: values from clients and hosts (tool names,
+//! messages the SDK prints at debug level) can be megabytes, and a log line never is.
+
+use std::io::Write;
+
+/// Longest log line written, in bytes; the rest of a longer one is replaced by a note.
+pub const MAX_LOG_LINE: usize = 2048;
+
+/// A `MakeWriter` for stderr that cuts each event to [`MAX_LOG_LINE`] bytes.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ClippedStderr;
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for ClippedStderr {
+    type Writer = ClippedStderr;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        ClippedStderr
+    }
+}
+
+impl Write for ClippedStderr {
+    /// One call carries one formatted event.
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let mut err = std::io::stderr().lock();
+        match buf.get(..MAX_LOG_LINE) {
+            Some(head) if buf.len() > MAX_LOG_LINE => {
+                err.write_all(head)?;
+                writeln!(err, " … ({} more bytes cut)", buf.len() - MAX_LOG_LINE)?;
+            }
+            _ => err.write_all(buf)?,
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
+}
+
+/// Logs to stderr at `RUST_LOG` (default `warn`), without colour, lines bounded.
+pub fn init() {
+    tracing_subscriber::fmt()
+        .with_writer(ClippedStderr)
+        .with_ansi(false)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
+}
