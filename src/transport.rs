@@ -98,13 +98,41 @@ struct Envelope {
     id: Option<Value>,
     #[serde(default)]
     method: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "object_params")]
     params: Option<Params>,
     /// Whether the member is there at all (`"result": null` is a result, if a bad one).
     #[serde(default, deserialize_with = "present")]
     result: bool,
     #[serde(default, deserialize_with = "present")]
     error: bool,
+}
+
+/// `params` must be an object (MCP never sends positional params) or absent/null.
+fn object_params<'de, D: de::Deserializer<'de>>(d: D) -> Result<Option<Params>, D::Error> {
+    struct V;
+    impl<'de> Visitor<'de> for V {
+        type Value = Option<Params>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("params as an object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, m: A) -> Result<Self::Value, A::Error> {
+            Params::deserialize(de::value::MapAccessDeserializer::new(m)).map(Some)
+        }
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_none<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+    }
+    d.deserialize_any(V)
+}
+
+/// Only the id of a message that is otherwise malformed.
+#[derive(Debug, Deserialize)]
+struct IdOnly {
+    #[serde(default)]
+    id: Option<Value>,
 }
 
 fn present<'de, D: de::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
@@ -168,7 +196,13 @@ fn classify(line: &[u8], state: &Mutex<InFlight>, framing: Framing) -> Verdict {
     }
     let env: Envelope = match serde_json::from_slice(line) {
         Ok(e) => e,
-        Err(e) => return error(head_id(line), -32600, format!("invalid request: {e}")),
+        Err(e) => {
+            let id = serde_json::from_slice::<IdOnly>(line)
+                .ok()
+                .and_then(|m| m.id)
+                .filter(|id| id.is_string() || id.is_number());
+            return error(id, -32600, format!("invalid request: {e}"));
+        }
     };
     let Ok(mut state) = state.lock() else {
         return Verdict::Forward;
@@ -329,17 +363,20 @@ async fn write_out(
 ) -> std::io::Result<()> {
     let mut lines = BufReader::new(sdk);
     let mut line = Vec::new();
-    let mut sdk_open = true;
-    loop {
+    let (mut sdk_open, mut own_open) = (true, true);
+    while sdk_open || own_open {
         let next = tokio::select! {
             read = lines.read_until(b'\n', &mut line), if sdk_open => match read? {
-                0 => { sdk_open = false; continue; }
+                0 => { sdk_open = false; None }
                 _ => Some(retire(std::mem::take(&mut line), &state)),
             },
-            reply = own.recv() => reply,
+            reply = own.recv(), if own_open => {
+                own_open = reply.is_some();
+                reply
+            }
         };
         let Some(mut bytes) = next else {
-            return out.flush().await;
+            continue;
         };
         if bytes.last() != Some(&b'\n') {
             bytes.push(b'\n');
@@ -347,6 +384,7 @@ async fn write_out(
         out.write_all(&bytes).await?;
         out.flush().await?;
     }
+    out.flush().await
 }
 
 /// Marks the request a reply answers as finished, and gives an error reply without an id
@@ -379,12 +417,13 @@ fn retire(line: Vec<u8>, state: &Mutex<InFlight>) -> Vec<u8> {
 }
 
 /// Reads stdin a line at a time and forwards, answers or drops each line, until stdin closes.
-async fn read_stdin(
-    mut to_sdk: impl AsyncWrite + Unpin,
+/// Returns the SDK's input, still open, so that calls in flight can finish.
+async fn read_stdin<W: AsyncWrite + Unpin>(
+    mut to_sdk: W,
     own_tx: mpsc::Sender<Vec<u8>>,
     state: Arc<Mutex<InFlight>>,
     framing: Framing,
-) -> std::io::Result<()> {
+) -> std::io::Result<W> {
     let mut stdin = BufReader::with_capacity(64 * 1024, tokio::io::stdin());
     let mut line = Vec::new();
     while let Some(read) = read_line(&mut stdin, framing.max_line, &mut line).await? {
@@ -412,7 +451,12 @@ async fn read_stdin(
             }
         }
     }
-    Ok(())
+    Ok(to_sdk)
+}
+
+/// Whether any request is still unanswered.
+fn busy(state: &Mutex<InFlight>) -> bool {
+    state.lock().map(|s| !s.ids.is_empty()).unwrap_or(false)
 }
 
 /// A line over the limit, named by the id its head shows. A request is answered with
@@ -455,7 +499,7 @@ pub async fn serve_stdio(
         state.clone(),
     ));
     // The reader runs before the SDK's handshake, which it feeds.
-    let reader = tokio::spawn(read_stdin(to_sdk, own_tx, state, framing));
+    let reader = tokio::spawn(read_stdin(to_sdk, own_tx, state.clone(), framing));
     let running = server
         .serve(AsyncRwTransport::new_server(sdk_in, sdk_out))
         .await?;
@@ -465,15 +509,22 @@ pub async fn serve_stdio(
     tokio::select! {
         quit = &mut waiting => { quit?; }
         read = reader => {
-            read??;
-            // stdin closed: give calls in flight a moment, then cancel them.
+            let to_sdk = read??;
+            // stdin closed: calls in flight get a moment to finish, then the SDK sees the end
+            // of input, and what is still running is cancelled.
+            let deadline = tokio::time::Instant::now() + SHUTDOWN_GRACE;
+            while busy(&state) && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            drop(to_sdk);
             if tokio::time::timeout(SHUTDOWN_GRACE, &mut waiting).await.is_err() {
                 token.cancel();
                 let _ = tokio::time::timeout(Duration::from_secs(1), &mut waiting).await;
             }
         }
     }
-    writer.abort();
+    // Whatever was answered reaches stdout.
+    let _ = tokio::time::timeout(Duration::from_secs(1), writer).await;
     Ok(())
 }
 

@@ -5,6 +5,7 @@
 use crate::common::raw::{Raw, tools_call};
 use crate::common::*;
 use serde_json::{Value, json};
+use std::collections::HashMap;
 use std::time::Duration;
 
 const T: Duration = Duration::from_secs(10);
@@ -325,6 +326,89 @@ fn random_value(rng: &mut Lcg, depth: u32) -> Value {
     }
 }
 
+/// Lines a hostile client sends: parse errors, batches, malformed and early notifications.
+const HOSTILE_LINES: [&str; 8] = [
+    "{\"jsonrpc\":\"2.0\",\"id\":\"h\",\"method\":\"ping\",\"params\":{\"a\":\"\\ud800\"}}",
+    "{\"jsonrpc\":\"2.0\",\"method\":\"ping\"}{\"jsonrpc\":\"2.0\",\"method\":\"ping\"}",
+    "[{\"jsonrpc\":\"2.0\",\"id\":\"b\",\"method\":\"ping\"}]",
+    "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"_meta\":5}}",
+    "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{\"requestId\":\"r1\"}}",
+    "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\",\"params\":[]}",
+    "\u{0}\u{1}\u{2}",
+    "{\"jsonrpc\":\"2.0\",\"id\":{\"an\":\"object\"},\"method\":\"ping\"}",
+];
+
+/// Schemas that would stall or flood the server if they were compiled.
+fn hostile_schema(rng: &mut Lcg) -> Value {
+    let mut defs = serde_json::Map::new();
+    for i in 0..30 {
+        let next = format!("#/$defs/L{}", i + 1);
+        defs.insert(
+            format!("L{i}"),
+            json!({"allOf": [{"$ref": next}, {"$ref": next}]}),
+        );
+    }
+    defs.insert("L30".into(), json!({"type": "string"}));
+    match rng.next() % 3 {
+        0 => json!({"type": "object", "$defs": defs, "properties": {"x": {"$ref": "#/$defs/L0"}}}),
+        1 => {
+            json!({"type": "object", "properties": {"p": {"type": "string", "pattern": "\\p{L}{200}"}}})
+        }
+        _ => json!({"type": "object", "properties": {"d": {"type": "string", "format": "date"}}}),
+    }
+}
+
+/// One fuzz line, recording the ids of the requests it carries.
+fn fuzz_line(rng: &mut Lcg, i: usize, sent: &mut HashMap<String, usize>) -> String {
+    let tools: [&str; 7] = [
+        "chat_complete",
+        "messages_create",
+        "responses_create",
+        "generate",
+        "generate_content",
+        "list_models",
+        "nope",
+    ];
+    let methods = [
+        "tools/call",
+        "tools/list",
+        "ping",
+        "resources/list",
+        "bogus/method",
+        "initialize",
+    ];
+    let mut request = |id: String| {
+        *sent.entry(id.clone()).or_insert(0) += 1;
+        id
+    };
+    match rng.next() % 10 {
+        0 => (0..rng.next() % 200).map(|_| char::from_u32((rng.next() % 0x7f) as u32).unwrap_or('?')).collect::<String>(),
+        1 => random_value(rng, 0).to_string(),
+        2 => {
+            let v = tools_call(json!(format!("r{i}")), pick_str(rng, &tools), random_value(rng, 0));
+            let s = v.to_string();
+            let keep = rng.next() as usize % s.chars().count();
+            s.chars().take(keep).collect::<String>() // truncated
+        }
+        3 => tools_call(json!(request(format!("r{i}"))), pick_str(rng, &tools), random_value(rng, 0)).to_string(),
+        4 => json!({"jsonrpc": "2.0", "method": rng.pick(&methods), "params": random_value(rng, 0)}).to_string(),
+        5 => json!({"jsonrpc": "2.0", "id": request(format!("r{i}")), "method": rng.pick(&methods), "params": random_value(rng, 0)}).to_string(),
+        6 => (*rng.pick(&HOSTILE_LINES)).to_owned(),
+        7 => {
+            let schema = hostile_schema(rng);
+            tools_call(json!(request(format!("r{i}"))), "chat_complete",
+                json!({"messages": [{"role": "user", "content": "x"}], "output_schema": schema})).to_string()
+        }
+        8 => tools_call(json!(request(format!("r{i}"))), "generate",
+            json!({"prompt": "x".repeat(1_200_000)})).to_string(),
+        // An id used before, possibly still in flight.
+        _ => {
+            let id = format!("r{}", rng.next() as usize % (i + 1));
+            tools_call(json!(request(id)), "list_models", json!({})).to_string()
+        }
+    }
+}
+
 #[test]
 fn arbitrary_lines_never_take_the_server_down() {
     let iterations: usize = std::env::var("AGENT_AS_MODEL_FUZZ_ITERATIONS")
@@ -337,46 +421,16 @@ fn arbitrary_lines_never_take_the_server_down() {
         .unwrap_or(20261130);
     let mut rng = Lcg(seed);
     let mut raw = Raw::legacy(
-        &[("AGENT_AS_MODEL_SAMPLING_TIMEOUT_SECS", "1")],
+        &[
+            ("AGENT_AS_MODEL_SAMPLING_TIMEOUT_SECS", "1"),
+            ("AGENT_AS_MODEL_MAX_REQUEST_BYTES", "20000"),
+            ("AGENT_AS_MODEL_MAX_MEDIA_BYTES", "20000"),
+        ],
         json!({"sampling": {"tools": {}}}),
     );
-    let tools: [&str; 6] = [
-        "chat_complete",
-        "messages_create",
-        "responses_create",
-        "generate",
-        "list_models",
-        "nope",
-    ];
-    let methods = [
-        "tools/call",
-        "tools/list",
-        "ping",
-        "resources/list",
-        "bogus/method",
-        "initialize",
-    ];
-    let mut request_ids = std::collections::HashSet::new();
+    let mut sent: HashMap<String, usize> = HashMap::new();
     for i in 0..iterations {
-        let line = match rng.next() % 6 {
-            0 => (0..rng.next() % 200).map(|_| char::from_u32((rng.next() % 0x7f) as u32).unwrap_or('?')).collect::<String>(),
-            1 => random_value(&mut rng, 0).to_string(),
-            2 => {
-                let v = tools_call(json!(format!("r{i}")), pick_str(&mut rng, &tools), random_value(&mut rng, 0));
-                let s = v.to_string();
-                let keep = rng.next() as usize % s.chars().count();
-                s.chars().take(keep).collect::<String>() // truncated
-            }
-            3 => {
-                request_ids.insert(format!("r{i}"));
-                tools_call(json!(format!("r{i}")), pick_str(&mut rng, &tools), random_value(&mut rng, 0)).to_string()
-            }
-            4 => json!({"jsonrpc": "2.0", "method": rng.pick(&methods), "params": random_value(&mut rng, 0)}).to_string(),
-            _ => {
-                request_ids.insert(format!("r{i}"));
-                json!({"jsonrpc": "2.0", "id": format!("r{i}"), "method": rng.pick(&methods), "params": random_value(&mut rng, 0)}).to_string()
-            }
-        };
+        let line = fuzz_line(&mut rng, i, &mut sent);
         raw.send_line(&line);
     }
     raw.send(&tools_call(json!("final"), "list_models", json!({})));
@@ -386,21 +440,36 @@ fn arbitrary_lines_never_take_the_server_down() {
         last.is_some(),
         "seed {seed}: the server answered after the noise"
     );
-    let mut counts = std::collections::HashMap::new();
+    // Calls waiting on the (silent) host end by their one-second timeout.
+    while let Some(v) = raw.recv(Duration::from_secs(3)) {
+        seen.push(v);
+    }
+    let mut replies: HashMap<String, usize> = HashMap::new();
     for v in &seen {
-        if let Some(id) = v.get("id").and_then(Value::as_str)
-            && v.get("method").is_none()
-        {
-            *counts.entry(id.to_owned()).or_insert(0) += 1;
-            assert!(
-                request_ids.contains(id),
-                "seed {seed}: a reply to {id}, which was not a request"
-            );
+        if v.get("method").is_some() {
+            continue;
+        }
+        assert_eq!(v["jsonrpc"], "2.0", "seed {seed}: {v}");
+        assert!(
+            v.get("id").is_some(),
+            "seed {seed}: every reply has an id member: {v}"
+        );
+        match v["id"].as_str() {
+            Some("final") => {}
+            Some(id) => *replies.entry(id.to_owned()).or_insert(0) += 1,
+            None => assert!(v["id"].is_null() || v["id"] == "h", "seed {seed}: {v}"),
         }
     }
+    for (id, n) in &sent {
+        assert_eq!(
+            replies.get(id).copied().unwrap_or(0),
+            *n,
+            "seed {seed}: request {id} was sent {n} time(s)"
+        );
+    }
     assert!(
-        counts.values().all(|n| *n == 1),
-        "seed {seed}: at most one reply per request: {counts:?}"
+        replies.keys().all(|id| sent.contains_key(id)),
+        "seed {seed}: a reply to an id that was not a request"
     );
     assert!(raw.alive(), "seed {seed}: the server is still running");
 }

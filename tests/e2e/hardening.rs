@@ -345,3 +345,60 @@ fn logged_and_echoed_client_values_are_cut_short() {
         stderr.len()
     );
 }
+
+#[tokio::test]
+async fn a_repair_after_a_huge_invalid_answer_keeps_a_state_the_server_accepts() {
+    for era in ERAS {
+        let host = Host::new(false, |p| {
+            Ok(reply(&if p.messages.len() == 1 {
+                // The violation message quotes the value: 2 MiB of it.
+                format!(
+                    "{{\"city\": \"P\", \"pop\": \"{}\"}}",
+                    "é".repeat(1024 * 1024)
+                )
+            } else {
+                "{\"city\": \"Paris\", \"pop\": 1}".to_owned()
+            }))
+        });
+        let client = connect(host.clone(), era).await;
+        let r = call(
+            &client,
+            "chat_complete",
+            json!({"messages": [user("x")], "output_schema": {"type": "object",
+                "required": ["city", "pop"], "properties": {"pop": {"type": "integer"}}}}),
+        )
+        .await;
+        assert!(!is_error(&r), "{}", text(&r));
+        assert_eq!(structured(&r)["structured_output"]["attempts"], 2);
+        // What went back to the host for repair is the answer's head, marked as cut.
+        let echoed = host.seen()[1].messages[1]
+            .content
+            .first()
+            .unwrap()
+            .as_text()
+            .unwrap()
+            .text
+            .clone();
+        assert!(
+            echoed.len() <= 4096 + 20 && echoed.ends_with("[truncated]"),
+            "{}",
+            echoed.len()
+        );
+        client.cancel().await.unwrap();
+    }
+}
+
+#[test]
+fn a_call_answered_right_before_stdin_closes_is_still_written() {
+    let mut raw = Raw::spawn(&[]);
+    raw.send(&modern_call(
+        json!(1),
+        json!({"prompt": "x", "temperature": 5}),
+    ));
+    raw.close_stdin();
+    let r = raw
+        .recv_id(&json!(1), T)
+        .expect("the reply is flushed before exit");
+    assert_eq!(r["result"]["isError"], true);
+    assert!(raw.wait_exit(T).is_some_and(|s| s.success()));
+}
