@@ -22,15 +22,18 @@ pub enum Role {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Block {
     Text(String),
-    /// Base64 image data with its MIME type.
+    /// Base64 image data with its MIME type and the SHA-256 of the decoded bytes (computed
+    /// when the data is checked, so it is decoded once).
     Image {
         data: String,
         mime: String,
+        sha256: [u8; 32],
     },
-    /// Base64 audio data with its MIME type.
+    /// Base64 audio data with its MIME type and the SHA-256 of the decoded bytes.
     Audio {
         data: String,
         mime: String,
+        sha256: [u8; 32],
     },
     /// A tool call made by the model (assistant turns only).
     ToolUse {
@@ -236,6 +239,17 @@ impl Completion {
     }
 }
 
+/// Characters of text in `blocks`.
+pub fn text_chars(blocks: &[Block]) -> usize {
+    blocks
+        .iter()
+        .map(|b| match b {
+            Block::Text(t) => t.chars().count(),
+            _ => 0,
+        })
+        .sum()
+}
+
 /// The text blocks of `blocks` joined with `sep` (other blocks are skipped).
 pub fn join_text(blocks: &[Block], sep: &str) -> String {
     let texts: Vec<&str> = blocks
@@ -361,15 +375,7 @@ impl Reply<'_> {
     /// Estimated usage of this call.
     pub fn usage(&self) -> Usage {
         let req = &self.call.request;
-        let text: usize = req
-            .turns
-            .iter()
-            .flat_map(|t| &t.blocks)
-            .map(|b| match b {
-                Block::Text(t) => t.chars().count(),
-                _ => 0,
-            })
-            .sum();
+        let text: usize = req.turns.iter().map(|t| text_chars(&t.blocks)).sum();
         let system = req.system.as_ref().map_or(0, |s| s.chars().count());
         Usage {
             prompt: estimate_tokens(text + system),

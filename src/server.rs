@@ -3,7 +3,7 @@
 //! everything a call needs arrives with the call.
 
 use crate::backends::sampling::{self, Host, Outcome, Retry, Settings};
-use crate::call::{Block, Call, Reply};
+use crate::call::{Call, Reply};
 use crate::contract::cursor;
 use crate::error::{CallError, StartError, clip};
 use crate::fulfil::Fulfilled;
@@ -152,19 +152,10 @@ fn finish(shape: &dyn Shape, call: &Call, done: Fulfilled) -> Result<CallToolRes
     }
     tracing::debug!(tool = call.tool, attempts = done.attempts, "call completed");
     let mut content = vec![ContentBlock::text(rendered.text)];
-    content.extend(done.media.into_iter().filter_map(media_content));
+    content.extend(done.media.into_iter().map(sampling::into_content));
     let mut result = CallToolResult::success(content);
     result.structured_content = Some(Value::Object(structured));
     Ok(result)
-}
-
-/// An image or audio block of the answer as MCP content.
-fn media_content(block: Block) -> Option<ContentBlock> {
-    match block {
-        Block::Image { data, mime } => Some(ContentBlock::image(data, mime)),
-        Block::Audio { data, mime } => Some(ContentBlock::audio(data, mime)),
-        _ => None,
-    }
 }
 
 /// `list_models`: the one model this server offers, and what the server knows of the host.

@@ -207,12 +207,13 @@ fn tool_block_as_text(block: &Block) -> String {
     }
 }
 
-fn content_block(block: &Block) -> rmcp::model::ContentBlock {
+/// A block as MCP content (tool content, which MCP content cannot hold, as text).
+pub fn into_content(block: Block) -> rmcp::model::ContentBlock {
     match block {
-        Block::Text(t) => rmcp::model::ContentBlock::text(t.clone()),
-        Block::Image { data, mime } => rmcp::model::ContentBlock::image(data.clone(), mime.clone()),
-        Block::Audio { data, mime } => rmcp::model::ContentBlock::audio(data.clone(), mime.clone()),
-        other => rmcp::model::ContentBlock::text(tool_block_as_text(other)),
+        Block::Text(t) => rmcp::model::ContentBlock::text(t),
+        Block::Image { data, mime, .. } => rmcp::model::ContentBlock::image(data, mime),
+        Block::Audio { data, mime, .. } => rmcp::model::ContentBlock::audio(data, mime),
+        other => rmcp::model::ContentBlock::text(tool_block_as_text(&other)),
     }
 }
 
@@ -227,10 +228,10 @@ fn message(turn: &Turn, tools_ok: bool) -> SamplingMessage {
     for b in &turn.blocks {
         let block = match b {
             Block::Text(t) => SamplingMessageContentBlock::text(t.clone()),
-            Block::Image { data, mime } => SamplingMessageContentBlock::Image(
+            Block::Image { data, mime, .. } => SamplingMessageContentBlock::Image(
                 rmcp::model::ImageContent::new(data.clone(), mime.clone()),
             ),
-            Block::Audio { data, mime } => SamplingMessageContentBlock::Audio(
+            Block::Audio { data, mime, .. } => SamplingMessageContentBlock::Audio(
                 rmcp::model::AudioContent::new(data.clone(), mime.clone()),
             ),
             Block::ToolUse { id, name, input } if tools_ok => SamplingMessageContentBlock::ToolUse(
@@ -243,7 +244,7 @@ fn message(turn: &Turn, tools_ok: bool) -> SamplingMessage {
             } if tools_ok => {
                 let mut result = rmcp::model::ToolResultContent::new(
                     id.clone(),
-                    content.iter().map(content_block).collect(),
+                    content.iter().cloned().map(into_content).collect(),
                 );
                 if *is_error {
                     result.is_error = Some(true);

@@ -47,22 +47,14 @@ impl Entry {
     }
 }
 
-fn media_digest(data: &str) -> String {
-    use base64::Engine as _;
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(data)
-        .unwrap_or_else(|_| data.as_bytes().to_vec());
-    hex::encode(Sha256::digest(&bytes))
-}
-
 fn part(block: &Block) -> Value {
     match block {
         Block::Text(t) => json!({"type": "text", "text": t}),
-        Block::Image { data, mime } => {
-            json!({"type": "image", "mime_type": mime, "sha256": media_digest(data)})
+        Block::Image { mime, sha256, .. } => {
+            json!({"type": "image", "mime_type": mime, "sha256": hex::encode(sha256)})
         }
-        Block::Audio { data, mime } => {
-            json!({"type": "audio", "mime_type": mime, "sha256": media_digest(data)})
+        Block::Audio { mime, sha256, .. } => {
+            json!({"type": "audio", "mime_type": mime, "sha256": hex::encode(sha256)})
         }
         Block::ToolUse { id, name, input } => {
             json!({"type": "tool_use", "id": id, "name": name, "input": input})
@@ -258,10 +250,15 @@ mod tests {
             "user",
             &[
                 Block::Text("look".into()),
-                Block::Image {
-                    data: "aGk=".into(),
-                    mime: "image/png".into(),
-                },
+                crate::contract::media::block(
+                    crate::contract::media::Kind::Image,
+                    "aGk=",
+                    "image/png",
+                    "data",
+                    "mime",
+                    &crate::limits::Limits::default(),
+                )
+                .unwrap(),
             ],
         );
         assert_eq!(

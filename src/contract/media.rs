@@ -6,6 +6,7 @@ use crate::error::{CallError, CallResult};
 use crate::limits::Limits;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
+use sha2::{Digest, Sha256};
 
 pub const IMAGE_TYPES: [&str; 4] = ["image/png", "image/jpeg", "image/gif", "image/webp"];
 pub const AUDIO_TYPES: [&str; 2] = ["audio/wav", "audio/mpeg"];
@@ -73,11 +74,11 @@ pub fn block(
         Kind::Audio => &AUDIO_TYPES,
     };
     check_type(mime, allowed, mime_path)?;
-    decode(data, data_path, limits)?;
+    let sha256: [u8; 32] = Sha256::digest(decode(data, data_path, limits)?).into();
     let (data, mime) = (data.trim().to_owned(), mime.to_owned());
     Ok(match kind {
-        Kind::Image => Block::Image { data, mime },
-        Kind::Audio => Block::Audio { data, mime },
+        Kind::Image => Block::Image { data, mime, sha256 },
+        Kind::Audio => Block::Audio { data, mime, sha256 },
     })
 }
 
@@ -129,7 +130,8 @@ mod tests {
             image_url("data:image/png;base64,iVBORw0K", "p", &l).unwrap(),
             Block::Image {
                 data: "iVBORw0K".into(),
-                mime: "image/png".into()
+                mime: "image/png".into(),
+                sha256: Sha256::digest(STANDARD.decode("iVBORw0K").unwrap()).into(),
             }
         );
         let e = image_url(

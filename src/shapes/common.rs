@@ -6,7 +6,7 @@
 use super::params;
 use crate::args::{self, Obj, as_object, non_empty_array};
 use crate::call::{
-    Block, Call, CompletionRequest, Mode, Role, ToolChoice, ToolDef, Turn, join_text,
+    Block, Call, CompletionRequest, Mode, Role, ToolChoice, ToolDef, Turn, join_text, text_chars,
 };
 use crate::contract::cursor::{self, Entry};
 use crate::contract::persona::Persona;
@@ -364,14 +364,7 @@ fn assemble(key: &str, messages: Vec<Msg>, limits: &Limits) -> CallResult<Vec<Tu
 
 /// The size limit and the placement of tool content in one message.
 fn check_message(path: &str, m: &Msg, limits: &Limits) -> CallResult<()> {
-    let chars: usize = m
-        .blocks
-        .iter()
-        .map(|b| match b {
-            Block::Text(t) => t.chars().count(),
-            _ => 0,
-        })
-        .sum();
+    let chars = text_chars(&m.blocks);
     if chars > limits.max_message_chars {
         return Err(CallError::at(
             path,
