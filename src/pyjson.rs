@@ -3,12 +3,14 @@
 //! The original server wrote every JSON text it produced with `json.dumps`: sorted keys, `", "`
 //! and `": "` separators (or `","` and `":"` for cursors), every non-ASCII character escaped as
 //! `\uXXXX` and floats in Python's `repr` form. Callers compare those texts byte for byte and
-//! recompute cursors from them, so this module reproduces that writer instead of using
-//! `serde_json`'s, which differs in escapes, separators and float forms.
+//! recompute cursors from them. This module is `serde_json`'s serializer with a [`Formatter`]
+//! that writes Python's separators, escapes and floats, over a view of the value with its keys
+//! sorted when the style asks for it.
 
+use serde::ser::{Serialize, SerializeMap, SerializeSeq};
+use serde_json::ser::{CharEscape, Formatter, Serializer};
 use serde_json::{Map, Value};
-use std::fmt::Write as _;
-
+use std::io::{self, Write};
 /// How to lay the text out; the three presets are the only ones the server uses.
 #[derive(Debug, Clone, Copy)]
 pub struct Style {
@@ -52,101 +54,197 @@ impl Style {
 /// Writes `value` in the given style.
 pub fn dumps(value: &Value, style: Style) -> String {
     let mut out = String::new();
-    write_value(&mut out, value, style, 0);
+    dump_into(&mut out, value, style);
     out
 }
 
 /// Writes an object in the given style without wrapping it in a `Value`.
 pub fn dumps_object(map: &Map<String, Value>, style: Style) -> String {
-    let mut out = String::new();
-    write_object(&mut out, map, style, 0);
-    out
+    write(&Styled::Object(map, style.sort_keys), style)
 }
 
 /// Appends `value` to `out` in the given style (for writers that lay out the outer object
 /// themselves).
 pub fn dump_into(out: &mut String, value: &Value, style: Style) {
-    write_value(out, value, style, 0);
+    out.push_str(&write(&Styled::Value(value, style.sort_keys), style));
 }
 
 /// Appends a JSON string literal, escaped as Python's `ensure_ascii` does.
 pub fn dump_str_into(out: &mut String, s: &str) {
-    write_string(out, s);
+    out.push_str(&write(&s, Style::SORTED));
 }
 
-fn newline(out: &mut String, style: Style, level: usize) {
-    if let Some(width) = style.indent {
-        out.push('\n');
-        out.extend(std::iter::repeat_n(' ', width * level));
-    }
+fn write(value: &impl Serialize, style: Style) -> String {
+    let mut bytes = Vec::new();
+    let formatter = Python {
+        style,
+        level: 0,
+        has_value: false,
+    };
+    // Writing to a Vec cannot fail, and the formatter writes ASCII only.
+    let _ = value.serialize(&mut Serializer::with_formatter(&mut bytes, formatter));
+    String::from_utf8(bytes).unwrap_or_default()
 }
 
-fn write_value(out: &mut String, value: &Value, style: Style, level: usize) {
-    match value {
-        Value::Null => out.push_str("null"),
-        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
-        Value::Number(n) => write_number(out, n),
-        Value::String(s) => write_string(out, s),
-        Value::Array(items) => {
-            if items.is_empty() {
-                out.push_str("[]");
-                return;
-            }
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(item_sep(style));
+/// A value seen with its object keys sorted (Python sorts `str` keys by code point, which is
+/// UTF-8 byte order) or in insertion order.
+enum Styled<'a> {
+    Value(&'a Value, bool),
+    Object(&'a Map<String, Value>, bool),
+}
+
+impl Serialize for Styled<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let (map, sorted) = match self {
+            Styled::Value(Value::Object(map), sorted) => (map, *sorted),
+            Styled::Object(map, sorted) => (*map, *sorted),
+            Styled::Value(Value::Array(items), sorted) => {
+                let mut seq = serializer.serialize_seq(Some(items.len()))?;
+                for item in items.iter() {
+                    seq.serialize_element(&Styled::Value(item, *sorted))?;
                 }
-                newline(out, style, level + 1);
-                write_value(out, item, style, level + 1);
+                return seq.end();
             }
-            newline(out, style, level);
-            out.push(']');
+            Styled::Value(scalar, _) => return scalar.serialize(serializer),
+        };
+        let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+        if sorted {
+            entries.sort_by(|a, b| a.0.cmp(b.0));
         }
-        Value::Object(map) => write_object(out, map, style, level),
-    }
-}
-
-fn write_object(out: &mut String, map: &Map<String, Value>, style: Style, level: usize) {
-    if map.is_empty() {
-        out.push_str("{}");
-        return;
-    }
-    let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-    if style.sort_keys {
-        // Python sorts str keys by code point; UTF-8 byte order is the same order.
-        entries.sort_by(|a, b| a.0.cmp(b.0));
-    }
-    out.push('{');
-    for (i, (key, item)) in entries.into_iter().enumerate() {
-        if i > 0 {
-            out.push_str(item_sep(style));
+        let mut out = serializer.serialize_map(Some(entries.len()))?;
+        for (key, item) in entries {
+            out.serialize_entry(key, &Styled::Value(item, sorted))?;
         }
-        newline(out, style, level + 1);
-        write_string(out, key);
-        out.push_str(style.key_sep);
-        write_value(out, item, style, level + 1);
-    }
-    newline(out, style, level);
-    out.push('}');
-}
-
-/// With an indent Python drops the trailing space of the item separator.
-fn item_sep(style: Style) -> &'static str {
-    if style.indent.is_some() {
-        style.item_sep.trim_end()
-    } else {
-        style.item_sep
+        out.end()
     }
 }
 
-fn write_number(out: &mut String, n: &serde_json::Number) {
-    if n.is_i64() || n.is_u64() {
-        out.push_str(&n.to_string());
-    } else if let Some(f) = n.as_f64() {
-        out.push_str(&python_float_repr(f));
-    } else {
-        out.push_str(&n.to_string());
+/// Python's separators, indentation, escapes and float form.
+struct Python {
+    style: Style,
+    level: usize,
+    /// Whether the container being written has an element yet (an empty one stays `[]`).
+    has_value: bool,
+}
+
+impl Python {
+    fn newline<W: ?Sized + Write>(&self, w: &mut W) -> io::Result<()> {
+        match self.style.indent {
+            Some(width) => {
+                w.write_all(b"\n")?;
+                w.write_all(" ".repeat(width * self.level).as_bytes())
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// With an indent Python drops the trailing space of the item separator.
+    fn item_sep(&self) -> &'static str {
+        if self.style.indent.is_some() {
+            self.style.item_sep.trim_end()
+        } else {
+            self.style.item_sep
+        }
+    }
+
+    fn open<W: ?Sized + Write>(&mut self, w: &mut W, bracket: &[u8]) -> io::Result<()> {
+        self.level += 1;
+        self.has_value = false;
+        w.write_all(bracket)
+    }
+
+    fn close<W: ?Sized + Write>(&mut self, w: &mut W, bracket: &[u8]) -> io::Result<()> {
+        self.level = self.level.saturating_sub(1);
+        if self.has_value {
+            self.newline(w)?;
+        }
+        w.write_all(bracket)
+    }
+
+    fn element<W: ?Sized + Write>(&mut self, w: &mut W, first: bool) -> io::Result<()> {
+        if !first {
+            w.write_all(self.item_sep().as_bytes())?;
+        }
+        self.newline(w)
+    }
+}
+
+impl Formatter for Python {
+    fn write_f64<W: ?Sized + Write>(&mut self, w: &mut W, value: f64) -> io::Result<()> {
+        w.write_all(python_float_repr(value).as_bytes())
+    }
+
+    fn write_f32<W: ?Sized + Write>(&mut self, w: &mut W, value: f32) -> io::Result<()> {
+        self.write_f64(w, f64::from(value))
+    }
+
+    /// `ensure_ascii`: everything outside printable ASCII as `\uXXXX` (UTF-16 units).
+    fn write_string_fragment<W: ?Sized + Write>(&mut self, w: &mut W, s: &str) -> io::Result<()> {
+        let mut start = 0;
+        for (i, c) in s.char_indices() {
+            if (' '..='~').contains(&c) {
+                continue;
+            }
+            w.write_all(s.get(start..i).unwrap_or("").as_bytes())?;
+            let mut units = [0u16; 2];
+            for unit in c.encode_utf16(&mut units) {
+                write!(w, "\\u{unit:04x}")?;
+            }
+            start = i + c.len_utf8();
+        }
+        w.write_all(s.get(start..).unwrap_or("").as_bytes())
+    }
+
+    fn write_char_escape<W: ?Sized + Write>(&mut self, w: &mut W, e: CharEscape) -> io::Result<()> {
+        match e {
+            CharEscape::Quote => w.write_all(b"\\\""),
+            CharEscape::ReverseSolidus => w.write_all(b"\\\\"),
+            CharEscape::Solidus => w.write_all(b"/"),
+            CharEscape::Backspace => w.write_all(b"\\b"),
+            CharEscape::FormFeed => w.write_all(b"\\f"),
+            CharEscape::LineFeed => w.write_all(b"\\n"),
+            CharEscape::CarriageReturn => w.write_all(b"\\r"),
+            CharEscape::Tab => w.write_all(b"\\t"),
+            CharEscape::AsciiControl(byte) => write!(w, "\\u{byte:04x}"),
+        }
+    }
+
+    fn begin_array<W: ?Sized + Write>(&mut self, w: &mut W) -> io::Result<()> {
+        self.open(w, b"[")
+    }
+
+    fn end_array<W: ?Sized + Write>(&mut self, w: &mut W) -> io::Result<()> {
+        self.close(w, b"]")
+    }
+
+    fn begin_array_value<W: ?Sized + Write>(&mut self, w: &mut W, first: bool) -> io::Result<()> {
+        self.element(w, first)
+    }
+
+    fn end_array_value<W: ?Sized + Write>(&mut self, _w: &mut W) -> io::Result<()> {
+        self.has_value = true;
+        Ok(())
+    }
+
+    fn begin_object<W: ?Sized + Write>(&mut self, w: &mut W) -> io::Result<()> {
+        self.open(w, b"{")
+    }
+
+    fn end_object<W: ?Sized + Write>(&mut self, w: &mut W) -> io::Result<()> {
+        self.close(w, b"}")
+    }
+
+    fn begin_object_key<W: ?Sized + Write>(&mut self, w: &mut W, first: bool) -> io::Result<()> {
+        self.element(w, first)
+    }
+
+    fn begin_object_value<W: ?Sized + Write>(&mut self, w: &mut W) -> io::Result<()> {
+        w.write_all(self.style.key_sep.as_bytes())
+    }
+
+    fn end_object_value<W: ?Sized + Write>(&mut self, _w: &mut W) -> io::Result<()> {
+        self.has_value = true;
+        Ok(())
     }
 }
 
@@ -198,30 +296,6 @@ pub fn python_float_repr(f: f64) -> String {
         let exp_sign = if exp < 0 { '-' } else { '+' };
         format!("{sign}{mantissa}e{exp_sign}{:02}", exp.abs())
     }
-}
-
-/// Python's `ensure_ascii=True` string escaping.
-fn write_string(out: &mut String, s: &str) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{08}' => out.push_str("\\b"),
-            '\u{0c}' => out.push_str("\\f"),
-            c if !(' '..='~').contains(&c) => {
-                let mut units = [0u16; 2];
-                for unit in c.encode_utf16(&mut units) {
-                    let _ = write!(out, "\\u{unit:04x}");
-                }
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
 }
 
 #[cfg(test)]
