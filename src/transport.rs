@@ -387,12 +387,13 @@ async fn write_out(
     out.flush().await
 }
 
-/// Marks the request a reply answers as finished, and gives an error reply without an id
-/// `"id": null`.
+/// Marks the request a reply answers as finished, gives an error reply without an id
+/// `"id": null`, and writes sampling temperatures as the caller gave them.
 fn retire(line: Vec<u8>, state: &Mutex<InFlight>) -> Vec<u8> {
     let Ok(env) = serde_json::from_slice::<Envelope>(&line) else {
         return line;
     };
+    let line = exact_temperatures(line);
     if env.method.is_some() {
         return line;
     }
@@ -413,6 +414,40 @@ fn retire(line: Vec<u8>, state: &Mutex<InFlight>) -> Vec<u8> {
             _ => line,
         },
         None => line,
+    }
+}
+
+/// The SDK types a sampling `temperature` as `f32` and writes it widened (`0.7` becomes
+/// `0.699999988079071`). In a sampling request (legacy) or an input-required result
+/// (2026-07-28), it is rewritten as the shortest decimal that is the same `f32`: the value the
+/// caller gave, for any value written with up to seven significant digits.
+fn exact_temperatures(line: Vec<u8>) -> Vec<u8> {
+    const NEEDLE: &[u8] = b"\"temperature\":";
+    if !line.windows(NEEDLE.len()).any(|w| w == NEEDLE) {
+        return line;
+    }
+    let Ok(mut message) = serde_json::from_slice::<Value>(&line) else {
+        return line;
+    };
+    let mut params: Vec<&mut Value> = Vec::new();
+    if message.get("method").and_then(Value::as_str) == Some("sampling/createMessage") {
+        params.extend(message.get_mut("params"));
+    } else if let Some(Value::Object(requests)) = message.pointer_mut("/result/inputRequests") {
+        params.extend(requests.values_mut().filter_map(|r| r.get_mut("params")));
+    }
+    let mut changed = false;
+    for p in params {
+        if let Some(t) = p.get_mut("temperature")
+            && let Some(f) = t.as_f64()
+            && let Ok(exact) = serde_json::from_str::<Value>(&format!("{}", f as f32))
+        {
+            *t = exact;
+            changed = true;
+        }
+    }
+    match changed {
+        true => serde_json::to_vec(&message).unwrap_or(line),
+        false => line,
     }
 }
 
@@ -601,6 +636,22 @@ mod tests {
         );
         let v: Value = serde_json::from_slice(&patched).unwrap();
         assert_eq!(v["id"], Value::Null);
+    }
+
+    #[test]
+    fn temperatures_are_written_as_given() {
+        let legacy = br#"{"jsonrpc":"2.0","id":0,"method":"sampling/createMessage","params":{"temperature":0.699999988079071,"maxTokens":5}}"#;
+        let out: Value = serde_json::from_slice(&exact_temperatures(legacy.to_vec())).unwrap();
+        assert_eq!(out["params"]["temperature"].to_string(), "0.7");
+        let modern = br#"{"jsonrpc":"2.0","id":1,"result":{"inputRequests":{"sample":{"method":"sampling/createMessage","params":{"temperature":0.20000000298023224}}}}}"#;
+        let out: Value = serde_json::from_slice(&exact_temperatures(modern.to_vec())).unwrap();
+        assert_eq!(
+            out["result"]["inputRequests"]["sample"]["params"]["temperature"].to_string(),
+            "0.2"
+        );
+        // Anything else passes untouched, byte for byte.
+        let text = br#"{"jsonrpc":"2.0","id":2,"result":{"content":[{"type":"text","text":""temperature":0.699999988079071"}]}}"#;
+        assert_eq!(exact_temperatures(text.to_vec()), text.to_vec());
     }
 
     #[test]

@@ -11,7 +11,7 @@
 #![allow(deprecated)] // MCP sampling is deprecated by SEP-2577, and it is what this server is.
 
 use super::{legacy, mrtr};
-use crate::call::{Block, Call, Completion, Finish, Role, ToolChoice, Turn};
+use crate::call::{Block, Call, Completion, Finish, Role, ToolChoice, Turn, text_chars};
 use crate::contract::media;
 use crate::error::{CallError, CallResult};
 use crate::fulfil::{Attempt, Capabilities, Fulfilled, Machine, Progress, Step, Strategy};
@@ -374,6 +374,14 @@ pub fn to_completion(result: CreateMessageResult, limits: &Limits) -> CallResult
     }
     if blocks.is_empty() {
         return Err(CallError::Host("the host answered with no content".into()));
+    }
+    let chars = text_chars(&blocks);
+    if chars > limits.max_message_chars {
+        return Err(CallError::Host(format!(
+            "the host answered with {chars} characters of text, over the limit of {} \
+             (AGENT_AS_MODEL_MAX_MESSAGE_CHARS)",
+            limits.max_message_chars
+        )));
     }
     Ok(Completion {
         blocks,

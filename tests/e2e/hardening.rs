@@ -351,10 +351,10 @@ async fn a_repair_after_a_huge_invalid_answer_keeps_a_state_the_server_accepts()
     for era in ERAS {
         let host = Host::new(false, |p| {
             Ok(reply(&if p.messages.len() == 1 {
-                // The violation message quotes the value: 2 MiB of it.
+                // The violation message quotes the value: 1.8 MB of it (under the text limit).
                 format!(
                     "{{\"city\": \"P\", \"pop\": \"{}\"}}",
-                    "é".repeat(1024 * 1024)
+                    "é".repeat(900 * 1024)
                 )
             } else {
                 "{\"city\": \"Paris\", \"pop\": 1}".to_owned()
@@ -401,4 +401,31 @@ fn a_call_answered_right_before_stdin_closes_is_still_written() {
         .expect("the reply is flushed before exit");
     assert_eq!(r["result"]["isError"], true);
     assert!(raw.wait_exit(T).is_some_and(|s| s.success()));
+}
+
+#[test]
+fn temperature_reaches_the_host_as_given_on_both_eras() {
+    let mut legacy = Raw::legacy(&[], json!({"sampling": {}}));
+    legacy.send(&tools_call(
+        json!(1),
+        "generate",
+        json!({"prompt": "hi", "temperature": 0.7}),
+    ));
+    let request = legacy
+        .recv_request("sampling/createMessage", T)
+        .expect("asked the host");
+    assert_eq!(
+        request["params"]["temperature"].as_f64(),
+        Some(0.7),
+        "{request}"
+    );
+    let mut modern = Raw::spawn(&[]);
+    modern.send(&modern_call(
+        json!(1),
+        json!({"prompt": "hi", "temperature": 0.7, "top_p": 0.9}),
+    ));
+    let r = modern.recv_id(&json!(1), T).expect("input required");
+    let params = &r["result"]["inputRequests"]["sample"]["params"];
+    assert_eq!(params["temperature"].as_f64(), Some(0.7), "{r}");
+    assert_eq!(params["metadata"]["top_p"].as_f64(), Some(0.9), "{r}");
 }
