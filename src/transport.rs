@@ -147,6 +147,9 @@ struct Params {
     arguments: Option<Kind>,
     #[serde(default, rename = "_meta")]
     meta: Option<Kind>,
+    /// Of `notifications/cancelled`.
+    #[serde(default, rename = "requestId")]
+    request_id: Option<Value>,
 }
 
 /// What to do with one line.
@@ -224,11 +227,18 @@ fn classify_envelope(env: Envelope, state: &mut InFlight, framing: Framing) -> V
             .params
             .as_ref()
             .is_some_and(|p| p.meta == Some(Kind::Other));
-        return if malformed || !state.seen_request {
-            Verdict::Drop
-        } else {
-            Verdict::Forward
-        };
+        if malformed || !state.seen_request {
+            return Verdict::Drop;
+        }
+        // A cancelled request gets no reply: its id and its slot are free again.
+        if method == "notifications/cancelled"
+            && let Some(id) = env.params.as_ref().and_then(|p| p.request_id.as_ref())
+        {
+            let key = id.to_string();
+            state.ids.remove(&key);
+            state.calls.remove(&key);
+        }
+        return Verdict::Forward;
     };
     if !(id.is_string() || id.is_number()) {
         return error(
@@ -628,6 +638,15 @@ mod tests {
         assert!(!reply.is_empty());
         assert_eq!(
             run(&call(4, r#"{"name":"generate"}"#), &s),
+            Verdict::Forward
+        );
+        // A cancelled call frees its slot without a reply.
+        assert_eq!(code(&run(&call(5, r#"{"name":"generate"}"#), &s)).0, -32000);
+        let cancel =
+            r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":4}}"#;
+        assert_eq!(run(cancel, &s), Verdict::Forward);
+        assert_eq!(
+            run(&call(5, r#"{"name":"generate"}"#), &s),
             Verdict::Forward
         );
         let patched = retire(

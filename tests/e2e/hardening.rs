@@ -429,3 +429,30 @@ fn temperature_reaches_the_host_as_given_on_both_eras() {
     assert_eq!(params["temperature"].as_f64(), Some(0.7), "{r}");
     assert_eq!(params["metadata"]["top_p"].as_f64(), Some(0.9), "{r}");
 }
+
+#[test]
+fn a_cancelled_call_frees_its_slot() {
+    let mut raw = Raw::legacy(
+        &[("AGENT_AS_MODEL_MAX_CALLS_IN_FLIGHT", "1")],
+        json!({"sampling": {}}),
+    );
+    raw.send(&tools_call(json!(1), "generate", json!({"prompt": "hi"})));
+    assert!(raw.recv_request("sampling/createMessage", T).is_some());
+    raw.send(
+        &json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                     "params": {"requestId": 1, "reason": "changed my mind"}}),
+    );
+    let told = raw.recv_matching(T, &mut Vec::new(), |v| {
+        v["method"] == "notifications/cancelled"
+    });
+    assert!(told.is_some(), "the host is told");
+    raw.send(&tools_call(
+        json!(2),
+        "generate",
+        json!({"prompt": "again"}),
+    ));
+    let next = raw
+        .recv_request("sampling/createMessage", T)
+        .expect("the slot is free");
+    assert!(next.to_string().contains("again"));
+}
