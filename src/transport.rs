@@ -1,4 +1,5 @@
-//! The stdio transport, with a framing layer in front of the SDK's line transport.
+//! The stdio transport: an rmcp `Transport` that frames and checks lines itself instead of the
+//! SDK's line transport.
 //!
 //! Every line from the client is checked before the SDK sees it, so that each request gets
 //! exactly one well-formed JSON-RPC reply and no line can make the server build gigabytes:
@@ -20,14 +21,18 @@
 use crate::error::clip;
 use crate::server::Server;
 use rmcp::ServiceExt;
-use rmcp::transport::async_rw::AsyncRwTransport;
+use rmcp::model::JsonRpcMessage;
+use rmcp::service::{RoleServer, RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::transport::Transport;
 use serde::Deserialize;
 use serde::de::{self, MapAccess, SeqAccess, Visitor};
 use serde_json::{Value, json};
 use std::collections::HashSet;
+use std::future::Future;
+use std::io;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
 /// Bytes of an oversized line kept to find its id.
@@ -363,67 +368,79 @@ async fn read_line<R: AsyncBufRead + Unpin>(
     }
 }
 
-/// Copies the SDK's output to stdout a line at a time, merged with the framer's own replies,
-/// giving error replies an `id` and retiring answered ids.
-async fn write_out(
-    sdk: impl tokio::io::AsyncRead + Unpin,
-    mut own: mpsc::Receiver<Vec<u8>>,
-    mut out: impl AsyncWrite + Unpin,
-    state: Arc<Mutex<InFlight>>,
-) -> std::io::Result<()> {
-    let mut lines = BufReader::new(sdk);
-    let mut line = Vec::new();
-    let (mut sdk_open, mut own_open) = (true, true);
-    while sdk_open || own_open {
-        let next = tokio::select! {
-            read = lines.read_until(b'\n', &mut line), if sdk_open => match read? {
-                0 => { sdk_open = false; None }
-                _ => Some(retire(std::mem::take(&mut line), &state)),
-            },
-            reply = own.recv(), if own_open => {
-                own_open = reply.is_some();
-                reply
-            }
-        };
-        let Some(mut bytes) = next else {
-            continue;
-        };
-        if bytes.last() != Some(&b'\n') {
-            bytes.push(b'\n');
-        }
-        out.write_all(&bytes).await?;
-        out.flush().await?;
+/// stdout, shared by the SDK's sends and the framer's own replies: one whole line at a time.
+#[derive(Clone)]
+struct Out(Arc<tokio::sync::Mutex<tokio::io::Stdout>>);
+
+impl Out {
+    async fn line(&self, mut bytes: Vec<u8>) -> io::Result<()> {
+        bytes.push(b'\n');
+        let mut stdout = self.0.lock().await;
+        stdout.write_all(&bytes).await?;
+        stdout.flush().await
     }
-    out.flush().await
 }
 
-/// Marks the request a reply answers as finished, gives an error reply without an id
-/// `"id": null`, and writes sampling temperatures as the caller gave them.
-fn retire(line: Vec<u8>, state: &Mutex<InFlight>) -> Vec<u8> {
-    let Ok(env) = serde_json::from_slice::<Envelope>(&line) else {
-        return line;
-    };
-    let line = exact_temperatures(line);
-    if env.method.is_some() {
-        return line;
+/// A request is over (answered, cancelled or refused): its id and its call slot are free.
+fn finished(state: &Mutex<InFlight>, key: &str) {
+    if let Ok(mut s) = state.lock() {
+        s.ids.remove(key);
+        s.calls.remove(key);
     }
-    match env.id {
-        Some(id) => {
-            if let Ok(mut s) = state.lock() {
-                let key = id.to_string();
-                s.ids.remove(&key);
-                s.calls.remove(&key);
-            }
-            line
-        }
-        None if env.error => match serde_json::from_slice::<Value>(&line) {
-            Ok(Value::Object(mut m)) => {
+}
+
+/// The JSON line for one of the SDK's messages: an error without an id gets `"id": null`, and
+/// sampling temperatures are written as given.
+fn wire_line(item: &TxJsonRpcMessage<RoleServer>) -> io::Result<Vec<u8>> {
+    let bytes = match item {
+        JsonRpcMessage::Error(e) if e.id.is_none() => {
+            let mut v = serde_json::to_value(item).map_err(io::Error::other)?;
+            if let Value::Object(m) = &mut v {
                 m.insert("id".into(), Value::Null);
-                serde_json::to_vec(&Value::Object(m)).unwrap_or(line)
             }
-            _ => line,
-        },
-        None => line,
+            serde_json::to_vec(&v).map_err(io::Error::other)?
+        }
+        _ => serde_json::to_vec(item).map_err(io::Error::other)?,
+    };
+    Ok(exact_temperatures(bytes))
+}
+
+/// The SDK's transport: messages the framer accepted, in; the SDK's messages, out (with
+/// answered ids retired, `"id": null` on errors that have none, and exact temperatures).
+pub struct Stdio {
+    incoming: mpsc::Receiver<RxJsonRpcMessage<RoleServer>>,
+    out: Out,
+    state: Arc<Mutex<InFlight>>,
+}
+
+impl Transport<RoleServer> for Stdio {
+    type Error = io::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleServer>,
+    ) -> impl Future<Output = io::Result<()>> + Send + 'static {
+        let (out, state) = (self.out.clone(), self.state.clone());
+        async move {
+            let answered = match &item {
+                JsonRpcMessage::Response(r) => Some(&r.id),
+                JsonRpcMessage::Error(e) => e.id.as_ref(),
+                _ => None,
+            };
+            if let Some(id) = answered {
+                finished(&state, &serde_json::to_string(id).unwrap_or_default());
+            }
+            out.line(wire_line(&item)?).await
+        }
+    }
+
+    fn receive(&mut self) -> impl Future<Output = Option<RxJsonRpcMessage<RoleServer>>> + Send {
+        self.incoming.recv()
+    }
+
+    fn close(&mut self) -> impl Future<Output = io::Result<()>> + Send {
+        self.incoming.close();
+        std::future::ready(Ok(()))
     }
 }
 
@@ -461,14 +478,15 @@ fn exact_temperatures(line: Vec<u8>) -> Vec<u8> {
     }
 }
 
-/// Reads stdin a line at a time and forwards, answers or drops each line, until stdin closes.
-/// Returns the SDK's input, still open, so that calls in flight can finish.
-async fn read_stdin<W: AsyncWrite + Unpin>(
-    mut to_sdk: W,
-    own_tx: mpsc::Sender<Vec<u8>>,
+/// Reads stdin a line at a time and hands each accepted message to the SDK, answers or drops
+/// the rest, until stdin closes. Returns the SDK's input, still open, so that calls in flight
+/// can finish.
+async fn read_stdin(
+    incoming: mpsc::Sender<RxJsonRpcMessage<RoleServer>>,
+    out: Out,
     state: Arc<Mutex<InFlight>>,
     framing: Framing,
-) -> std::io::Result<W> {
+) -> io::Result<mpsc::Sender<RxJsonRpcMessage<RoleServer>>> {
     let mut stdin = BufReader::with_capacity(64 * 1024, tokio::io::stdin());
     let mut line = Vec::new();
     while let Some(read) = read_line(&mut stdin, framing.max_line, &mut line).await? {
@@ -477,26 +495,51 @@ async fn read_stdin<W: AsyncWrite + Unpin>(
             Ok(()) if line.iter().all(u8::is_ascii_whitespace) => Verdict::Drop,
             Ok(()) => classify(&line, &state, framing),
         };
-        match verdict {
-            Verdict::Forward => {
-                line.push(b'\n');
-                to_sdk.write_all(&line).await?;
+        let message = match verdict {
+            Verdict::Forward => typed(&line, &state),
+            Verdict::Instead(v) => typed(&serde_json::to_vec(&v).unwrap_or_default(), &state),
+            Verdict::Drop => continue,
+            Verdict::Reply(v) => Err(v),
+        };
+        match message {
+            Ok(Some(m)) => {
+                if incoming.send(m).await.is_err() {
+                    break;
+                }
             }
-            Verdict::Drop => {}
-            Verdict::Instead(v) => {
-                let mut bytes = serde_json::to_vec(&v).unwrap_or_default();
-                bytes.push(b'\n');
-                to_sdk.write_all(&bytes).await?;
-            }
-            Verdict::Reply(v) => {
-                tracing::debug!(reply = %clip(&v.to_string()), "framing reply");
-                let _ = own_tx
-                    .send(serde_json::to_vec(&v).unwrap_or_default())
-                    .await;
+            Ok(None) => {}
+            Err(reply) => {
+                tracing::debug!(reply = %clip(&reply.to_string()), "framing reply");
+                out.line(serde_json::to_vec(&reply).unwrap_or_default())
+                    .await?;
             }
         }
     }
-    Ok(to_sdk)
+    Ok(incoming)
+}
+
+/// The SDK's message for an accepted line. A request the SDK's types do not accept is answered
+/// here, with its id (the SDK would answer without one); such a notification is dropped.
+fn typed(
+    line: &[u8],
+    state: &Mutex<InFlight>,
+) -> Result<Option<RxJsonRpcMessage<RoleServer>>, Value> {
+    match serde_json::from_slice(line) {
+        Ok(m) => Ok(Some(m)),
+        Err(e) => {
+            let id = serde_json::from_slice::<IdOnly>(line)
+                .ok()
+                .and_then(|m| m.id);
+            let Some(id) = id.filter(|id| id.is_string() || id.is_number()) else {
+                return Ok(None);
+            };
+            finished(state, &id.to_string());
+            match error(Some(id), -32600, format!("invalid request: {e}")) {
+                Verdict::Reply(v) => Err(v),
+                _ => Ok(None),
+            }
+        }
+    }
 }
 
 /// Whether any request is still unanswered.
@@ -533,21 +576,17 @@ pub async fn serve_stdio(
     server: Server,
     framing: Framing,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let (sdk_in, to_sdk) = tokio::io::duplex(256 * 1024);
-    let (from_sdk, sdk_out) = tokio::io::duplex(256 * 1024);
-    let (own_tx, own_rx) = mpsc::channel::<Vec<u8>>(64);
+    let (to_sdk, incoming) = mpsc::channel(64);
+    let out = Out(Arc::new(tokio::sync::Mutex::new(tokio::io::stdout())));
     let state = Arc::new(Mutex::new(InFlight::default()));
-    let writer = tokio::spawn(write_out(
-        from_sdk,
-        own_rx,
-        tokio::io::stdout(),
-        state.clone(),
-    ));
+    let transport = Stdio {
+        incoming,
+        out: out.clone(),
+        state: state.clone(),
+    };
     // The reader runs before the SDK's handshake, which it feeds.
-    let reader = tokio::spawn(read_stdin(to_sdk, own_tx, state.clone(), framing));
-    let running = server
-        .serve(AsyncRwTransport::new_server(sdk_in, sdk_out))
-        .await?;
+    let reader = tokio::spawn(read_stdin(to_sdk, out, state.clone(), framing));
+    let running = server.serve(transport).await?;
     let token = running.cancellation_token();
     let waiting = running.waiting();
     tokio::pin!(waiting);
@@ -568,8 +607,6 @@ pub async fn serve_stdio(
             }
         }
     }
-    // Whatever was answered reaches stdout.
-    let _ = tokio::time::timeout(Duration::from_secs(1), writer).await;
     Ok(())
 }
 
@@ -634,8 +671,7 @@ mod tests {
         // After a request, notifications go through unless malformed.
         let note = r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"_meta":5}}"#;
         assert_eq!(run(note, &s), Verdict::Drop);
-        let reply = retire(br#"{"jsonrpc":"2.0","id":3,"result":{}}"#.to_vec(), &s);
-        assert!(!reply.is_empty());
+        finished(&s, "3");
         assert_eq!(
             run(&call(4, r#"{"name":"generate"}"#), &s),
             Verdict::Forward
@@ -649,11 +685,12 @@ mod tests {
             run(&call(5, r#"{"name":"generate"}"#), &s),
             Verdict::Forward
         );
-        let patched = retire(
-            br#"{"jsonrpc":"2.0","error":{"code":-32600,"message":"x"}}"#.to_vec(),
-            &s,
-        );
-        let v: Value = serde_json::from_slice(&patched).unwrap();
+        let error = TxJsonRpcMessage::<RoleServer>::Error(rmcp::model::JsonRpcError {
+            jsonrpc: Default::default(),
+            id: None,
+            error: rmcp::ErrorData::invalid_request("x", None),
+        });
+        let v: Value = serde_json::from_slice(&wire_line(&error).unwrap()).unwrap();
         assert_eq!(v["id"], Value::Null);
     }
 
