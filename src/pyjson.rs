@@ -53,37 +53,40 @@ impl Style {
 
 /// Writes `value` in the given style.
 pub fn dumps(value: &Value, style: Style) -> String {
-    let mut out = String::new();
-    dump_into(&mut out, value, style);
-    out
+    text(&Styled::Value(value, style.sort_keys), style)
 }
 
 /// Writes an object in the given style without wrapping it in a `Value`.
 pub fn dumps_object(map: &Map<String, Value>, style: Style) -> String {
-    write(&Styled::Object(map, style.sort_keys), style)
+    text(&Styled::Object(map, style.sort_keys), style)
 }
 
 /// Appends `value` to `out` in the given style (for writers that lay out the outer object
-/// themselves).
-pub fn dump_into(out: &mut String, value: &Value, style: Style) {
-    out.push_str(&write(&Styled::Value(value, style.sort_keys), style));
+/// themselves). The bytes are ASCII.
+pub fn write_value(out: &mut Vec<u8>, value: &Value, style: Style) {
+    write(out, &Styled::Value(value, style.sort_keys), style);
 }
 
 /// Appends a JSON string literal, escaped as Python's `ensure_ascii` does.
-pub fn dump_str_into(out: &mut String, s: &str) {
-    out.push_str(&write(&s, Style::SORTED));
+pub fn write_str(out: &mut Vec<u8>, s: &str) {
+    write(out, &s, Style::SORTED);
 }
 
-fn write(value: &impl Serialize, style: Style) -> String {
+fn text(value: &impl Serialize, style: Style) -> String {
     let mut bytes = Vec::new();
+    write(&mut bytes, value, style);
+    // The formatter writes ASCII only.
+    String::from_utf8(bytes).unwrap_or_default()
+}
+
+fn write(out: &mut Vec<u8>, value: &impl Serialize, style: Style) {
     let formatter = Python {
         style,
         level: 0,
         has_value: false,
     };
-    // Writing to a Vec cannot fail, and the formatter writes ASCII only.
-    let _ = value.serialize(&mut Serializer::with_formatter(&mut bytes, formatter));
-    String::from_utf8(bytes).unwrap_or_default()
+    // Writing to a Vec cannot fail.
+    let _ = value.serialize(&mut Serializer::with_formatter(out, formatter));
 }
 
 /// A value seen with its object keys sorted (Python sorts `str` keys by code point, which is
@@ -180,6 +183,9 @@ impl Formatter for Python {
 
     /// `ensure_ascii`: everything outside printable ASCII as `\uXXXX` (UTF-16 units).
     fn write_string_fragment<W: ?Sized + Write>(&mut self, w: &mut W, s: &str) -> io::Result<()> {
+        if s.bytes().all(|b| (b' '..=b'~').contains(&b)) {
+            return w.write_all(s.as_bytes());
+        }
         let mut start = 0;
         for (i, c) in s.char_indices() {
             if (' '..='~').contains(&c) {

@@ -125,32 +125,36 @@ pub fn parse(previous: Option<&str>) -> CallResult<Chain> {
 /// The canonical JSON the cursor hashes, written directly in sorted-key order (`content` <
 /// `role`, `model` < `tool` < `transcript`) rather than through a value tree.
 pub fn canonical(model: &str, tool: &str, transcript: &[Entry]) -> String {
+    String::from_utf8(canonical_bytes(model, tool, transcript)).unwrap_or_default()
+}
+
+fn canonical_bytes(model: &str, tool: &str, transcript: &[Entry]) -> Vec<u8> {
     let size: usize = transcript
         .iter()
         .map(|e| 32 + e.role.len() + e.content.as_str().map_or(64, str::len))
         .sum();
-    let mut out = String::with_capacity(64 + model.len() + tool.len() + size);
-    out.push_str("{\"model\":");
-    pyjson::dump_str_into(&mut out, model);
-    out.push_str(",\"tool\":");
-    pyjson::dump_str_into(&mut out, tool);
-    out.push_str(",\"transcript\":[");
+    let mut out = Vec::with_capacity(64 + model.len() + tool.len() + size);
+    out.extend_from_slice(b"{\"model\":");
+    pyjson::write_str(&mut out, model);
+    out.extend_from_slice(b",\"tool\":");
+    pyjson::write_str(&mut out, tool);
+    out.extend_from_slice(b",\"transcript\":[");
     for (i, e) in transcript.iter().enumerate() {
         if i > 0 {
-            out.push(',');
+            out.push(b',');
         }
-        out.push_str("{\"content\":");
-        pyjson::dump_into(&mut out, &e.content, Style::CANONICAL);
-        out.push_str(",\"role\":");
-        pyjson::dump_str_into(&mut out, &e.role);
-        out.push('}');
+        out.extend_from_slice(b"{\"content\":");
+        pyjson::write_value(&mut out, &e.content, Style::CANONICAL);
+        out.extend_from_slice(b",\"role\":");
+        pyjson::write_str(&mut out, &e.role);
+        out.push(b'}');
     }
-    out.push_str("]}");
+    out.extend_from_slice(b"]}");
     out
 }
 
 pub fn cursor(model: &str, tool: &str, transcript: &[Entry]) -> String {
-    let digest = Sha256::digest(canonical(model, tool, transcript).as_bytes());
+    let digest = Sha256::digest(canonical_bytes(model, tool, transcript));
     format!("cur_{}", hex::encode(digest))
 }
 
