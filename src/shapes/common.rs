@@ -15,6 +15,7 @@ use crate::error::{CallError, CallResult};
 use crate::limits::Limits;
 use crate::pyjson::{self, Style};
 use serde_json::{Map, Value, json};
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -118,7 +119,7 @@ impl<'a> Common<'a> {
             let (choice, forced) = parse_tool_choice(o)?;
             common.tool_choice = choice;
             common.tools = match o.opt_array("tools")? {
-                Some(items) => Some(tool_list(items, "tools", env.limits, tool_entry)?),
+                Some(items) => Some(tool_defs(tool_specs(items, "tools")?, "tools", env.limits)?),
                 None => None,
             };
             common.force_tool(forced)?;
@@ -655,68 +656,77 @@ pub fn parse_max_retries(o: &Obj<'_>) -> CallResult<u8> {
         })
 }
 
-/// How one shape spells a tool definition: `(name, description, schema, schema path)` read
-/// from the item at `path`.
-pub type ToolEntry<'a> = fn(&Obj<'a>) -> CallResult<(&'a str, Option<&'a str>, &'a Value, String)>;
-
-/// `{name, description?, input_schema}`, the definition of the OpenAI- and Anthropic-shaped
-/// tools.
-fn tool_entry<'a>(obj: &Obj<'a>) -> CallResult<(&'a str, Option<&'a str>, &'a Value, String)> {
-    Ok((
-        obj.required_str("name")?,
-        obj.opt_str("description")?,
-        obj.required("input_schema")?,
-        obj.path("input_schema"),
-    ))
+/// One tool definition as a shape read it, before the common checks.
+pub struct ToolSpec<'a> {
+    /// Where the definition is, for errors (`tools[2]`).
+    pub path: String,
+    pub name: &'a str,
+    pub description: Option<&'a str>,
+    pub schema: Cow<'a, Value>,
+    pub schema_path: String,
 }
 
-/// A list of tool definitions at `path`, read by `entry`: not empty, within the limit, names
-/// trimmed, non-empty and unique, every schema compiled.
-pub fn tool_list<'a>(
-    items: &'a [Value],
+/// `{name, description?, input_schema}`: the tool definition of the OpenAI- and
+/// Anthropic-shaped tools.
+fn tool_specs<'a>(items: &'a [Value], path: &str) -> CallResult<Vec<ToolSpec<'a>>> {
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| {
+            let item_path = args::index(path, i);
+            let obj = Obj::new(as_object(item, &item_path)?, item_path.as_str());
+            Ok(ToolSpec {
+                name: obj.required_str("name")?,
+                description: obj.opt_str("description")?,
+                schema: Cow::Borrowed(obj.required("input_schema")?),
+                schema_path: obj.path("input_schema"),
+                path: item_path,
+            })
+        })
+        .collect()
+}
+
+/// The tool definitions given at `path`: not empty, within the limit, names trimmed, non-empty
+/// and unique, every schema compiled.
+pub fn tool_defs(
+    specs: Vec<ToolSpec<'_>>,
     path: &str,
     limits: &Limits,
-    entry: ToolEntry<'a>,
 ) -> CallResult<Vec<ToolDef>> {
-    if items.is_empty() {
+    if specs.is_empty() {
         return Err(CallError::at(
             path,
             "must contain at least one tool definition (omit it or pass null for none)",
         ));
     }
-    if items.len() > limits.max_tools {
+    if specs.len() > limits.max_tools {
         return Err(CallError::at(
             path,
             format!(
                 "{} tool definitions is over the limit of {} (AGENT_AS_MODEL_MAX_TOOLS)",
-                items.len(),
+                specs.len(),
                 limits.max_tools
             ),
         ));
     }
     let mut seen = HashSet::new();
-    let mut defs = Vec::with_capacity(items.len());
-    for (i, item) in items.iter().enumerate() {
-        let item_path = args::index(path, i);
-        let obj = Obj::new(as_object(item, &item_path)?, item_path.as_str());
-        let (name, description, schema, schema_path) = entry(&obj)?;
-        let name = name.trim();
+    let mut defs = Vec::with_capacity(specs.len());
+    for spec in specs {
+        let name = spec.name.trim();
+        let name_path = args::join(&spec.path, "name");
         if name.is_empty() {
-            return Err(CallError::at(
-                &obj.path("name"),
-                "must be a non-empty string",
-            ));
+            return Err(CallError::at(&name_path, "must be a non-empty string"));
         }
         if !seen.insert(name.to_owned()) {
             return Err(CallError::at(
-                &obj.path("name"),
+                &name_path,
                 format!("duplicate tool name {name:?}; tool names must be unique"),
             ));
         }
         defs.push(ToolDef {
             name: name.to_owned(),
-            description: description.map(str::to_owned),
-            schema: schema::compile(schema, &schema_path, limits)?,
+            description: spec.description.map(str::to_owned),
+            schema: schema::compile(&spec.schema, &spec.schema_path, limits)?,
         });
     }
     Ok(defs)
@@ -780,7 +790,7 @@ mod tests {
         let l = Limits::default();
         let list = |t: Value| {
             let items = t.as_array().unwrap().clone();
-            tool_list(&items, "tools", &l, tool_entry)
+            tool_defs(tool_specs(&items, "tools").unwrap(), "tools", &l)
                 .map(|_| ())
                 .unwrap_err()
                 .to_string()

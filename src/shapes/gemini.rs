@@ -22,6 +22,7 @@ use crate::contract::schema;
 use crate::error::{CallError, CallResult};
 use crate::limits::Limits;
 use serde_json::{Map, Value, json};
+use std::borrow::Cow;
 
 /// The `generate_content` tool.
 pub struct GenerateContent;
@@ -295,7 +296,7 @@ pub fn openapi_to_json_schema(v: &Value) -> Value {
 
 /// `tools: [{functionDeclarations: [...]}]` flattened into one checked list.
 fn declarations(list: &[Value], path: &str, limits: &Limits) -> CallResult<Vec<ToolDef>> {
-    let mut all = Vec::new();
+    let mut specs = Vec::new();
     for (i, tool) in list.iter().enumerate() {
         let tpath = args::index(path, i);
         let tool = Obj::new(as_object(tool, &tpath)?, tpath.as_str());
@@ -306,60 +307,43 @@ fn declarations(list: &[Value], path: &str, limits: &Limits) -> CallResult<Vec<T
                  built-in tools",
             ));
         }
-        let decls = non_empty_array(
-            tool.required("functionDeclarations")?,
-            &tool.path("functionDeclarations"),
-        )?;
         let dpath = tool.path("functionDeclarations");
+        let decls = non_empty_array(tool.required("functionDeclarations")?, &dpath)?;
         for (j, d) in decls.iter().enumerate() {
-            all.push((args::index(&dpath, j), d));
+            specs.push(declaration(args::index(&dpath, j), d)?);
         }
     }
-    let converted: Vec<Value> = all
-        .iter()
-        .map(|(p, d)| declaration_entry(p, d))
-        .collect::<CallResult<_>>()?;
-    // Errors name declarations by their place in the flattened list: exact with one `tools`
-    // entry, the common case.
-    let list_path = match list {
-        [_] => format!("{}.functionDeclarations", args::index(path, 0)),
-        _ => path.to_owned(),
-    };
-    common::tool_list(&converted, &list_path, limits, converted_entry)
+    common::tool_defs(specs, path, limits)
 }
 
-/// One function declaration in the neutral `{name, description, input_schema, path}` form.
-fn declaration_entry(path: &str, d: &Value) -> CallResult<Value> {
-    let obj = Obj::new(as_object(d, path)?, path);
+/// One function declaration; `parameters` (OpenAPI style) is converted to JSON Schema, and no
+/// parameters at all is an empty object schema.
+fn declaration(path: String, d: &Value) -> CallResult<common::ToolSpec<'_>> {
+    let obj = Obj::new(as_object(d, &path)?, path.as_str());
     let (schema, schema_path) = match (obj.get("parametersJsonSchema"), obj.get("parameters")) {
         (Some(_), Some(_)) => {
             return Err(CallError::at(
-                path,
+                &path,
                 "`parameters` and `parametersJsonSchema` both describe the arguments; pass one",
             ));
         }
-        (Some(s), None) => (s.clone(), obj.path("parametersJsonSchema")),
-        (None, Some(s)) => (openapi_to_json_schema(s), obj.path("parameters")),
+        (Some(s), None) => (Cow::Borrowed(s), obj.path("parametersJsonSchema")),
+        (None, Some(s)) => (
+            Cow::Owned(openapi_to_json_schema(s)),
+            obj.path("parameters"),
+        ),
         (None, None) => (
-            json!({"type": "object", "properties": {}}),
+            Cow::Owned(json!({"type": "object", "properties": {}})),
             obj.path("parameters"),
         ),
     };
-    Ok(json!({
-        "name": obj.required_str("name")?,
-        "description": obj.opt_str("description")?,
-        "input_schema": schema,
-        "schema_path": schema_path,
-    }))
-}
-
-fn converted_entry<'a>(obj: &Obj<'a>) -> CallResult<(&'a str, Option<&'a str>, &'a Value, String)> {
-    Ok((
-        obj.required_str("name")?,
-        obj.opt_str("description")?,
-        obj.required("input_schema")?,
-        obj.opt_str("schema_path")?.unwrap_or("tools").to_owned(),
-    ))
+    Ok(common::ToolSpec {
+        name: obj.required_str("name")?,
+        description: obj.opt_str("description")?,
+        schema,
+        schema_path,
+        path,
+    })
 }
 
 /// `toolConfig.functionCallingConfig`: the choice and the allowed function names.
