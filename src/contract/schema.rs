@@ -22,6 +22,9 @@ const CACHE_CAPACITY: usize = 256;
 pub struct Schema {
     raw: Value,
     validator: Validator,
+    /// Schema nodes with every reference expanded: with the size of a value, a bound on the
+    /// work of validating it.
+    expanded: u64,
 }
 
 /// The first place a value breaks a schema.
@@ -46,8 +49,21 @@ impl Schema {
             .unwrap_or_else(|| EMPTY.get_or_init(Map::new))
     }
 
-    /// The first violation, if any.
+    /// The first violation, if any. A value so large that validating it against this schema
+    /// could take more than [`MAX_VALIDATION_WORK`] is refused without being validated.
     pub fn check(&self, instance: &Value) -> Result<(), Violation> {
+        let nodes = value_nodes(instance);
+        if nodes.saturating_mul(self.expanded) > MAX_VALIDATION_WORK {
+            return Err(Violation {
+                pointer: "/".to_owned(),
+                message: format!(
+                    "the value ({nodes} JSON nodes) is too large to validate against this schema \
+                     ({} schema nodes with references expanded): at most {MAX_VALIDATION_WORK} \
+                     node pairs are checked",
+                    self.expanded
+                ),
+            });
+        }
         match self.validator.iter_errors(instance).next() {
             None => Ok(()),
             Some(e) => {
@@ -65,6 +81,15 @@ impl Schema {
     }
 }
 
+/// Nodes in a JSON value (every value, container or not, counts one).
+fn value_nodes(v: &Value) -> u64 {
+    match v {
+        Value::Array(items) => 1 + items.iter().map(value_nodes).sum::<u64>(),
+        Value::Object(map) => 1 + map.values().map(value_nodes).sum::<u64>(),
+        _ => 1,
+    }
+}
+
 fn depth(v: &Value) -> usize {
     match v {
         Value::Array(a) => 1 + a.iter().map(depth).max().unwrap_or(0),
@@ -77,6 +102,9 @@ fn depth(v: &Value) -> usize {
 /// schema whose references double at each level (2.7 KB of `$defs` can expand to 2^40 nodes) is
 /// refused before it is compiled.
 pub const MAX_EXPANDED_NODES: u64 = 100_000;
+/// Most (value nodes × expanded schema nodes) one validation may cost: a large value against a
+/// schema that is large after expansion could otherwise hold a worker for minutes.
+pub const MAX_VALIDATION_WORK: u64 = 1_000_000_000;
 /// Most `pattern` and `patternProperties` regular expressions in one schema.
 pub const MAX_PATTERNS: usize = 64;
 /// Compiled size limit of one regular expression (and of its lazy DFA), in bytes: ordinary
@@ -239,8 +267,8 @@ fn check_shape(schema: &Value, path: &str, limits: &Limits) -> CallResult<()> {
 }
 
 /// The work a schema can cause is bounded: expanded size and number of patterns. Returns the
-/// number of patterns.
-fn check_budget(schema: &Value, path: &str) -> CallResult<usize> {
+/// expanded size and the number of patterns.
+fn check_budget(schema: &Value, path: &str) -> CallResult<(u64, usize)> {
     let mut expansion = Expansion::new(schema);
     let nodes = expansion
         .size(schema)
@@ -265,7 +293,7 @@ fn check_budget(schema: &Value, path: &str) -> CallResult<usize> {
             ),
         ));
     }
-    Ok(expansion.patterns)
+    Ok((nodes, expansion.patterns))
 }
 
 /// Compiles the schema at `path` (an argument path such as `output_schema` or
@@ -294,7 +322,7 @@ pub fn compile(schema: &Value, path: &str, limits: &Limits) -> CallResult<Arc<Sc
     if let Some(hit) = hit {
         return Ok(hit);
     }
-    let patterns = check_budget(schema, path)?;
+    let (expanded, patterns) = check_budget(schema, path)?;
     if let Err(e) = jsonschema::draft202012::meta::validate(schema) {
         let pointer = e.instance_path().to_string();
         return Err(CallError::at(
@@ -316,6 +344,7 @@ pub fn compile(schema: &Value, path: &str, limits: &Limits) -> CallResult<Arc<Sc
     let compiled = Arc::new(Schema {
         raw: schema.clone(),
         validator,
+        expanded,
     });
     remember(key, &compiled, text.len() + patterns * REGEX_SIZE_LIMIT);
     Ok(compiled)
@@ -449,6 +478,18 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("cannot be compiled"), "{e}");
+    }
+
+    #[test]
+    fn a_value_too_large_for_its_schema_is_not_validated() {
+        let l = Limits::default();
+        // 12 levels of doubling are accepted (about 25,000 expanded nodes)...
+        let schema = compile(&doubling(12, false), "output_schema", &l).unwrap();
+        assert!(schema.check(&json!({"x": "s"})).is_ok());
+        // ...but a value of 100,000 nodes against it is refused unvalidated, and quickly.
+        let big = json!({"x": vec![0; 100_000]});
+        let e = schema.check(&big).unwrap_err();
+        assert!(e.message.contains("too large to validate"), "{e}");
     }
 
     #[test]

@@ -456,3 +456,36 @@ fn a_cancelled_call_frees_its_slot() {
         .expect("the slot is free");
     assert!(next.to_string().contains("again"));
 }
+
+#[tokio::test]
+async fn an_answer_too_large_to_validate_against_its_schema_is_refused_promptly() {
+    // Twelve levels of doubling pass the expansion check; a 100,000-element answer against
+    // them would take minutes to validate.
+    let mut defs = Map::new();
+    for i in 0..12 {
+        let next = format!("#/$defs/L{}", i + 1);
+        defs.insert(
+            format!("L{i}"),
+            json!({"allOf": [{"$ref": next}, {"$ref": next}]}),
+        );
+    }
+    defs.insert("L12".into(), json!({}));
+    let schema = json!({"type": "object", "$defs": defs,
+        "properties": {"x": {"type": "array", "items": {"$ref": "#/$defs/L0"}}}});
+    let answer = json!({"x": vec![0; 100_000]}).to_string();
+    for era in ERAS {
+        let answer = answer.clone();
+        let host = Host::new(false, move |_| Ok(reply(&answer)));
+        let client = connect(host, era).await;
+        let started = Instant::now();
+        let e = err_text(
+            &client,
+            "chat_complete",
+            json!({"messages": [user("x")], "output_schema": schema, "max_retries": 0}),
+        )
+        .await;
+        assert!(e.contains("too large to validate"), "{e}");
+        assert!(started.elapsed() < T);
+        client.cancel().await.unwrap();
+    }
+}
