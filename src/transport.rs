@@ -21,7 +21,7 @@
 use crate::error::clip;
 use crate::server::Server;
 use rmcp::ServiceExt;
-use rmcp::model::JsonRpcMessage;
+use rmcp::model::{InputRequest, JsonRpcMessage, ServerRequest, ServerResult};
 use rmcp::service::{RoleServer, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use serde::Deserialize;
@@ -338,10 +338,12 @@ async fn read_line<R: AsyncBufRead + Unpin>(
     loop {
         let buf = reader.fill_buf().await?;
         if buf.is_empty() {
-            return Ok(match (line.is_empty() && !oversized, oversized) {
-                (true, _) => None,
-                (_, true) => Some(Err(std::mem::take(line))),
-                _ => Some(Ok(())),
+            return Ok(if oversized {
+                Some(Err(std::mem::take(line)))
+            } else if line.is_empty() {
+                None
+            } else {
+                Some(Ok(()))
             });
         }
         let (chunk, done, complete) = match buf.iter().position(|b| *b == b'\n') {
@@ -390,19 +392,40 @@ fn finished(state: &Mutex<InFlight>, key: &str) {
 }
 
 /// The JSON line for one of the SDK's messages: an error without an id gets `"id": null`, and
-/// sampling temperatures are written as given.
+/// sampling temperatures are written as given. Only such messages go through a JSON value;
+/// the rest are written straight from their types.
 fn wire_line(item: &TxJsonRpcMessage<RoleServer>) -> io::Result<Vec<u8>> {
-    let bytes = match item {
-        JsonRpcMessage::Error(e) if e.id.is_none() => {
-            let mut v = serde_json::to_value(item).map_err(io::Error::other)?;
-            if let Value::Object(m) = &mut v {
-                m.insert("id".into(), Value::Null);
-            }
-            serde_json::to_vec(&v).map_err(io::Error::other)?
-        }
-        _ => serde_json::to_vec(item).map_err(io::Error::other)?,
-    };
-    Ok(exact_temperatures(bytes))
+    let missing_id = matches!(item, JsonRpcMessage::Error(e) if e.id.is_none());
+    if !missing_id && !carries_temperature(item) {
+        return serde_json::to_vec(item).map_err(io::Error::other);
+    }
+    let mut message = serde_json::to_value(item).map_err(io::Error::other)?;
+    if let (true, Value::Object(m)) = (missing_id, &mut message) {
+        m.insert("id".into(), Value::Null);
+    }
+    exact_temperatures(&mut message);
+    serde_json::to_vec(&message).map_err(io::Error::other)
+}
+
+/// Whether the message holds a sampling request with a `temperature`: a `sampling/createMessage`
+/// request (legacy) or an input-required result that asks for one (2026-07-28).
+#[allow(deprecated)] // MCP sampling is deprecated by SEP-2577, and it is what this server is.
+fn carries_temperature(item: &TxJsonRpcMessage<RoleServer>) -> bool {
+    let has = |p: &rmcp::model::CreateMessageRequestParams| p.temperature.is_some();
+    match item {
+        JsonRpcMessage::Request(r) => matches!(
+            &r.request,
+            ServerRequest::CreateMessageRequest(c) if has(&c.params)
+        ),
+        JsonRpcMessage::Response(r) => match &r.result {
+            ServerResult::InputRequiredResult(ir) => ir.input_requests.as_ref().is_some_and(|q| {
+                q.values()
+                    .any(|q| matches!(q, InputRequest::CreateMessage(c) if has(&c.params)))
+            }),
+            _ => false,
+        },
+        _ => false,
+    }
 }
 
 /// The SDK's transport: messages the framer accepted, in; the SDK's messages, out (with
@@ -448,33 +471,20 @@ impl Transport<RoleServer> for Stdio {
 /// `0.699999988079071`). In a sampling request (legacy) or an input-required result
 /// (2026-07-28), it is rewritten as the shortest decimal that is the same `f32`: the value the
 /// caller gave, for any value written with up to seven significant digits.
-fn exact_temperatures(line: Vec<u8>) -> Vec<u8> {
-    const NEEDLE: &[u8] = b"\"temperature\":";
-    if !line.windows(NEEDLE.len()).any(|w| w == NEEDLE) {
-        return line;
-    }
-    let Ok(mut message) = serde_json::from_slice::<Value>(&line) else {
-        return line;
-    };
+fn exact_temperatures(message: &mut Value) {
     let mut params: Vec<&mut Value> = Vec::new();
     if message.get("method").and_then(Value::as_str) == Some("sampling/createMessage") {
         params.extend(message.get_mut("params"));
     } else if let Some(Value::Object(requests)) = message.pointer_mut("/result/inputRequests") {
         params.extend(requests.values_mut().filter_map(|r| r.get_mut("params")));
     }
-    let mut changed = false;
     for p in params {
         if let Some(t) = p.get_mut("temperature")
             && let Some(f) = t.as_f64()
             && let Ok(exact) = serde_json::from_str::<Value>(&format!("{}", f as f32))
         {
             *t = exact;
-            changed = true;
         }
-    }
-    match changed {
-        true => serde_json::to_vec(&message).unwrap_or(line),
-        false => line,
     }
 }
 
@@ -695,19 +705,43 @@ mod tests {
     }
 
     #[test]
+    #[allow(deprecated)]
     fn temperatures_are_written_as_given() {
-        let legacy = br#"{"jsonrpc":"2.0","id":0,"method":"sampling/createMessage","params":{"temperature":0.699999988079071,"maxTokens":5}}"#;
-        let out: Value = serde_json::from_slice(&exact_temperatures(legacy.to_vec())).unwrap();
-        assert_eq!(out["params"]["temperature"].to_string(), "0.7");
-        let modern = br#"{"jsonrpc":"2.0","id":1,"result":{"inputRequests":{"sample":{"method":"sampling/createMessage","params":{"temperature":0.20000000298023224}}}}}"#;
-        let out: Value = serde_json::from_slice(&exact_temperatures(modern.to_vec())).unwrap();
+        let mut legacy = json!({"jsonrpc": "2.0", "id": 0, "method": "sampling/createMessage",
+                                "params": {"temperature": 0.699999988079071, "maxTokens": 5}});
+        exact_temperatures(&mut legacy);
+        assert_eq!(legacy["params"]["temperature"].to_string(), "0.7");
+        let mut modern = json!({"jsonrpc": "2.0", "id": 1, "result": {"inputRequests": {"sample":
+            {"method": "sampling/createMessage", "params": {"temperature": 0.20000000298023224}}}}});
+        exact_temperatures(&mut modern);
         assert_eq!(
-            out["result"]["inputRequests"]["sample"]["params"]["temperature"].to_string(),
+            modern["result"]["inputRequests"]["sample"]["params"]["temperature"].to_string(),
             "0.2"
         );
-        // Anything else passes untouched, byte for byte.
-        let text = br#"{"jsonrpc":"2.0","id":2,"result":{"content":[{"type":"text","text":""temperature":0.699999988079071"}]}}"#;
-        assert_eq!(exact_temperatures(text.to_vec()), text.to_vec());
+        // The SDK's own request, end to end through the writer.
+        let params = rmcp::model::CreateMessageRequestParams::new(vec![], 5).with_temperature(0.7);
+        let request = TxJsonRpcMessage::<RoleServer>::Request(rmcp::model::JsonRpcRequest {
+            jsonrpc: Default::default(),
+            id: rmcp::model::NumberOrString::Number(0),
+            request: ServerRequest::CreateMessageRequest(rmcp::model::CreateMessageRequest::new(
+                params,
+            )),
+        });
+        let line: Value = serde_json::from_slice(&wire_line(&request).unwrap()).unwrap();
+        assert_eq!(line["params"]["temperature"].to_string(), "0.7");
+        // Anything else passes untouched, byte for byte, whatever its text says.
+        let text = rmcp::model::CallToolResult::success(vec![rmcp::model::ContentBlock::text(
+            "\"temperature\":0.699999988079071",
+        )]);
+        let result = TxJsonRpcMessage::<RoleServer>::Response(rmcp::model::JsonRpcResponse {
+            jsonrpc: Default::default(),
+            id: rmcp::model::NumberOrString::Number(2),
+            result: ServerResult::CallToolResult(text),
+        });
+        assert_eq!(
+            wire_line(&result).unwrap(),
+            serde_json::to_vec(&result).unwrap()
+        );
     }
 
     #[test]

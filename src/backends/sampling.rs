@@ -24,6 +24,7 @@ use rmcp::model::{
     SamplingMessageContentBlock, Tool, ToolChoice as McpToolChoice,
 };
 use rmcp::service::{RequestContext, RoleServer};
+use serde::Deserialize as _;
 use serde_json::{Map, Value};
 use std::sync::Arc;
 use std::time::Duration;
@@ -164,7 +165,7 @@ pub async fn run(
     {
         progress = p;
         if let Some(value) = retry.input_responses.and_then(|r| r.get(mrtr::SAMPLE_KEY)) {
-            answer = Some(to_completion(parse_response(value.clone())?, limits)?);
+            answer = Some(to_completion(parse_response(value)?, limits)?);
         }
     }
     match machine.step(&mut progress, answer)? {
@@ -319,7 +320,8 @@ pub fn sampling_params(attempt: &Attempt<'_>) -> CreateMessageRequestParams {
 }
 
 /// Reads the `"sample"` input response of a 2026-07-28 retry.
-fn parse_response(value: Value) -> CallResult<CreateMessageResult> {
+/// Read in place: the answer may carry megabytes of media, so it is not copied first.
+fn parse_response(value: &Value) -> CallResult<CreateMessageResult> {
     if value.is_null() {
         return Err(CallError::Host(
             "the client answered the sampling request with null instead of a \
@@ -327,7 +329,7 @@ fn parse_response(value: Value) -> CallResult<CreateMessageResult> {
                 .into(),
         ));
     }
-    serde_json::from_value(value).map_err(|e| {
+    CreateMessageResult::deserialize(value).map_err(|e| {
         CallError::Host(format!(
             "inputResponses.sample is not a CreateMessageResult ({e}); expected {{\"role\": \
              \"assistant\", \"content\": ..., \"model\": ...}}"
