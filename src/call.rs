@@ -171,6 +171,8 @@ pub struct Completion {
     /// The model the host says it used.
     pub model: String,
     pub finish: Finish,
+    /// Token counts the backend measured (a local model or a provider); sampling reports none.
+    pub usage: Option<Usage>,
 }
 
 impl Completion {
@@ -180,6 +182,7 @@ impl Completion {
             blocks: vec![Block::Text(text.to_owned())],
             model: "m".into(),
             finish: Finish::EndTurn,
+            usage: None,
         }
     }
 
@@ -341,12 +344,14 @@ impl Answer {
     }
 }
 
-/// Estimated token counts. Sampling reports none, so figures are estimates (about four
-/// characters a token), always marked `"estimated": true` where they are rendered.
+/// Token counts. Sampling reports none, so there they are estimates (about four characters a
+/// token), marked `"estimated": true` where they are rendered; a local model or a provider
+/// counts them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Usage {
     pub prompt: usize,
     pub completion: usize,
+    pub estimated: bool,
 }
 
 impl Usage {
@@ -369,17 +374,23 @@ pub struct Reply<'a> {
     pub host_model: &'a str,
     /// The cursor when the chain is on.
     pub cursor: Option<&'a str>,
+    /// Token counts the backend measured, if it did.
+    pub measured: Option<Usage>,
 }
 
 impl Reply<'_> {
-    /// Estimated usage of this call.
+    /// The usage of this call: measured by the backend, else estimated.
     pub fn usage(&self) -> Usage {
+        if let Some(measured) = self.measured {
+            return measured;
+        }
         let req = &self.call.request;
         let text: usize = req.turns.iter().map(|t| text_chars(&t.blocks)).sum();
         let system = req.system.as_ref().map_or(0, |s| s.chars().count());
         Usage {
             prompt: estimate_tokens(text + system),
             completion: estimate_tokens(self.completion.chars().count()),
+            estimated: true,
         }
     }
 
@@ -431,6 +442,7 @@ mod tests {
             blocks: vec![Block::Text("a STOP b".into()), Block::Text("later".into())],
             model: "m".into(),
             finish: Finish::EndTurn,
+            usage: None,
         };
         c.enforce_stop(&["STOP".into()]);
         assert_eq!(c.text(), "a ");

@@ -12,6 +12,26 @@ pub enum Transport {
     Stdio,
 }
 
+/// Which model answers the calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Backend {
+    /// The connected host's own model, through MCP sampling.
+    Host,
+    /// The embedded model, in this process (fetched once on first use).
+    Local,
+    /// An OpenAI-compatible API (--provider-url, --provider-model).
+    Provider,
+}
+
+/// What answers when the host cannot sample.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Fallback {
+    /// Nothing: the call fails with -32021, as the original server does.
+    None,
+    Local,
+    Provider,
+}
+
 /// An MCP server whose tools are shaped like model APIs and are answered by the connected
 /// host's own model through MCP sampling: no API key.
 ///
@@ -52,11 +72,150 @@ pub struct Config {
           value_parser = clap::value_parser!(u64).range(1..))]
     pub max_calls_in_flight: u64,
 
+    /// Which model answers: the host's (sampling), the embedded one, or a provider
+    #[arg(long, env = "AGENT_AS_MODEL_BACKEND", value_enum, default_value_t = Backend::Host)]
+    pub backend: Backend,
+
+    /// What answers when the host cannot sample (none: the call fails with -32021)
+    #[arg(long, env = "AGENT_AS_MODEL_FALLBACK", value_enum, default_value_t = Fallback::None)]
+    pub fallback: Fallback,
+
+    #[command(flatten)]
+    pub local: LocalArgs,
+
+    #[command(flatten)]
+    pub provider: ProviderArgs,
+
     #[command(flatten)]
     pub limits: Limits,
+
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// Commands besides serving.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum Command {
+    /// Ask one question through the whole MCP path: starts this server, connects to it as a
+    /// host that answers its sampling requests with the embedded model (or a provider), calls
+    /// a tool and prints the answer
+    Try(TryArgs),
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct TryArgs {
+    /// The question
+    pub prompt: String,
+    /// The tool to call
+    #[arg(long, default_value = "chat_complete")]
+    pub tool: String,
+    /// Print the whole tool result as JSON instead of the answer's text
+    #[arg(long)]
+    pub json: bool,
+    /// A JSON Schema the answer must satisfy (structured output), as JSON text
+    #[arg(long)]
+    pub schema: Option<String>,
+    /// Which model answers the sampling requests (the host's side)
+    #[arg(long, value_enum, default_value_t = TryModel::Local)]
+    pub with: TryModel,
+    /// Longest answer, in tokens
+    #[arg(long, default_value_t = 256)]
+    pub max_tokens: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TryModel {
+    Local,
+    Provider,
+}
+
+/// The embedded model.
+#[derive(Debug, Clone, clap::Args)]
+pub struct LocalArgs {
+    /// A GGUF model file (qwen2 or llama architecture) instead of the default
+    /// Qwen2.5-Coder-0.5B-Instruct, which is fetched into the cache on first use
+    #[arg(long, env = "AGENT_AS_MODEL_MODEL_FILE")]
+    pub model_file: Option<std::path::PathBuf>,
+
+    /// Prompt plus answer of the local model, in tokens
+    #[arg(long, env = "AGENT_AS_MODEL_LOCAL_CONTEXT", default_value_t = 4096,
+          value_parser = clap::value_parser!(u64).range(256..=32768))]
+    pub local_context: u64,
+
+    /// Calls waiting for the local model at most; more are refused at once
+    #[arg(long, env = "AGENT_AS_MODEL_LOCAL_QUEUE", default_value_t = 64,
+          value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub local_queue: u64,
+}
+
+/// The OpenAI-compatible provider.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ProviderArgs {
+    /// Base URL of an OpenAI-compatible API, e.g. http://localhost:11434/v1 (Ollama)
+    #[arg(long, env = "AGENT_AS_MODEL_PROVIDER_URL")]
+    pub provider_url: Option<String>,
+
+    /// The provider's model name
+    #[arg(long, env = "AGENT_AS_MODEL_PROVIDER_MODEL")]
+    pub provider_model: Option<String>,
+
+    /// The provider's API key (prefer the environment variable: flags show in process lists)
+    #[arg(long, env = "AGENT_AS_MODEL_PROVIDER_KEY", hide_env_values = true)]
+    pub provider_key: Option<String>,
+
+    /// Send tools natively (false: describe them in the prompt)
+    #[arg(long, env = "AGENT_AS_MODEL_PROVIDER_TOOLS", default_value_t = true,
+          action = clap::ArgAction::Set)]
+    pub provider_tools: bool,
+
+    /// Send output schemas as response_format json_schema (false: ask in the prompt)
+    #[arg(long, env = "AGENT_AS_MODEL_PROVIDER_JSON_SCHEMA", default_value_t = true,
+          action = clap::ArgAction::Set)]
+    pub provider_json_schema: bool,
+
+    /// Longest wait for one provider answer, in seconds
+    #[arg(long, env = "AGENT_AS_MODEL_PROVIDER_TIMEOUT_SECS", default_value_t = 120,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub provider_timeout_secs: u64,
+
+    /// Retries on 429, 5xx, timeouts and refused connections, with backoff
+    #[arg(long, env = "AGENT_AS_MODEL_PROVIDER_RETRIES", default_value_t = 3,
+          value_parser = clap::value_parser!(u32).range(0..=10))]
+    pub provider_retries: u32,
 }
 
 impl Config {
+    /// The embedded model's settings.
+    pub fn local_settings(&self) -> crate::local::LocalSettings {
+        crate::local::LocalSettings {
+            model_file: self.local.model_file.clone(),
+            context: usize::try_from(self.local.local_context).unwrap_or(4096),
+            queue: usize::try_from(self.local.local_queue).unwrap_or(64),
+        }
+    }
+
+    /// The provider's settings; `Err` names what is missing.
+    pub fn provider_settings(&self) -> Result<crate::backends::provider::ProviderSettings, String> {
+        let p = &self.provider;
+        let (Some(base_url), Some(model)) = (&p.provider_url, &p.provider_model) else {
+            return Err(
+                "the provider backend needs --provider-url (AGENT_AS_MODEL_PROVIDER_URL) \
+                        and --provider-model (AGENT_AS_MODEL_PROVIDER_MODEL)"
+                    .into(),
+            );
+        };
+        Ok(crate::backends::provider::ProviderSettings {
+            base_url: base_url.clone(),
+            model: model.clone(),
+            key: p.provider_key.clone().filter(|k| !k.is_empty()),
+            tools: p.provider_tools,
+            json_schema: p.provider_json_schema,
+            timeout: Duration::from_secs(p.provider_timeout_secs),
+            retries: p.provider_retries,
+            max_retry_after: Duration::from_secs(60),
+        })
+    }
+
     pub fn sampling_timeout(&self) -> Duration {
         Duration::from_secs(self.sampling_timeout_secs)
     }

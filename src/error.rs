@@ -18,6 +18,12 @@ pub enum CallError {
     /// The host did not produce a usable completion.
     #[error("host sampling failed: {0}")]
     Host(String),
+    /// A backend this server calls itself (the local model, a provider) failed.
+    #[error("{backend} backend failed: {message}")]
+    Backend {
+        backend: &'static str,
+        message: String,
+    },
     /// The host answered, but the answer breaks the call's contract (schema, persona).
     #[error("completion rejected: {0}")]
     Rejected(String),
@@ -42,6 +48,14 @@ impl CallError {
         }
     }
 
+    /// A failure of the `backend` backend.
+    pub fn backend(backend: &'static str, message: impl Into<String>) -> Self {
+        CallError::Backend {
+            backend,
+            message: message.into(),
+        }
+    }
+
     /// The argument path the error names, when it names one.
     pub fn path(&self) -> Option<&str> {
         match self {
@@ -55,6 +69,7 @@ impl CallError {
         match self {
             CallError::Argument { .. } | CallError::Invalid(_) => "invalid arguments",
             CallError::Host(_) => "host failure",
+            CallError::Backend { .. } => "backend failure",
             CallError::Rejected(_) => "completion rejected",
             CallError::Protocol(_) => "protocol error",
         }

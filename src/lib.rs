@@ -11,9 +11,11 @@
 //! contract/   schema (compile, validate, budgets), persona, cursor, media: the checks
 //! call        the neutral core: call, mode, turns of blocks, answer, usage, finish reason
 //! fulfil/     the pure state machine: strategy from backend capabilities, repairs, output
-//! backends/   the drivers doing I/O: host sampling on the legacy era and in MRTR rounds
+//! backends/   the drivers doing I/O: host sampling on the legacy era and in MRTR rounds,
+//!             or a model the server calls itself (a provider; local/, the embedded model)
 //! config      one typed configuration (command line and environment), passed down
 //! transport   stdio framing: bounded lines, one well-formed reply per request
+//! host        a reference host answering sampling from a direct backend (`try`)
 //! ```
 //!
 //! Nothing in [`call`], [`contract`] or [`fulfil`] imports a shape, and only [`backends`] knows
@@ -29,9 +31,12 @@ pub mod config;
 pub mod contract;
 pub mod error;
 pub mod fulfil;
+pub mod host;
 pub mod limits;
+pub mod local;
 pub mod logging;
 pub mod pyjson;
 pub mod server;
 pub mod shapes;
 pub mod transport;
+pub mod try_command;

@@ -1,36 +1,22 @@
-//! The `agent-as-model` binary: reads its configuration, logs to stderr, serves MCP.
+//! The `agent-as-model` binary: reads its configuration, logs to stderr, serves MCP (or runs
+//! `try`).
 
+use agent_as_model::backends::direct::Model;
 use agent_as_model::backends::mrtr::Sealer;
+use agent_as_model::backends::provider::Provider;
 use agent_as_model::backends::sampling::Settings;
-use agent_as_model::config::{Config, Transport};
-use agent_as_model::server::Server;
+use agent_as_model::config::{Backend, Command, Config, Fallback, Transport};
+use agent_as_model::local::Local;
+use agent_as_model::server::{Backends, Server};
 use agent_as_model::transport::serve_stdio;
 use clap::Parser;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 fn main() -> ExitCode {
     let config = Config::parse();
     agent_as_model::logging::init();
-    let (sealer, source) = match Sealer::new(&config.state_keys(), config.state_ttl()) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("agent-as-model: AGENT_AS_MODEL_STATE_KEY: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    tracing::info!(?source, "requestState sealing key chosen");
-    let settings = Settings {
-        sampling_timeout: config.sampling_timeout(),
-        sealer,
-    };
-    let server = match Server::new(settings, config.limits.clone()) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("agent-as-model: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -41,9 +27,21 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let outcome = runtime.block_on(match config.transport {
-        Transport::Stdio => serve_stdio(server, config.framing()),
-    });
+    let outcome = match &config.command {
+        Some(Command::Try(args)) => {
+            runtime.block_on(agent_as_model::try_command::run(&config, args))
+        }
+        None => match Sealer::new(&config.state_keys(), config.state_ttl()) {
+            Ok((sealer, source)) => {
+                tracing::info!(?source, "requestState sealing key chosen");
+                serve(&config, &runtime, sealer)
+            }
+            Err(e) => {
+                eprintln!("agent-as-model: AGENT_AS_MODEL_STATE_KEY: {e}");
+                return ExitCode::from(2);
+            }
+        },
+    };
     // Pending blocking reads on stdin must not hold the process once the connection is over.
     runtime.shutdown_timeout(Duration::from_millis(100));
     match outcome {
@@ -53,4 +51,39 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// A direct backend, started: the local model begins loading at once.
+fn start(local: bool, config: &Config) -> Result<Arc<dyn Model>, String> {
+    if local {
+        Ok(Arc::new(Local::start(config.local_settings(), None)?))
+    } else {
+        Ok(Arc::new(Provider::new(config.provider_settings()?)?))
+    }
+}
+
+fn serve(config: &Config, runtime: &tokio::runtime::Runtime, sealer: Sealer) -> Result<(), String> {
+    let settings = Settings {
+        sampling_timeout: config.sampling_timeout(),
+        sealer,
+    };
+    let backends = Backends {
+        forced: match config.backend {
+            Backend::Host => None,
+            Backend::Local => Some(start(true, config)?),
+            Backend::Provider => Some(start(false, config)?),
+        },
+        fallback: match (config.backend, config.fallback) {
+            (Backend::Host, Fallback::Local) => Some(start(true, config)?),
+            (Backend::Host, Fallback::Provider) => Some(start(false, config)?),
+            _ => None,
+        },
+    };
+    let server =
+        Server::new(settings, config.limits.clone(), backends).map_err(|e| e.to_string())?;
+    runtime
+        .block_on(match config.transport {
+            Transport::Stdio => serve_stdio(server, config.framing()),
+        })
+        .map_err(|e| e.to_string())
 }

@@ -2,6 +2,7 @@
 //! then to the backend, then back to the shape to render. It holds no per-connection state;
 //! everything a call needs arrives with the call.
 
+use crate::backends::direct::{self, Model};
 use crate::backends::sampling::{self, Host, Outcome, Retry, Settings};
 use crate::call::{Call, Reply};
 use crate::contract::cursor;
@@ -19,11 +20,30 @@ use rmcp::{ErrorData, ServerHandler};
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
 
+/// The models this server calls itself, besides the host's.
+#[derive(Clone, Default)]
+pub struct Backends {
+    /// Answers every call instead of the host (`--backend local|provider`).
+    pub forced: Option<Arc<dyn Model>>,
+    /// Answers when the host cannot sample (`--fallback local|provider`).
+    pub fallback: Option<Arc<dyn Model>>,
+}
+
+impl Backends {
+    /// The direct backend that answers this call, if it is not the host's sampling.
+    fn for_host(&self, host: &Host) -> Option<&Arc<dyn Model>> {
+        self.forced
+            .as_ref()
+            .or_else(|| self.fallback.as_ref().filter(|_| !host.sampling))
+    }
+}
+
 #[derive(Clone)]
 pub struct Server {
     settings: Arc<Settings>,
     limits: Arc<Limits>,
     tools: Arc<Vec<Tool>>,
+    backends: Backends,
 }
 
 fn definition(name: &str, text: &str) -> Result<Tool, StartError> {
@@ -34,7 +54,7 @@ fn definition(name: &str, text: &str) -> Result<Tool, StartError> {
 }
 
 impl Server {
-    pub fn new(settings: Settings, limits: Limits) -> Result<Self, StartError> {
+    pub fn new(settings: Settings, limits: Limits, backends: Backends) -> Result<Self, StartError> {
         let mut tools = Vec::with_capacity(shapes::REGISTRY.len() + 1);
         for shape in shapes::REGISTRY {
             tools.push(definition(shape.name(), shape.definition())?);
@@ -44,6 +64,7 @@ impl Server {
             settings: Arc::new(settings),
             limits: Arc::new(limits),
             tools: Arc::new(tools),
+            backends,
         })
     }
 
@@ -67,9 +88,16 @@ impl Server {
                 request_state: request.request_state.as_deref(),
                 input_responses: request.input_responses.as_ref(),
             };
+            if let Some(model) = self.backends.for_host(&host) {
+                let done = direct::run(&call, model.as_ref()).await?;
+                return finish(shape, &call, done, Some(model.kind()))
+                    .map(CallToolResponse::Complete);
+            }
             match sampling::run(&call, &host, retry, &ctx, &self.settings, &self.limits).await? {
                 Outcome::Ask(ask) => Ok(CallToolResponse::InputRequired(ask)),
-                Outcome::Done(done) => finish(shape, &call, done).map(CallToolResponse::Complete),
+                Outcome::Done(done) => {
+                    finish(shape, &call, done, None).map(CallToolResponse::Complete)
+                }
             }
         }
         .await;
@@ -112,8 +140,14 @@ fn edge(tool: &str, e: CallError) -> Result<CallToolResponse, ErrorData> {
 }
 
 /// Final contract checks on the answer (persona output, cursor), the shape's rendering, and
-/// what every result reports (warnings, how tools and structured output were obtained, media).
-fn finish(shape: &dyn Shape, call: &Call, done: Fulfilled) -> Result<CallToolResult, CallError> {
+/// what every result reports (warnings, how tools and structured output were obtained, media,
+/// and which backend answered when it was not the host's sampling).
+fn finish(
+    shape: &dyn Shape,
+    call: &Call,
+    done: Fulfilled,
+    backend: Option<&'static str>,
+) -> Result<CallToolResult, CallError> {
     let completion = done.answer.completion_text();
     if let Some(p) = &call.persona {
         p.check_output(&completion)?;
@@ -133,6 +167,7 @@ fn finish(shape: &dyn Shape, call: &Call, done: Fulfilled) -> Result<CallToolRes
         finish: &done.finish,
         host_model: &done.host_model,
         cursor: minted.as_deref(),
+        measured: done.usage,
     };
     let rendered = shape.render(&reply);
     let mut structured = rendered.structured;
@@ -143,6 +178,9 @@ fn finish(shape: &dyn Shape, call: &Call, done: Fulfilled) -> Result<CallToolRes
     }
     if !warnings.is_empty() {
         structured.insert("warnings".into(), json!(warnings));
+    }
+    if let Some(backend) = backend {
+        structured.insert("backend".into(), json!(backend));
     }
     if let Some(via) = done.strategy.structured_via() {
         structured.insert(
@@ -158,15 +196,32 @@ fn finish(shape: &dyn Shape, call: &Call, done: Fulfilled) -> Result<CallToolRes
     Ok(result)
 }
 
-/// `list_models`: the one model this server offers, and what the server knows of the host.
-fn list_models(host: &Host) -> CallToolResult {
-    let models = json!([{
-        "id": shapes::DEFAULT_MODEL,
-        "owned_by": "host-agent",
-        "description": "The connected host agent's own model, reached through MCP sampling. \
-                        The host decides which model answers; a model name passed to the \
-                        other tools is only a hint.",
-    }]);
+/// `list_models`: the host's model (unless another backend answers every call), the
+/// configured direct backends' models, and what the server knows of the host.
+fn list_models(host: &Host, backends: &Backends) -> CallToolResult {
+    let mut models = Vec::new();
+    if backends.forced.is_none() {
+        models.push(json!({
+            "id": shapes::DEFAULT_MODEL,
+            "owned_by": "host-agent",
+            "description": "The connected host agent's own model, reached through MCP sampling. \
+                            The host decides which model answers; a model name passed to the \
+                            other tools is only a hint.",
+        }));
+    }
+    for (role, model) in [
+        ("backend", &backends.forced),
+        ("fallback", &backends.fallback),
+    ] {
+        if let Some(model) = model {
+            let mut entry = model.describe();
+            if let Some(o) = entry.as_object_mut() {
+                o.insert("role".into(), json!(role));
+            }
+            models.push(entry);
+        }
+    }
+    let models = Value::Array(models);
     let text = pyjson::dumps(&models, Style::PLAIN);
     let mut result = CallToolResult::success(vec![ContentBlock::text(text.clone())]);
     result.structured_content = Some(json!({ "result": text, "host": host.report() }));
@@ -201,7 +256,7 @@ impl ServerHandler for Server {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         if request.name == "list_models" {
-            return Ok(list_models(&Host::of(&ctx)).into());
+            return Ok(list_models(&Host::of(&ctx), &self.backends).into());
         }
         match shapes::find(&request.name) {
             Some(shape) => self.complete(shape, request, ctx).await,

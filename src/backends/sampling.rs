@@ -85,9 +85,7 @@ impl Host {
 
     /// What the host's sampling can take.
     pub fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            tools: self.sampling_tools,
-        }
+        Capabilities::tools(self.sampling_tools)
     }
 
     /// `-32021` when the client cannot sample: nothing this server does can work then.
@@ -104,7 +102,9 @@ impl Host {
              the sampling capability. Use a host that samples (VS Code with GitHub Copilot, \
              Goose, fast-agent, GitHub Copilot CLI) and allow this server to use its model (in \
              VS Code: MCP: List Servers > agent-as-model > Configure Model Access). Claude \
-             Code, Cursor and Claude Desktop do not support sampling.",
+             Code, Cursor and Claude Desktop do not support sampling: there, start this \
+             server with --fallback local (an embedded model, fetched once, no key) or \
+             --fallback provider (an OpenAI-compatible API), or set AGENT_AS_MODEL_FALLBACK.",
             Some(serde_json::json!({"requiredCapabilities": required})),
         )))
     }
@@ -389,5 +389,6 @@ pub fn to_completion(result: CreateMessageResult, limits: &Limits) -> CallResult
         blocks,
         model: result.model,
         finish: Finish::from_stop_reason(result.stop_reason.as_deref()),
+        usage: None,
     })
 }

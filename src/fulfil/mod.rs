@@ -28,17 +28,33 @@ use serde_json::{Map, Value};
 /// The name of the single required tool that carries structured output.
 pub const STRUCTURED_TOOL: &str = "structured_output";
 
-/// What a backend can take.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a backend can take. The strategies follow from it: there is one contract, and each
+/// backend only declares what its model accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Capabilities {
     /// Tool definitions, tool choice and tool content in a request.
     pub tools: bool,
+    /// A JSON Schema the answer must satisfy (`response_format: json_schema`, or constrained
+    /// decoding): structured output is then asked for natively.
+    pub json_schema: bool,
+}
+
+impl Capabilities {
+    /// A backend that takes tools (or not) and no response schema: MCP sampling.
+    pub fn tools(tools: bool) -> Self {
+        Capabilities {
+            tools,
+            json_schema: false,
+        }
+    }
 }
 
 /// How the call's mode is fulfilled on this backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Strategy {
     Text,
+    /// `output_schema` sent as the response schema to a backend that enforces it.
+    StructuredNative,
     /// `output_schema` as one required tool (host declared `sampling.tools`).
     StructuredByTool,
     /// `output_schema` as an instruction in the system prompt, JSON extracted from the text.
@@ -75,6 +91,7 @@ impl Strategy {
     pub fn for_call(call: &Call, caps: Capabilities) -> Self {
         match (&call.mode, caps.tools) {
             (Mode::Text, _) => Strategy::Text,
+            (Mode::Structured(_), _) if caps.json_schema => Strategy::StructuredNative,
             (Mode::Structured(_), _) => Strategy::for_structured(caps.tools),
             (Mode::Tools { .. }, true) => Strategy::ToolsNative,
             // tool_choice "none" is honoured by not offering the tools at all.
@@ -102,6 +119,7 @@ impl Strategy {
     /// How structured output was obtained, for the result's report.
     pub fn structured_via(self) -> Option<&'static str> {
         match self {
+            Strategy::StructuredNative => Some("native"),
             Strategy::StructuredByTool => Some("tool"),
             Strategy::StructuredByPrompt => Some("prompt"),
             _ => None,
@@ -166,6 +184,8 @@ pub struct Attempt<'a> {
     pub tool_choice: Option<ToolChoice>,
     /// Whether tool content may travel as tool blocks (else it is written as text).
     pub tool_content: bool,
+    /// The schema the answer must satisfy, for a backend that enforces it.
+    pub response_schema: Option<&'a Map<String, Value>>,
 }
 
 impl Attempt<'_> {
@@ -185,6 +205,8 @@ pub struct Fulfilled {
     pub finish: Finish,
     /// Images and audio in the answer, returned beside the text.
     pub media: Vec<Block>,
+    /// Token counts the backend measured, summed over the attempts' last answer.
+    pub usage: Option<crate::call::Usage>,
 }
 
 /// What to do next.
@@ -237,6 +259,7 @@ impl<'a> Machine<'a> {
                 strategy: self.strategy,
                 attempts,
                 media: completion.media(),
+                usage: completion.usage,
                 host_model: completion.model,
                 finish: completion.finish,
             })),
@@ -283,9 +306,12 @@ impl<'a> Machine<'a> {
             })
             .collect();
         let instruction = match (self.strategy, &call.mode) {
-            (Strategy::StructuredByPrompt, Mode::Structured(schema)) => {
-                Some(json_instruction(schema.raw()))
-            }
+            // Native schemas get the instruction too: a small model writes better values
+            // when it reads what they are for, and the constraint keeps the shape.
+            (
+                Strategy::StructuredByPrompt | Strategy::StructuredNative,
+                Mode::Structured(schema),
+            ) => Some(json_instruction(schema.raw())),
             (Strategy::ToolsByPrompt, Mode::Tools { defs, choice }) => {
                 Some(output::tools_instruction(defs, *choice))
             }
@@ -312,6 +338,10 @@ impl<'a> Machine<'a> {
             }
             _ => (Vec::new(), None),
         };
+        let response_schema = match (self.strategy, &call.mode) {
+            (Strategy::StructuredNative, Mode::Structured(schema)) => Some(schema.object()),
+            _ => None,
+        };
         Attempt {
             call,
             system,
@@ -319,6 +349,7 @@ impl<'a> Machine<'a> {
             tools,
             tool_choice,
             tool_content: self.caps.tools,
+            response_schema,
         }
     }
 }
@@ -384,7 +415,7 @@ mod tests {
     #[test]
     fn the_machine_asks_repairs_within_budget_then_fails() {
         let call = structured_call();
-        let m = Machine::new(&call, Capabilities { tools: false });
+        let m = Machine::new(&call, Capabilities::tools(false));
         assert_eq!(m.strategy(), Strategy::StructuredByPrompt);
         let mut progress = Progress::default();
         let Step::Send(first) = m.step(&mut progress, None).unwrap() else {
@@ -411,7 +442,7 @@ mod tests {
     #[test]
     fn a_backend_with_tools_gets_the_structured_tool() {
         let call = structured_call();
-        let m = Machine::new(&call, Capabilities { tools: true });
+        let m = Machine::new(&call, Capabilities::tools(true));
         let Step::Send(a) = m.step(&mut Progress::default(), None).unwrap() else {
             panic!()
         };
@@ -419,6 +450,37 @@ mod tests {
         assert_eq!(a.tools[0].name, STRUCTURED_TOOL);
         assert_eq!(a.tool_choice, Some(ToolChoice::Required));
         assert_eq!(a.system, None);
+    }
+
+    #[test]
+    fn a_backend_that_enforces_schemas_gets_the_schema_natively() {
+        let call = structured_call();
+        let caps = Capabilities {
+            tools: true,
+            json_schema: true,
+        };
+        let m = Machine::new(&call, caps);
+        assert_eq!(m.strategy(), Strategy::StructuredNative);
+        let Step::Send(a) = m.step(&mut Progress::default(), None).unwrap() else {
+            panic!()
+        };
+        assert!(a.tools.is_empty());
+        assert!(a.system.unwrap().contains("JSON Schema"));
+        assert_eq!(
+            a.response_schema.and_then(|s| s.get("required")),
+            Some(&json!(["a"]))
+        );
+        let Step::Done(done) = m
+            .step(
+                &mut Progress::default(),
+                Some(Completion::text_answer("{\"a\": 2}")),
+            )
+            .unwrap()
+        else {
+            panic!("valid JSON text is done")
+        };
+        assert_eq!(done.answer, Answer::Json(json!({"a": 2})));
+        assert_eq!(done.strategy.structured_via(), Some("native"));
     }
 
     #[test]

@@ -41,7 +41,7 @@ pub fn interpret(call: &Call, strategy: Strategy, completion: &Completion) -> Ca
         (Strategy::StructuredByTool, Mode::Structured(schema)) => {
             Ok(structured_by_tool(text, &calls, schema))
         }
-        (Strategy::StructuredByPrompt, Mode::Structured(schema)) => {
+        (Strategy::StructuredByPrompt | Strategy::StructuredNative, Mode::Structured(schema)) => {
             Ok(structured_by_prompt(text, schema))
         }
         _ if !calls.is_empty() => Err(CallError::Host(

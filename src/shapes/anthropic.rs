@@ -234,7 +234,7 @@ pub fn message_object(out: &Reply<'_>) -> Value {
         "usage": {
             "input_tokens": usage.prompt,
             "output_tokens": usage.completion,
-            "estimated": true,
+            "estimated": usage.estimated,
         },
     })
 }

@@ -587,7 +587,7 @@ fn response_object(out: &Reply<'_>) -> Map<String, Value> {
     m.insert(
         "usageMetadata".into(),
         json!({"promptTokenCount": usage.prompt, "candidatesTokenCount": usage.completion,
-               "totalTokenCount": usage.total(), "estimated": true}),
+               "totalTokenCount": usage.total(), "estimated": usage.estimated}),
     );
     m.insert("modelVersion".into(), json!(out.host_model));
     m.insert("responseId".into(), json!(out.response_id("")));

@@ -285,7 +285,7 @@ pub fn completion_object(out: &Reply<'_>) -> Value {
             "prompt_tokens": usage.prompt,
             "completion_tokens": usage.completion,
             "total_tokens": usage.total(),
-            "estimated": true,
+            "estimated": usage.estimated,
         },
     })
 }

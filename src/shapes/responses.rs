@@ -264,7 +264,7 @@ pub fn status_fields(out: &Reply<'_>) -> Map<String, Value> {
     m.insert(
         "usage".into(),
         json!({"input_tokens": usage.prompt, "output_tokens": usage.completion,
-               "total_tokens": usage.total(), "estimated": true}),
+               "total_tokens": usage.total(), "estimated": usage.estimated}),
     );
     m
 }

@@ -429,8 +429,13 @@ fn arbitrary_lines_never_take_the_server_down() {
         json!({"sampling": {"tools": {}}}),
     );
     let mut sent: HashMap<String, usize> = HashMap::new();
+    // The hostile corpus cancels request "r1"; count how often.
+    let mut cancels = 0usize;
     for i in 0..iterations {
         let line = fuzz_line(&mut rng, i, &mut sent);
+        if line.contains("notifications/cancelled") && line.contains("\"r1\"") {
+            cancels += 1;
+        }
         raw.send_line(&line);
     }
     raw.send(&tools_call(json!("final"), "list_models", json!({})));
@@ -460,11 +465,14 @@ fn arbitrary_lines_never_take_the_server_down() {
             None => assert!(v["id"].is_null() || v["id"] == "h", "seed {seed}: {v}"),
         }
     }
+    // A request the client cancelled may go unanswered (the spec says the receiver should not
+    // answer it); every other request is answered exactly once.
     for (id, n) in &sent {
-        assert_eq!(
-            replies.get(id).copied().unwrap_or(0),
-            *n,
-            "seed {seed}: request {id} was sent {n} time(s)"
+        let got = replies.get(id).copied().unwrap_or(0);
+        let cancelled = if id == "r1" { cancels } else { 0 };
+        assert!(
+            got <= *n && got + cancelled >= *n,
+            "seed {seed}: request {id} was sent {n} time(s) and answered {got} time(s)"
         );
     }
     assert!(

@@ -290,4 +290,5 @@ pub async fn assert_conforms(client: &Client, tool: &str, result: &CallToolResul
         "{tool} structuredContent {instance} violates its outputSchema: {errors:?}"
     );
 }
+pub mod openai;
 pub mod raw;

@@ -1,0 +1,513 @@
+//! The provider backend: an OpenAI-compatible chat completions API (Ollama, llama.cpp's
+//! server, vLLM, LM Studio, OpenRouter, Groq, OpenAI…). Tools and `response_format:
+//! json_schema` are sent natively where the provider takes them (configurable), otherwise the
+//! machine's prompt paths apply. Every wait is bounded; 429 and 5xx are retried with backoff,
+//! honouring `Retry-After`. The key is sent as a bearer token and never logged or echoed.
+
+use super::direct::{BoxFuture, Model, ModelRequest};
+use crate::call::{Block, Completion, Finish, Role, ToolChoice, Usage};
+use crate::error::{CallError, CallResult, clip};
+use crate::fulfil::Capabilities;
+use crate::pyjson::{self, Style};
+use serde_json::{Map, Value, json};
+use std::time::Duration;
+
+/// How to reach the provider.
+#[derive(Clone)]
+pub struct ProviderSettings {
+    /// Base URL of the API, e.g. `https://api.openai.com/v1` (`/chat/completions` is added).
+    pub base_url: String,
+    pub model: String,
+    pub key: Option<String>,
+    pub tools: bool,
+    pub json_schema: bool,
+    pub timeout: Duration,
+    pub retries: u32,
+    /// The longest `Retry-After` honoured; a longer one fails the call at once.
+    pub max_retry_after: Duration,
+}
+
+impl std::fmt::Debug for ProviderSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProviderSettings")
+            .field("base_url", &self.base_url)
+            .field("model", &self.model)
+            .field("key", &self.key.as_ref().map(|_| "(set)"))
+            .finish_non_exhaustive()
+    }
+}
+
+pub struct Provider {
+    settings: ProviderSettings,
+    client: reqwest::Client,
+    endpoint: String,
+}
+
+impl Provider {
+    pub fn new(settings: ProviderSettings) -> Result<Self, String> {
+        let client = reqwest::Client::builder()
+            .timeout(settings.timeout)
+            .connect_timeout(settings.timeout.min(Duration::from_secs(10)))
+            .user_agent(concat!("agent-as-model/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| format!("cannot start the HTTP client: {e}"))?;
+        let endpoint = format!(
+            "{}/chat/completions",
+            settings.base_url.trim_end_matches('/')
+        );
+        if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
+            return Err(format!(
+                "the provider URL must start with http:// or https://, got {:?}",
+                clip(&settings.base_url)
+            ));
+        }
+        Ok(Provider {
+            settings,
+            client,
+            endpoint,
+        })
+    }
+
+    async fn call(&self, body: &Value) -> CallResult<Value> {
+        let mut attempt = 0;
+        loop {
+            let mut request = self
+                .client
+                .post(&self.endpoint)
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(body.to_string());
+            if let Some(key) = &self.settings.key {
+                request = request.bearer_auth(key);
+            }
+            let outcome = request.send().await;
+            let wait = match outcome {
+                Ok(response) => {
+                    let status = response.status();
+                    let retry_after = response
+                        .headers()
+                        .get(reqwest::header::RETRY_AFTER)
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(|v| v.trim().parse::<u64>().ok())
+                        .map(Duration::from_secs);
+                    let text = response.text().await.map_err(|e| self.failure(&e))?;
+                    if status.is_success() {
+                        return serde_json::from_str(&text).map_err(|e| {
+                            fail(format!(
+                                "the provider answered {status} with a body that is not JSON \
+                                 ({e}): {}",
+                                clip(&text)
+                            ))
+                        });
+                    }
+                    let retryable = status.as_u16() == 429 || status.is_server_error();
+                    if !retryable || attempt >= self.settings.retries {
+                        return Err(fail(format!(
+                            "the provider answered {status}{}: {}",
+                            if retryable {
+                                format!(" after {} attempt(s)", attempt + 1)
+                            } else {
+                                String::new()
+                            },
+                            provider_message(&text)
+                        )));
+                    }
+                    match retry_after {
+                        Some(wait) if wait > self.settings.max_retry_after => {
+                            return Err(fail(format!(
+                                "the provider answered {status} and asked to retry after {} s, \
+                                 longer than this server waits ({} s): {}",
+                                wait.as_secs(),
+                                self.settings.max_retry_after.as_secs(),
+                                provider_message(&text)
+                            )));
+                        }
+                        Some(wait) => wait,
+                        None => backoff(attempt),
+                    }
+                }
+                Err(e) if (e.is_timeout() || e.is_connect()) && attempt < self.settings.retries => {
+                    tracing::debug!(attempt, "provider request failed, retrying");
+                    backoff(attempt)
+                }
+                Err(e) => return Err(self.failure(&e)),
+            };
+            attempt += 1;
+            tokio::time::sleep(wait).await;
+        }
+    }
+
+    /// The key never reaches a caller, even when a provider echoes it in an error.
+    fn redact(&self, e: CallError) -> CallError {
+        match (e, self.settings.key.as_deref()) {
+            (CallError::Backend { backend, message }, Some(key)) if !key.is_empty() => {
+                CallError::Backend {
+                    backend,
+                    message: message.replace(key, "[redacted]"),
+                }
+            }
+            (e, _) => e,
+        }
+    }
+
+    fn failure(&self, e: &reqwest::Error) -> CallError {
+        let what = if e.is_timeout() {
+            format!(
+                "did not answer within {} s (AGENT_AS_MODEL_PROVIDER_TIMEOUT_SECS)",
+                self.settings.timeout.as_secs()
+            )
+        } else if e.is_connect() {
+            "could not be reached (is it running, and is the URL right?)".to_owned()
+        } else {
+            format!("failed: {e}")
+        };
+        fail(format!("the provider at {} {what}", self.settings.base_url))
+    }
+}
+
+fn fail(message: String) -> CallError {
+    CallError::backend("provider", message)
+}
+
+/// 0.5 s, 1 s, 2 s, … at most 8 s.
+fn backoff(attempt: u32) -> Duration {
+    Duration::from_millis(500u64.saturating_mul(1 << attempt.min(4)))
+}
+
+/// The provider's own error message when its body is an OpenAI error object, else the body.
+fn provider_message(body: &str) -> String {
+    let parsed: Option<Value> = serde_json::from_str(body).ok();
+    let message = parsed.as_ref().and_then(|v| {
+        v.pointer("/error/message")
+            .or_else(|| v.get("error"))
+            .or_else(|| v.get("message"))
+            .and_then(Value::as_str)
+    });
+    clip(message.unwrap_or(body)).into_owned()
+}
+
+impl Model for Provider {
+    fn kind(&self) -> &'static str {
+        "provider"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            tools: self.settings.tools,
+            json_schema: self.settings.json_schema,
+        }
+    }
+
+    fn describe(&self) -> Value {
+        json!({
+            "id": self.settings.model,
+            "owned_by": "provider",
+            "backend": "provider",
+            "description": format!(
+                "{} at {}, an OpenAI-compatible API this server calls directly.",
+                self.settings.model, self.settings.base_url
+            ),
+            "supports": {"tools": self.settings.tools, "json_schema": self.settings.json_schema,
+                         "images": true, "stop_sequences": true},
+        })
+    }
+
+    fn complete(&self, request: ModelRequest) -> BoxFuture<'_, CallResult<Completion>> {
+        Box::pin(async move {
+            let body = body(&self.settings.model, &request);
+            let answer = self.call(&body).await.map_err(|e| self.redact(e))?;
+            completion(&answer, &self.settings.model).map_err(|e| self.redact(e))
+        })
+    }
+}
+
+/// The chat completions request body.
+pub fn body(model: &str, request: &ModelRequest) -> Value {
+    let mut messages = Vec::new();
+    if let Some(system) = &request.system {
+        messages.push(json!({"role": "system", "content": system}));
+    }
+    for turn in &request.turns {
+        messages.extend(turn_messages(turn.role, &turn.blocks));
+    }
+    let mut body = Map::new();
+    body.insert("model".into(), json!(model));
+    body.insert("messages".into(), Value::Array(messages));
+    body.insert("max_tokens".into(), json!(request.max_tokens));
+    if let Some(t) = request.temperature {
+        body.insert("temperature".into(), json!(t));
+    }
+    if let Some(p) = request.top_p {
+        body.insert("top_p".into(), json!(p));
+    }
+    if let Some(s) = request.seed {
+        body.insert("seed".into(), json!(s));
+    }
+    if !request.stop.is_empty() {
+        body.insert("stop".into(), json!(request.stop));
+    }
+    if !request.tools.is_empty() {
+        let tools: Vec<Value> = request
+            .tools
+            .iter()
+            .map(|t| {
+                json!({"type": "function", "function": {
+                    "name": t.name, "description": t.description.clone().unwrap_or_default(),
+                    "parameters": t.schema}})
+            })
+            .collect();
+        body.insert("tools".into(), Value::Array(tools));
+        if let Some(choice) = request.tool_choice {
+            let choice = match choice {
+                ToolChoice::Auto => "auto",
+                ToolChoice::Required => "required",
+                ToolChoice::None => "none",
+            };
+            body.insert("tool_choice".into(), json!(choice));
+        }
+    }
+    if let Some(schema) = &request.response_schema {
+        body.insert(
+            "response_format".into(),
+            json!({"type": "json_schema",
+                   "json_schema": {"name": "output", "schema": schema, "strict": false}}),
+        );
+    }
+    Value::Object(body)
+}
+
+/// One neutral turn as OpenAI messages: tool results become `tool` messages, tool uses the
+/// assistant's `tool_calls`.
+fn turn_messages(role: Role, blocks: &[Block]) -> Vec<Value> {
+    let mut out = Vec::new();
+    let mut parts = Vec::new();
+    let mut calls = Vec::new();
+    for block in blocks {
+        match block {
+            Block::Text(t) => parts.push(json!({"type": "text", "text": t})),
+            Block::Image { data, mime, .. } => parts.push(json!({"type": "image_url",
+                "image_url": {"url": format!("data:{mime};base64,{data}")}})),
+            Block::Audio { data, mime, .. } => {
+                let format = mime.rsplit('/').next().unwrap_or("wav");
+                let format = if format == "mpeg" { "mp3" } else { format };
+                parts.push(json!({"type": "input_audio",
+                    "input_audio": {"data": data, "format": format}}));
+            }
+            Block::ToolUse { id, name, input } => calls.push(json!({"id": id, "type": "function",
+                "function": {"name": name, "arguments": pyjson::dumps_object(input, Style::PLAIN)}})),
+            Block::ToolResult {
+                id,
+                content,
+                is_error,
+            } => {
+                let text = crate::call::join_text(content, "\n");
+                let text = if *is_error {
+                    format!("Error: {text}")
+                } else {
+                    text
+                };
+                out.push(json!({"role": "tool", "tool_call_id": id, "content": text}));
+            }
+        }
+    }
+    let role = match role {
+        Role::User => "user",
+        Role::Assistant => "assistant",
+    };
+    let content = match parts.as_slice() {
+        [] => Value::Null,
+        [only] if only.get("type") == Some(&json!("text")) => only["text"].clone(),
+        _ => Value::Array(parts),
+    };
+    if !calls.is_empty() {
+        out.push(json!({"role": role, "content": content, "tool_calls": calls}));
+    } else if !content.is_null() {
+        out.push(json!({"role": role, "content": content}));
+    }
+    out
+}
+
+/// The provider's answer in neutral form.
+pub fn completion(answer: &Value, model: &str) -> CallResult<Completion> {
+    let bad = |what: &str| {
+        fail(format!(
+            "the provider's answer is not a chat completion: {what}; it was {}",
+            clip(&answer.to_string())
+        ))
+    };
+    let choice = answer
+        .pointer("/choices/0")
+        .ok_or_else(|| bad("choices[0] is missing"))?;
+    let message = choice
+        .get("message")
+        .ok_or_else(|| bad("choices[0].message is missing"))?;
+    let mut blocks = Vec::new();
+    if let Some(text) = message.get("content").and_then(Value::as_str)
+        && !text.is_empty()
+    {
+        blocks.push(Block::Text(text.to_owned()));
+    }
+    for (i, call) in message
+        .get("tool_calls")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+    {
+        let name = call
+            .pointer("/function/name")
+            .and_then(Value::as_str)
+            .ok_or_else(|| bad(&format!("tool_calls[{i}].function.name is missing")))?;
+        let arguments = call.pointer("/function/arguments");
+        let input = match arguments {
+            Some(Value::String(s)) if s.trim().is_empty() => Map::new(),
+            Some(Value::String(s)) => match serde_json::from_str(s) {
+                Ok(Value::Object(o)) => o,
+                _ => {
+                    return Err(bad(&format!(
+                        "tool_calls[{i}].function.arguments is not a JSON object"
+                    )));
+                }
+            },
+            Some(Value::Object(o)) => o.clone(),
+            _ => Map::new(),
+        };
+        let id = call
+            .get("id")
+            .and_then(Value::as_str)
+            .map_or_else(|| crate::call::new_id("call_"), str::to_owned);
+        blocks.push(Block::ToolUse {
+            id,
+            name: name.to_owned(),
+            input,
+        });
+    }
+    if blocks.is_empty() {
+        blocks.push(Block::Text(String::new()));
+    }
+    let finish = match choice.get("finish_reason").and_then(Value::as_str) {
+        Some("length") => Finish::MaxTokens,
+        Some("tool_calls" | "function_call") => Finish::ToolUse,
+        Some("stop") if blocks.iter().any(|b| matches!(b, Block::ToolUse { .. })) => {
+            Finish::ToolUse
+        }
+        _ => Finish::EndTurn,
+    };
+    let count = |key: &str| {
+        answer
+            .pointer(&format!("/usage/{key}"))
+            .and_then(Value::as_u64)
+            .and_then(|n| usize::try_from(n).ok())
+    };
+    let usage = match (count("prompt_tokens"), count("completion_tokens")) {
+        (Some(prompt), Some(completion)) => Some(Usage {
+            prompt,
+            completion,
+            estimated: false,
+        }),
+        _ => None,
+    };
+    Ok(Completion {
+        blocks,
+        model: answer
+            .get("model")
+            .and_then(Value::as_str)
+            .unwrap_or(model)
+            .to_owned(),
+        finish,
+        usage,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::call::Turn;
+
+    #[test]
+    fn requests_carry_every_parameter_and_tool_content() {
+        let request = ModelRequest {
+            model: "hint".into(),
+            system: Some("be brief".into()),
+            turns: vec![
+                Turn::text(Role::User, "weather?"),
+                Turn {
+                    role: Role::Assistant,
+                    blocks: vec![Block::ToolUse {
+                        id: "c1".into(),
+                        name: "weather".into(),
+                        input: json!({"city": "Paris"}).as_object().unwrap().clone(),
+                    }],
+                },
+                Turn {
+                    role: Role::User,
+                    blocks: vec![Block::ToolResult {
+                        id: "c1".into(),
+                        content: vec![Block::Text("sunny".into())],
+                        is_error: false,
+                    }],
+                },
+            ],
+            max_tokens: 50,
+            temperature: Some(0.5),
+            top_p: Some(0.9),
+            seed: Some(7),
+            stop: vec!["END".into()],
+            response_schema: Some(json!({"type": "object"}).as_object().unwrap().clone()),
+            ..Default::default()
+        };
+        let b = body("gpt-x", &request);
+        assert_eq!(b["model"], "gpt-x");
+        assert_eq!(
+            b["messages"][0],
+            json!({"role": "system", "content": "be brief"})
+        );
+        assert_eq!(
+            b["messages"][1],
+            json!({"role": "user", "content": "weather?"})
+        );
+        assert_eq!(
+            b["messages"][2]["tool_calls"][0]["function"]["arguments"],
+            "{\"city\": \"Paris\"}"
+        );
+        assert_eq!(
+            b["messages"][3],
+            json!({"role": "tool", "tool_call_id": "c1", "content": "sunny"})
+        );
+        assert_eq!(
+            (
+                &b["temperature"],
+                &b["top_p"],
+                &b["seed"],
+                &b["stop"],
+                &b["max_tokens"]
+            ),
+            (
+                &json!(0.5),
+                &json!(0.9),
+                &json!(7),
+                &json!(["END"]),
+                &json!(50)
+            )
+        );
+        assert_eq!(b["response_format"]["type"], "json_schema");
+    }
+
+    #[test]
+    fn answers_become_completions_with_real_usage() {
+        let answer = json!({"model": "m1", "choices": [{"finish_reason": "tool_calls",
+            "message": {"content": null, "tool_calls": [{"id": "x", "type": "function",
+            "function": {"name": "f", "arguments": "{\"a\": 1}"}}]}}],
+            "usage": {"prompt_tokens": 12, "completion_tokens": 3}});
+        let c = completion(&answer, "fallback").unwrap();
+        assert_eq!(c.model, "m1");
+        assert_eq!(c.finish, Finish::ToolUse);
+        assert_eq!(c.usage.map(|u| (u.prompt, u.completion)), Some((12, 3)));
+        assert!(matches!(&c.blocks[0], Block::ToolUse { name, .. } if name == "f"));
+        let broken = json!({"choices": [{"message": {"tool_calls": [
+            {"function": {"name": "f", "arguments": "{oops"}}]}}]});
+        let e = completion(&broken, "m").unwrap_err().to_string();
+        assert!(e.contains("tool_calls[0].function.arguments"), "{e}");
+        assert!(completion(&json!({"error": "x"}), "m").is_err());
+    }
+}

@@ -1,0 +1,521 @@
+//! The local backend: an embedded model, in process, on the CPU. The model is loaded once
+//! (fetched on first use when it is the default) by one worker thread that answers the calls
+//! in turn from a bounded queue. It declares native tools and JSON schemas: both are enforced
+//! while decoding (constrained decoding), so the answers parse and fit by construction.
+
+pub mod convert;
+pub mod engine;
+pub mod fetch;
+pub mod template;
+
+use crate::backends::direct::{self, BoxFuture, Model, ModelRequest, ModelTool};
+use crate::call::{Block, Completion, Finish, ToolChoice, Usage, new_id};
+use crate::error::{CallError, CallResult};
+use crate::fulfil::Capabilities;
+use engine::{Engine, Output, Params};
+use llguidance::api::TopLevelGrammar;
+use serde_json::{Map, Value, json};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, mpsc};
+
+/// Settings of the local backend.
+#[derive(Debug, Clone)]
+pub struct LocalSettings {
+    /// A GGUF file to use instead of the default model.
+    pub model_file: Option<PathBuf>,
+    /// Prompt plus answer, in tokens.
+    pub context: usize,
+    /// Calls waiting for the model at most; more are refused.
+    pub queue: usize,
+}
+
+/// Told how many tokens the current answer has so far (for a progress line).
+pub type OnToken = Arc<dyn Fn(usize) + Send + Sync>;
+
+struct Job {
+    request: ModelRequest,
+    reply: tokio::sync::oneshot::Sender<Result<Completion, String>>,
+}
+
+/// What the worker knows of its model, for `list_models`.
+#[derive(Debug, Clone)]
+enum State {
+    Loading,
+    Ready { name: String, context: usize },
+    Failed(String),
+}
+
+pub struct Local {
+    jobs: mpsc::SyncSender<Job>,
+    state: Arc<Mutex<State>>,
+    settings: LocalSettings,
+}
+
+const KIND: &str = "local";
+
+fn fail(message: impl Into<String>) -> CallError {
+    CallError::backend(KIND, message)
+}
+
+impl Local {
+    /// Starts the worker, which begins loading (or fetching) the model at once.
+    pub fn start(settings: LocalSettings, on_token: Option<OnToken>) -> Result<Local, String> {
+        let (jobs, queue) = mpsc::sync_channel::<Job>(settings.queue.max(1));
+        let state = Arc::new(Mutex::new(State::Loading));
+        let worker = Worker {
+            settings: settings.clone(),
+            state: state.clone(),
+            on_token,
+            engine: None,
+        };
+        std::thread::Builder::new()
+            .name("local-model".into())
+            .spawn(move || worker.run(&queue))
+            .map_err(|e| format!("cannot start the local model's thread: {e}"))?;
+        Ok(Local {
+            jobs,
+            state,
+            settings,
+        })
+    }
+
+    /// Waits until the model is loaded (fetched first if needed), or says why it cannot be.
+    pub async fn ready(&self) -> Result<(), String> {
+        loop {
+            match self.state() {
+                State::Ready { .. } => return Ok(()),
+                State::Failed(e) => return Err(e),
+                State::Loading => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
+            }
+        }
+    }
+
+    fn state(&self) -> State {
+        self.state.lock().map_or_else(
+            |_| State::Failed("the model's state is poisoned".into()),
+            |s| s.clone(),
+        )
+    }
+}
+
+impl Model for Local {
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            tools: true,
+            json_schema: true,
+        }
+    }
+
+    fn describe(&self) -> Value {
+        let mut context = self.settings.context;
+        let (id, status) = match self.state() {
+            State::Loading => (fetch::DEFAULT_MODEL_NAME.to_owned(), "loading".to_owned()),
+            State::Ready { name, context: c } => {
+                context = c;
+                (name, "ready".to_owned())
+            }
+            State::Failed(why) => (
+                fetch::DEFAULT_MODEL_NAME.to_owned(),
+                format!("failed: {why}"),
+            ),
+        };
+        let id = match &self.settings.model_file {
+            Some(path) if !matches!(self.state(), State::Ready { .. }) => {
+                path.display().to_string()
+            }
+            _ => id,
+        };
+        json!({
+            "id": id,
+            "owned_by": "local",
+            "backend": "local",
+            "description": "An embedded model running in this server's process on the CPU: no \
+                            host, no key, no network once cached. Tools and JSON schemas are \
+                            enforced while decoding.",
+            "status": status,
+            "context_tokens": context,
+            "supports": {"tools": true, "json_schema": true, "images": false,
+                         "stop_sequences": true},
+        })
+    }
+
+    fn complete(&self, request: ModelRequest) -> BoxFuture<'_, CallResult<Completion>> {
+        Box::pin(async move {
+            direct::text_only(&request, KIND)?;
+            let (reply, answer) = tokio::sync::oneshot::channel();
+            self.jobs
+                .try_send(Job { request, reply })
+                .map_err(|e| match e {
+                    mpsc::TrySendError::Full(_) => fail(format!(
+                        "the local model is busy: {} calls are already waiting \
+                         (AGENT_AS_MODEL_LOCAL_QUEUE)",
+                        self.settings.queue
+                    )),
+                    mpsc::TrySendError::Disconnected(_) => {
+                        fail("the local model's thread has stopped")
+                    }
+                })?;
+            answer
+                .await
+                .map_err(|_| fail("the local model's thread stopped before answering"))?
+                .map_err(fail)
+        })
+    }
+}
+
+struct Worker {
+    settings: LocalSettings,
+    state: Arc<Mutex<State>>,
+    on_token: Option<OnToken>,
+    engine: Option<Engine>,
+}
+
+impl Worker {
+    fn set(&self, state: State) {
+        if let Ok(mut s) = self.state.lock() {
+            *s = state;
+        }
+    }
+
+    fn run(mut self, queue: &mpsc::Receiver<Job>) {
+        let _ = self.ensure();
+        while let Ok(job) = queue.recv() {
+            if job.reply.is_closed() {
+                continue;
+            }
+            let answer = self.ensure().and_then(|_| self.answer(&job));
+            let _ = job.reply.send(answer);
+        }
+    }
+
+    /// Loads the model if it is not loaded; a failure is kept and retried on the next call.
+    fn ensure(&mut self) -> Result<(), String> {
+        if self.engine.is_some() {
+            return Ok(());
+        }
+        self.set(State::Loading);
+        let loaded = self.load();
+        match loaded {
+            Ok(engine) => {
+                self.set(State::Ready {
+                    name: engine.info().name.clone(),
+                    context: engine.info().context,
+                });
+                self.engine = Some(engine);
+                Ok(())
+            }
+            Err(e) => {
+                self.set(State::Failed(e.clone()));
+                Err(e)
+            }
+        }
+    }
+
+    fn load(&self) -> Result<Engine, String> {
+        let path = match &self.settings.model_file {
+            Some(path) => path.clone(),
+            None => {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| format!("cannot start the download: {e}"))?;
+                runtime
+                    .block_on(fetch::default_model(&mut fetch::Progress::new()))
+                    .map_err(|e| format!("the default model could not be fetched: {e}"))?
+            }
+        };
+        let started = std::time::Instant::now();
+        let engine = Engine::load(&path, self.settings.context)?;
+        tracing::info!(
+            model = %engine.info().name,
+            seconds = started.elapsed().as_secs_f64(),
+            "local model loaded"
+        );
+        Ok(engine)
+    }
+
+    fn answer(&mut self, job: &Job) -> Result<Completion, String> {
+        let engine = self
+            .engine
+            .as_mut()
+            .ok_or("the local model is not loaded")?;
+        let request = &job.request;
+        let tools: &[ModelTool] = if request.tool_choice == Some(ToolChoice::None) {
+            &[]
+        } else {
+            &request.tools
+        };
+        let messages = template::messages(request.system.as_deref(), &request.turns);
+        let tool_specs: Vec<Value> = tools
+            .iter()
+            .map(|t| {
+                json!({"type": "function", "function": {"name": t.name,
+                    "description": t.description.clone().unwrap_or_default(),
+                    "parameters": t.schema}})
+            })
+            .collect();
+        let prompt = template::render(engine.template(), &messages, &tool_specs)?;
+        let grammar = grammar(request, tools);
+        let constraint = match grammar {
+            Some(g) => match engine.constraint(g) {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    // The answer is still checked against the schema and repaired.
+                    tracing::warn!(problem = %e, "answering without constrained decoding");
+                    None
+                }
+            },
+            None => None,
+        };
+        let params = Params {
+            max_tokens: usize::try_from(request.max_tokens).unwrap_or(usize::MAX),
+            temperature: request.temperature,
+            top_p: request.top_p,
+            seed: request.seed.unwrap_or_else(random_seed),
+            stop: request.stop.clone(),
+        };
+        let on_token = self.on_token.clone();
+        let reply = &job.reply;
+        let output = engine.generate(
+            &prompt,
+            &params,
+            constraint,
+            &|| reply.is_closed(),
+            &mut |n| {
+                if let Some(f) = &on_token {
+                    f(n);
+                }
+            },
+        )?;
+        let name = engine.info().name.clone();
+        Ok(completion(
+            output,
+            tools,
+            &name,
+            self.settings.model_file.is_none(),
+        ))
+    }
+}
+
+fn random_seed() -> u64 {
+    let mut bytes = [0u8; 8];
+    let _ = getrandom::fill(&mut bytes);
+    u64::from_le_bytes(bytes)
+}
+
+/// The grammar the answer must follow: the response schema, or a call of one of the tools
+/// when a call is required. `None` leaves the model free (text, or a call it may make).
+fn grammar(request: &ModelRequest, tools: &[ModelTool]) -> Option<TopLevelGrammar> {
+    if let Some(schema) = &request.response_schema {
+        return Some(TopLevelGrammar::from_json_schema(closed(&Value::Object(
+            schema.clone(),
+        ))));
+    }
+    if request.tool_choice == Some(ToolChoice::Required) && !tools.is_empty() {
+        let calls: Vec<Value> = tools
+            .iter()
+            .map(|t| {
+                json!({"type": "object", "additionalProperties": false,
+                    "required": ["name", "arguments"],
+                    "properties": {"name": {"const": t.name},
+                                   "arguments": closed(&Value::Object(t.schema.clone()))}})
+            })
+            .collect();
+        return Some(TopLevelGrammar::from_json_schema(json!({"anyOf": calls})));
+    }
+    None
+}
+
+/// The schema with `additionalProperties: false` on objects that list their properties and
+/// say nothing of others. Every answer it admits satisfies the original; small models left
+/// free to invent keys loop until the token limit.
+fn closed(schema: &Value) -> Value {
+    match schema {
+        Value::Object(o) => {
+            let mut out = Map::with_capacity(o.len() + 1);
+            for (k, v) in o {
+                let v = match k.as_str() {
+                    "properties" | "$defs" | "definitions" | "patternProperties" => match v {
+                        Value::Object(props) => Value::Object(
+                            props.iter().map(|(n, s)| (n.clone(), closed(s))).collect(),
+                        ),
+                        other => other.clone(),
+                    },
+                    "items" | "additionalProperties" | "not" => closed(v),
+                    "anyOf" | "oneOf" | "allOf" | "prefixItems" => match v {
+                        Value::Array(a) => Value::Array(a.iter().map(closed).collect()),
+                        other => other.clone(),
+                    },
+                    _ => v.clone(),
+                };
+                out.insert(k.clone(), v);
+            }
+            if o.contains_key("properties") && !o.contains_key("additionalProperties") {
+                out.insert("additionalProperties".into(), Value::Bool(false));
+            }
+            Value::Object(out)
+        }
+        other => other.clone(),
+    }
+}
+
+/// The model's output as a completion: tool calls found in it (in Qwen's `<tool_call>` tags,
+/// fenced or bare JSON `{"name", "arguments"}` naming an offered tool), and the rest as text.
+fn completion(output: Output, tools: &[ModelTool], name: &str, default: bool) -> Completion {
+    let (text, calls) = if tools.is_empty() {
+        (output.text, Vec::new())
+    } else {
+        tool_calls(&output.text, tools)
+    };
+    let mut blocks: Vec<Block> = Vec::new();
+    if calls.is_empty() {
+        blocks.push(Block::Text(text));
+    } else if !text.trim().is_empty() {
+        blocks.push(Block::Text(text.trim().to_owned()));
+    }
+    let finish = if calls.is_empty() {
+        output.finish
+    } else {
+        Finish::ToolUse
+    };
+    blocks.extend(calls);
+    Completion {
+        blocks,
+        model: if default {
+            fetch::DEFAULT_MODEL_NAME.to_owned()
+        } else {
+            name.to_owned()
+        },
+        finish,
+        usage: Some(Usage {
+            prompt: output.prompt_tokens,
+            completion: output.completion_tokens,
+            estimated: false,
+        }),
+    }
+}
+
+/// Tool calls in a model's text, and the text without them.
+fn tool_calls(text: &str, tools: &[ModelTool]) -> (String, Vec<Block>) {
+    let mut calls = Vec::new();
+    let mut rest = String::new();
+    let mut remaining = text;
+    while let Some(start) = remaining.find("<tool_call>") {
+        rest.push_str(remaining.get(..start).unwrap_or(""));
+        let after = remaining.get(start + "<tool_call>".len()..).unwrap_or("");
+        let (inside, next) = match after.find("</tool_call>") {
+            Some(end) => (
+                after.get(..end).unwrap_or(""),
+                after.get(end + "</tool_call>".len()..).unwrap_or(""),
+            ),
+            None => (after, ""),
+        };
+        calls.extend(parse_calls(inside, tools));
+        remaining = next;
+    }
+    rest.push_str(remaining);
+    if calls.is_empty() {
+        let found = parse_calls(&rest, tools);
+        if !found.is_empty() {
+            return (String::new(), found);
+        }
+    }
+    (rest, calls)
+}
+
+/// `{"name", "arguments"}` objects (or a list of them) in fenced or bare JSON.
+fn parse_calls(text: &str, tools: &[ModelTool]) -> Vec<Block> {
+    let body = text.trim();
+    let body = body
+        .strip_prefix("```json")
+        .or_else(|| body.strip_prefix("```"))
+        .map_or(body, |b| b.trim_end().trim_end_matches("```"))
+        .trim();
+    let Ok(value) = serde_json::from_str::<Value>(body) else {
+        return Vec::new();
+    };
+    let items = match value {
+        Value::Array(items) => items,
+        one => vec![one],
+    };
+    items
+        .into_iter()
+        .filter_map(|item| {
+            let name = item.get("name")?.as_str()?;
+            tools.iter().find(|t| t.name == name)?;
+            let input = match item.get("arguments").or_else(|| item.get("parameters")) {
+                Some(Value::Object(o)) => o.clone(),
+                Some(Value::String(s)) => match serde_json::from_str(s) {
+                    Ok(Value::Object(o)) => o,
+                    _ => return None,
+                },
+                None => Map::new(),
+                Some(_) => return None,
+            };
+            Some(Block::ToolUse {
+                id: new_id("call_"),
+                name: name.to_owned(),
+                input,
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tool(name: &str) -> ModelTool {
+        ModelTool {
+            name: name.into(),
+            description: None,
+            schema: Map::new(),
+        }
+    }
+
+    #[test]
+    fn tool_calls_are_found_in_tags_fences_and_bare_json() {
+        let tools = [tool("get_weather")];
+        let (rest, calls) = tool_calls(
+            "Sure.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+            &tools,
+        );
+        assert_eq!(rest.trim(), "Sure.");
+        assert!(
+            matches!(&calls[..], [Block::ToolUse { name, input, .. }] if name == "get_weather" && input["city"] == "Paris")
+        );
+        let (_, calls) = tool_calls(
+            "```json\n{\"name\": \"get_weather\", \"arguments\": \"{\\\"city\\\": \\\"Oslo\\\"}\"}\n```",
+            &tools,
+        );
+        assert_eq!(calls.len(), 1);
+        let (rest, calls) = tool_calls("{\"name\": \"other\", \"arguments\": {}}", &tools);
+        assert!(calls.is_empty(), "unknown tools are text");
+        assert!(rest.contains("other"));
+    }
+
+    #[test]
+    fn closing_a_schema_keeps_what_it_admits() {
+        let schema = json!({"type": "object", "properties": {"a": {"type": "object",
+            "properties": {"b": {"type": "string"}}}}, "items": {"properties": {}},
+            "additionalProperties": true});
+        let c = closed(&schema);
+        assert_eq!(c["additionalProperties"], json!(true));
+        assert_eq!(c["properties"]["a"]["additionalProperties"], json!(false));
+        assert_eq!(c["items"]["additionalProperties"], json!(false));
+    }
+
+    #[test]
+    fn a_required_call_is_a_grammar_over_the_tools() {
+        let request = ModelRequest {
+            tool_choice: Some(ToolChoice::Required),
+            ..Default::default()
+        };
+        assert!(grammar(&request, &[tool("a")]).is_some());
+        assert!(grammar(&ModelRequest::default(), &[tool("a")]).is_none());
+    }
+}

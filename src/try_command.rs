@@ -1,0 +1,123 @@
+//! `agent-as-model try "…"`: the whole MCP path on a machine with no host. It starts this
+//! binary as an MCP server over stdio (answering only through sampling, as in a real host),
+//! connects to it as a reference host whose sampling is answered by the embedded model (or a
+//! provider), calls one tool and prints the answer.
+
+use crate::backends::direct::Model;
+use crate::config::{Config, TryArgs, TryModel};
+use crate::host::{self, Host};
+use crate::local::{Local, OnToken};
+use rmcp::ServiceExt;
+use rmcp::model::CallToolRequestParams;
+use rmcp::transport::{ConfigureCommandExt, TokioChildProcess};
+use serde_json::{Map, Value, json};
+use std::io::{IsTerminal, Write};
+use std::sync::Arc;
+
+/// The tool arguments for one question.
+pub fn arguments(tool: &str, prompt: &str, max_tokens: u32, schema: Option<&Value>) -> Value {
+    let mut args = match tool {
+        "generate" => json!({"prompt": prompt, "max_tokens": max_tokens}),
+        "responses_create" => json!({"input": prompt, "max_output_tokens": max_tokens}),
+        "generate_content" => json!({"contents": [{"role": "user", "parts": [{"text": prompt}]}],
+                                     "generationConfig": {"maxOutputTokens": max_tokens}}),
+        _ => json!({"messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens}),
+    };
+    if let (Some(schema), Some(o)) = (schema, args.as_object_mut()) {
+        if tool == "generate_content" {
+            if let Some(Value::Object(config)) = o.get_mut("generationConfig") {
+                config.insert("responseMimeType".into(), json!("application/json"));
+                config.insert("responseJsonSchema".into(), schema.clone());
+            }
+        } else {
+            o.insert("output_schema".into(), schema.clone());
+        }
+    }
+    args
+}
+
+/// A progress line on a terminal while the model writes.
+fn progress_line() -> Option<OnToken> {
+    if !std::io::stderr().is_terminal() {
+        return None;
+    }
+    Some(Arc::new(|n: usize| {
+        eprint!("\r  thinking… {n} tokens ");
+        let _ = std::io::stderr().flush();
+    }))
+}
+
+pub async fn run(config: &Config, args: &TryArgs) -> Result<(), String> {
+    let schema: Option<Value> = match &args.schema {
+        Some(text) => {
+            Some(serde_json::from_str(text).map_err(|e| format!("--schema is not JSON: {e}"))?)
+        }
+        None => None,
+    };
+    let model: Arc<dyn Model> = match args.with {
+        TryModel::Local => {
+            let local = Local::start(config.local_settings(), progress_line())?;
+            local.ready().await?;
+            Arc::new(local)
+        }
+        TryModel::Provider => Arc::new(crate::backends::provider::Provider::new(
+            config.provider_settings()?,
+        )?),
+    };
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
+    let command = tokio::process::Command::new(exe).configure(|c| {
+        c.args(["--backend", "host", "--fallback", "none"]);
+        c.env("RUST_LOG", "warn");
+        c.stderr(std::process::Stdio::inherit());
+    });
+    let transport =
+        TokioChildProcess::new(command).map_err(|e| format!("cannot start the server: {e}"))?;
+    let host = Host {
+        model,
+        limits: Arc::new(config.limits.clone()),
+    };
+    let client = host
+        .serve(transport)
+        .await
+        .map_err(|e| format!("cannot connect to the server: {e}"))?;
+    let arguments = match arguments(&args.tool, &args.prompt, args.max_tokens, schema.as_ref()) {
+        Value::Object(o) => o,
+        _ => Map::new(),
+    };
+    let request = CallToolRequestParams::new(args.tool.clone()).with_arguments(arguments);
+    let result = client.call_tool(request).await;
+    if progress_line().is_some() {
+        eprint!("\r\x1b[K");
+    }
+    let _ = client.cancel().await;
+    let result = result.map_err(|e| format!("the call failed: {e}"))?;
+    if args.json {
+        let text = serde_json::to_string_pretty(&result)
+            .map_err(|e| format!("cannot print the result: {e}"))?;
+        println!("{text}");
+    } else if result.is_error == Some(true) {
+        return Err(host::text_of(&result.content));
+    } else {
+        println!("{}", answer_text(&args.tool, &result));
+    }
+    if result.is_error == Some(true) {
+        return Err("the tool answered with an error".into());
+    }
+    Ok(())
+}
+
+/// The answer's text: the tool's text, or the assistant text inside the object that the
+/// Responses and Gemini shapes return as text.
+fn answer_text(tool: &str, result: &rmcp::model::CallToolResult) -> String {
+    let text = host::text_of(&result.content);
+    let parsed: Option<Value> = match tool {
+        "responses_create" | "generate_content" => serde_json::from_str(&text).ok(),
+        _ => None,
+    };
+    let found = parsed.as_ref().and_then(|v| {
+        v.pointer("/output/0/content/0/text")
+            .or_else(|| v.pointer("/candidates/0/content/parts/0/text"))
+            .and_then(Value::as_str)
+    });
+    found.map_or(text.clone(), str::to_owned)
+}

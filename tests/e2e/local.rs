@@ -1,0 +1,213 @@
+//! The embedded model, for real: the default Qwen2.5-Coder-0.5B-Instruct, fetched into the
+//! cache once (by the first test that needs it, through `try`). Prompts are short and answers
+//! greedy, so the suite stays fast on two cores. Tests that load the model take turns.
+
+use crate::common::*;
+use serde_json::{Value, json};
+use std::sync::OnceLock;
+
+const BIN: &str = env!("CARGO_BIN_EXE_agent-as-model");
+
+/// The tests that run the model take turns: each server process loads its own copy.
+static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// `try "What is the capital of France?"`, run once: it fetches the model when it is not
+/// cached, and its output is the first test's subject.
+fn first_try() -> &'static std::process::Output {
+    static OUTPUT: OnceLock<std::process::Output> = OnceLock::new();
+    OUTPUT.get_or_init(|| {
+        std::process::Command::new(BIN)
+            .args(["try", "What is the capital of France?"])
+            .env("RUST_LOG", "warn")
+            .output()
+            .expect("run try")
+    })
+}
+
+#[test]
+fn try_answers_a_question_through_the_whole_mcp_path() {
+    let out = first_try();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "try failed: {stderr}");
+    assert!(
+        stdout.contains("Paris"),
+        "stdout: {stdout}\nstderr: {stderr}"
+    );
+}
+
+#[test]
+fn try_prints_the_whole_result_and_structured_output() {
+    let _ = first_try();
+    let out = std::process::Command::new(BIN)
+        .args([
+            "try",
+            "--json",
+            "--schema",
+            r#"{"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer"}},"required":["name","age"]}"#,
+            "Alice is 30 years old.",
+        ])
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let result: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let s = &result["structuredContent"];
+    // The reference host declares sampling.tools: the schema travels as the structured tool,
+    // which the local model answers under a grammar.
+    assert_eq!(s["structured_output"]["via"], "tool", "{s}");
+    let answer: Value =
+        serde_json::from_str(result["content"][0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(answer["age"], 30, "{answer}");
+    assert!(
+        answer["name"].as_str().unwrap().contains("Alice"),
+        "{answer}"
+    );
+}
+
+async fn local(era: Era, fallback: bool) -> Client {
+    let _ = first_try();
+    let (key, value) = if fallback {
+        ("AGENT_AS_MODEL_FALLBACK", "local")
+    } else {
+        ("AGENT_AS_MODEL_BACKEND", "local")
+    };
+    let host = Host::text("the host must not be asked");
+    let host = if fallback {
+        host.without_sampling()
+    } else {
+        host
+    };
+    connect_with_env(host, era, &[(key, value)]).await
+}
+
+#[tokio::test]
+async fn a_host_that_cannot_sample_is_answered_by_the_local_fallback_on_both_eras() {
+    let _turn = TURN.lock().await;
+    for era in ERAS {
+        let client = local(era, true).await;
+        let r = call(
+            &client,
+            "chat_complete",
+            json!({"messages": [user("What is the capital of France? Answer in one word.")],
+                   "max_tokens": 10}),
+        )
+        .await;
+        assert!(!is_error(&r), "{}", text(&r));
+        let s = structured(&r);
+        assert_eq!(s["backend"], "local");
+        let body = &s["chat_completion"];
+        let answer = text(&r);
+        assert!(answer.contains("Paris"), "{answer}");
+        assert_eq!(body["model"], "qwen2.5-coder-0.5b-instruct");
+        assert_eq!(body["usage"]["estimated"], false);
+        assert!(body["usage"]["prompt_tokens"].as_u64().unwrap() > 10);
+        assert_conforms(&client, "chat_complete", &r).await;
+        let models = call(&client, "list_models", json!({})).await;
+        let listed: Value = serde_json::from_str(&text(&models)).unwrap();
+        assert_eq!(listed[1]["backend"], "local");
+        assert_eq!(listed[1]["status"], "ready");
+        client.cancel().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn structured_output_is_schema_valid_json_by_constrained_decoding() {
+    let _turn = TURN.lock().await;
+    let client = local(Era::Legacy, false).await;
+    let schema = json!({"type": "object", "properties": {"city": {"type": "string"},
+        "country": {"type": "string"}, "population_millions": {"type": "number"}},
+        "required": ["city", "country", "population_millions"]});
+    let r = call(
+        &client,
+        "chat_complete",
+        json!({"messages": [user("Paris is the capital of France and has about 2.1 million people.")],
+               "output_schema": schema, "max_tokens": 80}),
+    )
+    .await;
+    assert!(!is_error(&r), "{}", text(&r));
+    let s = structured(&r);
+    assert_eq!(s["structured_output"]["via"], "native", "{s}");
+    let answer: Value = serde_json::from_str(&text(&r)).unwrap();
+    assert!(jsonschema::is_valid(&schema, &answer), "{answer}");
+    assert_eq!(answer["city"], "Paris");
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn tool_calls_come_back_with_arguments_that_fit_the_tool() {
+    let _turn = TURN.lock().await;
+    let client = local(Era::Modern, false).await;
+    let tools = json!([{"name": "get_weather", "description": "The current weather in a city.",
+        "input_schema": {"type": "object", "properties": {"city": {"type": "string"}},
+                         "required": ["city"]}}]);
+    for choice in ["required", "auto"] {
+        let r = call(
+            &client,
+            "chat_complete",
+            json!({"messages": [user("What is the weather in Paris right now?")],
+                   "tools": tools, "tool_choice": choice, "max_tokens": 60}),
+        )
+        .await;
+        assert!(!is_error(&r), "{choice}: {}", text(&r));
+        let body = &structured(&r)["chat_completion"];
+        let message = &body["choices"][0]["message"];
+        let call = &message["tool_calls"][0];
+        assert_eq!(
+            call["function"]["name"], "get_weather",
+            "{choice}: {message}"
+        );
+        let args: Value =
+            serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
+        assert!(args["city"].as_str().unwrap().contains("Paris"), "{args}");
+        assert_eq!(body["choices"][0]["finish_reason"], "tool_calls");
+    }
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn token_limits_and_stop_sequences_are_honoured() {
+    let _turn = TURN.lock().await;
+    let client = local(Era::Legacy, false).await;
+    let r = call(
+        &client,
+        "chat_complete",
+        json!({"messages": [user("Count from 1 to 30, separated by commas.")], "max_tokens": 6}),
+    )
+    .await;
+    let body = &structured(&r)["chat_completion"];
+    assert_eq!(body["choices"][0]["finish_reason"], "length", "{body}");
+    assert_eq!(body["usage"]["completion_tokens"], 6);
+    let r = call(
+        &client,
+        "chat_complete",
+        json!({"messages": [user("Count from 1 to 30, separated by commas.")],
+               "max_tokens": 60, "stop": ["5"]}),
+    )
+    .await;
+    let body = &structured(&r)["chat_completion"];
+    let content = body["choices"][0]["message"]["content"].as_str().unwrap();
+    assert!(content.contains('4') && !content.contains('5'), "{content}");
+    assert_eq!(body["choices"][0]["finish_reason"], "stop");
+    // Images cannot go to a text-only model: the error says so.
+    let e = err_text(
+        &client,
+        "chat_complete",
+        json!({"messages": [{"role": "user", "content": [
+            {"type": "text", "text": "what is this?"},
+            {"type": "image_url", "image_url": {"url": format!("data:image/png;base64,{}", PNG)}}]}]}),
+    )
+    .await;
+    assert!(
+        e.contains("local backend failed") && e.contains("image"),
+        "{e}"
+    );
+    client.cancel().await.unwrap();
+}
+
+/// A 1×1 PNG.
+const PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
