@@ -121,6 +121,10 @@ pub struct TryArgs {
     /// Longest answer, in tokens
     #[arg(long, default_value_t = 256)]
     pub max_tokens: u32,
+    /// Declare sampling without tools, as VS Code does: the server then asks for structured
+    /// output in the prompt and validates it
+    #[arg(long)]
+    pub no_sampling_tools: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

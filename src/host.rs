@@ -147,12 +147,15 @@ pub fn result(completion: Completion) -> CreateMessageResult {
 pub struct Host {
     pub model: Arc<dyn Model>,
     pub limits: Arc<Limits>,
+    /// Declare `sampling.tools` when the model takes tools (false: as VS Code, which cannot
+    /// take tools in sampling, so the server emulates tools and structured output).
+    pub sampling_tools: bool,
 }
 
 impl rmcp::ClientHandler for Host {
     fn get_info(&self) -> ClientConfig {
         let mut caps = ClientCapabilities::builder().enable_sampling().build();
-        if self.model.capabilities().tools {
+        if self.sampling_tools && self.model.capabilities().tools {
             caps = ClientCapabilities::builder()
                 .enable_sampling()
                 .enable_sampling_tools()

@@ -75,6 +75,7 @@ pub async fn run(config: &Config, args: &TryArgs) -> Result<(), String> {
     let host = Host {
         model,
         limits: Arc::new(config.limits.clone()),
+        sampling_tools: !args.no_sampling_tools,
     };
     let client = host
         .serve(transport)

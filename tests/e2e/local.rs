@@ -211,3 +211,93 @@ async fn token_limits_and_stop_sequences_are_honoured() {
 
 /// A 1×1 PNG.
 const PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
+
+/// The cached default model (fetched by `first_try`).
+fn cached_model() -> std::path::PathBuf {
+    let _ = first_try();
+    agent_as_model::local::fetch::cached_default().expect("the default model is cached")
+}
+
+#[tokio::test]
+async fn an_emulated_tool_call_comes_back_from_a_host_that_cannot_take_tools() {
+    use agent_as_model::host;
+    use agent_as_model::local::{Local, LocalSettings};
+    use rmcp::ServiceExt;
+    use rmcp::transport::{ConfigureCommandExt, TokioChildProcess};
+    use std::sync::Arc;
+    let _turn = TURN.lock().await;
+    // The reference host of `try`, in this process, answering with the local model but
+    // declaring sampling without tools (as VS Code does): the server describes the tools in
+    // the prompt and parses the call out of the model's text.
+    let settings = LocalSettings {
+        model_file: Some(cached_model()),
+        context: 4096,
+        queue: 4,
+    };
+    let model = Local::start(settings, None).unwrap();
+    model.ready().await.unwrap();
+    let reference = host::Host {
+        model: Arc::new(model),
+        limits: Arc::default(),
+        sampling_tools: false,
+    };
+    let command = tokio::process::Command::new(BIN).configure(|c| {
+        c.env("RUST_LOG", "error");
+    });
+    let client = reference
+        .serve(TokioChildProcess::new(command).unwrap())
+        .await
+        .unwrap();
+    let tools = json!([{"name": "get_weather", "description": "The current weather in a city.",
+        "input_schema": {"type": "object", "properties": {"city": {"type": "string"}},
+                         "required": ["city"]}}]);
+    let r = client
+        .call_tool(params(
+            "chat_complete",
+            json!({"messages": [user("What is the weather in Paris right now?")],
+                   "tools": tools, "tool_choice": "required", "max_tokens": 120, "max_retries": 2}),
+        ))
+        .await
+        .unwrap();
+    assert!(!is_error(&r), "{}", text(&r));
+    let s = structured(&r);
+    assert_eq!(s["tool_calls_via"], "prompt", "{s}");
+    let call = &s["chat_completion"]["choices"][0]["message"]["tool_calls"][0];
+    assert_eq!(call["function"]["name"], "get_weather", "{s}");
+    let args: Value = serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
+    assert!(args["city"].as_str().unwrap().contains("Paris"), "{args}");
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_model_file_is_used_as_given_and_a_bad_one_is_named() {
+    let _turn = TURN.lock().await;
+    let path = cached_model();
+    let path = path.to_str().unwrap();
+    let env = [("AGENT_AS_MODEL_BACKEND", "local"), ("AGENT_AS_MODEL_MODEL_FILE", path)];
+    let client = connect_with_env(Host::echo(), Era::Legacy, &env).await;
+    let r = call(&client, "generate", json!({"prompt": "Say hello.", "max_tokens": 8})).await;
+    assert!(!is_error(&r), "{}", text(&r));
+    assert!(!text(&r).is_empty());
+    let models = call(&client, "list_models", json!({})).await;
+    let listed: Value = serde_json::from_str(&text(&models)).unwrap();
+    assert_eq!(listed.as_array().unwrap().len(), 1, "the host's model is not offered: {listed}");
+    assert_eq!(listed[0]["id"], "Qwen2.5 Coder 0.5B Instruct AWQ");
+    assert_eq!(listed[0]["role"], "backend");
+    client.cancel().await.unwrap();
+
+    let bogus = std::env::temp_dir().join(format!("aam-not-a-model-{}.gguf", std::process::id()));
+    std::fs::write(&bogus, b"this is not a GGUF file").unwrap();
+    let env = [
+        ("AGENT_AS_MODEL_BACKEND", "local"),
+        ("AGENT_AS_MODEL_MODEL_FILE", bogus.to_str().unwrap()),
+    ];
+    let client = connect_with_env(Host::echo(), Era::Modern, &env).await;
+    let e = err_text(&client, "generate", json!({"prompt": "hi"})).await;
+    assert!(e.contains("local backend failed") && e.contains("cannot load"), "{e}");
+    assert!(e.contains("aam-not-a-model"), "{e}");
+    let models = call(&client, "list_models", json!({})).await;
+    let listed: Value = serde_json::from_str(&text(&models)).unwrap();
+    assert!(listed[0]["status"].as_str().unwrap().starts_with("failed: cannot load"), "{listed}");
+    client.cancel().await.unwrap();
+}
