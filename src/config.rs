@@ -36,7 +36,10 @@ pub enum Fallback {
 /// host's own model through MCP sampling: no API key.
 ///
 /// Serves MCP over stdio: add it to a sampling-capable host (VS Code, Goose, fast-agent) rather
-/// than running it by hand. Logs go to stderr; set RUST_LOG=debug for more.
+/// than running it by hand. For hosts that cannot sample, --fallback local answers with an
+/// embedded model (fetched once) and --fallback provider with an OpenAI-compatible API. To see
+/// it work without any host: agent-as-model try "What is the capital of France?". Logs go to
+/// stderr; set RUST_LOG=debug for more.
 #[derive(Debug, Clone, Parser)]
 #[command(name = "agent-as-model", version)]
 pub struct Config {

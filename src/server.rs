@@ -235,11 +235,24 @@ impl ServerHandler for Server {
                 "agent-as-model",
                 env!("CARGO_PKG_VERSION"),
             ))
-            .with_instructions(
-                "Model-shaped tools (chat_complete, messages_create, responses_create, \
-                 generate, generate_content) answered by this host's own model through MCP \
-                 sampling: no API key. The host must support sampling.",
-            )
+            .with_instructions(match (&self.backends.forced, &self.backends.fallback) {
+                (Some(_), _) => {
+                    "Model-shaped tools (chat_complete, messages_create, responses_create, \
+                     generate, generate_content) answered by a model this server runs or calls \
+                     itself (see list_models): no sampling needed."
+                }
+                (None, Some(_)) => {
+                    "Model-shaped tools (chat_complete, messages_create, responses_create, \
+                     generate, generate_content) answered by this host's own model through MCP \
+                     sampling, or, when the host cannot sample, by the fallback model listed \
+                     by list_models."
+                }
+                (None, None) => {
+                    "Model-shaped tools (chat_complete, messages_create, responses_create, \
+                     generate, generate_content) answered by this host's own model through MCP \
+                     sampling: no API key. The host must support sampling."
+                }
+            })
     }
 
     async fn list_tools(
