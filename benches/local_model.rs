@@ -4,7 +4,12 @@
 //!
 //! `cargo bench --bench local_model` (the default model must be cached: run `try` once).
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 use agent_as_model::local::engine::{Engine, Params};
 use agent_as_model::local::fetch;
@@ -41,7 +46,12 @@ struct Run {
     tokens: usize,
 }
 
-fn generate(engine: &mut Engine, prompt: &str, max: usize, grammar: Option<TopLevelGrammar>) -> Run {
+fn generate(
+    engine: &mut Engine,
+    prompt: &str,
+    max: usize,
+    grammar: Option<TopLevelGrammar>,
+) -> Run {
     let params = Params {
         max_tokens: max,
         temperature: None,
@@ -100,6 +110,7 @@ fn main() {
     let mut loads = Vec::new();
     let mut engine = None;
     for _ in 0..RUNS {
+        drop(engine.take()); // one model in memory at a time: the peak is one model's
         let started = Instant::now();
         engine = Some(Engine::load(&path, 4096).unwrap());
         loads.push(started.elapsed().as_secs_f64());

@@ -264,7 +264,8 @@ async fn an_emulated_tool_call_comes_back_from_a_host_that_cannot_take_tools() {
     assert_eq!(s["tool_calls_via"], "prompt", "{s}");
     let call = &s["chat_completion"]["choices"][0]["message"]["tool_calls"][0];
     assert_eq!(call["function"]["name"], "get_weather", "{s}");
-    let args: Value = serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
+    let args: Value =
+        serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
     assert!(args["city"].as_str().unwrap().contains("Paris"), "{args}");
     client.cancel().await.unwrap();
 }
@@ -274,14 +275,26 @@ async fn a_model_file_is_used_as_given_and_a_bad_one_is_named() {
     let _turn = TURN.lock().await;
     let path = cached_model();
     let path = path.to_str().unwrap();
-    let env = [("AGENT_AS_MODEL_BACKEND", "local"), ("AGENT_AS_MODEL_MODEL_FILE", path)];
+    let env = [
+        ("AGENT_AS_MODEL_BACKEND", "local"),
+        ("AGENT_AS_MODEL_MODEL_FILE", path),
+    ];
     let client = connect_with_env(Host::echo(), Era::Legacy, &env).await;
-    let r = call(&client, "generate", json!({"prompt": "Say hello.", "max_tokens": 8})).await;
+    let r = call(
+        &client,
+        "generate",
+        json!({"prompt": "Say hello.", "max_tokens": 8}),
+    )
+    .await;
     assert!(!is_error(&r), "{}", text(&r));
     assert!(!text(&r).is_empty());
     let models = call(&client, "list_models", json!({})).await;
     let listed: Value = serde_json::from_str(&text(&models)).unwrap();
-    assert_eq!(listed.as_array().unwrap().len(), 1, "the host's model is not offered: {listed}");
+    assert_eq!(
+        listed.as_array().unwrap().len(),
+        1,
+        "the host's model is not offered: {listed}"
+    );
     assert_eq!(listed[0]["id"], "Qwen2.5 Coder 0.5B Instruct AWQ");
     assert_eq!(listed[0]["role"], "backend");
     client.cancel().await.unwrap();
@@ -294,10 +307,19 @@ async fn a_model_file_is_used_as_given_and_a_bad_one_is_named() {
     ];
     let client = connect_with_env(Host::echo(), Era::Modern, &env).await;
     let e = err_text(&client, "generate", json!({"prompt": "hi"})).await;
-    assert!(e.contains("local backend failed") && e.contains("cannot load"), "{e}");
+    assert!(
+        e.contains("local backend failed") && e.contains("cannot load"),
+        "{e}"
+    );
     assert!(e.contains("aam-not-a-model"), "{e}");
     let models = call(&client, "list_models", json!({})).await;
     let listed: Value = serde_json::from_str(&text(&models)).unwrap();
-    assert!(listed[0]["status"].as_str().unwrap().starts_with("failed: cannot load"), "{listed}");
+    assert!(
+        listed[0]["status"]
+            .as_str()
+            .unwrap()
+            .starts_with("failed: cannot load"),
+        "{listed}"
+    );
     client.cancel().await.unwrap();
 }
