@@ -29,24 +29,16 @@ pub fn request(params: &CreateMessageRequestParams, limits: &Limits) -> CallResu
         let mut blocks = Vec::new();
         for (j, block) in message.content.clone().into_vec().into_iter().enumerate() {
             let path = format!("messages[{i}].content[{j}]");
+            let media =
+                |kind, data: &str, mime: &str| media::block(kind, data, mime, &path, &path, limits);
             blocks.push(match block {
                 SamplingMessageContentBlock::Text(t) => Block::Text(t.text),
-                SamplingMessageContentBlock::Image(m) => media::block(
-                    media::Kind::Image,
-                    &m.data,
-                    &m.mime_type,
-                    &path,
-                    &path,
-                    limits,
-                )?,
-                SamplingMessageContentBlock::Audio(m) => media::block(
-                    media::Kind::Audio,
-                    &m.data,
-                    &m.mime_type,
-                    &path,
-                    &path,
-                    limits,
-                )?,
+                SamplingMessageContentBlock::Image(m) => {
+                    media(media::Kind::Image, &m.data, &m.mime_type)?
+                }
+                SamplingMessageContentBlock::Audio(m) => {
+                    media(media::Kind::Audio, &m.data, &m.mime_type)?
+                }
                 SamplingMessageContentBlock::ToolUse(u) => Block::ToolUse {
                     id: u.id,
                     name: u.name,
