@@ -75,6 +75,24 @@ pub struct Config {
           value_parser = clap::value_parser!(u64).range(1..))]
     pub max_calls_in_flight: u64,
 
+    /// Serve MCP over Streamable HTTP at this address (e.g. 127.0.0.1:8000) instead of stdio
+    #[arg(long, env = "AGENT_AS_MODEL_HTTP", value_name = "ADDRESS")]
+    pub http: Option<std::net::SocketAddr>,
+
+    /// Host header values accepted over HTTP, comma-separated (default: localhost, 127.0.0.1,
+    /// ::1 and the listening address)
+    #[arg(long, env = "AGENT_AS_MODEL_ALLOWED_HOSTS", value_delimiter = ',')]
+    pub allowed_hosts: Vec<String>,
+
+    /// Browser origins accepted over HTTP (scheme://host:port), comma-separated; a request with
+    /// any other Origin header is refused
+    #[arg(long, env = "AGENT_AS_MODEL_ALLOWED_ORIGINS", value_delimiter = ',')]
+    pub allowed_origins: Vec<String>,
+
+    /// Bearer token every HTTP request must carry (prefer the environment variable)
+    #[arg(long, env = "AGENT_AS_MODEL_AUTH_TOKEN", hide_env_values = true)]
+    pub auth_token: Option<String>,
+
     /// Which model answers: the host's (sampling), the embedded one, or a provider
     #[arg(long, env = "AGENT_AS_MODEL_BACKEND", value_enum, default_value_t = Backend::Host)]
     pub backend: Backend,
@@ -192,6 +210,36 @@ pub struct ProviderArgs {
 }
 
 impl Config {
+    /// The HTTP server's settings, when `--http` is given.
+    pub fn http_settings(&self) -> Option<crate::http::HttpSettings> {
+        let bind = self.http?;
+        let mut hosts: Vec<String> = if self.allowed_hosts.is_empty() {
+            ["localhost", "127.0.0.1", "::1", "[::1]"]
+                .map(str::to_owned)
+                .to_vec()
+        } else {
+            self.allowed_hosts
+                .iter()
+                .map(|h| h.trim().to_owned())
+                .collect()
+        };
+        if self.allowed_hosts.is_empty() {
+            hosts.push(bind.ip().to_string());
+        }
+        Some(crate::http::HttpSettings {
+            bind,
+            allowed_hosts: hosts,
+            allowed_origins: self
+                .allowed_origins
+                .iter()
+                .map(|o| o.trim().to_owned())
+                .collect(),
+            auth_token: self.auth_token.clone().filter(|t| !t.is_empty()),
+            max_body: self.limits.max_request_bytes.saturating_add(1024 * 1024),
+            shutdown_grace: Duration::from_secs(10),
+        })
+    }
+
     /// The embedded model's settings.
     pub fn local_settings(&self) -> crate::local::LocalSettings {
         crate::local::LocalSettings {

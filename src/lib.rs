@@ -15,6 +15,7 @@
 //!             or a model the server calls itself (a provider; local/, the embedded model)
 //! config      one typed configuration (command line and environment), passed down
 //! transport   stdio framing: bounded lines, one well-formed reply per request
+//! http        Streamable HTTP at /mcp (rmcp's service on hyper): auth, Host/Origin, health
 //! host        a reference host answering sampling from a direct backend (`try`)
 //! ```
 //!
@@ -32,6 +33,7 @@ pub mod contract;
 pub mod error;
 pub mod fulfil;
 pub mod host;
+pub mod http;
 pub mod limits;
 pub mod local;
 pub mod logging;

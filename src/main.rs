@@ -81,6 +81,9 @@ fn serve(config: &Config, runtime: &tokio::runtime::Runtime, sealer: Sealer) -> 
     };
     let server =
         Server::new(settings, config.limits.clone(), backends).map_err(|e| e.to_string())?;
+    if let Some(http) = config.http_settings() {
+        return runtime.block_on(agent_as_model::http::serve_http(server, http));
+    }
     runtime
         .block_on(match config.transport {
             Transport::Stdio => serve_stdio(server, config.framing()),

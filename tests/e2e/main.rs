@@ -23,6 +23,7 @@ mod faults;
 mod gemini;
 mod hardening;
 mod hosts;
+mod http;
 mod litellm;
 mod local;
 mod packaging;

@@ -1,0 +1,308 @@
+//! Streamable HTTP: the real binary with `--http`, driven by plain HTTP requests on both eras:
+//! 2026-07-28 MRTR rounds as self-contained POSTs (crossing replicas that share the sealing
+//! key), legacy sessions with sampling on the session's stream, auth, Host and Origin checks,
+//! health and a graceful stop.
+
+use serde_json::{Value, json};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_agent-as-model");
+const KEY: &str = "http-test-sealing-key-0123456789abcdef";
+
+struct Replica {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+async fn start(env: &[(&str, &str)]) -> Replica {
+    let port = free_port();
+    let mut command = Command::new(BIN);
+    command
+        .env("AGENT_AS_MODEL_HTTP", format!("127.0.0.1:{port}"))
+        .env("RUST_LOG", "error")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    let replica = Replica {
+        child: command.spawn().unwrap(),
+        url: format!("http://127.0.0.1:{port}"),
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        if let Ok(r) = reqwest::get(format!("{}/healthz", replica.url)).await
+            && r.status() == 200
+        {
+            return replica;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the HTTP server did not come up");
+}
+
+fn meta() -> Value {
+    json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+           "io.modelcontextprotocol/clientCapabilities": {"sampling": {}},
+           "io.modelcontextprotocol/clientInfo": {"name": "http-test", "version": "0"}})
+}
+
+/// The JSON-RPC messages of a response body (plain JSON or an SSE stream).
+fn messages(body: &str) -> Vec<Value> {
+    if body.trim_start().starts_with('{') {
+        return vec![serde_json::from_str(body).unwrap()];
+    }
+    body.lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter(|d| !d.trim().is_empty())
+        .map(|d| serde_json::from_str(d.trim()).unwrap())
+        .collect()
+}
+
+async fn post(
+    url: &str,
+    headers: &[(&str, &str)],
+    body: &Value,
+) -> (u16, Vec<Value>, reqwest::header::HeaderMap) {
+    let mut request = reqwest::Client::new()
+        .post(format!("{url}/mcp"))
+        .header("Content-Type", "application/json")
+        .header("Accept", "application/json, text/event-stream")
+        .body(body.to_string());
+    for (k, v) in headers {
+        request = request.header(*k, *v);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    let text = response.text().await.unwrap();
+    let parsed = if status == 200 {
+        messages(&text)
+    } else {
+        Vec::new()
+    };
+    (status, parsed, headers)
+}
+
+/// One 2026-07-28 `tools/call` POST (a first round, or a retry with `extra` params).
+async fn modern_call(url: &str, arguments: &Value, extra: Value) -> Value {
+    let mut params = json!({"_meta": meta(), "name": "generate", "arguments": arguments});
+    if let (Some(p), Value::Object(extra)) = (params.as_object_mut(), extra) {
+        p.extend(extra);
+    }
+    let headers = [
+        ("MCP-Protocol-Version", "2026-07-28"),
+        ("Mcp-Method", "tools/call"),
+        ("Mcp-Name", "generate"),
+    ];
+    let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": params});
+    let (status, replies, _) = post(url, &headers, &body).await;
+    assert_eq!(status, 200);
+    replies.into_iter().find(|m| m["id"] == 7).unwrap()
+}
+
+fn sample_answer(text: &str) -> Value {
+    json!({"sample": {"role": "assistant", "content": {"type": "text", "text": text},
+                      "model": "http-host-model"}})
+}
+
+#[tokio::test]
+async fn an_mrtr_retry_completes_on_another_replica_with_the_same_key_only() {
+    let a = start(&[("AGENT_AS_MODEL_STATE_KEY", KEY)]).await;
+    let b = start(&[("AGENT_AS_MODEL_STATE_KEY", KEY)]).await;
+    let other = start(&[(
+        "AGENT_AS_MODEL_STATE_KEY",
+        "a-different-key-0123456789abcdefghij",
+    )])
+    .await;
+    let arguments = json!({"prompt": "over http"});
+    let first = modern_call(&a.url, &arguments, json!({})).await;
+    let result = &first["result"];
+    assert_eq!(result["resultType"], "input_required", "{first}");
+    assert_eq!(
+        result["inputRequests"]["sample"]["method"],
+        "sampling/createMessage"
+    );
+    let state = result["requestState"].as_str().unwrap().to_owned();
+    let retry =
+        json!({"requestState": state, "inputResponses": sample_answer("answered across replicas")});
+    let done = modern_call(&b.url, &arguments, retry.clone()).await;
+    assert_eq!(
+        done["result"]["content"][0]["text"], "answered across replicas",
+        "{done}"
+    );
+    let refused = modern_call(&other.url, &arguments, retry).await;
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+}
+
+#[tokio::test]
+async fn a_legacy_session_samples_on_its_stream() {
+    let server = start(&[]).await;
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {"sampling": {}},
+        "clientInfo": {"name": "legacy-http", "version": "0"}}});
+    let (status, replies, headers) = post(&server.url, &[], &init).await;
+    assert_eq!(status, 200);
+    assert_eq!(replies[0]["result"]["protocolVersion"], "2025-11-25");
+    let session = headers["mcp-session-id"].to_str().unwrap().to_owned();
+    let s = [
+        ("Mcp-Session-Id", session.as_str()),
+        ("MCP-Protocol-Version", "2025-11-25"),
+    ];
+    let (status, _, _) = post(
+        &server.url,
+        &s,
+        &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    )
+    .await;
+    assert_eq!(status, 202);
+    // The call's response is a stream: the sampling request arrives on it, the answer is
+    // POSTed back, and the result follows on the same stream.
+    let response = reqwest::Client::new()
+        .post(format!("{}/mcp", server.url))
+        .header("Content-Type", "application/json")
+        .header("Accept", "application/json, text/event-stream")
+        .header("Mcp-Session-Id", &session)
+        .header("MCP-Protocol-Version", "2025-11-25")
+        .body(
+            json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                   "params": {"name": "generate", "arguments": {"prompt": "legacy over http"}}})
+            .to_string(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let mut response = response;
+    let mut buffer = String::new();
+    let mut answered = false;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        assert!(
+            Instant::now() < deadline,
+            "no result on the stream: {buffer}"
+        );
+        let chunk = tokio::time::timeout(Duration::from_secs(20), response.chunk())
+            .await
+            .unwrap()
+            .unwrap()
+            .expect("the stream stays open until the result");
+        buffer.push_str(&String::from_utf8_lossy(&chunk));
+        let seen = messages(&buffer);
+        if !answered
+            && let Some(request) = seen
+                .iter()
+                .find(|m| m["method"] == "sampling/createMessage")
+        {
+            assert_eq!(
+                request["params"]["messages"][0]["content"]["text"],
+                "legacy over http"
+            );
+            let reply = json!({"jsonrpc": "2.0", "id": request["id"], "result": {
+                "role": "assistant", "content": {"type": "text", "text": "sampled over http"},
+                "model": "m"}});
+            let (status, _, _) = post(&server.url, &s, &reply).await;
+            assert_eq!(status, 202);
+            answered = true;
+        }
+        if let Some(done) = seen.iter().find(|m| m["id"] == 2) {
+            assert_eq!(done["result"]["content"][0]["text"], "sampled over http");
+            break;
+        }
+    }
+}
+
+#[tokio::test]
+async fn auth_host_and_origin_are_checked_and_health_is_open() {
+    let token = "secret-bearer-token-for-the-test";
+    let server = start(&[("AGENT_AS_MODEL_AUTH_TOKEN", token)]).await;
+    let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"_meta": meta(), "name": "list_models", "arguments": {}}});
+    let modern = [
+        ("MCP-Protocol-Version", "2026-07-28"),
+        ("Mcp-Method", "tools/call"),
+        ("Mcp-Name", "list_models"),
+    ];
+    let (status, _, headers) = post(&server.url, &modern, &list).await;
+    assert_eq!(status, 401);
+    assert!(
+        headers["www-authenticate"]
+            .to_str()
+            .unwrap()
+            .starts_with("Bearer")
+    );
+    let bearer = format!("Bearer {token}");
+    let wrong = [
+        modern[0],
+        modern[1],
+        modern[2],
+        ("Authorization", "Bearer nope"),
+    ];
+    assert_eq!(post(&server.url, &wrong, &list).await.0, 401);
+    let good = [
+        modern[0],
+        modern[1],
+        modern[2],
+        ("Authorization", bearer.as_str()),
+    ];
+    let (status, replies, _) = post(&server.url, &good, &list).await;
+    assert_eq!(status, 200);
+    assert!(
+        replies[0]["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("agent-default")
+    );
+    // DNS rebinding: a foreign Host or Origin is refused before anything else.
+    let rebound = [good[0], good[1], good[2], good[3], ("Host", "evil.example")];
+    assert_eq!(post(&server.url, &rebound, &list).await.0, 403);
+    let origin = [
+        good[0],
+        good[1],
+        good[2],
+        good[3],
+        ("Origin", "http://evil.example"),
+    ];
+    assert_eq!(post(&server.url, &origin, &list).await.0, 403);
+    let health = reqwest::get(format!("{}/healthz", server.url))
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 200);
+    let missing = reqwest::get(format!("{}/elsewhere", server.url))
+        .await
+        .unwrap();
+    assert_eq!(missing.status(), 404);
+}
+
+#[tokio::test]
+async fn sigterm_stops_the_server() {
+    let mut server = start(&[]).await;
+    let pid = server.child.id().to_string();
+    let status = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    assert!(status.success());
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        if let Some(status) = server.child.try_wait().unwrap() {
+            assert!(status.success(), "{status}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "still running after SIGTERM");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
