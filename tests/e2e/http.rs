@@ -306,3 +306,135 @@ async fn sigterm_stops_the_server() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+struct Nginx(Child);
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn nginx_binary() -> String {
+    std::env::var("AGENT_AS_MODEL_NGINX").unwrap_or_else(|_| "/usr/sbin/nginx".into())
+}
+
+/// `deploy/nginx.conf` with its ports and paths replaced, started in the foreground.
+async fn nginx(a: &Replica, b: &Replica) -> (Nginx, String) {
+    let port = free_port();
+    let dir = std::env::temp_dir().join(format!("aam-nginx-{}-{port}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let d = dir.to_str().unwrap();
+    let config = include_str!("../../deploy/nginx.conf")
+        .replace("127.0.0.1:8001", a.url.trim_start_matches("http://"))
+        .replace("127.0.0.1:8002", b.url.trim_start_matches("http://"))
+        .replace("127.0.0.1:8000", &format!("127.0.0.1:{port}"))
+        .replace("/tmp/agent-as-model-nginx", &format!("{d}/nginx"));
+    let path = dir.join("nginx.conf");
+    std::fs::write(&path, config).unwrap();
+    let exe = nginx_binary();
+    let nginx = Nginx(
+        Command::new(&exe)
+            .args(["-c", path.to_str().unwrap(), "-p", d])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("cannot start nginx at {exe} ({e}); scripts/test installs it")
+            }),
+    );
+    let url = format!("http://127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        if let Ok(r) = reqwest::get(format!("{url}/healthz")).await
+            && r.status() == 200
+        {
+            return (nginx, url);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("nginx did not come up");
+}
+
+/// A 2026-07-28 `tools/call` through nginx: the reply and the replica that answered.
+async fn modern_via(url: &str, arguments: &Value, extra: Value) -> (Value, String) {
+    let mut params = json!({"_meta": meta(), "name": "generate", "arguments": arguments});
+    if let (Some(p), Value::Object(extra)) = (params.as_object_mut(), extra) {
+        p.extend(extra);
+    }
+    let headers = [
+        ("MCP-Protocol-Version", "2026-07-28"),
+        ("Mcp-Method", "tools/call"),
+        ("Mcp-Name", "generate"),
+    ];
+    let body = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": params});
+    let (status, replies, headers) = post(url, &headers, &body).await;
+    assert_eq!(status, 200);
+    let upstream = headers["x-upstream"].to_str().unwrap().to_owned();
+    (
+        replies.into_iter().find(|m| m["id"] == 9).unwrap(),
+        upstream,
+    )
+}
+
+#[tokio::test]
+async fn behind_nginx_retries_cross_replicas_and_sessions_stick() {
+    let a = start(&[("AGENT_AS_MODEL_STATE_KEY", KEY)]).await;
+    let b = start(&[("AGENT_AS_MODEL_STATE_KEY", KEY)]).await;
+    let (_nginx, url) = nginx(&a, &b).await;
+    // Requests without a session spread over both replicas; a retry that lands on the other
+    // replica than its first round completes.
+    let mut crossed = 0;
+    let mut upstreams = std::collections::HashSet::new();
+    for i in 0..12 {
+        let arguments = json!({"prompt": format!("call {i}")});
+        let (first, first_upstream) = modern_via(&url, &arguments, json!({})).await;
+        let state = first["result"]["requestState"].as_str().unwrap().to_owned();
+        let answer = format!("answer {i}");
+        let retry = json!({"requestState": state, "inputResponses": sample_answer(&answer)});
+        let (done, retry_upstream) = modern_via(&url, &arguments, retry).await;
+        assert_eq!(
+            done["result"]["content"][0]["text"],
+            answer.as_str(),
+            "{done}"
+        );
+        upstreams.insert(first_upstream.clone());
+        if first_upstream != retry_upstream {
+            crossed += 1;
+        }
+    }
+    assert_eq!(upstreams.len(), 2, "both replicas served: {upstreams:?}");
+    assert!(crossed > 0, "at least one retry crossed replicas");
+    // A legacy session: every request with its id goes to the replica that created it.
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {"sampling": {}},
+        "clientInfo": {"name": "legacy-nginx", "version": "0"}}});
+    let (status, _, headers) = post(&url, &[], &init).await;
+    assert_eq!(status, 200);
+    let session = headers["mcp-session-id"].to_str().unwrap().to_owned();
+    let home = headers["x-upstream"].to_str().unwrap().to_owned();
+    let s = [
+        ("Mcp-Session-Id", session.as_str()),
+        ("MCP-Protocol-Version", "2025-11-25"),
+    ];
+    for _ in 0..6 {
+        let (status, _, headers) = post(
+            &url,
+            &s,
+            &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        )
+        .await;
+        assert_eq!(status, 202);
+        assert_eq!(headers["x-upstream"].to_str().unwrap(), home);
+    }
+    let list = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+        "params": {"name": "list_models", "arguments": {}}});
+    let (status, replies, _) = post(&url, &s, &list).await;
+    assert_eq!(status, 200);
+    assert!(
+        replies
+            .iter()
+            .any(|m| m["id"] == 3 && m["result"]["content"][0]["text"].is_string())
+    );
+}
