@@ -438,3 +438,44 @@ async fn behind_nginx_retries_cross_replicas_and_sessions_stick() {
             .any(|m| m["id"] == 3 && m["result"]["content"][0]["text"].is_string())
     );
 }
+
+fn python() -> String {
+    std::env::var("AGENT_AS_MODEL_PYTHON").unwrap_or_else(|_| {
+        format!(
+            "{}/target/peers/venv/bin/python",
+            env!("CARGO_MANIFEST_DIR")
+        )
+    })
+}
+
+#[tokio::test]
+async fn the_official_python_sdk_samples_over_http_on_both_eras() {
+    let server = start(&[]).await;
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/interop/python_client.py"
+    );
+    for (mode, version) in [("legacy", "2025-11-25"), ("2026-07-28", "2026-07-28")] {
+        let out = tokio::process::Command::new(python())
+            .args([script, &format!("{}/mcp", server.url), mode])
+            .output()
+            .await
+            .unwrap_or_else(|e| panic!("cannot run the Python SDK client ({e}); run scripts/test"));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{mode}: {}\n{stdout}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let report: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+        assert_eq!(report["protocol_version"], version);
+        assert_eq!(report["is_error"], false);
+        assert_eq!(report["text"], "python host saw: hello from the python sdk");
+        assert!(
+            report["tools"]
+                .as_array()
+                .unwrap()
+                .contains(&json!("chat_complete"))
+        );
+    }
+}
