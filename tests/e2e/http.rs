@@ -317,7 +317,10 @@ impl Drop for Nginx {
 }
 
 fn nginx_binary() -> String {
-    std::env::var("AGENT_AS_MODEL_NGINX").unwrap_or_else(|_| "/usr/sbin/nginx".into())
+    std::env::var("AGENT_AS_MODEL_NGINX")
+        .ok()
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| "/usr/sbin/nginx".into())
 }
 
 /// `deploy/nginx.conf` with its ports and paths replaced, started in the foreground.
@@ -440,12 +443,15 @@ async fn behind_nginx_retries_cross_replicas_and_sessions_stick() {
 }
 
 fn python() -> String {
-    std::env::var("AGENT_AS_MODEL_PYTHON").unwrap_or_else(|_| {
-        format!(
-            "{}/target/peers/venv/bin/python",
-            env!("CARGO_MANIFEST_DIR")
-        )
-    })
+    std::env::var("AGENT_AS_MODEL_PYTHON")
+        .ok()
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| {
+            format!(
+                "{}/target/peers/venv/bin/python",
+                env!("CARGO_MANIFEST_DIR")
+            )
+        })
 }
 
 #[tokio::test]

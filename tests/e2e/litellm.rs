@@ -32,12 +32,15 @@ impl Drop for Proxy {
 }
 
 fn litellm() -> String {
-    std::env::var("AGENT_AS_MODEL_LITELLM").unwrap_or_else(|_| {
-        format!(
-            "{}/target/peers/venv/bin/litellm",
-            env!("CARGO_MANIFEST_DIR")
-        )
-    })
+    std::env::var("AGENT_AS_MODEL_LITELLM")
+        .ok()
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| {
+            format!(
+                "{}/target/peers/venv/bin/litellm",
+                env!("CARGO_MANIFEST_DIR")
+            )
+        })
 }
 
 fn start(port: u16) -> Proxy {
