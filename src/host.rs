@@ -20,52 +20,12 @@ use std::sync::Arc;
 /// The sampling request in neutral form. Content a model cannot be given is an error naming
 /// where it is.
 pub fn request(params: &CreateMessageRequestParams, limits: &Limits) -> CallResult<ModelRequest> {
-    let mut turns = Vec::with_capacity(params.messages.len());
-    for (i, message) in params.messages.iter().enumerate() {
-        let role = match message.role {
-            rmcp::model::Role::User => Role::User,
-            rmcp::model::Role::Assistant => Role::Assistant,
-        };
-        let mut blocks = Vec::new();
-        for (j, block) in message.content.clone().into_vec().into_iter().enumerate() {
-            let path = format!("messages[{i}].content[{j}]");
-            let media =
-                |kind, data: &str, mime: &str| media::block(kind, data, mime, &path, &path, limits);
-            blocks.push(match block {
-                SamplingMessageContentBlock::Text(t) => Block::Text(t.text),
-                SamplingMessageContentBlock::Image(m) => {
-                    media(media::Kind::Image, &m.data, &m.mime_type)?
-                }
-                SamplingMessageContentBlock::Audio(m) => {
-                    media(media::Kind::Audio, &m.data, &m.mime_type)?
-                }
-                SamplingMessageContentBlock::ToolUse(u) => Block::ToolUse {
-                    id: u.id,
-                    name: u.name,
-                    input: u.input,
-                },
-                SamplingMessageContentBlock::ToolResult(r) => Block::ToolResult {
-                    id: r.tool_use_id,
-                    content: r
-                        .content
-                        .iter()
-                        .map(|c| match c.as_text() {
-                            Some(t) => Block::Text(t.text.clone()),
-                            None => Block::Text("[non-text content]".into()),
-                        })
-                        .collect(),
-                    is_error: r.is_error.unwrap_or(false),
-                },
-                _ => {
-                    return Err(CallError::at(
-                        &path,
-                        "content of a type this host does not know",
-                    ));
-                }
-            });
-        }
-        turns.push(Turn { role, blocks });
-    }
+    let turns = params
+        .messages
+        .iter()
+        .enumerate()
+        .map(|(i, message)| turn(i, message, limits))
+        .collect::<CallResult<Vec<Turn>>>()?;
     let metadata = params.metadata.as_ref();
     let number = |key: &str| metadata.and_then(|m| m.get(key)).and_then(|v| v.as_f64());
     Ok(ModelRequest {
@@ -100,6 +60,53 @@ pub fn request(params: &CreateMessageRequestParams, limits: &Limits) -> CallResu
         }),
         response_schema: None,
     })
+}
+
+/// One sampling message as a neutral turn.
+fn turn(i: usize, message: &SamplingMessage, limits: &Limits) -> CallResult<Turn> {
+    let role = match message.role {
+        rmcp::model::Role::User => Role::User,
+        rmcp::model::Role::Assistant => Role::Assistant,
+    };
+    let mut blocks = Vec::new();
+    for (j, block) in message.content.clone().into_vec().into_iter().enumerate() {
+        let path = format!("messages[{i}].content[{j}]");
+        let media =
+            |kind, data: &str, mime: &str| media::block(kind, data, mime, &path, &path, limits);
+        blocks.push(match block {
+            SamplingMessageContentBlock::Text(t) => Block::Text(t.text),
+            SamplingMessageContentBlock::Image(m) => {
+                media(media::Kind::Image, &m.data, &m.mime_type)?
+            }
+            SamplingMessageContentBlock::Audio(m) => {
+                media(media::Kind::Audio, &m.data, &m.mime_type)?
+            }
+            SamplingMessageContentBlock::ToolUse(u) => Block::ToolUse {
+                id: u.id,
+                name: u.name,
+                input: u.input,
+            },
+            SamplingMessageContentBlock::ToolResult(r) => Block::ToolResult {
+                id: r.tool_use_id,
+                content: r
+                    .content
+                    .iter()
+                    .map(|c| match c.as_text() {
+                        Some(t) => Block::Text(t.text.clone()),
+                        None => Block::Text("[non-text content]".into()),
+                    })
+                    .collect(),
+                is_error: r.is_error.unwrap_or(false),
+            },
+            _ => {
+                return Err(CallError::at(
+                    &path,
+                    "content of a type this host does not know",
+                ));
+            }
+        });
+    }
+    Ok(Turn { role, blocks })
 }
 
 /// A completion as the sampling result.

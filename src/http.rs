@@ -103,51 +103,7 @@ pub async fn serve_http(server: Server, settings: HttpSettings) -> Result<(), St
         let Ok((stream, _peer)) = accepted else {
             continue;
         };
-        let mcp = mcp.clone();
-        let stop = stop.clone();
-        connections.spawn(async move {
-            let service = hyper::service::service_fn(move |request: Request<Incoming>| {
-                let mut mcp = mcp.clone();
-                async move {
-                    let response = match request.uri().path() {
-                        "/healthz" => plain(StatusCode::OK, "ok\n"),
-                        "/mcp" => {
-                            if token.is_some_and(|t| !authorized(&request, &t)) {
-                                let mut r = plain(StatusCode::UNAUTHORIZED, "unauthorized\n");
-                                r.headers_mut().insert(
-                                    hyper::header::WWW_AUTHENTICATE,
-                                    hyper::header::HeaderValue::from_static(
-                                        "Bearer realm=\"agent-as-model\"",
-                                    ),
-                                );
-                                r
-                            } else {
-                                use tower_service::Service as _;
-                                match mcp.call(request).await {
-                                    Ok(r) => r,
-                                    Err(never) => match never {},
-                                }
-                            }
-                        }
-                        _ => plain(StatusCode::NOT_FOUND, "not found: MCP is served at /mcp\n"),
-                    };
-                    Ok::<_, Infallible>(response)
-                }
-            });
-            let io = hyper_util::rt::TokioIo::new(stream);
-            let connection = hyper::server::conn::http1::Builder::new()
-                .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(Duration::from_secs(30))
-                .serve_connection(io, service);
-            tokio::pin!(connection);
-            tokio::select! {
-                _ = connection.as_mut() => {}
-                () = stop.cancelled() => {
-                    connection.as_mut().graceful_shutdown();
-                    let _ = connection.await;
-                }
-            }
-        });
+        connections.spawn(serve_connection(stream, mcp.clone(), token, stop.clone()));
     }
     tracing::warn!("stopping: finishing in-flight requests");
     stop.cancel();
@@ -159,6 +115,60 @@ pub async fn serve_http(server: Server, settings: HttpSettings) -> Result<(), St
         tracing::warn!("in-flight requests did not finish within the grace period; dropped");
     }
     Ok(())
+}
+
+type Mcp = StreamableHttpService<Server, LocalSessionManager>;
+
+/// One request: health, `/mcp` behind the token, or 404.
+async fn route(
+    request: Request<Incoming>,
+    mut mcp: Mcp,
+    token: Option<[u8; 32]>,
+) -> Response<Body> {
+    match request.uri().path() {
+        "/healthz" => plain(StatusCode::OK, "ok\n"),
+        "/mcp" if token.is_some_and(|t| !authorized(&request, &t)) => {
+            let mut r = plain(StatusCode::UNAUTHORIZED, "unauthorized\n");
+            r.headers_mut().insert(
+                hyper::header::WWW_AUTHENTICATE,
+                hyper::header::HeaderValue::from_static("Bearer realm=\"agent-as-model\""),
+            );
+            r
+        }
+        "/mcp" => {
+            use tower_service::Service as _;
+            match mcp.call(request).await {
+                Ok(r) => r,
+                Err(never) => match never {},
+            }
+        }
+        _ => plain(StatusCode::NOT_FOUND, "not found: MCP is served at /mcp\n"),
+    }
+}
+
+/// Serves one connection until it closes, or ends it gracefully when the server stops.
+async fn serve_connection(
+    stream: tokio::net::TcpStream,
+    mcp: Mcp,
+    token: Option<[u8; 32]>,
+    stop: CancellationToken,
+) {
+    let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+        let mcp = mcp.clone();
+        async move { Ok::<_, Infallible>(route(request, mcp, token).await) }
+    });
+    let connection = hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(Duration::from_secs(30))
+        .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+    tokio::pin!(connection);
+    tokio::select! {
+        _ = connection.as_mut() => {}
+        () = stop.cancelled() => {
+            connection.as_mut().graceful_shutdown();
+            let _ = connection.await;
+        }
+    }
 }
 
 async fn shutdown_signal() {

@@ -111,19 +111,7 @@ impl Provider {
                             provider_message(&text)
                         )));
                     }
-                    match retry_after {
-                        Some(wait) if wait > self.settings.max_retry_after => {
-                            return Err(fail(format!(
-                                "the provider answered {status} and asked to retry after {} s, \
-                                 longer than this server waits ({} s): {}",
-                                wait.as_secs(),
-                                self.settings.max_retry_after.as_secs(),
-                                provider_message(&text)
-                            )));
-                        }
-                        Some(wait) => wait,
-                        None => backoff(attempt),
-                    }
+                    self.wait(status, retry_after, &text, attempt)?
                 }
                 Err(e) if (e.is_timeout() || e.is_connect()) && attempt < self.settings.retries => {
                     tracing::debug!(attempt, "provider request failed, retrying");
@@ -133,6 +121,28 @@ impl Provider {
             };
             attempt += 1;
             tokio::time::sleep(wait).await;
+        }
+    }
+
+    /// How long to wait before retrying: what the provider asked for (within reason), else
+    /// the backoff.
+    fn wait(
+        &self,
+        status: reqwest::StatusCode,
+        retry_after: Option<Duration>,
+        text: &str,
+        attempt: u32,
+    ) -> CallResult<Duration> {
+        match retry_after {
+            Some(wait) if wait > self.settings.max_retry_after => Err(fail(format!(
+                "the provider answered {status} and asked to retry after {} s, longer than \
+                 this server waits ({} s): {}",
+                wait.as_secs(),
+                self.settings.max_retry_after.as_secs(),
+                provider_message(text)
+            ))),
+            Some(wait) => Ok(wait),
+            None => Ok(backoff(attempt)),
         }
     }
 
@@ -354,33 +364,7 @@ pub fn completion(answer: &Value, model: &str) -> CallResult<Completion> {
         .iter()
         .enumerate()
     {
-        let name = call
-            .pointer("/function/name")
-            .and_then(Value::as_str)
-            .ok_or_else(|| bad(&format!("tool_calls[{i}].function.name is missing")))?;
-        let arguments = call.pointer("/function/arguments");
-        let input = match arguments {
-            Some(Value::String(s)) if s.trim().is_empty() => Map::new(),
-            Some(Value::String(s)) => match serde_json::from_str(s) {
-                Ok(Value::Object(o)) => o,
-                _ => {
-                    return Err(bad(&format!(
-                        "tool_calls[{i}].function.arguments is not a JSON object"
-                    )));
-                }
-            },
-            Some(Value::Object(o)) => o.clone(),
-            _ => Map::new(),
-        };
-        let id = call
-            .get("id")
-            .and_then(Value::as_str)
-            .map_or_else(|| crate::call::new_id("call_"), str::to_owned);
-        blocks.push(Block::ToolUse {
-            id,
-            name: name.to_owned(),
-            input,
-        });
+        blocks.push(tool_call(i, call).map_err(|what| bad(&what))?);
     }
     if blocks.is_empty() {
         blocks.push(Block::Text(String::new()));
@@ -393,20 +377,7 @@ pub fn completion(answer: &Value, model: &str) -> CallResult<Completion> {
         }
         _ => Finish::EndTurn,
     };
-    let count = |key: &str| {
-        answer
-            .pointer(&format!("/usage/{key}"))
-            .and_then(Value::as_u64)
-            .and_then(|n| usize::try_from(n).ok())
-    };
-    let usage = match (count("prompt_tokens"), count("completion_tokens")) {
-        (Some(prompt), Some(completion)) => Some(Usage {
-            prompt,
-            completion,
-            estimated: false,
-        }),
-        _ => None,
-    };
+    let usage = usage(answer);
     Ok(Completion {
         blocks,
         model: answer
@@ -416,6 +387,51 @@ pub fn completion(answer: &Value, model: &str) -> CallResult<Completion> {
             .to_owned(),
         finish,
         usage,
+    })
+}
+
+/// One of the answer's `tool_calls` as a tool use; `Err` says what is wrong with it.
+fn tool_call(i: usize, call: &Value) -> Result<Block, String> {
+    let name = call
+        .pointer("/function/name")
+        .and_then(Value::as_str)
+        .ok_or_else(|| format!("tool_calls[{i}].function.name is missing"))?;
+    let input = match call.pointer("/function/arguments") {
+        Some(Value::String(s)) if s.trim().is_empty() => Map::new(),
+        Some(Value::String(s)) => match serde_json::from_str(s) {
+            Ok(Value::Object(o)) => o,
+            _ => {
+                return Err(format!(
+                    "tool_calls[{i}].function.arguments is not a JSON object"
+                ));
+            }
+        },
+        Some(Value::Object(o)) => o.clone(),
+        _ => Map::new(),
+    };
+    let id = call
+        .get("id")
+        .and_then(Value::as_str)
+        .map_or_else(|| crate::call::new_id("call_"), str::to_owned);
+    Ok(Block::ToolUse {
+        id,
+        name: name.to_owned(),
+        input,
+    })
+}
+
+/// The provider's token counts, when it reports both.
+fn usage(answer: &Value) -> Option<Usage> {
+    let count = |key: &str| {
+        answer
+            .pointer(&format!("/usage/{key}"))
+            .and_then(Value::as_u64)
+            .and_then(|n| usize::try_from(n).ok())
+    };
+    Some(Usage {
+        prompt: count("prompt_tokens")?,
+        completion: count("completion_tokens")?,
+        estimated: false,
     })
 }
 

@@ -289,10 +289,9 @@ impl<'a> Machine<'a> {
         }
     }
 
-    /// The request for the next attempt.
-    fn attempt(&self, progress: &Progress) -> Attempt<'a> {
-        let call = self.call;
-        let repairs = progress
+    /// Each rejected answer, and the request to repair it.
+    fn repair_turns(&self, progress: &Progress) -> Vec<Turn> {
+        progress
             .repairs
             .iter()
             .flat_map(|r| {
@@ -304,7 +303,13 @@ impl<'a> Machine<'a> {
                     ),
                 ]
             })
-            .collect();
+            .collect()
+    }
+
+    /// The request for the next attempt.
+    fn attempt(&self, progress: &Progress) -> Attempt<'a> {
+        let call = self.call;
+        let repairs = self.repair_turns(progress);
         let instruction = match (self.strategy, &call.mode) {
             // Native schemas get the instruction too: a small model writes better values
             // when it reads what they are for, and the constraint keeps the shape.
@@ -338,10 +343,6 @@ impl<'a> Machine<'a> {
             }
             _ => (Vec::new(), None),
         };
-        let response_schema = match (self.strategy, &call.mode) {
-            (Strategy::StructuredNative, Mode::Structured(schema)) => Some(schema.object()),
-            _ => None,
-        };
         Attempt {
             call,
             system,
@@ -349,7 +350,10 @@ impl<'a> Machine<'a> {
             tools,
             tool_choice,
             tool_content: self.caps.tools,
-            response_schema,
+            response_schema: match (self.strategy, &call.mode) {
+                (Strategy::StructuredNative, Mode::Structured(schema)) => Some(schema.object()),
+                _ => None,
+            },
         }
     }
 }

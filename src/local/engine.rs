@@ -223,30 +223,11 @@ impl Engine {
         cancelled: &dyn Fn() -> bool,
         on_token: &mut dyn FnMut(usize),
     ) -> Result<Output, String> {
-        let fail = |e: candle_core::Error| format!("the local model failed: {e}");
         let prompt_ids = self.encode(prompt)?;
-        let context = self.info.context;
-        if prompt_ids.len() >= context {
-            return Err(format!(
-                "the prompt is {} tokens, over the local model's context of {context} tokens \
-                 (AGENT_AS_MODEL_LOCAL_CONTEXT); send a shorter conversation",
-                prompt_ids.len()
-            ));
-        }
-        let budget = params.max_tokens.min(context - prompt_ids.len());
-        let sampling = match params.temperature {
-            Some(t) if t > 1e-6 => match params.top_p {
-                Some(p) if p > 0.0 && p < 1.0 => Sampling::TopP { p, temperature: t },
-                _ => Sampling::All { temperature: t },
-            },
-            _ => Sampling::ArgMax,
-        };
-        let mut sampler = LogitsProcessor::from_sampling(params.seed, sampling);
+        let budget = self.budget(prompt_ids.len(), params.max_tokens)?;
+        let mut sampler = sampler(params);
         self.weights.clear();
-        let input = Tensor::new(prompt_ids.as_slice(), &self.device)
-            .and_then(|t| t.unsqueeze(0))
-            .map_err(fail)?;
-        let mut logits = self.weights.forward(&input, 0).map_err(fail)?;
+        let mut logits = self.forward(&prompt_ids, 0)?;
         let mut generated: Vec<u32> = Vec::new();
         let mut finish = Finish::MaxTokens;
         let mut text = String::new();
@@ -254,49 +235,14 @@ impl Engine {
             if cancelled() {
                 return Err("the call was cancelled".into());
             }
-            let mut values: Vec<f32> = logits
-                .squeeze(0)
-                .and_then(|l| l.to_dtype(candle_core::DType::F32))
-                .and_then(|l| l.to_vec1())
-                .map_err(fail)?;
-            if let Some(c) = constraint.as_mut() {
-                let step = c
-                    .compute_mask()
-                    .map_err(|e| format!("constrained decoding failed: {e}"))?;
-                if step.is_stop() {
+            let (next, last) = match self.pick(&logits, constraint.as_mut(), &mut sampler)? {
+                Pick::End => {
                     finish = Finish::EndTurn;
                     break;
                 }
-                if let Some(mask) = &step.sample_mask {
-                    for (i, v) in values.iter_mut().enumerate() {
-                        if !mask.get(i) {
-                            *v = f32::NEG_INFINITY;
-                        }
-                    }
-                }
-            }
-            let masked = Tensor::new(values.as_slice(), &self.device).map_err(fail)?;
-            let next = sampler.sample(&masked).map_err(fail)?;
-            if let Some(c) = constraint.as_mut() {
-                let commit = c
-                    .commit_token(Some(next))
-                    .map_err(|e| format!("constrained decoding failed: {e}"))?;
-                if self.ends.contains(&next) {
-                    finish = Finish::EndTurn;
-                    break;
-                }
-                generated.push(next);
-                if commit.stop {
-                    finish = Finish::EndTurn;
-                    break;
-                }
-            } else {
-                if self.ends.contains(&next) {
-                    finish = Finish::EndTurn;
-                    break;
-                }
-                generated.push(next);
-            }
+                Pick::Token { id, last } => (id, last),
+            };
+            generated.push(next);
             on_token(generated.len());
             text = self
                 .tokenizer
@@ -307,14 +253,13 @@ impl Engine {
                 finish = Finish::StopSequence(Some(stop.to_owned()));
                 break;
             }
-            if generated.len() >= budget {
+            if last {
+                finish = Finish::EndTurn;
                 break;
             }
-            let input = Tensor::new(&[next], &self.device)
-                .and_then(|t| t.unsqueeze(0))
-                .map_err(fail)?;
-            let position = prompt_ids.len() + generated.len() - 1;
-            logits = self.weights.forward(&input, position).map_err(fail)?;
+            if generated.len() < budget {
+                logits = self.forward(&[next], prompt_ids.len() + generated.len() - 1)?;
+            }
         }
         Ok(Output {
             text,
@@ -323,6 +268,94 @@ impl Engine {
             finish,
         })
     }
+
+    /// How many tokens the answer may have: `max`, cut to what the context leaves.
+    fn budget(&self, prompt: usize, max: usize) -> Result<usize, String> {
+        let context = self.info.context;
+        if prompt >= context {
+            return Err(format!(
+                "the prompt is {prompt} tokens, over the local model's context of {context} \
+                 tokens (AGENT_AS_MODEL_LOCAL_CONTEXT); send a shorter conversation"
+            ));
+        }
+        Ok(max.min(context - prompt))
+    }
+
+    /// The logits after `tokens`, which start at `position`.
+    fn forward(&mut self, tokens: &[u32], position: usize) -> Result<Tensor, String> {
+        Tensor::new(tokens, &self.device)
+            .and_then(|t| t.unsqueeze(0))
+            .and_then(|input| self.weights.forward(&input, position))
+            .map_err(|e| format!("the local model failed: {e}"))
+    }
+
+    /// The next token: sampled from the logits, under the grammar's mask when there is one.
+    fn pick(
+        &self,
+        logits: &Tensor,
+        constraint: Option<&mut Constraint>,
+        sampler: &mut LogitsProcessor,
+    ) -> Result<Pick, String> {
+        let fail = |e: candle_core::Error| format!("the local model failed: {e}");
+        let mut values: Vec<f32> = logits
+            .squeeze(0)
+            .and_then(|l| l.to_dtype(candle_core::DType::F32))
+            .and_then(|l| l.to_vec1())
+            .map_err(fail)?;
+        let Some(c) = constraint else {
+            let id = sampler
+                .sample(&Tensor::new(values.as_slice(), &self.device).map_err(fail)?)
+                .map_err(fail)?;
+            return Ok(self.token(id, false));
+        };
+        let step = c
+            .compute_mask()
+            .map_err(|e| format!("constrained decoding failed: {e}"))?;
+        if step.is_stop() {
+            return Ok(Pick::End);
+        }
+        if let Some(mask) = &step.sample_mask {
+            for (i, v) in values.iter_mut().enumerate() {
+                if !mask.get(i) {
+                    *v = f32::NEG_INFINITY;
+                }
+            }
+        }
+        let masked = Tensor::new(values.as_slice(), &self.device).map_err(fail)?;
+        let id = sampler.sample(&masked).map_err(fail)?;
+        let commit = c
+            .commit_token(Some(id))
+            .map_err(|e| format!("constrained decoding failed: {e}"))?;
+        Ok(self.token(id, commit.stop))
+    }
+
+    /// A sampled token: the end of the turn, or one more token (the last when the grammar is
+    /// complete).
+    fn token(&self, id: u32, last: bool) -> Pick {
+        if self.ends.contains(&id) {
+            Pick::End
+        } else {
+            Pick::Token { id, last }
+        }
+    }
+}
+
+/// What the sampler chose.
+enum Pick {
+    End,
+    Token { id: u32, last: bool },
+}
+
+/// Greedy without a temperature (or at 0), else sampled, with nucleus filtering for top_p.
+fn sampler(params: &Params) -> LogitsProcessor {
+    let sampling = match params.temperature {
+        Some(t) if t > 1e-6 => match params.top_p {
+            Some(p) if p > 0.0 && p < 1.0 => Sampling::TopP { p, temperature: t },
+            _ => Sampling::All { temperature: t },
+        },
+        _ => Sampling::ArgMax,
+    };
+    LogitsProcessor::from_sampling(params.seed, sampling)
 }
 
 /// Where the earliest stop sequence starts in `text`, and which it is.

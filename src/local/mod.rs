@@ -250,15 +250,7 @@ impl Worker {
             &request.tools
         };
         let messages = template::messages(request.system.as_deref(), &request.turns);
-        let tool_specs: Vec<Value> = tools
-            .iter()
-            .map(|t| {
-                json!({"type": "function", "function": {"name": t.name,
-                    "description": t.description.clone().unwrap_or_default(),
-                    "parameters": t.schema}})
-            })
-            .collect();
-        let prompt = template::render(engine.template(), &messages, &tool_specs)?;
+        let prompt = template::render(engine.template(), &messages, &template::tools(tools))?;
         let grammar = grammar(request, tools);
         let constraint = match grammar {
             Some(g) => match engine.constraint(g) {
