@@ -112,22 +112,20 @@ impl Model for Local {
 
     fn describe(&self) -> Value {
         let mut context = self.settings.context;
-        let (id, status) = match self.state() {
-            State::Loading => (fetch::DEFAULT_MODEL_NAME.to_owned(), "loading".to_owned()),
-            State::Ready { name, context: c } => {
-                context = c;
-                (name, "ready".to_owned())
+        let state = self.state();
+        let status = match &state {
+            State::Loading => "loading".to_owned(),
+            State::Ready { context: c, .. } => {
+                context = *c;
+                "ready".to_owned()
             }
-            State::Failed(why) => (
-                fetch::DEFAULT_MODEL_NAME.to_owned(),
-                format!("failed: {why}"),
-            ),
+            State::Failed(why) => format!("failed: {why}"),
         };
-        let id = match &self.settings.model_file {
-            Some(path) if !matches!(self.state(), State::Ready { .. }) => {
-                path.display().to_string()
-            }
-            _ => id,
+        // The name results report: the default model's, or what the file says it is.
+        let id = match (&self.settings.model_file, state) {
+            (None, _) => fetch::DEFAULT_MODEL_NAME.to_owned(),
+            (Some(_), State::Ready { name, .. }) => name,
+            (Some(path), _) => path.display().to_string(),
         };
         json!({
             "id": id,

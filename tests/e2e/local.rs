@@ -111,6 +111,10 @@ async fn a_host_that_cannot_sample_is_answered_by_the_local_fallback_on_both_era
         let listed: Value = serde_json::from_str(&text(&models)).unwrap();
         assert_eq!(listed[1]["backend"], "local");
         assert_eq!(listed[1]["status"], "ready");
+        assert_eq!(
+            listed[1]["id"], body["model"],
+            "list_models names what results report"
+        );
         client.cancel().await.unwrap();
     }
 }
