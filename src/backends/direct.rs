@@ -40,6 +40,15 @@ pub struct ModelTool {
     pub schema: Map<String, Value>,
 }
 
+impl ModelTool {
+    /// The tool as an OpenAI function tool: what providers take and chat templates expect.
+    pub fn openai(&self) -> Value {
+        serde_json::json!({"type": "function", "function": {
+            "name": self.name, "description": self.description.clone().unwrap_or_default(),
+            "parameters": self.schema}})
+    }
+}
+
 impl ModelRequest {
     pub fn from_attempt(attempt: &Attempt<'_>) -> Self {
         let call = attempt.call;

@@ -4,7 +4,7 @@
 //! machine's prompt paths apply. Every wait is bounded; 429 and 5xx are retried with backoff,
 //! honouring `Retry-After`. The key is sent as a bearer token and never logged or echoed.
 
-use super::direct::{BoxFuture, Model, ModelRequest};
+use super::direct::{BoxFuture, Model, ModelRequest, ModelTool};
 use crate::call::{Block, Completion, Finish, Role, ToolChoice, Usage};
 use crate::error::{CallError, CallResult, clip};
 use crate::fulfil::Capabilities;
@@ -256,15 +256,7 @@ pub fn body(model: &str, request: &ModelRequest) -> Value {
         body.insert("stop".into(), json!(request.stop));
     }
     if !request.tools.is_empty() {
-        let tools: Vec<Value> = request
-            .tools
-            .iter()
-            .map(|t| {
-                json!({"type": "function", "function": {
-                    "name": t.name, "description": t.description.clone().unwrap_or_default(),
-                    "parameters": t.schema}})
-            })
-            .collect();
+        let tools = request.tools.iter().map(ModelTool::openai).collect();
         body.insert("tools".into(), Value::Array(tools));
         if let Some(choice) = request.tool_choice {
             let choice = match choice {

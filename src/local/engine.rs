@@ -230,7 +230,7 @@ impl Engine {
         let mut logits = self.forward(&prompt_ids, 0)?;
         let mut generated: Vec<u32> = Vec::new();
         let mut finish = Finish::MaxTokens;
-        let mut text = String::new();
+        let mut cut = None;
         while generated.len() < budget {
             if cancelled() {
                 return Err("the call was cancelled".into());
@@ -244,12 +244,11 @@ impl Engine {
             };
             generated.push(next);
             on_token(generated.len());
-            text = self
-                .tokenizer
-                .decode(&generated, false)
-                .map_err(|e| format!("the answer cannot be decoded: {e}"))?;
-            if let Some((at, stop)) = first_stop(&text, &params.stop) {
-                text.truncate(at);
+            // The text so far is decoded only when there are stop sequences to look for.
+            if !params.stop.is_empty()
+                && let Some((at, stop)) = first_stop(&self.decode(&generated)?, &params.stop)
+            {
+                cut = Some(at);
                 finish = Finish::StopSequence(Some(stop.to_owned()));
                 break;
             }
@@ -261,12 +260,22 @@ impl Engine {
                 logits = self.forward(&[next], prompt_ids.len() + generated.len() - 1)?;
             }
         }
+        let mut text = self.decode(&generated)?;
+        if let Some(at) = cut {
+            text.truncate(at);
+        }
         Ok(Output {
             text,
             prompt_tokens: prompt_ids.len(),
             completion_tokens: generated.len(),
             finish,
         })
+    }
+
+    fn decode(&self, tokens: &[u32]) -> Result<String, String> {
+        self.tokenizer
+            .decode(tokens, false)
+            .map_err(|e| format!("the answer cannot be decoded: {e}"))
     }
 
     /// How many tokens the answer may have: `max`, cut to what the context leaves.

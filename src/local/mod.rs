@@ -248,7 +248,11 @@ impl Worker {
             &request.tools
         };
         let messages = template::messages(request.system.as_deref(), &request.turns);
-        let prompt = template::render(engine.template(), &messages, &template::tools(tools))?;
+        let prompt = template::render(
+            engine.template(),
+            &messages,
+            &tools.iter().map(ModelTool::openai).collect::<Vec<_>>(),
+        )?;
         let grammar = grammar(request, tools);
         let constraint = match grammar {
             Some(g) => match engine.constraint(g) {

@@ -52,18 +52,6 @@ pub fn messages(system: Option<&str>, turns: &[Turn]) -> Vec<Value> {
     out
 }
 
-/// The tools in the form chat templates expect (OpenAI's function tools).
-pub fn tools(tools: &[crate::backends::direct::ModelTool]) -> Vec<Value> {
-    tools
-        .iter()
-        .map(|t| {
-            json!({"type": "function", "function": {"name": t.name,
-                "description": t.description.clone().unwrap_or_default(),
-                "parameters": t.schema}})
-        })
-        .collect()
-}
-
 /// Renders the prompt, ending with the start of the assistant's turn.
 pub fn render(
     template: Option<&str>,

@@ -3,31 +3,17 @@
 //! key), legacy sessions with sampling on the session's stream, auth, Host and Origin checks,
 //! health and a graceful stop.
 
+use crate::common::{Killed, free_port, peer, venv_bin};
 use serde_json::{Value, json};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_agent-as-model");
 const KEY: &str = "http-test-sealing-key-0123456789abcdef";
 
 struct Replica {
-    child: Child,
+    child: Killed,
     url: String,
-}
-
-impl Drop for Replica {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 async fn start(env: &[(&str, &str)]) -> Replica {
@@ -43,7 +29,7 @@ async fn start(env: &[(&str, &str)]) -> Replica {
         command.env(k, v);
     }
     let replica = Replica {
-        child: command.spawn().unwrap(),
+        child: Killed(command.spawn().unwrap()),
         url: format!("http://127.0.0.1:{port}"),
     };
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -101,8 +87,13 @@ async fn post(
     (status, parsed, headers)
 }
 
-/// One 2026-07-28 `tools/call` POST (a first round, or a retry with `extra` params).
-async fn modern_call(url: &str, arguments: &Value, extra: Value) -> Value {
+/// One 2026-07-28 `tools/call` POST (a first round, or a retry with `extra` params): the reply
+/// and the response headers.
+async fn modern_call(
+    url: &str,
+    arguments: &Value,
+    extra: Value,
+) -> (Value, reqwest::header::HeaderMap) {
     let mut params = json!({"_meta": meta(), "name": "generate", "arguments": arguments});
     if let (Some(p), Value::Object(extra)) = (params.as_object_mut(), extra) {
         p.extend(extra);
@@ -113,9 +104,9 @@ async fn modern_call(url: &str, arguments: &Value, extra: Value) -> Value {
         ("Mcp-Name", "generate"),
     ];
     let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": params});
-    let (status, replies, _) = post(url, &headers, &body).await;
+    let (status, replies, headers) = post(url, &headers, &body).await;
     assert_eq!(status, 200);
-    replies.into_iter().find(|m| m["id"] == 7).unwrap()
+    (replies.into_iter().find(|m| m["id"] == 7).unwrap(), headers)
 }
 
 fn sample_answer(text: &str) -> Value {
@@ -133,7 +124,7 @@ async fn an_mrtr_retry_completes_on_another_replica_with_the_same_key_only() {
     )])
     .await;
     let arguments = json!({"prompt": "over http"});
-    let first = modern_call(&a.url, &arguments, json!({})).await;
+    let (first, _) = modern_call(&a.url, &arguments, json!({})).await;
     let result = &first["result"];
     assert_eq!(result["resultType"], "input_required", "{first}");
     assert_eq!(
@@ -143,12 +134,12 @@ async fn an_mrtr_retry_completes_on_another_replica_with_the_same_key_only() {
     let state = result["requestState"].as_str().unwrap().to_owned();
     let retry =
         json!({"requestState": state, "inputResponses": sample_answer("answered across replicas")});
-    let done = modern_call(&b.url, &arguments, retry.clone()).await;
+    let (done, _) = modern_call(&b.url, &arguments, retry.clone()).await;
     assert_eq!(
         done["result"]["content"][0]["text"], "answered across replicas",
         "{done}"
     );
-    let refused = modern_call(&other.url, &arguments, retry).await;
+    let (refused, _) = modern_call(&other.url, &arguments, retry).await;
     assert_eq!(refused["error"]["code"], -32602, "{refused}");
 }
 
@@ -293,12 +284,12 @@ async fn auth_host_and_origin_are_checked_and_health_is_open() {
 #[tokio::test]
 async fn sigterm_stops_the_server() {
     let mut server = start(&[]).await;
-    let pid = server.child.id().to_string();
+    let pid = server.child.0.id().to_string();
     let status = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
     assert!(status.success());
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
-        if let Some(status) = server.child.try_wait().unwrap() {
+        if let Some(status) = server.child.0.try_wait().unwrap() {
             assert!(status.success(), "{status}");
             break;
         }
@@ -307,24 +298,8 @@ async fn sigterm_stops_the_server() {
     }
 }
 
-struct Nginx(Child);
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn nginx_binary() -> String {
-    std::env::var("AGENT_AS_MODEL_NGINX")
-        .ok()
-        .filter(|v| !v.is_empty())
-        .unwrap_or_else(|| "/usr/sbin/nginx".into())
-}
-
 /// `deploy/nginx.conf` with its ports and paths replaced, started in the foreground.
-async fn nginx(a: &Replica, b: &Replica) -> (Nginx, String) {
+async fn nginx(a: &Replica, b: &Replica) -> (Killed, String) {
     let port = free_port();
     let dir = std::env::temp_dir().join(format!("aam-nginx-{}-{port}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -336,8 +311,8 @@ async fn nginx(a: &Replica, b: &Replica) -> (Nginx, String) {
         .replace("/tmp/agent-as-model-nginx", &format!("{d}/nginx"));
     let path = dir.join("nginx.conf");
     std::fs::write(&path, config).unwrap();
-    let exe = nginx_binary();
-    let nginx = Nginx(
+    let exe = peer("AGENT_AS_MODEL_NGINX", "/usr/sbin/nginx");
+    let nginx = Killed(
         Command::new(&exe)
             .args(["-c", path.to_str().unwrap(), "-p", d])
             .stdout(Stdio::null())
@@ -362,23 +337,8 @@ async fn nginx(a: &Replica, b: &Replica) -> (Nginx, String) {
 
 /// A 2026-07-28 `tools/call` through nginx: the reply and the replica that answered.
 async fn modern_via(url: &str, arguments: &Value, extra: Value) -> (Value, String) {
-    let mut params = json!({"_meta": meta(), "name": "generate", "arguments": arguments});
-    if let (Some(p), Value::Object(extra)) = (params.as_object_mut(), extra) {
-        p.extend(extra);
-    }
-    let headers = [
-        ("MCP-Protocol-Version", "2026-07-28"),
-        ("Mcp-Method", "tools/call"),
-        ("Mcp-Name", "generate"),
-    ];
-    let body = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": params});
-    let (status, replies, headers) = post(url, &headers, &body).await;
-    assert_eq!(status, 200);
-    let upstream = headers["x-upstream"].to_str().unwrap().to_owned();
-    (
-        replies.into_iter().find(|m| m["id"] == 9).unwrap(),
-        upstream,
-    )
+    let (reply, headers) = modern_call(url, arguments, extra).await;
+    (reply, headers["x-upstream"].to_str().unwrap().to_owned())
 }
 
 #[tokio::test]
@@ -442,18 +402,6 @@ async fn behind_nginx_retries_cross_replicas_and_sessions_stick() {
     );
 }
 
-fn python() -> String {
-    std::env::var("AGENT_AS_MODEL_PYTHON")
-        .ok()
-        .filter(|v| !v.is_empty())
-        .unwrap_or_else(|| {
-            format!(
-                "{}/target/peers/venv/bin/python",
-                env!("CARGO_MANIFEST_DIR")
-            )
-        })
-}
-
 #[tokio::test]
 async fn the_official_python_sdk_samples_over_http_on_both_eras() {
     let server = start(&[]).await;
@@ -462,7 +410,7 @@ async fn the_official_python_sdk_samples_over_http_on_both_eras() {
         "/tests/interop/python_client.py"
     );
     for (mode, version) in [("legacy", "2025-11-25"), ("2026-07-28", "2026-07-28")] {
-        let out = tokio::process::Command::new(python())
+        let out = tokio::process::Command::new(peer("AGENT_AS_MODEL_PYTHON", &venv_bin("python")))
             .args([script, &format!("{}/mcp", server.url), mode])
             .output()
             .await

@@ -4,7 +4,7 @@
 
 use crate::common::*;
 use serde_json::{Value, json};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const MASTER_KEY: &str = "sk-litellm-test-master-key-0123456789";
@@ -22,33 +22,12 @@ const CONFIG: &str = r#"model_list:
       mock_response: '{"city": "Paris", "country": "France"}'
 "#;
 
-struct Proxy(Child);
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn litellm() -> String {
-    std::env::var("AGENT_AS_MODEL_LITELLM")
-        .ok()
-        .filter(|v| !v.is_empty())
-        .unwrap_or_else(|| {
-            format!(
-                "{}/target/peers/venv/bin/litellm",
-                env!("CARGO_MANIFEST_DIR")
-            )
-        })
-}
-
-fn start(port: u16) -> Proxy {
+fn start(port: u16) -> Killed {
     let dir = std::env::temp_dir().join(format!("aam-litellm-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let config = dir.join("config.yaml");
     std::fs::write(&config, CONFIG).unwrap();
-    let exe = litellm();
+    let exe = peer("AGENT_AS_MODEL_LITELLM", &venv_bin("litellm"));
     let child = Command::new(&exe)
         .args(["--config", config.to_str().unwrap(), "--host", "127.0.0.1"])
         .args(["--port", &port.to_string()])
@@ -60,15 +39,7 @@ fn start(port: u16) -> Proxy {
         .unwrap_or_else(|e| {
             panic!("cannot start LiteLLM at {exe} ({e}); run scripts/test, which installs it")
         });
-    Proxy(child)
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    Killed(child)
 }
 
 async fn wait_until_up(port: u16) {

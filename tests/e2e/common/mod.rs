@@ -292,3 +292,38 @@ pub async fn assert_conforms(client: &Client, tool: &str, result: &CallToolResul
 }
 pub mod openai;
 pub mod raw;
+
+/// A child process killed (and reaped) when the test drops it, even on a failed assertion.
+pub struct Killed(pub std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The path of a real peer a test starts: `var` when set and not empty, else `default`.
+pub fn peer(var: &str, default: &str) -> String {
+    std::env::var(var)
+        .ok()
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| default.to_owned())
+}
+
+/// An executable in the test peers' virtual environment (`scripts/test` makes it).
+pub fn venv_bin(name: &str) -> String {
+    format!(
+        "{}/target/peers/venv/bin/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    )
+}
+
+/// A loopback port nobody listens on right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
