@@ -271,6 +271,12 @@ async fn auth_host_and_origin_are_checked_and_health_is_open() {
         ("Origin", "http://evil.example"),
     ];
     assert_eq!(post(&server.url, &origin, &list).await.0, 403);
+    // A body over the request limit (plus the 1 MiB envelope allowance) is refused unread.
+    let limited = start(&[("AGENT_AS_MODEL_MAX_REQUEST_BYTES", "20000")]).await;
+    let huge = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "_meta": meta(), "name": "generate", "arguments": {"prompt": "x".repeat(2 << 20)}}});
+    let generate = [modern[0], modern[1], ("Mcp-Name", "generate")];
+    assert_eq!(post(&limited.url, &generate, &huge).await.0, 413);
     let health = reqwest::get(format!("{}/healthz", server.url))
         .await
         .unwrap();
