@@ -12,6 +12,13 @@ pub enum Transport {
     Stdio,
 }
 
+/// How log lines are written (to stderr, always).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
 /// Which model answers the calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Backend {
@@ -85,13 +92,33 @@ pub struct Config {
     pub allowed_hosts: Vec<String>,
 
     /// Browser origins accepted over HTTP (scheme://host:port), comma-separated; a request with
-    /// any other Origin header is refused
+    /// any other Origin header is refused (default: this server's own loopback origins)
     #[arg(long, env = "AGENT_AS_MODEL_ALLOWED_ORIGINS", value_delimiter = ',')]
     pub allowed_origins: Vec<String>,
 
     /// Bearer token every HTTP request must carry (prefer the environment variable)
     #[arg(long, env = "AGENT_AS_MODEL_AUTH_TOKEN", hide_env_values = true)]
     pub auth_token: Option<String>,
+
+    /// Most legacy (stateful) HTTP sessions held at once; a new one beyond it gets 503
+    #[arg(long, env = "AGENT_AS_MODEL_MAX_SESSIONS", default_value_t = 256,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_sessions: u64,
+
+    /// Seconds a legacy HTTP session may stay without a message before it is closed
+    #[arg(long, env = "AGENT_AS_MODEL_SESSION_IDLE_SECS", default_value_t = 300,
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub session_idle_secs: u64,
+
+    /// Most tool calls one HTTP session may have in flight; beyond it a call gets -32000
+    #[arg(long, env = "AGENT_AS_MODEL_MAX_CALLS_PER_SESSION", default_value_t = 64,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_calls_per_session: u64,
+
+    /// Log lines as text, or as JSON objects (one a line, each tool call with its request id
+    /// and duration; the default level becomes info)
+    #[arg(long, env = "AGENT_AS_MODEL_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
 
     /// Which model answers: the host's (sampling), the embedded one, or a provider
     #[arg(long, env = "AGENT_AS_MODEL_BACKEND", value_enum, default_value_t = Backend::Host)]
@@ -229,15 +256,33 @@ impl Config {
         Some(crate::http::HttpSettings {
             bind,
             allowed_hosts: hosts,
-            allowed_origins: self
+            allowed_origins: self.origins(bind),
+            auth_token: self.auth_token.clone().filter(|t| !t.is_empty()),
+            max_body: self.limits.max_request_bytes.saturating_add(1024 * 1024),
+            max_sessions: usize::try_from(self.max_sessions).unwrap_or(usize::MAX),
+            session_idle: Duration::from_secs(self.session_idle_secs),
+            max_calls: usize::try_from(self.max_calls_in_flight).unwrap_or(usize::MAX),
+            max_calls_per_session: usize::try_from(self.max_calls_per_session)
+                .unwrap_or(usize::MAX),
+            shutdown_grace: Duration::from_secs(10),
+        })
+    }
+
+    /// Origins accepted over HTTP: those given, or else pages served by this very address (a
+    /// loopback name on the listening port), which a rebinding attack cannot forge.
+    fn origins(&self, bind: std::net::SocketAddr) -> Vec<String> {
+        if !self.allowed_origins.is_empty() {
+            return self
                 .allowed_origins
                 .iter()
                 .map(|o| o.trim().to_owned())
-                .collect(),
-            auth_token: self.auth_token.clone().filter(|t| !t.is_empty()),
-            max_body: self.limits.max_request_bytes.saturating_add(1024 * 1024),
-            shutdown_grace: Duration::from_secs(10),
-        })
+                .collect();
+        }
+        let port = bind.port();
+        ["localhost", "127.0.0.1", "[::1]"]
+            .iter()
+            .flat_map(|host| ["http", "https"].map(|s| format!("{s}://{host}:{port}")))
+            .collect()
     }
 
     /// The embedded model's settings.

@@ -32,6 +32,7 @@ pub mod config;
 pub mod contract;
 pub mod error;
 pub mod fulfil;
+pub mod gate;
 pub mod host;
 pub mod http;
 pub mod limits;

@@ -37,14 +37,23 @@ impl Write for ClippedStderr {
     }
 }
 
-/// Logs to stderr at `RUST_LOG` (default `warn`), without colour, lines bounded.
-pub fn init() {
-    tracing_subscriber::fmt()
+/// Logs to stderr at `RUST_LOG` (default `warn`, or `info` for JSON lines, which carry the
+/// per-call records operators collect), without colour, lines bounded.
+pub fn init(format: crate::config::LogFormat) {
+    let json = format == crate::config::LogFormat::Json;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(if json { "info" } else { "warn" }));
+    let builder = tracing_subscriber::fmt()
         .with_writer(ClippedStderr)
         .with_ansi(false)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .init();
+        .with_env_filter(filter);
+    if json {
+        builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .init();
+    } else {
+        builder.init();
+    }
 }

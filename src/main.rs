@@ -16,7 +16,7 @@ use std::time::Duration;
 
 fn main() -> ExitCode {
     let config = Config::parse();
-    agent_as_model::logging::init();
+    agent_as_model::logging::init(config.log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

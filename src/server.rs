@@ -8,6 +8,7 @@ use crate::call::{Call, Reply};
 use crate::contract::cursor;
 use crate::error::{CallError, StartError, clip};
 use crate::fulfil::Fulfilled;
+use crate::gate::Gate;
 use crate::limits::Limits;
 use crate::pyjson::{self, Style};
 use crate::shapes::{self, Shape};
@@ -19,6 +20,7 @@ use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler};
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
+use std::time::Instant;
 
 /// The models this server calls itself, besides the host's.
 #[derive(Clone, Default)]
@@ -44,6 +46,8 @@ pub struct Server {
     limits: Arc<Limits>,
     tools: Arc<Vec<Tool>>,
     backends: Backends,
+    /// Caps on calls in flight, over HTTP (stdio's transport counts its own).
+    gate: Option<Gate>,
 }
 
 fn definition(name: &str, text: &str) -> Result<Tool, StartError> {
@@ -65,7 +69,16 @@ impl Server {
             limits: Arc::new(limits),
             tools: Arc::new(tools),
             backends,
+            gate: None,
         })
+    }
+
+    /// This server for one HTTP session, its calls under `gate`.
+    pub fn with_gate(&self, gate: Gate) -> Server {
+        Server {
+            gate: Some(gate),
+            ..self.clone()
+        }
     }
 
     pub fn tools(&self) -> &[Tool] {
@@ -264,6 +277,46 @@ impl ServerHandler for Server {
     }
 
     async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let started = Instant::now();
+        let request_id = request_id(&ctx);
+        let rpc_id = ctx.id.clone();
+        let tool = clip(&request.name).to_string();
+        let outcome = match self.gate.as_ref().map(Gate::admit).transpose() {
+            Ok(_admitted) => self.dispatch(request, ctx).await,
+            Err(refused) => Err(refused),
+        };
+        let (result, code) = match &outcome {
+            Ok(CallToolResponse::InputRequired(_)) => ("input_required", None),
+            Ok(CallToolResponse::Complete(r)) if r.is_error == Some(true) => ("tool_error", None),
+            Ok(_) => ("ok", None),
+            Err(e) => ("error", Some(e.code.0)),
+        };
+        tracing::info!(
+            request_id = %request_id, rpc_id = %rpc_id, tool = %tool, outcome = result,
+            code, duration_ms = started.elapsed().as_secs_f64() * 1000.0, "tool call"
+        );
+        outcome
+    }
+}
+
+/// The id a call is logged under: the HTTP request's `X-Request-Id` (set by a proxy, or by
+/// this server's HTTP front), else a fresh one.
+fn request_id(ctx: &RequestContext<RoleServer>) -> String {
+    ctx.extensions
+        .get::<hyper::http::request::Parts>()
+        .and_then(|p| p.headers.get("x-request-id"))
+        .and_then(|v| v.to_str().ok())
+        .map(|v| clip(v).to_string())
+        .unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string())
+}
+
+impl Server {
+    /// Routes one call: `list_models`, a shape, or an error naming the tools there are.
+    async fn dispatch(
         &self,
         request: CallToolRequestParams,
         ctx: RequestContext<RoleServer>,

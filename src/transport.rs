@@ -471,7 +471,7 @@ impl Transport<RoleServer> for Stdio {
 /// `0.699999988079071`). In a sampling request (legacy) or an input-required result
 /// (2026-07-28), it is rewritten as the shortest decimal that is the same `f32`: the value the
 /// caller gave, for any value written with up to seven significant digits.
-fn exact_temperatures(message: &mut Value) {
+pub(crate) fn exact_temperatures(message: &mut Value) {
     let mut params: Vec<&mut Value> = Vec::new();
     if message.get("method").and_then(Value::as_str) == Some("sampling/createMessage") {
         params.extend(message.get_mut("params"));

@@ -11,12 +11,17 @@ use std::time::{Duration, Instant};
 const BIN: &str = env!("CARGO_BIN_EXE_agent-as-model");
 const KEY: &str = "http-test-sealing-key-0123456789abcdef";
 
-struct Replica {
-    child: Killed,
-    url: String,
+pub struct Replica {
+    pub child: Killed,
+    pub url: String,
 }
 
-async fn start(env: &[(&str, &str)]) -> Replica {
+pub async fn start(env: &[(&str, &str)]) -> Replica {
+    start_logging(env, Stdio::null()).await
+}
+
+/// A server whose log goes to `stderr`.
+pub async fn start_logging(env: &[(&str, &str)], stderr: Stdio) -> Replica {
     let port = free_port();
     let mut command = Command::new(BIN);
     command
@@ -24,7 +29,7 @@ async fn start(env: &[(&str, &str)]) -> Replica {
         .env("RUST_LOG", "error")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::null());
+        .stderr(stderr);
     for (k, v) in env {
         command.env(k, v);
     }
@@ -44,14 +49,14 @@ async fn start(env: &[(&str, &str)]) -> Replica {
     panic!("the HTTP server did not come up");
 }
 
-fn meta() -> Value {
+pub fn meta() -> Value {
     json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
            "io.modelcontextprotocol/clientCapabilities": {"sampling": {}},
            "io.modelcontextprotocol/clientInfo": {"name": "http-test", "version": "0"}})
 }
 
 /// The JSON-RPC messages of a response body (plain JSON or an SSE stream).
-fn messages(body: &str) -> Vec<Value> {
+pub fn messages(body: &str) -> Vec<Value> {
     if body.trim_start().starts_with('{') {
         return vec![serde_json::from_str(body).unwrap()];
     }
@@ -62,7 +67,7 @@ fn messages(body: &str) -> Vec<Value> {
         .collect()
 }
 
-async fn post(
+pub async fn post(
     url: &str,
     headers: &[(&str, &str)],
     body: &Value,
@@ -89,7 +94,7 @@ async fn post(
 
 /// One 2026-07-28 `tools/call` POST (a first round, or a retry with `extra` params): the reply
 /// and the response headers.
-async fn modern_call(
+pub async fn modern_call(
     url: &str,
     arguments: &Value,
     extra: Value,
@@ -109,7 +114,7 @@ async fn modern_call(
     (replies.into_iter().find(|m| m["id"] == 7).unwrap(), headers)
 }
 
-fn sample_answer(text: &str) -> Value {
+pub fn sample_answer(text: &str) -> Value {
     json!({"sample": {"role": "assistant", "content": {"type": "text", "text": text},
                       "model": "http-host-model"}})
 }
@@ -271,6 +276,20 @@ async fn auth_host_and_origin_are_checked_and_health_is_open() {
         ("Origin", "http://evil.example"),
     ];
     assert_eq!(post(&server.url, &origin, &list).await.0, 403);
+    // A page from this very address is this server's own origin; another local port is not.
+    let own = server.url.replace("127.0.0.1", "localhost");
+    let port = own.rsplit(':').next().unwrap().parse::<u16>().unwrap();
+    let own_origin = [good[0], good[1], good[2], good[3], ("Origin", own.as_str())];
+    assert_eq!(post(&server.url, &own_origin, &list).await.0, 200);
+    let other = format!("http://localhost:{}", port.wrapping_add(1));
+    let other_origin = [
+        good[0],
+        good[1],
+        good[2],
+        good[3],
+        ("Origin", other.as_str()),
+    ];
+    assert_eq!(post(&server.url, &other_origin, &list).await.0, 403);
     // A body over the request limit (plus the 1 MiB envelope allowance) is refused unread.
     let limited = start(&[("AGENT_AS_MODEL_MAX_REQUEST_BYTES", "20000")]).await;
     let huge = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {

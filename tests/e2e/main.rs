@@ -24,6 +24,7 @@ mod gemini;
 mod hardening;
 mod hosts;
 mod http;
+mod http_ops;
 mod litellm;
 mod local;
 mod packaging;

@@ -4,16 +4,21 @@
 //! sealing key), legacy clients get sessions (`Mcp-Session-Id`) because sampling needs the
 //! session's server-to-client stream. In front of it: bearer-token auth (compared in constant
 //! time), `Host` and `Origin` allow-lists (DNS rebinding), the body limit, and a graceful stop
-//! on SIGTERM or Ctrl-C.
+//! on SIGTERM or Ctrl-C. Legacy sessions are capped and expire when idle ([`sessions`]); tool
+//! calls are capped per session and in all ([`crate::gate`]); every request gets an id
+//! (`X-Request-Id`, kept from a proxy or made here) that the call's log line carries.
 
+mod sessions;
+
+use crate::gate::GlobalCap;
 use crate::server::Server;
 use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use sessions::CappedSessions;
 use sha2::{Digest, Sha256};
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -36,6 +41,13 @@ pub struct HttpSettings {
     pub max_body: usize,
     /// How long in-flight requests may finish after a stop signal.
     pub shutdown_grace: Duration,
+    /// Most legacy sessions held at once.
+    pub max_sessions: usize,
+    /// How long a legacy session may stay quiet before it is closed.
+    pub session_idle: Duration,
+    /// Most tool calls in flight, in all and per session.
+    pub max_calls: usize,
+    pub max_calls_per_session: usize,
 }
 
 type Body = BoxBody<Bytes, Infallible>;
@@ -78,9 +90,15 @@ pub async fn serve_http(server: Server, settings: HttpSettings) -> Result<(), St
     config = config
         .with_allowed_origins(settings.allowed_origins.clone())
         .enforce_origin_validation();
+    let sessions = Arc::new(CappedSessions::new(
+        settings.max_sessions,
+        settings.session_idle,
+    ));
+    let calls = GlobalCap::new(settings.max_calls);
+    let per_session = settings.max_calls_per_session;
     let mcp = StreamableHttpService::new(
-        move || Ok(server.clone()),
-        Arc::new(LocalSessionManager::default()),
+        move || Ok(server.with_gate(calls.session(per_session))),
+        sessions.clone(),
         config,
     );
     let token = settings
@@ -91,6 +109,11 @@ pub async fn serve_http(server: Server, settings: HttpSettings) -> Result<(), St
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", settings.bind))?;
     tracing::warn!(address = %settings.bind, auth = token.is_some(), "serving MCP over HTTP at /mcp");
+    let front = Front {
+        mcp,
+        sessions,
+        token,
+    };
     let connections = tokio_util::task::TaskTracker::new();
     // One signal listener for the server's life: a signal between two accepts is not lost.
     let shutdown = shutdown_signal();
@@ -103,7 +126,7 @@ pub async fn serve_http(server: Server, settings: HttpSettings) -> Result<(), St
         let Ok((stream, _peer)) = accepted else {
             continue;
         };
-        connections.spawn(serve_connection(stream, mcp.clone(), token, stop.clone()));
+        connections.spawn(serve_connection(stream, front.clone(), stop.clone()));
     }
     tracing::warn!("stopping: finishing in-flight requests");
     stop.cancel();
@@ -117,17 +140,47 @@ pub async fn serve_http(server: Server, settings: HttpSettings) -> Result<(), St
     Ok(())
 }
 
-type Mcp = StreamableHttpService<Server, LocalSessionManager>;
+type Mcp = StreamableHttpService<Server, CappedSessions>;
 
-/// One request: health, `/mcp` behind the token, or 404.
-async fn route(
-    request: Request<Incoming>,
-    mut mcp: Mcp,
+/// What every connection shares: the MCP service, its sessions and the token's digest.
+#[derive(Clone)]
+struct Front {
+    mcp: Mcp,
+    sessions: Arc<CappedSessions>,
     token: Option<[u8; 32]>,
-) -> Response<Body> {
+}
+
+/// One request, logged with its id and duration; the id is echoed as `X-Request-Id`.
+async fn handle(mut request: Request<Incoming>, front: Front) -> Response<Body> {
+    let started = std::time::Instant::now();
+    let id = match request.headers().get(REQUEST_ID) {
+        Some(v) if v.len() <= 128 => v.clone(),
+        _ => {
+            let fresh = uuid::Uuid::new_v4().simple().to_string();
+            let v = hyper::header::HeaderValue::from_str(&fresh)
+                .unwrap_or(hyper::header::HeaderValue::from_static("-"));
+            request.headers_mut().insert(REQUEST_ID, v.clone());
+            v
+        }
+    };
+    let (method, path) = (request.method().clone(), request.uri().path().to_owned());
+    let mut response = route(request, front).await;
+    tracing::info!(
+        request_id = id.to_str().unwrap_or("-"), method = %method, path = %crate::error::clip(&path),
+        status = response.status().as_u16(),
+        duration_ms = started.elapsed().as_secs_f64() * 1000.0, "http request"
+    );
+    response.headers_mut().insert(REQUEST_ID, id);
+    response
+}
+
+const REQUEST_ID: &str = "x-request-id";
+
+/// Health, `/mcp` behind the token and the session cap, or 404.
+async fn route(request: Request<Incoming>, mut front: Front) -> Response<Body> {
     match request.uri().path() {
         "/healthz" => plain(StatusCode::OK, "ok\n"),
-        "/mcp" if token.is_some_and(|t| !authorized(&request, &t)) => {
+        "/mcp" if front.token.is_some_and(|t| !authorized(&request, &t)) => {
             let mut r = plain(StatusCode::UNAUTHORIZED, "unauthorized\n");
             r.headers_mut().insert(
                 hyper::header::WWW_AUTHENTICATE,
@@ -135,10 +188,22 @@ async fn route(
             );
             r
         }
+        "/mcp" if opens_session(&request) && front.sessions.full().await => {
+            let mut r = plain(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "session limit reached (AGENT_AS_MODEL_MAX_SESSIONS); retry later, or use \
+                 protocol 2026-07-28, which needs no session\n",
+            );
+            r.headers_mut().insert(
+                hyper::header::RETRY_AFTER,
+                hyper::header::HeaderValue::from_static("5"),
+            );
+            r
+        }
         "/mcp" => {
             use tower_service::Service as _;
-            match mcp.call(request).await {
-                Ok(r) => r,
+            match front.mcp.call(request).await {
+                Ok(r) => exact_temperatures(r).await,
                 Err(never) => match never {},
             }
         }
@@ -146,16 +211,74 @@ async fn route(
     }
 }
 
+/// Whether a request would open a legacy session: a POST with no session, from a client that
+/// has not named a stateless protocol version (a legacy `initialize`).
+fn opens_session(request: &Request<Incoming>) -> bool {
+    request.method() == hyper::Method::POST
+        && !request.headers().contains_key("mcp-session-id")
+        && !request
+            .headers()
+            .get("mcp-protocol-version")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v >= "2026-07-28")
+}
+
+/// The SDK types a sampling `temperature` as `f32`; the sampling requests in a response (a JSON
+/// body, or SSE events, one a frame) are rewritten with the temperature as the caller gave it,
+/// as on stdio. Frames without a temperature pass untouched.
+async fn exact_temperatures(response: Response<Body>) -> Response<Body> {
+    let json = response
+        .headers()
+        .get(hyper::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if !json {
+        return response.map(|body| body.map_frame(|f| f.map_data(exact_in_frame)).boxed());
+    }
+    let (mut parts, body) = response.into_parts();
+    let whole = match body.collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(never) => match never {},
+    };
+    parts.headers.remove(hyper::header::CONTENT_LENGTH);
+    Response::from_parts(parts, Full::new(exact_in_frame(whole)).boxed())
+}
+
+fn exact_in_frame(data: Bytes) -> Bytes {
+    const NEEDLE: &[u8] = b"\"temperature\"";
+    if !data.windows(NEEDLE.len()).any(|w| w == NEEDLE) {
+        return data;
+    }
+    let Ok(text) = std::str::from_utf8(&data) else {
+        return data;
+    };
+    let mut out = String::with_capacity(text.len());
+    for line in text.split_inclusive('\n') {
+        let (body, end) = match line.strip_suffix('\n') {
+            Some(b) => (b, "\n"),
+            None => (line, ""),
+        };
+        let (prefix, json) = match body.strip_prefix("data:") {
+            Some(rest) => ("data: ", rest.trim_start()),
+            None => ("", body),
+        };
+        match serde_json::from_str::<serde_json::Value>(json) {
+            Ok(mut message) if json.starts_with('{') => {
+                crate::transport::exact_temperatures(&mut message);
+                out.push_str(prefix);
+                out.push_str(&message.to_string());
+            }
+            _ => out.push_str(body),
+        }
+        out.push_str(end);
+    }
+    Bytes::from(out)
+}
+
 /// Serves one connection until it closes, or ends it gracefully when the server stops.
-async fn serve_connection(
-    stream: tokio::net::TcpStream,
-    mcp: Mcp,
-    token: Option<[u8; 32]>,
-    stop: CancellationToken,
-) {
+async fn serve_connection(stream: tokio::net::TcpStream, front: Front, stop: CancellationToken) {
     let service = hyper::service::service_fn(move |request: Request<Incoming>| {
-        let mcp = mcp.clone();
-        async move { Ok::<_, Infallible>(route(request, mcp, token).await) }
+        let front = front.clone();
+        async move { Ok::<_, Infallible>(handle(request, front).await) }
     });
     let connection = hyper::server::conn::http1::Builder::new()
         .timer(hyper_util::rt::TokioTimer::new())
