@@ -17,6 +17,7 @@
 mod common;
 
 mod cli;
+mod conformance;
 mod cursors;
 mod eras;
 mod faults;
