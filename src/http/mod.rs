@@ -202,10 +202,17 @@ async fn route(request: Request<Incoming>, mut front: Front) -> Response<Body> {
         }
         "/mcp" => {
             use tower_service::Service as _;
-            match front.mcp.call(request).await {
+            let delete = request.method() == hyper::Method::DELETE;
+            let mut response = match front.mcp.call(request).await {
                 Ok(r) => exact_temperatures(r).await,
                 Err(never) => match never {},
+            };
+            // A closed session is answered 200, which every SDK takes (rmcp says 202, which
+            // the Python SDK reports as a failed termination).
+            if delete && response.status() == StatusCode::ACCEPTED {
+                *response.status_mut() = StatusCode::OK;
             }
+            response
         }
         _ => plain(StatusCode::NOT_FOUND, "not found: MCP is served at /mcp\n"),
     }

@@ -212,3 +212,106 @@ async fn json_logs_carry_each_calls_request_id_and_duration() {
     assert!(!std::fs::read_to_string(&path).unwrap().contains("logged"));
     let _ = std::fs::remove_file(&path);
 }
+
+/// fast-agent's one-shot run against the server at `url`: its passthrough model calls the tool
+/// with the arguments given and answers the server's sampling by echoing the prompt. Returns
+/// the tool result's structured content, as fast-agent prints it.
+async fn fast_agent(url: &str, era: &str, tool: &str, arguments: &Value) -> Value {
+    let bin = crate::common::peer(
+        "AGENT_AS_MODEL_FAST_AGENT",
+        &format!(
+            "{}/target/peers/fast-agent/bin/fast-agent",
+            env!("CARGO_MANIFEST_DIR")
+        ),
+    );
+    let home = std::env::temp_dir().join(format!("aam-fast-agent-{}-{era}", std::process::id()));
+    std::fs::create_dir_all(&home).unwrap();
+    let out = tokio::process::Command::new(&bin)
+        .current_dir(&home)
+        .env("HOME", &home)
+        .args([
+            "--no-update-check",
+            "go",
+            "--url",
+            url,
+            "--mcp-protocol",
+            era,
+        ])
+        .args([
+            "--model",
+            "passthrough",
+            "--isolated",
+            "--no-shell",
+            "--message",
+        ])
+        .arg(format!("***CALL_TOOL {tool} {arguments}"))
+        .output()
+        .await
+        .unwrap_or_else(|e| panic!("cannot run {bin} ({e}); run scripts/test"));
+    let _ = std::fs::remove_dir_all(&home);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{era}: {stdout}\n{stderr}");
+    assert!(!stderr.contains("Session termination failed"), "{stderr}");
+    let last = stdout
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .unwrap_or_else(|| panic!("{era}: no result in\n{stdout}\n{stderr}"));
+    serde_json::from_str(last).unwrap()
+}
+
+#[tokio::test]
+async fn fast_agent_samples_over_http_on_both_eras() {
+    if std::env::var("AGENT_AS_MODEL_FAST_AGENT").as_deref() == Ok("unavailable") {
+        eprintln!("fast-agent needs Python 3.12+, which this machine lacks: not run");
+        return;
+    }
+    let path = std::env::temp_dir().join(format!("aam-fast-agent-{}.jsonl", std::process::id()));
+    let log = std::fs::File::create(&path).unwrap();
+    let server = start_logging(
+        &[("AGENT_AS_MODEL_LOG_FORMAT", "json"), ("RUST_LOG", "info")],
+        Stdio::from(log),
+    )
+    .await;
+    let url = format!("{}/mcp", server.url);
+    let modern = fast_agent(
+        &url,
+        "modern",
+        "generate",
+        &json!({"prompt": "hello from fast-agent"}),
+    )
+    .await;
+    assert_eq!(modern["result"], "hello from fast-agent", "{modern}");
+    assert_eq!(modern["host_model"], "passthrough");
+    let legacy = fast_agent(
+        &url,
+        "legacy",
+        "chat_complete",
+        &json!({"messages": [{"role": "user", "content": "legacy fast-agent"}]}),
+    )
+    .await;
+    let choice = &legacy["chat_completion"]["choices"][0];
+    assert_eq!(
+        choice["message"]["content"], "legacy fast-agent",
+        "{legacy}"
+    );
+    assert_eq!(legacy["chat_completion"]["model"], "passthrough");
+    // The modern run went through MRTR rounds; the legacy one sampled inside its call.
+    let text = std::fs::read_to_string(&path).unwrap();
+    let _ = std::fs::remove_file(&path);
+    let calls: Vec<Value> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|l| l["message"] == "tool call")
+        .collect();
+    let outcomes = |tool: &str| -> Vec<String> {
+        calls
+            .iter()
+            .filter(|c| c["tool"] == tool)
+            .map(|c| c["outcome"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(outcomes("generate"), ["input_required", "ok"]);
+    assert_eq!(outcomes("chat_complete"), ["ok"]);
+}
