@@ -283,6 +283,8 @@ fn exact_in_frame(data: Bytes) -> Bytes {
 
 /// Serves one connection until it closes, or ends it gracefully when the server stops.
 async fn serve_connection(stream: tokio::net::TcpStream, front: Front, stop: CancellationToken) {
+    // Answers are small and whole: send them at once, not after the peer's delayed ACK.
+    let _ = stream.set_nodelay(true);
     let service = hyper::service::service_fn(move |request: Request<Incoming>| {
         let front = front.clone();
         async move { Ok::<_, Infallible>(handle(request, front).await) }
