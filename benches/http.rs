@@ -181,7 +181,10 @@ async fn post(client: &reqwest::Client, url: &str, params: Value) -> Value {
         .unwrap();
     let json = text
         .lines()
-        .find_map(|l| l.strip_prefix("data:").filter(|d| d.trim().starts_with('{')))
+        .find_map(|l| {
+            l.strip_prefix("data:")
+                .filter(|d| d.trim().starts_with('{'))
+        })
         .unwrap_or(&text);
     serde_json::from_str(json.trim()).unwrap_or_else(|e| panic!("{e}: {text}"))
 }

@@ -15,7 +15,8 @@
 //!             or a model the server calls itself (a provider; local/, the embedded model)
 //! config      one typed configuration (command line and environment), passed down
 //! transport   stdio framing: bounded lines, one well-formed reply per request
-//! http        Streamable HTTP at /mcp (rmcp's service on hyper): auth, Host/Origin, health
+//! http/       Streamable HTTP at /mcp (rmcp's service on hyper): auth, Host/Origin, health,
+//!             capped legacy sessions, request ids; gate caps calls in flight per session
 //! host        a reference host answering sampling from a direct backend (`try`)
 //! ```
 //!

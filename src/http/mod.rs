@@ -79,15 +79,14 @@ fn authorized(request: &Request<Incoming>, token: &[u8; 32]) -> bool {
     }
 }
 
-/// Serves MCP over Streamable HTTP until SIGTERM or Ctrl-C.
-pub async fn serve_http(server: Server, settings: HttpSettings) -> Result<(), String> {
-    let stop = CancellationToken::new();
-    let mut config = StreamableHttpServerConfig::default()
+/// The front every connection shares: rmcp's service (legacy sessions capped, calls gated), the
+/// sessions, the token's digest. Cancelling `stop` ends the service's streams.
+fn front(server: Server, settings: &HttpSettings, stop: &CancellationToken) -> Front {
+    let config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(true)
         .with_cancellation_token(stop.child_token())
         .with_max_request_body_bytes(settings.max_body)
-        .with_allowed_hosts(settings.allowed_hosts.clone());
-    config = config
+        .with_allowed_hosts(settings.allowed_hosts.clone())
         .with_allowed_origins(settings.allowed_origins.clone())
         .enforce_origin_validation();
     let sessions = Arc::new(CappedSessions::new(
@@ -105,15 +104,21 @@ pub async fn serve_http(server: Server, settings: HttpSettings) -> Result<(), St
         .auth_token
         .as_ref()
         .map(|t| <[u8; 32]>::from(Sha256::digest(t.as_bytes())));
-    let listener = tokio::net::TcpListener::bind(settings.bind)
-        .await
-        .map_err(|e| format!("cannot listen on {}: {e}", settings.bind))?;
-    tracing::warn!(address = %settings.bind, auth = token.is_some(), "serving MCP over HTTP at /mcp");
-    let front = Front {
+    Front {
         mcp,
         sessions,
         token,
-    };
+    }
+}
+
+/// Serves MCP over Streamable HTTP until SIGTERM or Ctrl-C.
+pub async fn serve_http(server: Server, settings: HttpSettings) -> Result<(), String> {
+    let stop = CancellationToken::new();
+    let front = front(server, &settings, &stop);
+    let listener = tokio::net::TcpListener::bind(settings.bind)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", settings.bind))?;
+    tracing::warn!(address = %settings.bind, auth = front.token.is_some(), "serving MCP over HTTP at /mcp");
     let connections = tokio_util::task::TaskTracker::new();
     // One signal listener for the server's life: a signal between two accepts is not lost.
     let shutdown = shutdown_signal();

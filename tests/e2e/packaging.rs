@@ -24,9 +24,23 @@ fn server_json_matches_the_crate_and_the_readme() {
         readme.contains(&format!("mcp-name: {name}")),
         "the README carries the registry's ownership line"
     );
+    // The same crate over Streamable HTTP, its URL built from the address it is told to serve.
+    let http = &server["packages"][1];
+    assert_eq!(http["identifier"], env!("CARGO_PKG_NAME"));
+    assert_eq!(http["transport"]["type"], "streamable-http");
+    assert_eq!(http["transport"]["url"], "http://{AGENT_AS_MODEL_HTTP}/mcp");
+    assert!(
+        http["environmentVariables"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|v| v["name"] == "AGENT_AS_MODEL_HTTP" && v["isRequired"] == true)
+    );
     // Every environment variable the registry lists is documented in the README.
-    for var in package["environmentVariables"].as_array().unwrap() {
-        let var = var["name"].as_str().unwrap();
-        assert!(readme.contains(var), "{var} is documented in the README");
+    for package in server["packages"].as_array().unwrap() {
+        for var in package["environmentVariables"].as_array().unwrap() {
+            let var = var["name"].as_str().unwrap();
+            assert!(readme.contains(var), "{var} is documented in the README");
+        }
     }
 }
