@@ -228,11 +228,11 @@ async fn route(request: Request<Incoming>, mut front: Front) -> Response<Body> {
 fn opens_session(request: &Request<Incoming>) -> bool {
     request.method() == hyper::Method::POST
         && !request.headers().contains_key("mcp-session-id")
-        && !request
+        && request
             .headers()
             .get("mcp-protocol-version")
             .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v >= "2026-07-28")
+            .is_none_or(|v| v < "2026-07-28")
 }
 
 /// The SDK types a sampling `temperature` as `f32`; the sampling requests in a response (a JSON
