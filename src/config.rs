@@ -5,6 +5,13 @@ use crate::limits::Limits;
 use clap::Parser;
 use std::time::Duration;
 
+/// What `--version` prints: the version and the protocol revisions served, by era.
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    "\nMCP protocol: 2026-07-28 (stateless, input-required rounds); legacy 2025-11-25, ",
+    "2025-06-18, 2025-03-26, 2024-11-05 (sampling during the call)"
+);
+
 /// How the server is reached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Transport {
@@ -48,7 +55,7 @@ pub enum Fallback {
 /// it work without any host: agent-as-model try "What is the capital of France?". Logs go to
 /// stderr; set RUST_LOG=debug for more.
 #[derive(Debug, Clone, Parser)]
-#[command(name = "agent-as-model", version)]
+#[command(name = "agent-as-model", version = VERSION)]
 pub struct Config {
     /// Longest wait for the host's answer to one sampling request (legacy era), in seconds
     #[arg(long, env = "AGENT_AS_MODEL_SAMPLING_TIMEOUT_SECS", default_value_t = 300,

@@ -26,6 +26,7 @@ mod hardening;
 mod hosts;
 mod http;
 mod http_ops;
+mod install;
 mod litellm;
 mod local;
 mod packaging;

@@ -170,6 +170,11 @@ pub async fn connect_with_env(host: Host, era: Era, env: &[(&str, &str)]) -> Cli
             c.env(k, v);
         }
     });
+    connect_command(host, era, cmd).await
+}
+
+/// Starts the server with `cmd` (the binary, or a launcher that starts it) and connects `host`.
+pub async fn connect_command(host: Host, era: Era, cmd: tokio::process::Command) -> Client {
     let transport = TokioChildProcess::new(cmd).expect("spawn agent-as-model");
     let client = match era {
         Era::Legacy => host.serve(transport).await.expect("initialize"),
