@@ -9,7 +9,7 @@ use crate::http::start;
 
 fn peers(path: &str) -> String {
     format!(
-        "{}/target/peers/conformance/node_modules/{path}",
+        "{}/target/peers/npm/node_modules/{path}",
         env!("CARGO_MANIFEST_DIR")
     )
 }
