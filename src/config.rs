@@ -155,6 +155,39 @@ pub enum Command {
     /// host that answers its sampling requests with the embedded model (or a provider), calls
     /// a tool and prints the answer
     Try(TryArgs),
+    /// Serve another MCP server (started as `-- COMMAND ARGS…`) to a host that cannot sample:
+    /// everything the server offers is passed through, and its sampling requests are answered
+    /// here, by the host when it can sample, else by the embedded model or a provider
+    Bridge(BridgeArgs),
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct BridgeArgs {
+    /// Which model answers the downstream server's sampling when the host cannot
+    #[arg(long, value_enum, default_value_t = TryModel::Local)]
+    pub with: TryModel,
+    /// The protocol era spoken to the downstream server (auto: 2026-07-28 when it offers it,
+    /// else the legacy handshake)
+    #[arg(long, value_enum, default_value_t = DownstreamEra::Auto)]
+    pub downstream_era: DownstreamEra,
+    /// Restarts of a downstream server that exits, before the bridge gives up (with backoff
+    /// from half a second doubling to 30 s)
+    #[arg(long, default_value_t = 5)]
+    pub restarts: u32,
+    /// Longest wait for the downstream server's answer to one request, in seconds
+    #[arg(long, default_value_t = 600,
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub timeout_secs: u64,
+    /// The downstream server's command and arguments, after `--`
+    #[arg(last = true, required = true, num_args = 1..)]
+    pub command: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DownstreamEra {
+    Auto,
+    Legacy,
+    Modern,
 }
 
 #[derive(Debug, Clone, clap::Args)]

@@ -18,6 +18,7 @@
 //! http/       Streamable HTTP at /mcp (rmcp's service on hyper): auth, Host/Origin, health,
 //!             capped legacy sessions, request ids; gate caps calls in flight per session
 //! host        a reference host answering sampling from a direct backend (`try`)
+//! bridge/     another MCP server served to hosts that cannot sample (`bridge -- CMD`)
 //! ```
 //!
 //! Nothing in [`call`], [`contract`] or [`fulfil`] imports a shape, and only [`backends`] knows
@@ -28,6 +29,7 @@
 
 pub mod args;
 pub mod backends;
+pub mod bridge;
 pub mod call;
 pub mod config;
 pub mod contract;

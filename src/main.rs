@@ -31,6 +31,7 @@ fn main() -> ExitCode {
         Some(Command::Try(args)) => {
             runtime.block_on(agent_as_model::try_command::run(&config, args))
         }
+        Some(Command::Bridge(args)) => runtime.block_on(agent_as_model::bridge::run(&config, args)),
         None => match Sealer::new(&config.state_keys(), config.state_ttl()) {
             Ok((sealer, source)) => {
                 tracing::info!(?source, "requestState sealing key chosen");

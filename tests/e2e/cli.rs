@@ -10,9 +10,17 @@ const BIN: &str = env!("CARGO_BIN_EXE_agent-as-model");
 fn help_and_version() {
     let out = Command::new(BIN).arg("--version").output().unwrap();
     assert!(out.status.success());
+    let version = String::from_utf8_lossy(&out.stdout);
+    let mut lines = version.lines();
     assert_eq!(
-        String::from_utf8_lossy(&out.stdout).trim(),
-        format!("agent-as-model {}", env!("CARGO_PKG_VERSION"))
+        lines.next(),
+        Some(format!("agent-as-model {}", env!("CARGO_PKG_VERSION")).as_str())
+    );
+    // The protocol revisions served, by era.
+    let eras = lines.next().unwrap();
+    assert!(
+        eras.contains("2026-07-28") && eras.contains("legacy 2025-11-25"),
+        "{eras}"
     );
     let out = Command::new(BIN).arg("--help").output().unwrap();
     assert!(out.status.success());

@@ -9,11 +9,11 @@ use std::sync::OnceLock;
 const BIN: &str = env!("CARGO_BIN_EXE_agent-as-model");
 
 /// The tests that run the model take turns: each server process loads its own copy.
-static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+pub static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// `try "What is the capital of France?"`, run once: it fetches the model when it is not
 /// cached, and its output is the first test's subject.
-fn first_try() -> &'static std::process::Output {
+pub fn first_try() -> &'static std::process::Output {
     static OUTPUT: OnceLock<std::process::Output> = OnceLock::new();
     OUTPUT.get_or_init(|| {
         std::process::Command::new(BIN)

@@ -16,6 +16,7 @@
 
 mod common;
 
+mod bridge;
 mod cli;
 mod conformance;
 mod cursors;

@@ -1,0 +1,199 @@
+//! The bridge's client side: what the downstream server asks of its client. Sampling goes up
+//! to the host when the host declared it on the legacy era, else it is answered by the
+//! bridge's model; elicitation and roots go up when the host supports them; the downstream's
+//! notifications are passed up as they are.
+
+#![allow(deprecated)] // Sampling, roots and logging are deprecated by SEP-2577; this bridges them.
+
+use super::Shared;
+use crate::host;
+use rmcp::ErrorData;
+use rmcp::model::{
+    ClientCapabilities, ClientConfig, CreateMessageRequestParams, CreateMessageResult,
+    ElicitRequestParams, ElicitResult, Implementation, ListRootsResult,
+    LoggingMessageNotificationParam, ProgressNotificationParam, ResourceUpdatedNotificationParam,
+};
+use rmcp::service::{NotificationContext, Peer, RequestContext, RoleClient, RoleServer};
+use std::sync::Arc;
+
+#[derive(Clone)]
+pub struct Downstream {
+    shared: Arc<Shared>,
+}
+
+impl Downstream {
+    pub fn new(shared: Arc<Shared>) -> Self {
+        Downstream { shared }
+    }
+
+    /// The host, when it connected on the legacy era (a 2026-07-28 host takes no requests from
+    /// its server) and declared what `declared` checks.
+    fn host_with(
+        &self,
+        declared: impl Fn(&ClientCapabilities) -> bool,
+    ) -> Option<Peer<RoleServer>> {
+        let host = self.shared.host()?;
+        let info = host.peer_info()?;
+        let legacy = info.protocol_version < rmcp::model::ProtocolVersion::V_2026_07_28;
+        (legacy && declared(&info.capabilities)).then_some(host)
+    }
+
+    fn unsupported(what: &str) -> ErrorData {
+        ErrorData::new(
+            rmcp::model::ErrorCode(-32601),
+            format!(
+                "{what}: the host connected to this bridge does not support it (it did not \
+                 declare the capability on the legacy era), so the bridge cannot pass it on"
+            ),
+            None,
+        )
+    }
+
+    /// The downstream's sampling request, answered by the bridge's model.
+    async fn answer(
+        &self,
+        params: CreateMessageRequestParams,
+    ) -> Result<CreateMessageResult, ErrorData> {
+        let model = &self.shared.model;
+        let request = host::request(&params, &self.shared.limits)
+            .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?;
+        let completion = tokio::time::timeout(self.shared.timeout, model.complete(request))
+            .await
+            .map_err(|_| {
+                ErrorData::internal_error(
+                    format!("the {} model did not answer in time", model.kind()),
+                    None,
+                )
+            })?
+            .map_err(|e| {
+                ErrorData::internal_error(format!("the {} model failed: {e}", model.kind()), None)
+            })?;
+        Ok(host::result(completion))
+    }
+}
+
+fn upstream_error(e: rmcp::ServiceError) -> ErrorData {
+    match e {
+        rmcp::ServiceError::McpError(e) => e,
+        other => ErrorData::internal_error(format!("the host: {other}"), None),
+    }
+}
+
+impl rmcp::ClientHandler for Downstream {
+    fn get_info(&self) -> ClientConfig {
+        let tools = self.shared.model.capabilities().tools;
+        let sampling = if tools {
+            ClientCapabilities::builder()
+                .enable_sampling()
+                .enable_sampling_tools()
+                .enable_roots()
+                .enable_elicitation()
+                .build()
+        } else {
+            ClientCapabilities::builder()
+                .enable_sampling()
+                .enable_roots()
+                .enable_elicitation()
+                .build()
+        };
+        ClientConfig::new(
+            sampling,
+            Implementation::new("agent-as-model-bridge", env!("CARGO_PKG_VERSION")),
+        )
+    }
+
+    async fn create_message(
+        &self,
+        params: CreateMessageRequestParams,
+        _ctx: RequestContext<RoleClient>,
+    ) -> Result<CreateMessageResult, ErrorData> {
+        let wants_tools = params.tools.is_some() || params.tool_choice.is_some();
+        let host = self.host_with(|c| {
+            c.sampling
+                .as_ref()
+                .is_some_and(|s| !wants_tools || s.tools.is_some())
+        });
+        match host {
+            Some(host) => tokio::time::timeout(self.shared.timeout, host.create_message(params))
+                .await
+                .map_err(|_| ErrorData::internal_error("the host did not answer in time", None))?
+                .map_err(upstream_error),
+            None => self.answer(params).await,
+        }
+    }
+
+    async fn list_roots(
+        &self,
+        _ctx: RequestContext<RoleClient>,
+    ) -> Result<ListRootsResult, ErrorData> {
+        let host = self
+            .host_with(|c| c.roots.is_some())
+            .ok_or_else(|| Self::unsupported("roots/list"))?;
+        tokio::time::timeout(self.shared.timeout, host.list_roots())
+            .await
+            .map_err(|_| ErrorData::internal_error("the host did not answer in time", None))?
+            .map_err(upstream_error)
+    }
+
+    async fn create_elicitation(
+        &self,
+        request: ElicitRequestParams,
+        _ctx: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        let host = self
+            .host_with(|c| c.elicitation.is_some())
+            .ok_or_else(|| Self::unsupported("elicitation/create"))?;
+        tokio::time::timeout(self.shared.timeout, host.create_elicitation(request))
+            .await
+            .map_err(|_| ErrorData::internal_error("the host did not answer in time", None))?
+            .map_err(upstream_error)
+    }
+
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _ctx: NotificationContext<RoleClient>,
+    ) {
+        if let Some(host) = self.shared.host() {
+            let _ = host.notify_progress(params).await;
+        }
+    }
+
+    async fn on_logging_message(
+        &self,
+        params: LoggingMessageNotificationParam,
+        _ctx: NotificationContext<RoleClient>,
+    ) {
+        if let Some(host) = self.shared.host() {
+            let _ = host.notify_logging_message(params).await;
+        }
+    }
+
+    async fn on_resource_updated(
+        &self,
+        params: ResourceUpdatedNotificationParam,
+        _ctx: NotificationContext<RoleClient>,
+    ) {
+        if let Some(host) = self.shared.host() {
+            let _ = host.notify_resource_updated(params).await;
+        }
+    }
+
+    async fn on_resource_list_changed(&self, _ctx: NotificationContext<RoleClient>) {
+        if let Some(host) = self.shared.host() {
+            let _ = host.notify_resource_list_changed().await;
+        }
+    }
+
+    async fn on_tool_list_changed(&self, _ctx: NotificationContext<RoleClient>) {
+        if let Some(host) = self.shared.host() {
+            let _ = host.notify_tool_list_changed().await;
+        }
+    }
+
+    async fn on_prompt_list_changed(&self, _ctx: NotificationContext<RoleClient>) {
+        if let Some(host) = self.shared.host() {
+            let _ = host.notify_prompt_list_changed().await;
+        }
+    }
+}

@@ -1,0 +1,187 @@
+//! `agent-as-model bridge -- COMMAND ARGS…`: an MCP server towards the host and an MCP client
+//! towards another MCP server (the downstream), for hosts that cannot sample.
+//!
+//! Everything the downstream offers — tools, resources and templates, prompts, completions,
+//! logging — is passed through unchanged (schemas, annotations, results and errors), and so are
+//! notifications both ways (list changes, progress, log messages; cancellation travels with the
+//! request). The downstream's sampling requests are answered here: by the host when it declared
+//! sampling on the legacy era (passed up unchanged), otherwise by the embedded model or a
+//! provider. The bridge declares sampling (with tools when its model takes them) to the
+//! downstream on both eras: legacy requests during a call, and 2026-07-28 input-required rounds,
+//! which it answers and retries itself with the `requestState` unchanged. Elicitation and roots
+//! go up to a host that supports them, else fail saying so. Every wait is bounded; a downstream
+//! that exits is restarted with backoff, and calls meanwhile say so.
+
+mod downstream;
+mod upstream;
+
+use crate::backends::direct::Model;
+use crate::config::{BridgeArgs, Config, DownstreamEra, TryModel};
+use crate::limits::Limits;
+use downstream::Downstream;
+use rmcp::model::ServerPeerInfo as ServerInfo;
+use rmcp::service::{Peer, RoleClient, RoleServer, RunningService};
+use rmcp::transport::{ConfigureCommandExt, TokioChildProcess};
+use rmcp::{ClientLifecycleMode, ClientServiceExt, ServiceExt};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+type Client = RunningService<RoleClient, Downstream>;
+
+/// What both sides share: the host's peer once it is known, the model that answers sampling
+/// when the host cannot, the limits, and the current downstream connection.
+pub struct Shared {
+    host: RwLock<Option<Peer<RoleServer>>>,
+    model: Arc<dyn Model>,
+    limits: Arc<Limits>,
+    link: RwLock<Link>,
+    timeout: Duration,
+}
+
+/// The downstream connection: up, or down with the reason (while it restarts, or for good).
+enum Link {
+    Up(Arc<Client>),
+    Down(String),
+}
+
+impl Shared {
+    /// The downstream client, or an error saying why there is none.
+    fn client(&self) -> Result<Arc<Client>, rmcp::ErrorData> {
+        match &*self.link.read().map_err(|_| poisoned())? {
+            Link::Up(client) => Ok(client.clone()),
+            Link::Down(why) => Err(rmcp::ErrorData::internal_error(why.clone(), None)),
+        }
+    }
+
+    fn set_link(&self, link: Link) {
+        if let Ok(mut l) = self.link.write() {
+            *l = link;
+        }
+    }
+
+    fn host(&self) -> Option<Peer<RoleServer>> {
+        self.host.read().ok().and_then(|h| h.clone())
+    }
+}
+
+fn poisoned() -> rmcp::ErrorData {
+    rmcp::ErrorData::internal_error("the bridge's state is unusable after a panic", None)
+}
+
+/// Starts the downstream server and connects to it on the era asked for.
+async fn connect(
+    args: &BridgeArgs,
+    shared: &Arc<Shared>,
+) -> Result<(Client, Arc<ServerInfo>), String> {
+    let (program, rest) = args
+        .command
+        .split_first()
+        .ok_or("bridge: name the downstream server's command after --")?;
+    let command = tokio::process::Command::new(program).configure(|c| {
+        c.args(rest);
+    });
+    let transport = TokioChildProcess::new(command)
+        .map_err(|e| format!("cannot start the downstream server {program:?}: {e}"))?;
+    let handler = Downstream::new(shared.clone());
+    let modern = rmcp::model::ProtocolVersion::V_2026_07_28;
+    let legacy = rmcp::model::ProtocolVersion::V_2025_11_25;
+    let lifecycle = match args.downstream_era {
+        DownstreamEra::Legacy => ClientLifecycleMode::Initialize,
+        DownstreamEra::Modern => ClientLifecycleMode::Discover {
+            preferred_versions: vec![modern],
+        },
+        DownstreamEra::Auto => ClientLifecycleMode::Auto {
+            preferred_versions: vec![modern, legacy.clone()],
+            legacy_version: Some(legacy),
+        },
+    };
+    let client = tokio::time::timeout(
+        Duration::from_secs(60),
+        handler.serve_with_lifecycle(transport, lifecycle),
+    )
+    .await
+    .map_err(|_| format!("the downstream server {program:?} did not answer within 60 s"))?
+    .map_err(|e| format!("cannot connect to the downstream server {program:?}: {e}"))?;
+    let info = client
+        .peer_info()
+        .ok_or_else(|| format!("the downstream server {program:?} sent no server information"))?;
+    Ok((client, info))
+}
+
+/// The model that answers the downstream's sampling when the host cannot.
+fn model(config: &Config, with: TryModel) -> Result<Arc<dyn Model>, String> {
+    Ok(match with {
+        TryModel::Local => Arc::new(crate::local::Local::start(config.local_settings(), None)?),
+        TryModel::Provider => Arc::new(crate::backends::provider::Provider::new(
+            config.provider_settings()?,
+        )?),
+    })
+}
+
+/// Runs the bridge until the host disconnects.
+pub async fn run(config: &Config, args: &BridgeArgs) -> Result<(), String> {
+    let shared = Arc::new(Shared {
+        host: RwLock::new(None),
+        model: model(config, args.with)?,
+        limits: Arc::new(config.limits.clone()),
+        link: RwLock::new(Link::Down("the downstream server is starting".into())),
+        timeout: Duration::from_secs(args.timeout_secs),
+    });
+    let (client, info) = connect(args, &shared).await?;
+    tracing::info!(server = ?info.server_info, "downstream connected");
+    shared.set_link(Link::Up(Arc::new(client)));
+    let supervisor = tokio::spawn(supervise(args.clone(), shared.clone()));
+    let upstream = upstream::Upstream::new(shared.clone(), info);
+    let running = upstream
+        .serve(rmcp::transport::stdio())
+        .await
+        .map_err(|e| format!("the host did not connect: {e}"))?;
+    let _ = running.waiting().await;
+    supervisor.abort();
+    // Ends the downstream process (the child is killed when its transport drops).
+    shared.set_link(Link::Down("the bridge stopped".into()));
+    Ok(())
+}
+
+/// Watches the downstream connection; when it ends, restarts the server with backoff (half a
+/// second, doubling to 30 s) up to `args.restarts` times. Calls meanwhile get an error that
+/// says so.
+async fn supervise(args: BridgeArgs, shared: Arc<Shared>) {
+    let mut restarts = 0u32;
+    loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        // Up and well, or down after a failed restart (which counts as one more).
+        let healthy = matches!(
+            shared.link.read().as_deref(),
+            Ok(Link::Up(c)) if !c.is_transport_closed()
+        );
+        if healthy {
+            continue;
+        }
+        if restarts >= args.restarts {
+            let why = format!(
+                "the downstream server exited and was restarted {restarts} times; the bridge \
+                 gave up (--restarts)"
+            );
+            tracing::error!("{why}");
+            shared.set_link(Link::Down(why));
+            return;
+        }
+        restarts += 1;
+        let wait = Duration::from_millis(500u64.saturating_mul(1 << restarts.min(6)))
+            .min(Duration::from_secs(30));
+        tracing::warn!(restarts, ?wait, "the downstream server exited; restarting");
+        shared.set_link(Link::Down(format!(
+            "the downstream server exited; restarting it (attempt {restarts} of {}), retry shortly",
+            args.restarts
+        )));
+        tokio::time::sleep(wait).await;
+        match connect(&args, &shared).await {
+            Ok((client, _)) => shared.set_link(Link::Up(Arc::new(client))),
+            Err(e) => {
+                tracing::warn!("{e}");
+                shared.set_link(Link::Down(format!("{e}; retrying")));
+            }
+        }
+    }
+}

@@ -1,0 +1,187 @@
+//! The bridge's server side: what the host asks, passed to the downstream server unchanged,
+//! with the downstream's answers and errors passed back as they are. Input-required rounds of a
+//! 2026-07-28 downstream are driven here (the bridge answers them), so the host sees finished
+//! results on either era.
+
+#![allow(deprecated)] // Logging and resource subscriptions are deprecated by SEP-2577.
+
+use super::Shared;
+use rmcp::ErrorData;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult,
+    GetPromptRequestParams, GetPromptResponse, Implementation, ListPromptsResult,
+    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    ReadResourceRequestParams, ReadResourceResponse, ServerConfig, ServerPeerInfo,
+    SetLevelRequestParams, SubscribeRequestParams, UnsubscribeRequestParams,
+};
+use rmcp::service::{NotificationContext, RequestContext, RoleServer};
+use std::future::Future;
+use std::sync::Arc;
+
+pub struct Upstream {
+    shared: Arc<Shared>,
+    info: Arc<ServerPeerInfo>,
+}
+
+impl Upstream {
+    pub fn new(shared: Arc<Shared>, info: Arc<ServerPeerInfo>) -> Self {
+        Upstream { shared, info }
+    }
+
+    /// Runs `request` against the downstream, bounded by the bridge's timeout; the host's peer
+    /// is remembered first, so the downstream's requests and notifications can reach it.
+    async fn forward<T, F, Fut>(
+        &self,
+        ctx: &RequestContext<RoleServer>,
+        request: F,
+    ) -> Result<T, ErrorData>
+    where
+        F: FnOnce(Arc<super::Client>) -> Fut,
+        Fut: Future<Output = Result<T, rmcp::ServiceError>>,
+    {
+        if let Ok(mut host) = self.shared.host.write() {
+            *host = Some(ctx.peer.clone());
+        }
+        let client = self.shared.client()?;
+        match tokio::time::timeout(self.shared.timeout, request(client)).await {
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(rmcp::ServiceError::McpError(e))) => Err(e),
+            Ok(Err(other)) => Err(ErrorData::internal_error(
+                format!("the downstream server: {other}"),
+                None,
+            )),
+            Err(_) => Err(ErrorData::internal_error(
+                format!(
+                    "the downstream server did not answer within {} s",
+                    self.shared.timeout.as_secs()
+                ),
+                None,
+            )),
+        }
+    }
+}
+
+impl rmcp::ServerHandler for Upstream {
+    fn get_info(&self) -> ServerConfig {
+        // The downstream's own name and version, so the host sees the server it asked for.
+        let server = self.info.server_info.clone().unwrap_or_else(|| {
+            Implementation::new("agent-as-model-bridge", env!("CARGO_PKG_VERSION"))
+        });
+        let mut config = ServerConfig::new(self.info.capabilities.clone()).with_server_info(server);
+        if let Some(instructions) = &self.info.instructions {
+            config = config.with_instructions(instructions.clone());
+        }
+        config
+    }
+
+    async fn on_initialized(&self, ctx: NotificationContext<RoleServer>) {
+        if let Ok(mut host) = self.shared.host.write() {
+            *host = Some(ctx.peer);
+        }
+    }
+
+    async fn list_tools(
+        &self,
+        params: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        self.forward(&ctx, |c| async move { c.list_tools(params).await })
+            .await
+    }
+
+    async fn call_tool(
+        &self,
+        params: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        self.forward(&ctx, |c| async move { c.call_tool(params).await })
+            .await
+            .map(CallToolResponse::Complete)
+    }
+
+    async fn list_resources(
+        &self,
+        params: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        self.forward(&ctx, |c| async move { c.list_resources(params).await })
+            .await
+    }
+
+    async fn list_resource_templates(
+        &self,
+        params: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        self.forward(
+            &ctx,
+            |c| async move { c.list_resource_templates(params).await },
+        )
+        .await
+    }
+
+    async fn read_resource(
+        &self,
+        params: ReadResourceRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        self.forward(&ctx, |c| async move { c.read_resource(params).await })
+            .await
+            .map(ReadResourceResponse::Complete)
+    }
+
+    async fn subscribe(
+        &self,
+        params: SubscribeRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.forward(&ctx, |c| async move { c.subscribe(params).await })
+            .await
+    }
+
+    async fn unsubscribe(
+        &self,
+        params: UnsubscribeRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.forward(&ctx, |c| async move { c.unsubscribe(params).await })
+            .await
+    }
+
+    async fn list_prompts(
+        &self,
+        params: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        self.forward(&ctx, |c| async move { c.list_prompts(params).await })
+            .await
+    }
+
+    async fn get_prompt(
+        &self,
+        params: GetPromptRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        self.forward(&ctx, |c| async move { c.get_prompt(params).await })
+            .await
+            .map(GetPromptResponse::Complete)
+    }
+
+    async fn complete(
+        &self,
+        params: CompleteRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        self.forward(&ctx, |c| async move { c.complete(params).await })
+            .await
+    }
+
+    async fn set_level(
+        &self,
+        params: SetLevelRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.forward(&ctx, |c| async move { c.set_level(params).await })
+            .await
+    }
+}

@@ -1,0 +1,141 @@
+//! The bridge: `agent-as-model bridge -- <server>` between a host and a sampling MCP server.
+//! A host that cannot sample gets every tool of the downstream server answered by the
+//! embedded model (no key, no network); a host that can sample has the sampling passed up to it;
+//! the downstream is restarted when it dies. Downstreams: this server, and the Python original
+//! (PyPI `agent-as-model`, installed by `scripts/test`).
+
+use crate::common::*;
+use crate::local::{TURN, first_try};
+use serde_json::{Value, json};
+
+const BIN: &str = env!("CARGO_BIN_EXE_agent-as-model");
+
+/// The bridge in front of `downstream`, as a host would start it.
+fn bridge(downstream: &[&str], extra: &[&str]) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(BIN);
+    cmd.arg("bridge")
+        .args(extra)
+        .arg("--")
+        .args(downstream)
+        .env("RUST_LOG", "error");
+    cmd
+}
+
+/// One question in each tool's own shape.
+fn question(tool: &str) -> Value {
+    let q = "What is the capital of France? Answer in one word.";
+    match tool {
+        "generate" => json!({"prompt": q, "max_tokens": 16}),
+        "responses_create" => json!({"input": q, "max_output_tokens": 16}),
+        "generate_content" => json!({"contents": [{"role": "user", "parts": [{"text": q}]}],
+                                     "generationConfig": {"maxOutputTokens": 16}}),
+        _ => json!({"messages": [{"role": "user", "content": q}], "max_tokens": 16}),
+    }
+}
+
+const SHAPES: [&str; 5] = [
+    "chat_complete",
+    "messages_create",
+    "responses_create",
+    "generate",
+    "generate_content",
+];
+
+#[tokio::test]
+async fn a_host_without_sampling_uses_this_server_through_the_bridge_on_both_eras() {
+    assert!(
+        first_try().status.success(),
+        "the model could not be fetched"
+    );
+    let _turn = TURN.lock().await;
+    for (era, down) in [(Era::Legacy, "legacy"), (Era::Modern, "modern")] {
+        let host = Host::text("the host cannot sample").without_sampling();
+        let cmd = bridge(&[BIN], &["--downstream-era", down]);
+        let client = connect_command(host, era, cmd).await;
+        // The downstream's tools, passed through unchanged.
+        let tools = client.list_all_tools().await.unwrap();
+        let direct = connect(Host::echo(), Era::Legacy).await;
+        assert_eq!(tools, direct.list_all_tools().await.unwrap());
+        direct.cancel().await.unwrap();
+        for tool in SHAPES {
+            let result = call(&client, tool, question(tool)).await;
+            assert!(!is_error(&result), "{down} {tool}: {result:?}");
+            assert!(
+                text(&result).contains("Paris"),
+                "{down} {tool}: {}",
+                text(&result)
+            );
+        }
+        let models = call(&client, "list_models", json!({})).await;
+        assert!(text(&models).contains("agent-default"), "{}", text(&models));
+        client.cancel().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_host_that_samples_answers_the_downstream_itself() {
+    assert!(
+        first_try().status.success(),
+        "the model could not be fetched"
+    );
+    let host = Host::new(false, |p| {
+        Ok(reply(&format!("the host answered: {}", last_text(p))))
+    });
+    let client = connect_command(host.clone(), Era::Legacy, bridge(&[BIN], &[])).await;
+    let result = call(&client, "generate", json!({"prompt": "passed up"})).await;
+    assert_eq!(text(&result), "the host answered: passed up");
+    assert_eq!(host.seen().len(), 1);
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn errors_stay_the_downstreams_and_a_dead_downstream_is_restarted() {
+    assert!(
+        first_try().status.success(),
+        "the model could not be fetched"
+    );
+    let host = Host::echo();
+    // A timeout no other test uses marks this bridge's process.
+    let marker = ["--with", "local", "--timeout-secs", "599"];
+    let client = connect_command(host, Era::Legacy, bridge(&[BIN], &marker)).await;
+    // The downstream's own error, unchanged.
+    let e = try_call(&client, "no_such_tool", json!({}))
+        .await
+        .unwrap_err();
+    assert_eq!(rpc_code(&e), -32602);
+    assert!(e.to_string().contains("unknown tool"), "{e}");
+    let bad = call(&client, "chat_complete", json!({"messages": "not a list"})).await;
+    assert!(is_error(&bad) && text(&bad).contains("messages"), "{bad:?}");
+    // Kill the downstream: calls say it is restarting, then work again.
+    let found = std::process::Command::new("pgrep")
+        .args(["-f", "bridge --with local --timeout-secs 599"])
+        .output()
+        .unwrap();
+    let bridge_pid = String::from_utf8_lossy(&found.stdout).trim().to_owned();
+    assert!(
+        !bridge_pid.is_empty() && !bridge_pid.contains('\n'),
+        "{bridge_pid:?}"
+    );
+    let killed = std::process::Command::new("pkill")
+        .args(["-KILL", "-P", &bridge_pid])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    let e = try_call(&client, "generate", json!({"prompt": "x"}))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("restarting"), "{e}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        match try_call(&client, "generate", json!({"prompt": "back"})).await {
+            Ok(r) => {
+                assert!(text(&r).contains("back"), "{r:?}");
+                break;
+            }
+            Err(e) => assert!(std::time::Instant::now() < deadline, "never came back: {e}"),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+    client.cancel().await.unwrap();
+}
