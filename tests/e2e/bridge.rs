@@ -139,3 +139,122 @@ async fn errors_stay_the_downstreams_and_a_dead_downstream_is_restarted() {
     }
     client.cancel().await.unwrap();
 }
+
+fn peer_path(path: &str) -> String {
+    format!("{}/target/peers/{path}", env!("CARGO_MANIFEST_DIR"))
+}
+
+#[tokio::test]
+async fn the_python_original_behind_the_bridge_answers_a_host_without_sampling() {
+    assert!(
+        first_try().status.success(),
+        "the model could not be fetched"
+    );
+    let _turn = TURN.lock().await;
+    let original = peer(
+        "AGENT_AS_MODEL_ORIGINAL",
+        &peer_path("original/bin/agent-as-model"),
+    );
+    // Each era on both sides: the original samples during the call (legacy) and in
+    // input-required rounds (2026-07-28), which the bridge answers and retries.
+    for (era, down) in [(Era::Legacy, "legacy"), (Era::Modern, "modern")] {
+        let host = Host::text("the host cannot sample").without_sampling();
+        let cmd = bridge(&[&original], &["--downstream-era", down]);
+        let client = connect_command(host, era, cmd).await;
+        let tools = client.list_all_tools().await.unwrap();
+        assert!(tools.iter().any(|t| t.name == "chat_complete"), "{tools:?}");
+        for tool in ["chat_complete", "generate"] {
+            let result = call(&client, tool, question(tool)).await;
+            assert!(!is_error(&result), "{down} {tool}: {result:?}");
+            assert!(
+                text(&result).contains("Paris"),
+                "{down} {tool}: {}",
+                text(&result)
+            );
+        }
+        client.cancel().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn the_reference_everything_server_is_passed_through_and_its_sampling_answered() {
+    assert!(
+        first_try().status.success(),
+        "the model could not be fetched"
+    );
+    let _turn = TURN.lock().await;
+    let everything =
+        peer_path("npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    let host = Host::text("the host cannot sample").without_sampling();
+    let client = connect_command(
+        host,
+        Era::Legacy,
+        bridge(&["node", &everything, "stdio"], &[]),
+    )
+    .await;
+    // Its tools register once it knows the client samples (the bridge declares it).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let tools = loop {
+        let tools = client.list_all_tools().await.unwrap();
+        if tools.iter().any(|t| t.name == "trigger-sampling-request")
+            || std::time::Instant::now() > deadline
+        {
+            break tools;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
+    let sampling = tools.iter().find(|t| t.name == "trigger-sampling-request");
+    assert!(
+        sampling.is_some(),
+        "{:?}",
+        tools.iter().map(|t| &t.name).collect::<Vec<_>>()
+    );
+    // Annotations pass through unchanged.
+    assert_eq!(
+        sampling
+            .unwrap()
+            .annotations
+            .as_ref()
+            .and_then(|a| a.open_world_hint),
+        Some(true)
+    );
+    let result = call(
+        &client,
+        "trigger-sampling-request",
+        json!({"prompt": "What is the capital of France? One word.", "maxTokens": 16}),
+    )
+    .await;
+    assert!(!is_error(&result), "{result:?}");
+    let answer = text(&result);
+    assert!(
+        answer.contains("LLM sampling result") && answer.contains("Paris"),
+        "{answer}"
+    );
+    // Resources and prompts are the downstream's own.
+    let resources = client.list_all_resources().await.unwrap();
+    assert!(!resources.is_empty());
+    let read = client
+        .read_resource(rmcp::model::ReadResourceRequestParams::new(
+            resources[0].uri.clone(),
+        ))
+        .await
+        .unwrap();
+    assert!(!read.contents.is_empty());
+    let prompts = client.list_all_prompts().await.unwrap();
+    let simple = prompts
+        .iter()
+        .find(|p| {
+            p.arguments
+                .as_ref()
+                .is_none_or(|a| a.iter().all(|a| a.required != Some(true)))
+        })
+        .unwrap_or_else(|| panic!("no prompt without required arguments: {prompts:?}"));
+    let got = client
+        .get_prompt(rmcp::model::GetPromptRequestParams::new(
+            simple.name.clone(),
+        ))
+        .await
+        .unwrap();
+    assert!(!got.messages.is_empty());
+    client.cancel().await.unwrap();
+}
