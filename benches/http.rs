@@ -213,6 +213,7 @@ async fn call(client: &reqwest::Client, url: &str) {
 
 /// `clients` callers for `secs` seconds: calls per second, and every call's latency.
 async fn level(url: &str, clients: usize, secs: f64) -> (f64, Vec<Duration>) {
+    agent_as_model::install_tls();
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(clients)
         .build()

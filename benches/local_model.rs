@@ -80,6 +80,7 @@ fn generate(
 }
 
 fn main() {
+    agent_as_model::install_tls();
     println!(
         "machine: {} cores available, RAYON_NUM_THREADS={}",
         std::thread::available_parallelism().map_or(0, |n| n.get()),

@@ -178,8 +178,15 @@ pub struct BridgeArgs {
     #[arg(long, default_value_t = 600,
           value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub timeout_secs: u64,
+    /// A Streamable HTTP downstream server's URL (e.g. http://127.0.0.1:8000/mcp), instead of a
+    /// command
+    #[arg(long, conflicts_with = "command")]
+    pub url: Option<String>,
+    /// A bearer token for the `--url` downstream
+    #[arg(long, env = "AGENT_AS_MODEL_DOWNSTREAM_TOKEN", hide_env_values = true)]
+    pub url_token: Option<String>,
     /// The downstream server's command and arguments, after `--`
-    #[arg(last = true, required = true, num_args = 1..)]
+    #[arg(last = true, num_args = 1.., required_unless_present = "url")]
     pub command: Vec<String>,
 }
 

@@ -46,3 +46,10 @@ pub mod server;
 pub mod shapes;
 pub mod transport;
 pub mod try_command;
+
+/// Installs rustls's crypto provider (ring) for the process, once, before any HTTP client is
+/// built (the provider backend, the model fetch, the bridge's HTTP downstream). Later calls do
+/// nothing.
+pub fn install_tls() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}

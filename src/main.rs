@@ -17,6 +17,7 @@ use std::time::Duration;
 fn main() -> ExitCode {
     let config = Config::parse();
     agent_as_model::logging::init(config.log_format);
+    agent_as_model::install_tls();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -1,5 +1,6 @@
-//! `agent-as-model bridge -- COMMAND ARGS…`: an MCP server towards the host and an MCP client
-//! towards another MCP server (the downstream), for hosts that cannot sample.
+//! `agent-as-model bridge -- COMMAND ARGS…` (or `--url` for a Streamable HTTP server): an MCP
+//! server towards the host and an MCP client towards another MCP server (the downstream), for
+//! hosts that cannot sample.
 //!
 //! Everything the downstream offers — tools, resources and templates, prompts, completions,
 //! logging — is passed through unchanged (schemas, annotations, results and errors), and so are
@@ -21,12 +22,21 @@ use crate::limits::Limits;
 use downstream::Downstream;
 use rmcp::model::ServerPeerInfo as ServerInfo;
 use rmcp::service::{Peer, RoleClient, RoleServer, RunningService};
-use rmcp::transport::{ConfigureCommandExt, TokioChildProcess};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{ConfigureCommandExt, StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientLifecycleMode, ClientServiceExt, ServiceExt};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 type Client = RunningService<RoleClient, Downstream>;
+
+/// A handshake with the downstream in progress, whichever transport it runs on.
+type Connecting = std::pin::Pin<
+    Box<
+        dyn std::future::Future<Output = Result<Client, rmcp::service::ClientInitializeError>>
+            + Send,
+    >,
+>;
 
 /// What both sides share: the host's peer once it is known, the model that answers sampling
 /// when the host cannot, the limits, and the current downstream connection.
@@ -68,24 +78,53 @@ fn poisoned() -> rmcp::ErrorData {
     rmcp::ErrorData::internal_error("the bridge's state is unusable after a panic", None)
 }
 
-/// Starts the downstream server and connects to it on the era asked for.
+/// Starts (or reaches) the downstream server and connects to it on the era asked for.
 async fn connect(
     args: &BridgeArgs,
     shared: &Arc<Shared>,
 ) -> Result<(Client, Arc<ServerInfo>), String> {
-    let (program, rest) = args
-        .command
-        .split_first()
-        .ok_or("bridge: name the downstream server's command after --")?;
-    let command = tokio::process::Command::new(program).configure(|c| {
-        c.args(rest);
-    });
-    let transport = TokioChildProcess::new(command)
-        .map_err(|e| format!("cannot start the downstream server {program:?}: {e}"))?;
     let handler = Downstream::new(shared.clone());
+    let lifecycle = lifecycle(args.downstream_era);
+    let (name, connecting) = match (&args.url, args.command.split_first()) {
+        (Some(url), _) => {
+            let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
+            if let Some(token) = args.url_token.as_ref().filter(|t| !t.is_empty()) {
+                config = config.auth_header(token.clone());
+            }
+            let transport = StreamableHttpClientTransport::from_config(config);
+            let connecting: Connecting =
+                Box::pin(handler.serve_with_lifecycle(transport, lifecycle));
+            (url.clone(), connecting)
+        }
+        (None, Some((program, rest))) => {
+            let command = tokio::process::Command::new(program).configure(|c| {
+                c.args(rest);
+            });
+            let transport = TokioChildProcess::new(command)
+                .map_err(|e| format!("cannot start the downstream server {program:?}: {e}"))?;
+            let connecting: Connecting =
+                Box::pin(handler.serve_with_lifecycle(transport, lifecycle));
+            (format!("{program:?}"), connecting)
+        }
+        (None, None) => {
+            return Err("bridge: name the downstream server's command after --, or --url".into());
+        }
+    };
+    let client = tokio::time::timeout(Duration::from_secs(60), connecting)
+        .await
+        .map_err(|_| format!("the downstream server {name} did not answer within 60 s"))?
+        .map_err(|e| format!("cannot connect to the downstream server {name}: {e}"))?;
+    let info = client
+        .peer_info()
+        .ok_or_else(|| format!("the downstream server {name} sent no server information"))?;
+    Ok((client, info))
+}
+
+/// How the bridge opens its session with the downstream server.
+fn lifecycle(era: DownstreamEra) -> ClientLifecycleMode {
     let modern = rmcp::model::ProtocolVersion::V_2026_07_28;
     let legacy = rmcp::model::ProtocolVersion::V_2025_11_25;
-    let lifecycle = match args.downstream_era {
+    match era {
         DownstreamEra::Legacy => ClientLifecycleMode::Initialize,
         DownstreamEra::Modern => ClientLifecycleMode::Discover {
             preferred_versions: vec![modern],
@@ -94,18 +133,7 @@ async fn connect(
             preferred_versions: vec![modern, legacy.clone()],
             legacy_version: Some(legacy),
         },
-    };
-    let client = tokio::time::timeout(
-        Duration::from_secs(60),
-        handler.serve_with_lifecycle(transport, lifecycle),
-    )
-    .await
-    .map_err(|_| format!("the downstream server {program:?} did not answer within 60 s"))?
-    .map_err(|e| format!("cannot connect to the downstream server {program:?}: {e}"))?;
-    let info = client
-        .peer_info()
-        .ok_or_else(|| format!("the downstream server {program:?} sent no server information"))?;
-    Ok((client, info))
+    }
 }
 
 /// The model that answers the downstream's sampling when the host cannot.

@@ -80,6 +80,13 @@ impl rmcp::ServerHandler for Upstream {
         }
     }
 
+    /// The host's roots changed: the downstream hears it too.
+    async fn on_roots_list_changed(&self, _ctx: NotificationContext<RoleServer>) {
+        if let Ok(client) = self.shared.client() {
+            let _ = client.notify_roots_list_changed().await;
+        }
+    }
+
     async fn list_tools(
         &self,
         params: Option<PaginatedRequestParams>,

@@ -258,3 +258,64 @@ async fn the_reference_everything_server_is_passed_through_and_its_sampling_answ
     assert!(!got.messages.is_empty());
     client.cancel().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_streamable_http_downstream_is_reached_with_its_token() {
+    assert!(
+        first_try().status.success(),
+        "the model could not be fetched"
+    );
+    let _turn = TURN.lock().await;
+    let token = "downstream-bearer-token-for-the-bridge";
+    let server = crate::http::start(&[("AGENT_AS_MODEL_AUTH_TOKEN", token)]).await;
+    let url = format!("{}/mcp", server.url);
+    for down in ["legacy", "modern"] {
+        let mut cmd = tokio::process::Command::new(BIN);
+        cmd.args(["bridge", "--downstream-era", down, "--url", &url])
+            .env("AGENT_AS_MODEL_DOWNSTREAM_TOKEN", token)
+            .env("RUST_LOG", "error");
+        let host = Host::text("the host cannot sample").without_sampling();
+        let client = connect_command(host, Era::Legacy, cmd).await;
+        let result = call(&client, "chat_complete", question("chat_complete")).await;
+        assert!(!is_error(&result), "{down}: {result:?}");
+        assert!(text(&result).contains("Paris"), "{down}: {}", text(&result));
+        client.cancel().await.unwrap();
+    }
+    // Without the token the downstream refuses, and the bridge says so at start.
+    let out = tokio::process::Command::new(BIN)
+        .args(["bridge", "--url", &url])
+        .env("RUST_LOG", "error")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(&url), "{stderr}");
+}
+
+#[tokio::test]
+async fn concurrent_calls_through_the_bridge_each_get_their_own_answer() {
+    assert!(
+        first_try().status.success(),
+        "the model could not be fetched"
+    );
+    let host = Host::new(false, |p| Ok(reply(&format!("answer to {}", last_text(p)))));
+    let client = std::sync::Arc::new(connect_command(host, Era::Legacy, bridge(&[BIN], &[])).await);
+    let mut calls = tokio::task::JoinSet::new();
+    for i in 0..24 {
+        let client = client.clone();
+        calls.spawn(async move {
+            let result = call(
+                &client,
+                "generate",
+                json!({"prompt": format!("question {i}")}),
+            )
+            .await;
+            assert_eq!(text(&result), format!("answer to question {i}"));
+        });
+    }
+    while let Some(done) = calls.join_next().await {
+        done.unwrap();
+    }
+}

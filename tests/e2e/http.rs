@@ -39,7 +39,10 @@ pub async fn start_logging(env: &[(&str, &str)], stderr: Stdio) -> Replica {
     };
     let deadline = Instant::now() + Duration::from_secs(20);
     while Instant::now() < deadline {
-        if let Ok(r) = reqwest::get(format!("{}/healthz", replica.url)).await
+        if let Ok(r) = crate::common::http_client()
+            .get(format!("{}/healthz", replica.url))
+            .send()
+            .await
             && r.status() == 200
         {
             return replica;
@@ -72,7 +75,7 @@ pub async fn post(
     headers: &[(&str, &str)],
     body: &Value,
 ) -> (u16, Vec<Value>, reqwest::header::HeaderMap) {
-    let mut request = reqwest::Client::new()
+    let mut request = crate::common::http_client()
         .post(format!("{url}/mcp"))
         .header("Content-Type", "application/json")
         .header("Accept", "application/json, text/event-stream")
@@ -171,7 +174,7 @@ async fn a_legacy_session_samples_on_its_stream() {
     assert_eq!(status, 202);
     // The call's response is a stream: the sampling request arrives on it, the answer is
     // POSTed back, and the result follows on the same stream.
-    let response = reqwest::Client::new()
+    let response = crate::common::http_client()
         .post(format!("{}/mcp", server.url))
         .header("Content-Type", "application/json")
         .header("Accept", "application/json, text/event-stream")
@@ -296,11 +299,15 @@ async fn auth_host_and_origin_are_checked_and_health_is_open() {
         "_meta": meta(), "name": "generate", "arguments": {"prompt": "x".repeat(2 << 20)}}});
     let generate = [modern[0], modern[1], ("Mcp-Name", "generate")];
     assert_eq!(post(&limited.url, &generate, &huge).await.0, 413);
-    let health = reqwest::get(format!("{}/healthz", server.url))
+    let health = crate::common::http_client()
+        .get(format!("{}/healthz", server.url))
+        .send()
         .await
         .unwrap();
     assert_eq!(health.status(), 200);
-    let missing = reqwest::get(format!("{}/elsewhere", server.url))
+    let missing = crate::common::http_client()
+        .get(format!("{}/elsewhere", server.url))
+        .send()
         .await
         .unwrap();
     assert_eq!(missing.status(), 404);
@@ -350,7 +357,10 @@ async fn nginx(a: &Replica, b: &Replica) -> (Killed, String) {
     let url = format!("http://127.0.0.1:{port}");
     let deadline = Instant::now() + Duration::from_secs(20);
     while Instant::now() < deadline {
-        if let Ok(r) = reqwest::get(format!("{url}/healthz")).await
+        if let Ok(r) = crate::common::http_client()
+            .get(format!("{url}/healthz"))
+            .send()
+            .await
             && r.status() == 200
         {
             return (nginx, url);

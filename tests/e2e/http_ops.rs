@@ -30,7 +30,7 @@ async fn open_session(url: &str) -> Result<String, u16> {
 
 /// Starts a `generate` call in a legacy session; its response streams.
 async fn start_call(url: &str, session: &str, id: u64, arguments: Value) -> reqwest::Response {
-    reqwest::Client::new()
+    crate::common::http_client()
         .post(format!("{url}/mcp"))
         .header("Content-Type", "application/json")
         .header("Accept", "application/json, text/event-stream")
@@ -77,7 +77,7 @@ async fn legacy_sessions_are_capped_and_expire_when_idle() {
     .await;
     let first = open_session(&server.url).await.unwrap();
     // The cap is full: a second legacy client is told to come back, with a reason.
-    let response = reqwest::Client::new()
+    let response = crate::common::http_client()
         .post(format!("{}/mcp", server.url))
         .header("Content-Type", "application/json")
         .header("Accept", "application/json, text/event-stream")

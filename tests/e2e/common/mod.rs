@@ -324,6 +324,12 @@ pub fn venv_bin(name: &str) -> String {
     )
 }
 
+/// An HTTP client for the tests (the TLS provider installed first, as the binary does).
+pub fn http_client() -> reqwest::Client {
+    agent_as_model::install_tls();
+    reqwest::Client::new()
+}
+
 /// A loopback port nobody listens on right now.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
