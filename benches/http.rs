@@ -1,9 +1,10 @@
 //! Streamable HTTP throughput and latency, against a do-nothing rmcp HTTP server.
 //!
 //! `cargo bench --bench http` starts the release binary with `--http` and, in the same run, a
-//! floor: a minimal rmcp `StreamableHttpService` built into this bench binary (`--floor-http
-//! PORT`) on the same hyper server, whose one tool does only the protocol work a 2026-07-28
-//! call needs (an `InputRequiredResult` asking for one sample, then the answer). A client does
+//! floor: rmcp's `StreamableHttpService` built into this bench binary (`--floor-http PORT`) on
+//! the same hyper server, serving the stdio bench's floor (`common/floor.rs`), whose one tool
+//! does only the protocol work a 2026-07-28 call needs (an `InputRequiredResult` asking for one
+//! sample, then the answer). A client does
 //! whole calls (both MRTR rounds, two POSTs, answering the sample instantly) with 1, 16 and 256
 //! clients at once, each client calling one after the other; reported as calls per second and
 //! per-call latency (p50, p99), ours, floor and ours/floor, and each server's peak resident
@@ -18,75 +19,16 @@
     clippy::indexing_slicing
 )]
 
-use rmcp::model::*;
-use rmcp::service::{RequestContext, RoleServer};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
-use rmcp::{ErrorData, ServerHandler};
 use serde_json::{Value, json};
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-#[derive(Clone)]
-struct Floor;
-
-fn sample_params() -> CreateMessageRequestParams {
-    CreateMessageRequestParams::new(vec![SamplingMessage::user_text("x")], 16)
-}
-
-impl ServerHandler for Floor {
-    fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(Implementation::new("floor", "0"))
-    }
-
-    async fn list_tools(
-        &self,
-        _r: Option<PaginatedRequestParams>,
-        _c: RequestContext<RoleServer>,
-    ) -> Result<ListToolsResult, ErrorData> {
-        let schema = json!({"type": "object"}).as_object().unwrap().clone();
-        Ok(ListToolsResult::with_all_items(vec![Tool::new(
-            "generate",
-            "floor",
-            Arc::new(schema),
-        )]))
-    }
-
-    async fn call_tool(
-        &self,
-        request: CallToolRequestParams,
-        _ctx: RequestContext<RoleServer>,
-    ) -> Result<CallToolResponse, ErrorData> {
-        match request
-            .input_responses
-            .as_ref()
-            .and_then(|r| r.get("sample"))
-        {
-            Some(v) => {
-                let r: CreateMessageResult = serde_json::from_value(v.clone())
-                    .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?;
-                let text = r
-                    .message
-                    .content
-                    .first()
-                    .and_then(|c| c.as_text())
-                    .map(|t| t.text.clone())
-                    .unwrap_or_default();
-                Ok(CallToolResult::success(vec![ContentBlock::text(text)]).into())
-            }
-            None => {
-                let mut reqs = InputRequests::new();
-                reqs.insert(
-                    "sample".into(),
-                    InputRequest::CreateMessage(CreateMessageRequest::new(sample_params())),
-                );
-                Ok(InputRequiredResult::new(Some(reqs), Some("floor".into())).into())
-            }
-        }
-    }
-}
+#[path = "common/floor.rs"]
+mod floor;
+use floor::Floor;
 
 /// The floor: rmcp's HTTP service on hyper, nothing in front.
 async fn floor_http(port: u16) {
