@@ -281,24 +281,33 @@ impl ServerHandler for Server {
         request: CallToolRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let started = Instant::now();
-        let request_id = request_id(&ctx);
-        let rpc_id = ctx.id.clone();
-        let tool = clip(&request.name).to_string();
+        // The call's record is made only when someone reads it (JSON logs, or RUST_LOG=info).
+        let record = tracing::enabled!(tracing::Level::INFO).then(|| {
+            (
+                Instant::now(),
+                request_id(&ctx),
+                ctx.id.clone(),
+                clip(&request.name).to_string(),
+            )
+        });
         let outcome = match self.gate.as_ref().map(Gate::admit).transpose() {
             Ok(_admitted) => self.dispatch(request, ctx).await,
             Err(refused) => Err(refused),
         };
-        let (result, code) = match &outcome {
-            Ok(CallToolResponse::InputRequired(_)) => ("input_required", None),
-            Ok(CallToolResponse::Complete(r)) if r.is_error == Some(true) => ("tool_error", None),
-            Ok(_) => ("ok", None),
-            Err(e) => ("error", Some(e.code.0)),
-        };
-        tracing::info!(
-            request_id = %request_id, rpc_id = %rpc_id, tool = %tool, outcome = result,
-            code, duration_ms = started.elapsed().as_secs_f64() * 1000.0, "tool call"
-        );
+        if let Some((started, request_id, rpc_id, tool)) = record {
+            let (result, code) = match &outcome {
+                Ok(CallToolResponse::InputRequired(_)) => ("input_required", None),
+                Ok(CallToolResponse::Complete(r)) if r.is_error == Some(true) => {
+                    ("tool_error", None)
+                }
+                Ok(_) => ("ok", None),
+                Err(e) => ("error", Some(e.code.0)),
+            };
+            tracing::info!(
+                request_id = %request_id, rpc_id = %rpc_id, tool = %tool, outcome = result,
+                code, duration_ms = started.elapsed().as_secs_f64() * 1000.0, "tool call"
+            );
+        }
         outcome
     }
 }
