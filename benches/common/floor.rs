@@ -1,7 +1,10 @@
 //! The floor both benches compare against: a minimal rmcp server whose one tool, `generate`,
 //! does only the protocol work a call needs. On the legacy era one `sampling/createMessage` to
 //! the host and its answer; on 2026-07-28 one `InputRequiredResult` asking for a sample, then
-//! the answer. No parsing, checking or rendering.
+//! the answer. It passes the call's conversation through as it is (`prompt`, or each of
+//! `messages` as a text message) and an `output_schema` as a `structured_output` tool, so the
+//! host gets the same payload from the floor as from the server measured: no checking,
+//! validation or rendering, but the same bytes to carry.
 
 use rmcp::model::*;
 use rmcp::service::{RequestContext, RoleServer};
@@ -12,8 +15,39 @@ use std::sync::Arc;
 #[derive(Clone)]
 pub struct Floor;
 
-fn floor_params() -> CreateMessageRequestParams {
-    CreateMessageRequestParams::new(vec![SamplingMessage::user_text("x")], 16)
+/// The sampling request for a call's arguments: the conversation and schema passed through.
+fn floor_params(arguments: Option<&JsonObject>) -> CreateMessageRequestParams {
+    let get = |key: &str| arguments.and_then(|a| a.get(key));
+    let mut messages: Vec<SamplingMessage> = match (get("messages"), get("prompt")) {
+        (Some(serde_json::Value::Array(items)), _) => items
+            .iter()
+            .map(|m| {
+                let text = match &m["content"] {
+                    serde_json::Value::String(t) => t.clone(),
+                    other => other.to_string(),
+                };
+                if m["role"] == "assistant" {
+                    SamplingMessage::assistant_text(text)
+                } else {
+                    SamplingMessage::user_text(text)
+                }
+            })
+            .collect(),
+        (_, Some(serde_json::Value::String(p))) => vec![SamplingMessage::user_text(p.clone())],
+        _ => Vec::new(),
+    };
+    if messages.is_empty() {
+        messages.push(SamplingMessage::user_text("x"));
+    }
+    let params = CreateMessageRequestParams::new(messages, 16);
+    match get("output_schema").and_then(|s| s.as_object()) {
+        Some(schema) => params.with_tools(vec![Tool::new(
+            "structured_output",
+            "the answer",
+            Arc::new(schema.clone()),
+        )]),
+        None => params,
+    }
 }
 
 fn text_of(r: &CreateMessageResult) -> String {
@@ -55,7 +89,7 @@ impl ServerHandler for Floor {
         if !modern {
             let r = ctx
                 .peer
-                .create_message(floor_params())
+                .create_message(floor_params(request.arguments.as_ref()))
                 .await
                 .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
             return Ok(CallToolResult::success(vec![ContentBlock::text(text_of(&r))]).into());
@@ -74,7 +108,9 @@ impl ServerHandler for Floor {
                 let mut reqs = InputRequests::new();
                 reqs.insert(
                     "sample".into(),
-                    InputRequest::CreateMessage(CreateMessageRequest::new(floor_params())),
+                    InputRequest::CreateMessage(CreateMessageRequest::new(floor_params(
+                        request.arguments.as_ref(),
+                    ))),
                 );
                 Ok(InputRequiredResult::new(Some(reqs), Some("floor".into())).into())
             }
