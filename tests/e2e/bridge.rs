@@ -33,6 +33,17 @@ fn question(tool: &str) -> Value {
     }
 }
 
+/// Asks `tool` the question and expects the embedded model's answer.
+async fn expect_paris(client: &Client, tool: &str, label: &str) {
+    let result = call(client, tool, question(tool)).await;
+    assert!(!is_error(&result), "{label} {tool}: {result:?}");
+    assert!(
+        text(&result).contains("Paris"),
+        "{label} {tool}: {}",
+        text(&result)
+    );
+}
+
 const SHAPES: [&str; 5] = [
     "chat_complete",
     "messages_create",
@@ -58,13 +69,7 @@ async fn a_host_without_sampling_uses_this_server_through_the_bridge_on_both_era
         assert_eq!(tools, direct.list_all_tools().await.unwrap());
         direct.cancel().await.unwrap();
         for tool in SHAPES {
-            let result = call(&client, tool, question(tool)).await;
-            assert!(!is_error(&result), "{down} {tool}: {result:?}");
-            assert!(
-                text(&result).contains("Paris"),
-                "{down} {tool}: {}",
-                text(&result)
-            );
+            expect_paris(&client, tool, down).await;
         }
         let models = call(&client, "list_models", json!({})).await;
         assert!(text(&models).contains("agent-default"), "{}", text(&models));
@@ -164,13 +169,7 @@ async fn the_python_original_behind_the_bridge_answers_a_host_without_sampling()
         let tools = client.list_all_tools().await.unwrap();
         assert!(tools.iter().any(|t| t.name == "chat_complete"), "{tools:?}");
         for tool in ["chat_complete", "generate"] {
-            let result = call(&client, tool, question(tool)).await;
-            assert!(!is_error(&result), "{down} {tool}: {result:?}");
-            assert!(
-                text(&result).contains("Paris"),
-                "{down} {tool}: {}",
-                text(&result)
-            );
+            expect_paris(&client, tool, down).await;
         }
         client.cancel().await.unwrap();
     }
@@ -276,9 +275,7 @@ async fn a_streamable_http_downstream_is_reached_with_its_token() {
             .env("RUST_LOG", "error");
         let host = Host::text("the host cannot sample").without_sampling();
         let client = connect_command(host, Era::Legacy, cmd).await;
-        let result = call(&client, "chat_complete", question("chat_complete")).await;
-        assert!(!is_error(&result), "{down}: {result:?}");
-        assert!(text(&result).contains("Paris"), "{down}: {}", text(&result));
+        expect_paris(&client, "chat_complete", down).await;
         client.cancel().await.unwrap();
     }
     // Without the token the downstream refuses, and the bridge says so at start.
