@@ -3,9 +3,10 @@
 //! hosts that cannot sample.
 //!
 //! Everything the downstream offers — tools, resources and templates, prompts, completions,
-//! logging — is passed through unchanged (schemas, annotations, results and errors), and so are
-//! notifications both ways (list changes, progress, log messages; cancellation travels with the
-//! request). The downstream's sampling requests are answered here: by the host when it declared
+//! logging — is passed through unchanged (schemas, annotations, results and errors); the
+//! downstream's notifications (list changes, progress, log messages, resource updates) go up and
+//! the host's roots changes go down. The downstream's sampling requests are answered here: by
+//! the host when it declared
 //! sampling on the legacy era (passed up unchanged), otherwise by the embedded model or a
 //! provider. The bridge declares sampling (with tools when its model takes them) to the
 //! downstream on both eras: legacy requests during a call, and 2026-07-28 input-required rounds,
