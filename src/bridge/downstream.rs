@@ -9,11 +9,14 @@ use super::Shared;
 use crate::host;
 use rmcp::ErrorData;
 use rmcp::model::{
-    ClientCapabilities, ClientConfig, CreateMessageRequestParams, CreateMessageResult,
-    ElicitRequestParams, ElicitResult, Implementation, ListRootsResult,
-    LoggingMessageNotificationParam, ProgressNotificationParam, ResourceUpdatedNotificationParam,
+    CancelledNotificationParam, ClientCapabilities, ClientConfig, ClientResult,
+    CreateMessageRequest, CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams,
+    ElicitResult, Implementation, ListRootsResult, LoggingMessageNotificationParam,
+    ProgressNotificationParam, ResourceUpdatedNotificationParam, ServerRequest,
 };
-use rmcp::service::{NotificationContext, Peer, RequestContext, RoleClient, RoleServer};
+use rmcp::service::{
+    NotificationContext, Peer, PeerRequestOptions, RequestContext, RoleClient, RoleServer,
+};
 use std::sync::Arc;
 
 #[derive(Clone)]
@@ -72,6 +75,42 @@ impl Downstream {
     }
 }
 
+impl Downstream {
+    /// The downstream's sampling request, sent up to the host unchanged; when the downstream
+    /// cancels it, the host's request is cancelled too.
+    async fn pass_up(
+        &self,
+        host: Peer<RoleServer>,
+        params: CreateMessageRequestParams,
+        ctx: RequestContext<RoleClient>,
+    ) -> Result<CreateMessageResult, ErrorData> {
+        let request = ServerRequest::CreateMessageRequest(CreateMessageRequest::new(params));
+        let options = PeerRequestOptions::with_timeout(self.shared.timeout);
+        let handle = host
+            .send_cancellable_request(request, options)
+            .await
+            .map_err(upstream_error)?;
+        let id = handle.id.clone();
+        tokio::select! {
+            answer = handle.await_response() => match answer.map_err(upstream_error)? {
+                ClientResult::CreateMessageResult(result) => Ok(*result),
+                _ => Err(ErrorData::internal_error(
+                    "the host answered sampling/createMessage with another kind of result",
+                    None,
+                )),
+            },
+            () = ctx.ct.cancelled() => {
+                let cancel = CancelledNotificationParam::new(
+                    Some(id),
+                    Some("the downstream server cancelled its request".into()),
+                );
+                let _ = host.notify_cancelled(cancel).await;
+                Err(ErrorData::internal_error("cancelled by the downstream server", None))
+            }
+        }
+    }
+}
+
 fn upstream_error(e: rmcp::ServiceError) -> ErrorData {
     match e {
         rmcp::ServiceError::McpError(e) => e,
@@ -105,7 +144,7 @@ impl rmcp::ClientHandler for Downstream {
     async fn create_message(
         &self,
         params: CreateMessageRequestParams,
-        _ctx: RequestContext<RoleClient>,
+        ctx: RequestContext<RoleClient>,
     ) -> Result<CreateMessageResult, ErrorData> {
         let wants_tools = params.tools.is_some() || params.tool_choice.is_some();
         let host = self.host_with(|c| {
@@ -114,10 +153,7 @@ impl rmcp::ClientHandler for Downstream {
                 .is_some_and(|s| !wants_tools || s.tools.is_some())
         });
         match host {
-            Some(host) => tokio::time::timeout(self.shared.timeout, host.create_message(params))
-                .await
-                .map_err(|_| ErrorData::internal_error("the host did not answer in time", None))?
-                .map_err(upstream_error),
+            Some(host) => self.pass_up(host, params, ctx).await,
             None => self.answer(params).await,
         }
     }

@@ -8,15 +8,17 @@
 use super::Shared;
 use rmcp::ErrorData;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult,
+    CallToolRequest, CallToolRequestParams, CallToolResponse, CallToolResult,
+    CancelledNotificationParam, ClientRequest, CompleteRequestParams, CompleteResult,
     GetPromptRequestParams, GetPromptResponse, Implementation, ListPromptsResult,
     ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
-    ReadResourceRequestParams, ReadResourceResponse, ServerConfig, ServerPeerInfo,
-    SetLevelRequestParams, SubscribeRequestParams, UnsubscribeRequestParams,
+    ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ServerConfig, ServerPeerInfo,
+    ServerResult, SetLevelRequestParams, SubscribeRequestParams, UnsubscribeRequestParams,
 };
-use rmcp::service::{NotificationContext, RequestContext, RoleServer};
+use rmcp::service::{NotificationContext, PeerRequestOptions, RequestContext, RoleServer};
 use std::future::Future;
 use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
 
 pub struct Upstream {
     shared: Arc<Shared>,
@@ -61,6 +63,39 @@ impl Upstream {
     }
 }
 
+/// One tool call downstream. On a 2026-07-28 downstream rmcp's client drives the
+/// input-required rounds; on a legacy one the call is sent so that a cancellation by the host
+/// is passed on (`notifications/cancelled`), and the downstream then cancels its own sampling.
+async fn call_downstream(
+    client: Arc<super::Client>,
+    params: CallToolRequestParams,
+    cancelled: CancellationToken,
+) -> Result<CallToolResult, rmcp::ServiceError> {
+    let modern = client
+        .peer_info()
+        .is_some_and(|i| i.protocol_version >= ProtocolVersion::V_2026_07_28);
+    if modern {
+        return client.call_tool(params).await;
+    }
+    let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+    let handle = client
+        .send_cancellable_request(request, PeerRequestOptions::no_options())
+        .await?;
+    let id = handle.id.clone();
+    tokio::select! {
+        answer = handle.await_response() => match answer? {
+            ServerResult::CallToolResult(result) => Ok(result),
+            _ => Err(rmcp::ServiceError::UnexpectedResponse),
+        },
+        () = cancelled.cancelled() => {
+            let reason = Some("cancelled by the host".to_owned());
+            let notice = CancelledNotificationParam::new(Some(id), reason.clone());
+            let _ = client.notify_cancelled(notice).await;
+            Err(rmcp::ServiceError::Cancelled { reason })
+        }
+    }
+}
+
 impl rmcp::ServerHandler for Upstream {
     fn get_info(&self) -> ServerConfig {
         // The downstream's own name and version, so the host sees the server it asked for.
@@ -101,7 +136,8 @@ impl rmcp::ServerHandler for Upstream {
         params: CallToolRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        self.forward(&ctx, |c| async move { c.call_tool(params).await })
+        let cancelled = ctx.ct.clone();
+        self.forward(&ctx, |c| call_downstream(c, params, cancelled))
             .await
             .map(CallToolResponse::Complete)
     }

@@ -316,3 +316,50 @@ async fn concurrent_calls_through_the_bridge_each_get_their_own_answer() {
         done.unwrap();
     }
 }
+
+#[test]
+fn a_call_the_host_cancels_is_cancelled_down_the_chain() {
+    use crate::common::raw::{Raw, tools_call};
+    assert!(
+        first_try().status.success(),
+        "the model could not be fetched"
+    );
+    let t = std::time::Duration::from_secs(20);
+    // The host samples, so the downstream's sampling request comes up to it through the bridge
+    // (a legacy downstream: it samples during the call, which the cancellation must end).
+    let bridge = ["bridge", "--downstream-era", "legacy", "--", BIN];
+    let mut raw = Raw::legacy_args(&bridge, &[], json!({"sampling": {}}));
+    raw.send(&tools_call(
+        json!(41),
+        "generate",
+        json!({"prompt": "slow one"}),
+    ));
+    let sampling = raw
+        .recv_request("sampling/createMessage", t)
+        .expect("sampling passed up");
+    raw.send(
+        &json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                     "params": {"requestId": 41, "reason": "user gave up"}}),
+    );
+    // The bridge drops the call, the downstream cancels its sampling request, and the bridge
+    // cancels the one it passed up.
+    let cancel = raw
+        .recv_matching(t, &mut Vec::new(), |v| {
+            v["method"] == "notifications/cancelled"
+        })
+        .expect("the passed-up sampling request is cancelled");
+    assert_eq!(cancel["params"]["requestId"], sampling["id"]);
+    // The bridge and the downstream go on.
+    raw.send(&tools_call(
+        json!(42),
+        "generate",
+        json!({"prompt": "next"}),
+    ));
+    let sampling = raw
+        .recv_request("sampling/createMessage", t)
+        .expect("sampling again");
+    raw.send(&json!({"jsonrpc": "2.0", "id": sampling["id"], "result": {
+        "role": "assistant", "model": "m", "content": {"type": "text", "text": "still here"}}}));
+    let done = raw.recv_id(&json!(42), t).expect("the next call completes");
+    assert_eq!(done["result"]["content"][0]["text"], "still here", "{done}");
+}

@@ -16,8 +16,13 @@ pub struct Raw {
 
 impl Raw {
     pub fn spawn(env: &[(&str, &str)]) -> Raw {
+        Raw::spawn_args(&[], env)
+    }
+
+    /// The binary with arguments (`bridge -- …`, say).
+    pub fn spawn_args(args: &[&str], env: &[(&str, &str)]) -> Raw {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_agent-as-model"));
-        cmd.env_remove("RUST_LOG");
+        cmd.args(args).env_remove("RUST_LOG");
         for (k, v) in env {
             cmd.env(k, v);
         }
@@ -57,7 +62,12 @@ impl Raw {
 
     /// Spawns and completes a legacy handshake declaring `capabilities`.
     pub fn legacy(env: &[(&str, &str)], capabilities: Value) -> Raw {
-        let mut raw = Raw::spawn(env);
+        Raw::legacy_args(&[], env, capabilities)
+    }
+
+    /// [`Raw::legacy`] for the binary with arguments.
+    pub fn legacy_args(args: &[&str], env: &[(&str, &str)], capabilities: Value) -> Raw {
+        let mut raw = Raw::spawn_args(args, env);
         raw.send(
             &json!({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": {
             "protocolVersion": "2025-11-25", "capabilities": capabilities,
