@@ -1,17 +1,14 @@
 //! The `agent-as-model` binary: reads its configuration, logs to stderr, serves MCP (or runs
 //! `try`).
 
-use agent_as_model::backends::direct::Model;
 use agent_as_model::backends::mrtr::Sealer;
-use agent_as_model::backends::provider::Provider;
 use agent_as_model::backends::sampling::Settings;
+use agent_as_model::backends::start;
 use agent_as_model::config::{Backend, Command, Config, Fallback, Transport};
-use agent_as_model::local::Local;
 use agent_as_model::server::{Backends, Server};
 use agent_as_model::transport::serve_stdio;
 use clap::Parser;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
 fn main() -> ExitCode {
@@ -55,15 +52,6 @@ fn main() -> ExitCode {
     }
 }
 
-/// A direct backend, started: the local model begins loading at once.
-fn start(local: bool, config: &Config) -> Result<Arc<dyn Model>, String> {
-    if local {
-        Ok(Arc::new(Local::start(config.local_settings(), None)?))
-    } else {
-        Ok(Arc::new(Provider::new(config.provider_settings()?)?))
-    }
-}
-
 fn serve(config: &Config, runtime: &tokio::runtime::Runtime, sealer: Sealer) -> Result<(), String> {
     let settings = Settings {
         sampling_timeout: config.sampling_timeout(),
@@ -72,12 +60,12 @@ fn serve(config: &Config, runtime: &tokio::runtime::Runtime, sealer: Sealer) -> 
     let backends = Backends {
         forced: match config.backend {
             Backend::Host => None,
-            Backend::Local => Some(start(true, config)?),
-            Backend::Provider => Some(start(false, config)?),
+            Backend::Local => Some(start(config, true)?),
+            Backend::Provider => Some(start(config, false)?),
         },
         fallback: match (config.backend, config.fallback) {
-            (Backend::Host, Fallback::Local) => Some(start(true, config)?),
-            (Backend::Host, Fallback::Provider) => Some(start(false, config)?),
+            (Backend::Host, Fallback::Local) => Some(start(config, true)?),
+            (Backend::Host, Fallback::Provider) => Some(start(config, false)?),
             _ => None,
         },
     };

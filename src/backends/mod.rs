@@ -13,3 +13,21 @@ pub mod legacy;
 pub mod mrtr;
 pub mod provider;
 pub mod sampling;
+
+use crate::config::Config;
+use std::sync::Arc;
+
+/// A direct backend, started: the embedded model (it begins loading at once) or the configured
+/// provider.
+pub fn start(config: &Config, local: bool) -> Result<Arc<dyn direct::Model>, String> {
+    if local {
+        Ok(Arc::new(crate::local::Local::start(
+            config.local_settings(),
+            None,
+        )?))
+    } else {
+        Ok(Arc::new(provider::Provider::new(
+            config.provider_settings()?,
+        )?))
+    }
+}

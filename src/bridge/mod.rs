@@ -137,21 +137,11 @@ fn lifecycle(era: DownstreamEra) -> ClientLifecycleMode {
     }
 }
 
-/// The model that answers the downstream's sampling when the host cannot.
-fn model(config: &Config, with: TryModel) -> Result<Arc<dyn Model>, String> {
-    Ok(match with {
-        TryModel::Local => Arc::new(crate::local::Local::start(config.local_settings(), None)?),
-        TryModel::Provider => Arc::new(crate::backends::provider::Provider::new(
-            config.provider_settings()?,
-        )?),
-    })
-}
-
 /// Runs the bridge until the host disconnects.
 pub async fn run(config: &Config, args: &BridgeArgs) -> Result<(), String> {
     let shared = Arc::new(Shared {
         host: RwLock::new(None),
-        model: model(config, args.with)?,
+        model: crate::backends::start(config, args.with == TryModel::Local)?,
         limits: Arc::new(config.limits.clone()),
         link: RwLock::new(Link::Down("the downstream server is starting".into())),
         timeout: Duration::from_secs(args.timeout_secs),
