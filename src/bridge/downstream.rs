@@ -111,6 +111,19 @@ impl Downstream {
     }
 }
 
+impl Downstream {
+    /// A request to the host, bounded by the bridge's timeout, its errors as the host's.
+    async fn ask_host<T>(
+        &self,
+        request: impl std::future::Future<Output = Result<T, rmcp::ServiceError>>,
+    ) -> Result<T, ErrorData> {
+        tokio::time::timeout(self.shared.timeout, request)
+            .await
+            .map_err(|_| ErrorData::internal_error("the host did not answer in time", None))?
+            .map_err(upstream_error)
+    }
+}
+
 fn upstream_error(e: rmcp::ServiceError) -> ErrorData {
     match e {
         rmcp::ServiceError::McpError(e) => e,
@@ -165,10 +178,7 @@ impl rmcp::ClientHandler for Downstream {
         let host = self
             .host_with(|c| c.roots.is_some())
             .ok_or_else(|| Self::unsupported("roots/list"))?;
-        tokio::time::timeout(self.shared.timeout, host.list_roots())
-            .await
-            .map_err(|_| ErrorData::internal_error("the host did not answer in time", None))?
-            .map_err(upstream_error)
+        self.ask_host(host.list_roots()).await
     }
 
     async fn create_elicitation(
@@ -179,10 +189,7 @@ impl rmcp::ClientHandler for Downstream {
         let host = self
             .host_with(|c| c.elicitation.is_some())
             .ok_or_else(|| Self::unsupported("elicitation/create"))?;
-        tokio::time::timeout(self.shared.timeout, host.create_elicitation(request))
-            .await
-            .map_err(|_| ErrorData::internal_error("the host did not answer in time", None))?
-            .map_err(upstream_error)
+        self.ask_host(host.create_elicitation(request)).await
     }
 
     async fn on_progress(

@@ -70,6 +70,13 @@ impl Shared {
         }
     }
 
+    /// The host's peer, from its latest request (or its `initialized`).
+    fn remember_host(&self, peer: Peer<RoleServer>) {
+        if let Ok(mut host) = self.host.write() {
+            *host = Some(peer);
+        }
+    }
+
     fn host(&self) -> Option<Peer<RoleServer>> {
         self.host.read().ok().and_then(|h| h.clone())
     }

@@ -41,9 +41,7 @@ impl Upstream {
         F: FnOnce(Arc<super::Client>) -> Fut,
         Fut: Future<Output = Result<T, rmcp::ServiceError>>,
     {
-        if let Ok(mut host) = self.shared.host.write() {
-            *host = Some(ctx.peer.clone());
-        }
+        self.shared.remember_host(ctx.peer.clone());
         let client = self.shared.client()?;
         match tokio::time::timeout(self.shared.timeout, request(client)).await {
             Ok(Ok(answer)) => Ok(answer),
@@ -110,9 +108,7 @@ impl rmcp::ServerHandler for Upstream {
     }
 
     async fn on_initialized(&self, ctx: NotificationContext<RoleServer>) {
-        if let Ok(mut host) = self.shared.host.write() {
-            *host = Some(ctx.peer);
-        }
+        self.shared.remember_host(ctx.peer);
     }
 
     /// The host's roots changed: the downstream hears it too.

@@ -142,7 +142,7 @@ fn query(url: &reqwest::Url, key: &str) -> Vec<String> {
 }
 
 #[test]
-fn the_one_click_installs_start_the_published_package() {
+fn the_one_click_installs_name_the_published_package() {
     use base64::Engine as _;
     let server = json("server.json");
     let pypi = &server["packages"][0];
