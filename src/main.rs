@@ -15,10 +15,16 @@ fn main() -> ExitCode {
     let config = Config::parse();
     agent_as_model::logging::init(config.log_format);
     agent_as_model::install_tls();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    // One stdio client is served on one thread: its calls are short and wait on the host, and
+    // handing them between worker threads cost more than it gained (BENCHMARKS.md). HTTP, the
+    // bridge and `try` keep a worker per core.
+    let single = config.command.is_none() && config.http.is_none();
+    let mut builder = if single {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    };
+    let runtime = match builder.enable_all().build() {
         Ok(r) => r,
         Err(e) => {
             eprintln!("agent-as-model: cannot start the async runtime: {e}");

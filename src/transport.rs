@@ -30,9 +30,10 @@ use serde_json::{Value, json};
 use std::collections::HashSet;
 use std::future::Future;
 use std::io;
+use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, BufReader};
 use tokio::sync::mpsc;
 
 /// Bytes of an oversized line kept to find its id.
@@ -370,16 +371,54 @@ async fn read_line<R: AsyncBufRead + Unpin>(
     }
 }
 
-/// stdout, shared by the SDK's sends and the framer's own replies: one whole line at a time.
+/// stdout, shared by the SDK's sends and the framer's own replies: whole lines, in order, written
+/// by one thread of its own. Lines queued while it writes go out together in one write, so under
+/// load many messages cost one system call, and no call waits on another's write.
 #[derive(Clone)]
-struct Out(Arc<tokio::sync::Mutex<tokio::io::Stdout>>);
+struct Out(mpsc::Sender<Vec<u8>>);
+
+/// Lines queued for stdout before a sender waits.
+const OUT_QUEUE: usize = 256;
+/// Most bytes gathered into one write.
+const OUT_BATCH: usize = 1 << 20;
 
 impl Out {
+    /// Starts the writer thread. The returned receiver reports when it has written everything it
+    /// was given and stopped: after the last sender is gone, or after a write fails.
+    fn start() -> io::Result<(Out, std::sync::mpsc::Receiver<()>)> {
+        let (lines, mut queue) = mpsc::channel::<Vec<u8>>(OUT_QUEUE);
+        let (done, stopped) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("stdout".into())
+            .spawn(move || {
+                let stdout = std::io::stdout();
+                let mut stdout = stdout.lock();
+                let mut batch = Vec::new();
+                while let Some(first) = queue.blocking_recv() {
+                    batch.clear();
+                    batch.extend_from_slice(&first);
+                    while batch.len() < OUT_BATCH {
+                        match queue.try_recv() {
+                            Ok(line) => batch.extend_from_slice(&line),
+                            Err(_) => break,
+                        }
+                    }
+                    if let Err(e) = stdout.write_all(&batch).and_then(|()| stdout.flush()) {
+                        tracing::debug!(error = %e, "stdout closed");
+                        break;
+                    }
+                }
+                let _ = done.send(());
+            })?;
+        Ok((Out(lines), stopped))
+    }
+
     async fn line(&self, mut bytes: Vec<u8>) -> io::Result<()> {
         bytes.push(b'\n');
-        let mut stdout = self.0.lock().await;
-        stdout.write_all(&bytes).await?;
-        stdout.flush().await
+        self.0
+            .send(bytes)
+            .await
+            .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "stdout is closed"))
     }
 }
 
@@ -587,7 +626,7 @@ pub async fn serve_stdio(
     framing: Framing,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let (to_sdk, incoming) = mpsc::channel(64);
-    let out = Out(Arc::new(tokio::sync::Mutex::new(tokio::io::stdout())));
+    let (out, written) = Out::start()?;
     let state = Arc::new(Mutex::new(InFlight::default()));
     let transport = Stdio {
         incoming,
@@ -595,29 +634,49 @@ pub async fn serve_stdio(
         state: state.clone(),
     };
     // The reader runs before the SDK's handshake, which it feeds.
-    let reader = tokio::spawn(read_stdin(to_sdk, out, state.clone(), framing));
+    let mut reader = tokio::spawn(read_stdin(to_sdk, out, state.clone(), framing));
     let running = server.serve(transport).await?;
     let token = running.cancellation_token();
     let waiting = running.waiting();
     tokio::pin!(waiting);
-    tokio::select! {
-        quit = &mut waiting => { quit?; }
-        read = reader => {
-            let to_sdk = read??;
-            // stdin closed: calls in flight get a moment to finish, then the SDK sees the end
-            // of input, and what is still running is cancelled.
-            let deadline = tokio::time::Instant::now() + SHUTDOWN_GRACE;
-            while busy(&state) && tokio::time::Instant::now() < deadline {
-                tokio::time::sleep(Duration::from_millis(5)).await;
+    let outcome = tokio::select! {
+        quit = &mut waiting => quit.map(|_| ()).map_err(Into::into),
+        read = &mut reader => match read {
+            Ok(Ok(to_sdk)) => {
+                finish(to_sdk, &state, waiting, token).await;
+                Ok(())
             }
-            drop(to_sdk);
-            if tokio::time::timeout(SHUTDOWN_GRACE, &mut waiting).await.is_err() {
-                token.cancel();
-                let _ = tokio::time::timeout(Duration::from_secs(1), &mut waiting).await;
-            }
-        }
+            Ok(Err(e)) => Err(e.into()),
+            Err(e) => Err(e.into()),
+        },
+    };
+    // Every line given to the writer is written before the process ends (bounded: a host
+    // that stopped reading cannot hold it).
+    reader.abort();
+    let _ = tokio::task::spawn_blocking(move || written.recv_timeout(Duration::from_secs(1))).await;
+    outcome
+}
+
+/// stdin closed: calls in flight get a moment to finish, then the SDK sees the end of input, and
+/// what is still running is cancelled.
+async fn finish<F: Future + Unpin>(
+    to_sdk: mpsc::Sender<RxJsonRpcMessage<RoleServer>>,
+    state: &Mutex<InFlight>,
+    mut waiting: F,
+    token: rmcp::service::RunningServiceCancellationToken,
+) {
+    let deadline = tokio::time::Instant::now() + SHUTDOWN_GRACE;
+    while busy(state) && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    Ok(())
+    drop(to_sdk);
+    if tokio::time::timeout(SHUTDOWN_GRACE, &mut waiting)
+        .await
+        .is_err()
+    {
+        token.cancel();
+        let _ = tokio::time::timeout(Duration::from_secs(1), &mut waiting).await;
+    }
 }
 
 #[cfg(test)]
