@@ -3,6 +3,9 @@
 //! under a JSON-schema constraint), and peak memory.
 //!
 //! `cargo bench --bench local_model` (the default model must be cached: run `try` once).
+//! `BENCH_LLAMA_CPP=DIR` adds the same measures through llama.cpp on the same GGUF file, from
+//! node-llama-cpp installed in DIR (`npm install --prefix DIR node-llama-cpp@3.22.1`, which
+//! brings llama.cpp prebuilt for the CPU), and the slowdown of ours against it.
 
 #![allow(
     clippy::unwrap_used,
@@ -164,4 +167,75 @@ fn main() {
         &constrained,
     );
     spread("peak RSS (VmHWM)", "MiB", &[peak_rss_mib()]);
+    if let Ok(dir) = std::env::var("BENCH_LLAMA_CPP") {
+        let ours = [
+            ("load (page cache warm)", "s", median(&loads), false),
+            (
+                "time to first token, ~200-token prompt",
+                "ms",
+                median(&ttft),
+                false,
+            ),
+            (
+                "time to first token, 25-token question",
+                "ms",
+                median(&short),
+                false,
+            ),
+            ("prompt processing", "tok/s", median(&prompt), true),
+            ("decode, free", "tok/s", median(&decode), true),
+        ];
+        against_llama_cpp(&dir, &path, &ours);
+    }
+}
+
+fn median(values: &[f64]) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// The same GGUF file, prompts and greedy decoding through llama.cpp (node-llama-cpp's prebuilt
+/// CPU build, installed in `dir`), run after ours so the two never share the cores. Ratios are
+/// ours/llama.cpp for times and llama.cpp/ours for rates: above 1.0x, ours is slower.
+fn against_llama_cpp(dir: &str, model: &std::path::Path, ours: &[(&str, &str, f64, bool)]) {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/llama_cpp.mjs");
+    let out = std::process::Command::new("node")
+        .args([script, dir, &model.to_string_lossy(), &RUNS.to_string()])
+        .output()
+        .expect("node runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let runs: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let theirs = |pointer: &str| -> f64 {
+        median(
+            &runs
+                .iter()
+                .filter_map(|r| r.pointer(pointer).and_then(serde_json::Value::as_f64))
+                .collect::<Vec<_>>(),
+        )
+    };
+    let pointers = [
+        "/load_s",
+        "/long/ttft_ms",
+        "/question/ttft_ms",
+        "/long/prompt_tps",
+        "/long/decode_tps",
+    ];
+    println!(
+        "\n| against llama.cpp, same GGUF ({} runs, medians) | ours | llama.cpp | slowdown |",
+        runs.len()
+    );
+    println!("| --- | --- | --- | --- |");
+    for ((label, unit, value, rate), pointer) in ours.iter().zip(pointers) {
+        let other = theirs(pointer);
+        let slowdown = if *rate { other / value } else { value / other };
+        println!("| {label} | {value:.2} {unit} | {other:.2} {unit} | {slowdown:.2}x |");
+    }
 }

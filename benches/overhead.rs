@@ -4,11 +4,12 @@
 //! scripted host, and measures on each protocol era: start-up (spawn to the first answered
 //! request), per-call round trips (generate; chat_complete with a 20-message history; an
 //! `output_schema` of about 10 KB; a cursor to verify), throughput with 64 calls in flight, and
-//! the server's peak resident memory. The same driver runs the floor, a minimal rmcp server built
-//! into this bench binary (`--floor-server`) that does only the protocol work a call needs: on
-//! the legacy era one sampling request and its answer, on 2026-07-28 one `InputRequiredResult`
-//! and then the answer. Every figure is reported as ours, floor and ours/floor, since only
-//! same-run ratios are stable on a noisy machine. Nothing here asserts anything about time.
+//! the server's peak resident memory (and, after the run, its anonymous and file-backed parts).
+//! The same driver runs the floor, a minimal rmcp server built into this bench binary
+//! (`--floor-server`) that does only the protocol work a call needs: on the legacy era one
+//! sampling request and its answer, on 2026-07-28 one `InputRequiredResult` and then the answer.
+//! Every figure is reported as ours, floor and ours/floor, since only same-run ratios are stable
+//! on a noisy machine. Nothing here asserts anything about time.
 //!
 //! Then, on fresh processes, how latency and throughput grow with the payload: histories of 1,
 //! 10, 100 and 1,000 messages and schemas of 1, 10 and 100 KiB, with the least-squares slope of
@@ -290,6 +291,21 @@ fn peak_rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
+/// Resident memory now, split: anonymous (what the process allocated) and file-backed (pages of
+/// its binary and libraries, clean and shared with the page cache), in KiB.
+fn resident_split(pid: u32) -> (u64, u64) {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default();
+    let field = |name: &str| -> u64 {
+        text.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    };
+    let (rss, anon) = (field("Rss:"), field("Anonymous:"));
+    (anon, rss.saturating_sub(anon))
+}
+
 fn ms(d: Duration) -> String {
     format!("{:.3}", d.as_secs_f64() * 1e3)
 }
@@ -537,6 +553,16 @@ async fn bench() {
                 "MiB"
             )
         );
+        let (split_o, split_f) = (resident_split(ours.pid), resident_split(floor.pid));
+        for (label, o, f) in [
+            ("resident after the run: anonymous", split_o.0, split_f.0),
+            ("resident after the run: file-backed", split_o.1, split_f.1),
+        ] {
+            println!(
+                "{}",
+                row(label, o as f64 / 1024.0, f as f64 / 1024.0, "MiB")
+            );
+        }
         println!();
         drop((ours, floor));
         println!("### {label}: scaling with the payload\n");
