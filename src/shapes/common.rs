@@ -328,7 +328,7 @@ fn assemble(key: &str, messages: Vec<Msg>, limits: &Limits) -> CallResult<Vec<Tu
     }
     let mut turns: Vec<(usize, Turn)> = Vec::with_capacity(messages.len());
     for m in messages {
-        check_message(&args::index(key, m.index), &m, limits)?;
+        check_message(key, &m, limits)?;
         let merge = match turns.last() {
             Some((_, last)) if last.role == m.role => match m.role {
                 Role::User => {
@@ -354,7 +354,8 @@ fn assemble(key: &str, messages: Vec<Msg>, limits: &Limits) -> CallResult<Vec<Tu
     for (i, (index, turn)) in turns.iter().enumerate() {
         let previous = i.checked_sub(1).and_then(|p| turns.get(p)).map(|(_, t)| t);
         check_pairs(
-            &args::index(key, *index),
+            key,
+            *index,
             turn,
             previous,
             turns.get(i + 1).map(|(_, t)| t),
@@ -364,11 +365,13 @@ fn assemble(key: &str, messages: Vec<Msg>, limits: &Limits) -> CallResult<Vec<Tu
 }
 
 /// The size limit and the placement of tool content in one message.
-fn check_message(path: &str, m: &Msg, limits: &Limits) -> CallResult<()> {
+fn check_message(key: &str, m: &Msg, limits: &Limits) -> CallResult<()> {
+    // The path is written only for an error: this runs for every message of every call.
+    let path = || args::index(key, m.index);
     let chars = text_chars(&m.blocks);
     if chars > limits.max_message_chars {
         return Err(CallError::at(
-            path,
+            &path(),
             format!(
                 "{chars} characters of text is over the limit of {} per message \
                  (AGENT_AS_MODEL_MAX_MESSAGE_CHARS)",
@@ -379,16 +382,16 @@ fn check_message(path: &str, m: &Msg, limits: &Limits) -> CallResult<()> {
     let results = ids(&m.blocks, false);
     match m.role {
         Role::User if !ids(&m.blocks, true).is_empty() => Err(CallError::at(
-            path,
+            &path(),
             "tool calls belong in assistant messages",
         )),
         Role::User if !results.is_empty() && results.len() != m.blocks.len() => Err(CallError::at(
-            path,
+            &path(),
             "a message carrying tool results must carry nothing else; send the text in a \
                  message of its own after them",
         )),
         Role::Assistant if !results.is_empty() => Err(CallError::at(
-            path,
+            &path(),
             "tool results belong in user or tool messages",
         )),
         _ => Ok(()),
@@ -398,11 +401,13 @@ fn check_message(path: &str, m: &Msg, limits: &Limits) -> CallResult<()> {
 /// Every tool call in `turn` is answered by `next`, and every tool result in it answers a call
 /// of `previous`.
 fn check_pairs(
-    path: &str,
+    key: &str,
+    index: usize,
     turn: &Turn,
     previous: Option<&Turn>,
     next: Option<&Turn>,
 ) -> CallResult<()> {
+    let path = || args::index(key, index);
     let uses = ids(&turn.blocks, true);
     if !uses.is_empty() {
         let answered: Vec<&str> = next.map(|t| ids(&t.blocks, false)).unwrap_or_default();
@@ -413,7 +418,7 @@ fn check_pairs(
             .collect();
         if !missing.is_empty() {
             return Err(CallError::at(
-                path,
+                &path(),
                 format!(
                     "tool call(s) {missing:?} are not answered by the next message: every \
                      tool call must be answered by a tool result in the message that follows"
@@ -426,7 +431,7 @@ fn check_pairs(
         let asked: Vec<&str> = previous.map(|t| ids(&t.blocks, true)).unwrap_or_default();
         if let Some(unknown) = results.iter().find(|r| !asked.contains(r)) {
             return Err(CallError::at(
-                path,
+                &path(),
                 format!(
                     "tool result for {unknown:?}, which no tool call in the previous \
                      assistant message has"

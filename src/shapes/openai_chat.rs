@@ -187,11 +187,13 @@ fn message(
     system: &mut Vec<String>,
     limits: &Limits,
 ) -> CallResult<(&'static str, Option<Role>, Vec<Block>)> {
-    let content_path = m.path("content");
+    // The path is written only when it is needed: for an error, or to name a part.
+    let content_path = || m.path("content");
     let mut blocks = match (role, m.get("content")) {
         ("assistant", None) => Vec::new(),
-        (_, Some(v)) => content(v, &content_path, limits)?,
-        (_, None) => return Err(CallError::at(&content_path, "is required but missing")),
+        (_, Some(Value::String(text))) => vec![Block::Text(text.clone())],
+        (_, Some(v)) => content(v, &content_path(), limits)?,
+        (_, None) => return Err(CallError::at(&content_path(), "is required but missing")),
     };
     match role {
         "system" | "developer" => match blocks.as_slice() {
@@ -200,7 +202,7 @@ fn message(
                 Ok((role, None, blocks))
             }
             _ => Err(CallError::at(
-                &content_path,
+                &content_path(),
                 "system messages take text only",
             )),
         },
