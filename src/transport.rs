@@ -16,7 +16,9 @@
 //!   any request (2026-07-28 has no handshake) is dropped instead of ending the session;
 //! - every error the SDK writes gets an `id` member.
 //!
-//! When stdin closes, calls still in flight are cancelled and the process exits promptly.
+//! Replies go to stdout through one writer thread, which writes every line queued while it was
+//! busy in one system call. When stdin closes, calls still in flight are cancelled, what is
+//! queued is written, and the process exits promptly.
 
 use crate::error::clip;
 use crate::server::Server;
