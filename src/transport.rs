@@ -397,18 +397,29 @@ impl Out {
                 let mut stdout = stdout.lock();
                 let mut batch = Vec::new();
                 while let Some(first) = queue.blocking_recv() {
-                    batch.clear();
-                    batch.extend_from_slice(&first);
-                    while batch.len() < OUT_BATCH {
-                        match queue.try_recv() {
-                            Ok(line) => batch.extend_from_slice(&line),
-                            Err(_) => break,
+                    // A line alone is written as it is; lines that queued up behind it are
+                    // gathered, up to OUT_BATCH bytes, into a buffer kept no larger than that.
+                    let out: &[u8] = match queue.try_recv() {
+                        Err(_) => &first,
+                        Ok(next) => {
+                            batch.clear();
+                            batch.extend_from_slice(&first);
+                            batch.extend_from_slice(&next);
+                            while batch.len() < OUT_BATCH {
+                                match queue.try_recv() {
+                                    Ok(line) => batch.extend_from_slice(&line),
+                                    Err(_) => break,
+                                }
+                            }
+                            &batch
                         }
-                    }
-                    if let Err(e) = stdout.write_all(&batch).and_then(|()| stdout.flush()) {
+                    };
+                    if let Err(e) = stdout.write_all(out).and_then(|()| stdout.flush()) {
                         tracing::debug!(error = %e, "stdout closed");
                         break;
                     }
+                    batch.clear();
+                    batch.shrink_to(OUT_BATCH);
                 }
                 let _ = done.send(());
             })?;
