@@ -3,6 +3,7 @@
 // per run: load seconds, time to first token (ms) for each prompt, prompt and decode tokens/s.
 // Usage: node benches/llama_cpp.mjs DIR MODEL.gguf RUNS, DIR holding node_modules/node-llama-cpp.
 import { createRequire } from "node:module";
+import { availableParallelism } from "node:os";
 import { pathToFileURL } from "node:url";
 
 const [dir, modelPath, runsArg] = process.argv.slice(2);
@@ -17,7 +18,7 @@ const question = "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|
   "What is the capital of France?<|im_end|>\n<|im_start|>assistant\n";
 
 const llama = await getLlama({ gpu: false, build: "never", logLevel: LlamaLogLevel.error });
-const threads = Math.max(1, (await import("node:os")).availableParallelism());
+const threads = Math.max(1, availableParallelism());
 
 async function generate(model, text, max) {
   const context = await model.createContext({ contextSize: 4096, threads, sequences: 1 });

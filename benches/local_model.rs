@@ -30,10 +30,19 @@ fn peak_rss_mib() -> f64 {
         .map_or(f64::NAN, |kb| kb / 1024.0)
 }
 
-fn spread(label: &str, unit: &str, values: &[f64]) {
+fn sorted(values: &[f64]) -> Vec<f64> {
     let mut v = values.to_vec();
     v.sort_by(f64::total_cmp);
-    let median = v[v.len() / 2];
+    v
+}
+
+fn median(values: &[f64]) -> f64 {
+    sorted(values)[values.len() / 2]
+}
+
+fn spread(label: &str, unit: &str, values: &[f64]) {
+    let v = sorted(values);
+    let median = median(values);
     println!(
         "{label:<44} {median:>9.2} {unit:<6} (min {:.2}, max {:.2}, {} runs)",
         v[0],
@@ -187,12 +196,6 @@ fn main() {
         ];
         against_llama_cpp(&dir, &path, &ours);
     }
-}
-
-fn median(values: &[f64]) -> f64 {
-    let mut v = values.to_vec();
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 /// The same GGUF file, prompts and greedy decoding through llama.cpp (node-llama-cpp's prebuilt

@@ -279,30 +279,26 @@ async fn throughput(p: &Process, server: Server, name: &str, total: usize) -> f6
     total as f64 / started.elapsed().as_secs_f64()
 }
 
-fn peak_rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .map(str::to_owned)
-        })
-        .and_then(|l| l.split_whitespace().nth(1).and_then(|n| n.parse().ok()))
+/// A `kB` field of a `/proc/PID` file (`status`, `smaps_rollup`), in KiB; 0 if absent.
+fn proc_kib(pid: u32, file: &str, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/{file}"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
         .unwrap_or(0)
+}
+
+fn peak_rss_kib(pid: u32) -> u64 {
+    proc_kib(pid, "status", "VmHWM:")
 }
 
 /// Resident memory now, split: anonymous (what the process allocated) and file-backed (pages of
 /// its binary and libraries, clean and shared with the page cache), in KiB.
 fn resident_split(pid: u32) -> (u64, u64) {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default();
-    let field = |name: &str| -> u64 {
-        text.lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(0)
-    };
-    let (rss, anon) = (field("Rss:"), field("Anonymous:"));
+    let rss = proc_kib(pid, "smaps_rollup", "Rss:");
+    let anon = proc_kib(pid, "smaps_rollup", "Anonymous:");
     (anon, rss.saturating_sub(anon))
 }
 
