@@ -122,6 +122,24 @@ pub struct Config {
           value_parser = clap::value_parser!(u64).range(1..))]
     pub max_calls_per_session: u64,
 
+    /// Most TCP connections held open over HTTP; past it a new connection is answered at once
+    /// (`/healthz` still 200, anything else 503) and closed (default: half the descriptor limit,
+    /// at most 4096)
+    #[arg(long, env = "AGENT_AS_MODEL_MAX_CONNECTIONS",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_connections: Option<u64>,
+
+    /// Seconds an HTTP connection may take to send a request's headers (also the keep-alive
+    /// idle limit between requests)
+    #[arg(long, env = "AGENT_AS_MODEL_HEADER_TIMEOUT_SECS", default_value_t = 10,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub header_timeout_secs: u64,
+
+    /// Seconds an HTTP request body may go without a byte arriving before it is answered 408
+    #[arg(long, env = "AGENT_AS_MODEL_BODY_TIMEOUT_SECS", default_value_t = 10,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub body_timeout_secs: u64,
+
     /// Log lines as text, or as JSON objects (one a line, each tool call with its request id
     /// and duration; the default level becomes info)
     #[arg(long, env = "AGENT_AS_MODEL_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
@@ -281,6 +299,11 @@ pub struct ProviderArgs {
     #[arg(long, env = "AGENT_AS_MODEL_PROVIDER_RETRIES", default_value_t = 3,
           value_parser = clap::value_parser!(u32).range(0..=10))]
     pub provider_retries: u32,
+
+    /// Largest provider answer read, in bytes; a longer one fails the call
+    #[arg(long, env = "AGENT_AS_MODEL_PROVIDER_MAX_RESPONSE_BYTES", default_value_t = 8 * 1024 * 1024,
+          value_parser = clap::value_parser!(u64).range(1024..))]
+    pub provider_max_response_bytes: u64,
 }
 
 impl Config {
@@ -312,6 +335,14 @@ impl Config {
             max_calls_per_session: usize::try_from(self.max_calls_per_session)
                 .unwrap_or(usize::MAX),
             shutdown_grace: Duration::from_secs(10),
+            max_connections: self
+                .max_connections
+                .map_or_else(default_max_connections, |n| {
+                    usize::try_from(n).unwrap_or(usize::MAX)
+                }),
+            header_timeout: Duration::from_secs(self.header_timeout_secs),
+            body_timeout: Duration::from_secs(self.body_timeout_secs),
+            pinned_port: self.allowed_hosts.is_empty().then_some(bind.port()),
         })
     }
 
@@ -360,6 +391,7 @@ impl Config {
             timeout: Duration::from_secs(p.provider_timeout_secs),
             retries: p.provider_retries,
             max_retry_after: Duration::from_secs(60),
+            max_response: usize::try_from(p.provider_max_response_bytes).unwrap_or(usize::MAX),
         })
     }
 
@@ -396,6 +428,31 @@ impl Config {
             .map(|k| k.as_bytes().to_vec())
             .collect()
     }
+}
+
+/// Half the process's open-file limit (the other half is for the model, the log, the sessions'
+/// streams and the connections answered past the cap), between 16 and 4096; 512 when the limit
+/// cannot be read.
+#[cfg(unix)]
+fn default_max_connections() -> usize {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct it is given and reads nothing else.
+    let read = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut limit) } == 0;
+    if !read {
+        return 512;
+    }
+    usize::try_from(limit.rlim_cur / 2)
+        .unwrap_or(4096)
+        .clamp(16, 4096)
+}
+
+/// Windows has no descriptor limit of this kind (sockets are handles).
+#[cfg(not(unix))]
+fn default_max_connections() -> usize {
+    1024
 }
 
 #[cfg(test)]

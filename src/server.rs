@@ -48,6 +48,23 @@ pub struct Server {
     backends: Backends,
     /// Caps on calls in flight, over HTTP (stdio's transport counts its own).
     gate: Option<Gate>,
+    /// Told, with the request's id, when a call's work has ended (answered, failed or stopped
+    /// after a cancellation): stdio's transport frees the call's slot then.
+    on_done: Option<OnDone>,
+}
+
+/// See [`Server::on_done`].
+pub type OnDone = Arc<dyn Fn(&rmcp::model::RequestId) + Send + Sync>;
+
+/// Calls [`OnDone`] when dropped: however the call's future ends, even when it is dropped.
+struct Done<'a>(Option<&'a OnDone>, &'a rmcp::model::RequestId);
+
+impl Drop for Done<'_> {
+    fn drop(&mut self) {
+        if let Some(f) = self.0 {
+            f(self.1);
+        }
+    }
 }
 
 fn definition(name: &str, text: &str) -> Result<Tool, StartError> {
@@ -70,6 +87,7 @@ impl Server {
             tools: Arc::new(tools),
             backends,
             gate: None,
+            on_done: None,
         })
     }
 
@@ -79,6 +97,12 @@ impl Server {
             gate: Some(gate),
             ..self.clone()
         }
+    }
+
+    /// This server, telling `on_done` when each call's work has ended.
+    pub fn on_done(mut self, on_done: OnDone) -> Server {
+        self.on_done = Some(on_done);
+        self
     }
 
     pub fn tools(&self) -> &[Tool] {
@@ -102,7 +126,14 @@ impl Server {
                 input_responses: request.input_responses.as_ref(),
             };
             if let Some(model) = self.backends.for_host(&host) {
-                let done = direct::run(&call, model.as_ref()).await?;
+                // A cancelled call stops its model's work: the provider's request is dropped
+                // (its connection closed), the local model stops within one step.
+                let done = tokio::select! {
+                    done = direct::run(&call, model.as_ref()) => done?,
+                    () = ctx.ct.cancelled() => {
+                        return Err(CallError::Host("the tool call was cancelled by the client".into()));
+                    }
+                };
                 return finish(shape, &call, done, Some(model.kind()))
                     .map(CallToolResponse::Complete);
             }
@@ -290,6 +321,8 @@ impl ServerHandler for Server {
                 clip(&request.name).to_string(),
             )
         });
+        let rpc_id = ctx.id.clone();
+        let _done = Done(self.on_done.as_ref(), &rpc_id);
         let outcome = match self.gate.as_ref().map(Gate::admit).transpose() {
             Ok(_admitted) => self.dispatch(request, ctx).await,
             Err(refused) => Err(refused),

@@ -57,6 +57,7 @@ pub struct Framing {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
     Object,
+    String,
     Other,
 }
 
@@ -89,7 +90,7 @@ impl<'de> Deserialize<'de> for Kind {
                 Ok(Kind::Other)
             }
             fn visit_str<E>(self, _: &str) -> Result<Kind, E> {
-                Ok(Kind::Other)
+                Ok(Kind::String)
             }
             fn visit_unit<E>(self) -> Result<Kind, E> {
                 Ok(Kind::Other)
@@ -155,6 +156,11 @@ struct Params {
     arguments: Option<Kind>,
     #[serde(default, rename = "_meta")]
     meta: Option<Kind>,
+    /// Of a 2026-07-28 retry.
+    #[serde(default, rename = "requestState")]
+    request_state: Option<Kind>,
+    #[serde(default, rename = "inputResponses")]
+    input_responses: Option<Kind>,
     /// Of `notifications/cancelled`.
     #[serde(default, rename = "requestId")]
     request_id: Option<Value>,
@@ -234,17 +240,16 @@ fn classify_envelope(env: Envelope, state: &mut InFlight, framing: Framing) -> V
         let malformed = env
             .params
             .as_ref()
-            .is_some_and(|p| p.meta == Some(Kind::Other));
+            .is_some_and(|p| p.meta.is_some_and(|k| k != Kind::Object));
         if malformed || !state.seen_request {
             return Verdict::Drop;
         }
-        // A cancelled request gets no reply: its id and its slot are free again.
+        // A cancelled request gets no reply: its id is free again. A tool call keeps its slot
+        // until its work has stopped (the server says so, see `serve_stdio`).
         if method == "notifications/cancelled"
             && let Some(id) = env.params.as_ref().and_then(|p| p.request_id.as_ref())
         {
-            let key = id.to_string();
-            state.ids.remove(&key);
-            state.calls.remove(&key);
+            state.ids.remove(&id.to_string());
         }
         return Verdict::Forward;
     };
@@ -284,21 +289,10 @@ fn check_call(
     state: &InFlight,
     framing: Framing,
 ) -> Option<Verdict> {
+    if let Some(refused) = check_call_params(params, id) {
+        return Some(refused);
+    }
     let id = Some(id.clone());
-    if !params.is_some_and(|p| p.name.as_ref().is_some_and(Value::is_string)) {
-        return Some(error(
-            id,
-            -32602,
-            "invalid params: `name` must be a string".into(),
-        ));
-    }
-    if params.is_some_and(|p| p.arguments.is_some_and(|k| k != Kind::Object)) {
-        return Some(error(
-            id,
-            -32602,
-            "invalid params: `arguments` must be an object".into(),
-        ));
-    }
     if state.calls.len() >= framing.max_calls {
         return Some(error(
             id,
@@ -311,6 +305,52 @@ fn check_call(
         ));
     }
     None
+}
+
+/// A `tools/call`'s members of the wrong JSON type, refused with `-32602` naming the member
+/// (the SDK would answer them as an unknown method).
+fn check_call_params(params: Option<&Params>, id: &Value) -> Option<Verdict> {
+    let wrong = |member: &str, expected: &str| {
+        Some(error(
+            Some(id.clone()),
+            -32602,
+            format!("invalid params: `{member}` must be {expected}"),
+        ))
+    };
+    if !params.is_some_and(|p| p.name.as_ref().is_some_and(Value::is_string)) {
+        return wrong("name", "a string");
+    }
+    let params = params?;
+    if params.arguments.is_some_and(|k| k != Kind::Object) {
+        return wrong("arguments", "an object");
+    }
+    if params.request_state.is_some_and(|k| k != Kind::String) {
+        return wrong(
+            "requestState",
+            "a string (the requestState of the input_required result, echoed unchanged)",
+        );
+    }
+    if params.input_responses.is_some_and(|k| k != Kind::Object) {
+        return wrong(
+            "inputResponses",
+            "an object keyed by the input requests' keys",
+        );
+    }
+    None
+}
+
+/// For a request body over HTTP: a `tools/call` whose members have the wrong JSON type, as the
+/// JSON-RPC error to answer it with; `None` for anything else (rmcp answers the rest).
+pub(crate) fn refuse_malformed_call(body: &[u8]) -> Option<Value> {
+    let env: Envelope = serde_json::from_slice(body).ok()?;
+    if env.method.as_deref() != Some("tools/call") {
+        return None;
+    }
+    let id = env.id.filter(|id| id.is_string() || id.is_number())?;
+    match check_call_params(env.params.as_ref(), &id) {
+        Some(Verdict::Reply(reply)) => Some(reply),
+        _ => None,
+    }
 }
 
 /// The id named near the start of an oversized line, if its head shows one.
@@ -641,6 +681,13 @@ pub async fn serve_stdio(
     let (to_sdk, incoming) = mpsc::channel(64);
     let (out, written) = Out::start()?;
     let state = Arc::new(Mutex::new(InFlight::default()));
+    let slots = state.clone();
+    let server = server.on_done(Arc::new(move |id| {
+        if let Ok(mut s) = slots.lock() {
+            s.calls
+                .remove(&serde_json::to_string(id).unwrap_or_default());
+        }
+    }));
     let transport = Stdio {
         incoming,
         out: out.clone(),

@@ -25,12 +25,14 @@ pub struct ProviderSettings {
     pub retries: u32,
     /// The longest `Retry-After` honoured; a longer one fails the call at once.
     pub max_retry_after: Duration,
+    /// The largest answer read, in bytes.
+    pub max_response: usize,
 }
 
 impl std::fmt::Debug for ProviderSettings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ProviderSettings")
-            .field("base_url", &self.base_url)
+            .field("base_url", &shown_url(&self.base_url))
             .field("model", &self.model)
             .field("key", &self.key.as_ref().map(|_| "(set)"))
             .finish_non_exhaustive()
@@ -40,32 +42,104 @@ impl std::fmt::Debug for ProviderSettings {
 pub struct Provider {
     settings: ProviderSettings,
     client: reqwest::Client,
-    endpoint: String,
+    endpoint: reqwest::Url,
+    /// The URL as shown to clients and in errors: scheme, host, port and path only.
+    shown: String,
+    /// What must never reach a caller: the key, and the URL's password and query values.
+    secrets: Vec<String>,
+}
+
+/// A URL as it may be shown: scheme, host, port and path, without credentials or query.
+pub fn shown_url(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(u) => format!(
+            "{}://{}{}{}",
+            u.scheme(),
+            u.host_str().unwrap_or(""),
+            u.port().map(|p| format!(":{p}")).unwrap_or_default(),
+            u.path().trim_end_matches('/')
+        ),
+        Err(_) => "(an unparsable URL)".to_owned(),
+    }
 }
 
 impl Provider {
     pub fn new(settings: ProviderSettings) -> Result<Self, String> {
+        let mut endpoint = reqwest::Url::parse(settings.base_url.trim()).map_err(|e| {
+            format!(
+                "the provider URL is not a URL ({e}): {}",
+                shown_url(&settings.base_url)
+            )
+        })?;
+        if !matches!(endpoint.scheme(), "http" | "https") || endpoint.host_str().is_none() {
+            return Err(format!(
+                "the provider URL must start with http:// or https:// and name a host, got {}",
+                shown_url(&settings.base_url)
+            ));
+        }
+        // `/chat/completions` goes after the path; a query string stays a query string.
+        let path = format!("{}/chat/completions", endpoint.path().trim_end_matches('/'));
+        endpoint.set_path(&path);
+        let mut secrets: Vec<String> = settings.key.iter().cloned().collect();
+        secrets.extend(endpoint.password().map(str::to_owned));
+        secrets.extend(endpoint.query_pairs().map(|(_, v)| v.into_owned()));
+        secrets.retain(|s| s.len() >= 4);
+        // Redirects are followed only within the provider's own origin: the prompt (and the
+        // key) never go to another host.
+        let origin = endpoint.origin();
         let client = reqwest::Client::builder()
             .timeout(settings.timeout)
             .connect_timeout(settings.timeout.min(Duration::from_secs(10)))
             .user_agent(concat!("agent-as-model/", env!("CARGO_PKG_VERSION")))
+            .redirect(reqwest::redirect::Policy::custom(move |attempt| {
+                if attempt.previous().len() >= 5 || attempt.url().origin() != origin {
+                    attempt.stop()
+                } else {
+                    attempt.follow()
+                }
+            }))
             .build()
             .map_err(|e| format!("cannot start the HTTP client: {e}"))?;
-        let endpoint = format!(
-            "{}/chat/completions",
-            settings.base_url.trim_end_matches('/')
-        );
-        if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
-            return Err(format!(
-                "the provider URL must start with http:// or https://, got {:?}",
-                clip(&settings.base_url)
-            ));
-        }
         Ok(Provider {
+            shown: shown_url(&settings.base_url),
             settings,
             client,
             endpoint,
+            secrets,
         })
+    }
+
+    /// `text` with every secret replaced, before anything is clipped or parsed.
+    fn scrub(&self, text: String) -> String {
+        if !self.secrets.iter().any(|s| text.contains(s.as_str())) {
+            return text;
+        }
+        self.secrets
+            .iter()
+            .fold(text, |t, s| t.replace(s.as_str(), "[redacted]"))
+    }
+
+    /// The answer's body, at most `max_response` bytes (a declared longer one is refused before
+    /// it is read), with the secrets scrubbed.
+    async fn read(&self, mut response: reqwest::Response) -> CallResult<String> {
+        let max = self.settings.max_response;
+        let too_long = || {
+            fail(format!(
+                "the provider's answer is longer than {max} bytes, the most this server reads \
+                 (AGENT_AS_MODEL_PROVIDER_MAX_RESPONSE_BYTES)"
+            ))
+        };
+        if response.content_length().is_some_and(|n| n > max as u64) {
+            return Err(too_long());
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(|e| self.failure(e))? {
+            if body.len().saturating_add(chunk.len()) > max {
+                return Err(too_long());
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(self.scrub(String::from_utf8_lossy(&body).into_owned()))
     }
 
     async fn call(&self, body: &Value) -> CallResult<Value> {
@@ -73,7 +147,7 @@ impl Provider {
         loop {
             let mut request = self
                 .client
-                .post(&self.endpoint)
+                .post(self.endpoint.clone())
                 .header(reqwest::header::CONTENT_TYPE, "application/json")
                 .body(body.to_string());
             if let Some(key) = &self.settings.key {
@@ -89,7 +163,24 @@ impl Provider {
                         .and_then(|v| v.to_str().ok())
                         .and_then(|v| v.trim().parse::<u64>().ok())
                         .map(Duration::from_secs);
-                    let text = response.text().await.map_err(|e| self.failure(&e))?;
+                    if status.is_redirection() {
+                        let to = response
+                            .headers()
+                            .get(reqwest::header::LOCATION)
+                            .and_then(|v| v.to_str().ok())
+                            .map(|l| {
+                                shown_url(
+                                    &self.endpoint.join(l).map(String::from).unwrap_or_default(),
+                                )
+                            })
+                            .unwrap_or_default();
+                        return Err(fail(format!(
+                            "the provider answered {status}, a redirect to {to}, which is not \
+                             followed: it leaves the provider's origin (set the provider URL to \
+                             where the API is)"
+                        )));
+                    }
+                    let text = self.read(response).await?;
                     if status.is_success() {
                         return serde_json::from_str(&text).map_err(|e| {
                             fail(format!(
@@ -117,7 +208,7 @@ impl Provider {
                     tracing::debug!(attempt, "provider request failed, retrying");
                     backoff(attempt)
                 }
-                Err(e) => return Err(self.failure(&e)),
+                Err(e) => return Err(self.failure(e)),
             };
             attempt += 1;
             tokio::time::sleep(wait).await;
@@ -146,20 +237,20 @@ impl Provider {
         }
     }
 
-    /// The key never reaches a caller, even when a provider echoes it in an error.
+    /// The secrets never reach a caller, even when a provider echoes them in an error.
     fn redact(&self, e: CallError) -> CallError {
-        match (e, self.settings.key.as_deref()) {
-            (CallError::Backend { backend, message }, Some(key)) if !key.is_empty() => {
-                CallError::Backend {
-                    backend,
-                    message: message.replace(key, "[redacted]"),
-                }
-            }
-            (e, _) => e,
+        match e {
+            CallError::Backend { backend, message } => CallError::Backend {
+                backend,
+                message: self.scrub(message),
+            },
+            e => e,
         }
     }
 
-    fn failure(&self, e: &reqwest::Error) -> CallError {
+    /// A transport failure, said without its URL (which may carry credentials).
+    fn failure(&self, e: reqwest::Error) -> CallError {
+        let e = e.without_url();
         let what = if e.is_timeout() {
             format!(
                 "did not answer within {} s (AGENT_AS_MODEL_PROVIDER_TIMEOUT_SECS)",
@@ -170,7 +261,7 @@ impl Provider {
         } else {
             format!("failed: {e}")
         };
-        fail(format!("the provider at {} {what}", self.settings.base_url))
+        fail(format!("the provider at {} {what}", self.shown))
     }
 }
 
@@ -214,7 +305,7 @@ impl Model for Provider {
             "backend": "provider",
             "description": format!(
                 "{} at {}, an OpenAI-compatible API this server calls directly.",
-                self.settings.model, self.settings.base_url
+                self.settings.model, self.shown
             ),
             "supports": {"tools": self.settings.tools, "json_schema": self.settings.json_schema,
                          "images": true, "stop_sequences": true},

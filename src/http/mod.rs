@@ -48,6 +48,15 @@ pub struct HttpSettings {
     /// Most tool calls in flight, in all and per session.
     pub max_calls: usize,
     pub max_calls_per_session: usize,
+    /// Most connections held open; one more is answered at once and closed.
+    pub max_connections: usize,
+    /// How long a connection may take to send a request's headers (and stay idle between
+    /// requests).
+    pub header_timeout: Duration,
+    /// How long a request body may go without a byte arriving.
+    pub body_timeout: Duration,
+    /// With the default `Host` allow-list, the port a `Host` may name (the listening one).
+    pub pinned_port: Option<u16>,
 }
 
 type Body = BoxBody<Bytes, Infallible>;
@@ -58,14 +67,23 @@ fn plain(status: StatusCode, text: &'static str) -> Response<Body> {
     response
 }
 
+fn plain_owned(status: StatusCode, text: String) -> Response<Body> {
+    let mut response = Response::new(Full::new(Bytes::from(text)).boxed());
+    *response.status_mut() = status;
+    response
+}
+
 /// Whether the request carries the token, compared in constant time (as digests, so the
-/// lengths do not leak either).
-fn authorized(request: &Request<Incoming>, token: &[u8; 32]) -> bool {
+/// lengths do not leak either). The scheme's name is case-insensitive (RFC 7235).
+fn authorized<B>(request: &Request<B>, token: &[u8; 32]) -> bool {
     let presented = request
         .headers()
         .get(hyper::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
+        .and_then(|v| {
+            let (scheme, credentials) = v.trim_start().split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then_some(credentials)
+        })
         .map(|t| Sha256::digest(t.trim().as_bytes()));
     match presented {
         Some(digest) => {
@@ -108,6 +126,9 @@ fn front(server: Server, settings: &HttpSettings, stop: &CancellationToken) -> F
         mcp,
         sessions,
         token,
+        max_body: settings.max_body,
+        body_timeout: settings.body_timeout,
+        pinned_port: settings.pinned_port,
     }
 }
 
@@ -120,6 +141,10 @@ pub async fn serve_http(server: Server, settings: HttpSettings) -> Result<(), St
         .map_err(|e| format!("cannot listen on {}: {e}", settings.bind))?;
     tracing::warn!(address = %settings.bind, auth = front.token.is_some(), "serving MCP over HTTP at /mcp");
     let connections = tokio_util::task::TaskTracker::new();
+    // Connections held open, and the few answered past the cap (health checks among them).
+    let open = Arc::new(tokio::sync::Semaphore::new(settings.max_connections.max(1)));
+    let overflow = Arc::new(tokio::sync::Semaphore::new(OVERFLOW_CONNECTIONS));
+    let mut backoff = AcceptBackoff::default();
     // One signal listener for the server's life: a signal between two accepts is not lost.
     let shutdown = shutdown_signal();
     tokio::pin!(shutdown);
@@ -128,10 +153,42 @@ pub async fn serve_http(server: Server, settings: HttpSettings) -> Result<(), St
             accepted = listener.accept() => accepted,
             () = &mut shutdown => break,
         };
-        let Ok((stream, _peer)) = accepted else {
-            continue;
+        let stream = match accepted {
+            Ok((stream, _peer)) => {
+                backoff.reset();
+                stream
+            }
+            Err(e) => {
+                // Out of descriptors (or another transient failure): wait before the next
+                // accept instead of spinning on the same error.
+                let pause = backoff.next(&e);
+                tokio::select! {
+                    () = tokio::time::sleep(pause) => continue,
+                    () = &mut shutdown => break,
+                }
+            }
         };
-        connections.spawn(serve_connection(stream, front.clone(), stop.clone()));
+        if let Ok(permit) = open.clone().try_acquire_owned() {
+            let (front, stop, timeout) = (front.clone(), stop.clone(), settings.header_timeout);
+            connections.spawn(async move {
+                serve_connection(stream, front, stop, timeout).await;
+                drop(permit);
+            });
+        } else if let Ok(permit) = overflow.clone().try_acquire_owned() {
+            if !backoff.warned_full {
+                backoff.warned_full = true;
+                tracing::warn!(
+                    max = settings.max_connections,
+                    "connection limit reached (AGENT_AS_MODEL_MAX_CONNECTIONS): new connections \
+                     are answered 503 until some close (/healthz still answers)"
+                );
+            }
+            connections.spawn(async move {
+                serve_over_cap(stream).await;
+                drop(permit);
+            });
+        }
+        // Past both, the connection is closed at once: its descriptor is freed here.
     }
     tracing::warn!("stopping: finishing in-flight requests");
     stop.cancel();
@@ -145,14 +202,71 @@ pub async fn serve_http(server: Server, settings: HttpSettings) -> Result<(), St
     Ok(())
 }
 
+/// Connections answered past the cap at once (`/healthz` 200, else 503), each for at most
+/// [`OVER_CAP_TIMEOUT`]; past these too a connection is closed without an answer.
+const OVERFLOW_CONNECTIONS: usize = 32;
+const OVER_CAP_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The pause after a failed accept: 5 ms doubling to 1 s, logged once per run of failures.
+#[derive(Default)]
+struct AcceptBackoff {
+    pause: Duration,
+    warned_full: bool,
+}
+
+impl AcceptBackoff {
+    fn next(&mut self, error: &std::io::Error) -> Duration {
+        if self.pause.is_zero() {
+            tracing::warn!(error = %error, "accepting a connection failed (out of file descriptors?); backing off");
+        }
+        self.pause = (self.pause * 2).clamp(Duration::from_millis(5), Duration::from_secs(1));
+        self.pause
+    }
+
+    fn reset(&mut self) {
+        self.pause = Duration::ZERO;
+    }
+}
+
+/// A connection past the cap: one request read within [`OVER_CAP_TIMEOUT`], answered (health
+/// checks 200, the rest 503 naming the setting), then closed.
+async fn serve_over_cap(stream: tokio::net::TcpStream) {
+    let service = hyper::service::service_fn(|request: Request<Incoming>| async move {
+        let response = if request.uri().path() == "/healthz" {
+            plain(StatusCode::OK, "ok\n")
+        } else {
+            let mut r = plain(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "connection limit reached (AGENT_AS_MODEL_MAX_CONNECTIONS); retry later\n",
+            );
+            r.headers_mut().insert(
+                hyper::header::RETRY_AFTER,
+                hyper::header::HeaderValue::from_static("1"),
+            );
+            r
+        };
+        Ok::<_, Infallible>(response)
+    });
+    let connection = hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(OVER_CAP_TIMEOUT)
+        .keep_alive(false)
+        .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+    let _ = tokio::time::timeout(OVER_CAP_TIMEOUT, connection).await;
+}
+
 type Mcp = StreamableHttpService<Server, CappedSessions>;
 
-/// What every connection shares: the MCP service, its sessions and the token's digest.
+/// What every connection shares: the MCP service, its sessions, the token's digest and the
+/// request limits.
 #[derive(Clone)]
 struct Front {
     mcp: Mcp,
     sessions: Arc<CappedSessions>,
     token: Option<[u8; 32]>,
+    max_body: usize,
+    body_timeout: Duration,
+    pinned_port: Option<u16>,
 }
 
 /// One request, logged with its id and duration; the id is echoed as `X-Request-Id`.
@@ -181,51 +295,193 @@ async fn handle(mut request: Request<Incoming>, front: Front) -> Response<Body> 
 
 const REQUEST_ID: &str = "x-request-id";
 
-/// Health, `/mcp` behind the token and the session cap, or 404.
-async fn route(request: Request<Incoming>, mut front: Front) -> Response<Body> {
+/// Health, `/mcp` behind the host checks, the token, the body limits and the session cap, or
+/// 404.
+async fn route(request: Request<Incoming>, front: Front) -> Response<Body> {
     match request.uri().path() {
         "/healthz" => plain(StatusCode::OK, "ok\n"),
-        "/mcp" if front.token.is_some_and(|t| !authorized(&request, &t)) => {
-            let mut r = plain(StatusCode::UNAUTHORIZED, "unauthorized\n");
-            r.headers_mut().insert(
-                hyper::header::WWW_AUTHENTICATE,
-                hyper::header::HeaderValue::from_static("Bearer realm=\"agent-as-model\""),
-            );
-            r
-        }
-        "/mcp" if opens_session(&request) && front.sessions.full().await => {
-            let mut r = plain(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "session limit reached (AGENT_AS_MODEL_MAX_SESSIONS); retry later, or use \
-                 protocol 2026-07-28, which needs no session\n",
-            );
-            r.headers_mut().insert(
-                hyper::header::RETRY_AFTER,
-                hyper::header::HeaderValue::from_static("5"),
-            );
-            r
-        }
         "/mcp" => {
-            use tower_service::Service as _;
-            let delete = request.method() == hyper::Method::DELETE;
-            let mut response = match front.mcp.call(request).await {
-                Ok(r) => exact_temperatures(r).await,
-                Err(never) => match never {},
-            };
-            // A closed session is answered 200, which every SDK takes (rmcp says 202, which
-            // the Python SDK reports as a failed termination).
-            if delete && response.status() == StatusCode::ACCEPTED {
-                *response.status_mut() = StatusCode::OK;
+            if let Err((status, why)) = check_authority(&request, front.pinned_port) {
+                return plain(status, why);
             }
-            response
+            if front.token.is_some_and(|t| !authorized(&request, &t)) {
+                let mut r = plain(StatusCode::UNAUTHORIZED, "unauthorized\n");
+                r.headers_mut().insert(
+                    hyper::header::WWW_AUTHENTICATE,
+                    hyper::header::HeaderValue::from_static("Bearer realm=\"agent-as-model\""),
+                );
+                return r;
+            }
+            let (parts, body) = match read_body(request, &front).await {
+                Ok(read) => read,
+                Err(refusal) => return refusal,
+            };
+            if parts.method == hyper::Method::POST
+                && let Some(reply) = crate::transport::refuse_malformed_call(&body)
+            {
+                let mut r = plain_owned(StatusCode::OK, reply.to_string());
+                r.headers_mut().insert(
+                    hyper::header::CONTENT_TYPE,
+                    hyper::header::HeaderValue::from_static("application/json"),
+                );
+                return r;
+            }
+            route_mcp(Request::from_parts(parts, Full::new(body)), front).await
         }
         _ => plain(StatusCode::NOT_FOUND, "not found: MCP is served at /mcp\n"),
     }
 }
 
+/// The request's authority checks rmcp does not make: one `Host` header only; an absolute-form
+/// target (`POST http://host/mcp`) judged by its own authority, which must agree with `Host`;
+/// and with the default allow-list, a port that is the listening one.
+fn check_authority<B>(
+    request: &Request<B>,
+    pinned_port: Option<u16>,
+) -> Result<(), (StatusCode, &'static str)> {
+    let hosts = request.headers().get_all(hyper::header::HOST);
+    if hosts.iter().count() > 1 {
+        return Err((
+            StatusCode::BAD_REQUEST,
+            "bad request: more than one Host header\n",
+        ));
+    }
+    let host = hosts
+        .iter()
+        .next()
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| hyper::http::uri::Authority::try_from(v).ok());
+    let target = request.uri().authority();
+    if let (Some(target), Some(host)) = (target, &host)
+        && !target.host().eq_ignore_ascii_case(host.host())
+    {
+        return Err((
+            StatusCode::BAD_REQUEST,
+            "bad request: the request target's authority and the Host header differ\n",
+        ));
+    }
+    let port = target
+        .or(host.as_ref())
+        .and_then(hyper::http::uri::Authority::port_u16);
+    match (pinned_port, port) {
+        (Some(pinned), Some(port)) if port != pinned => Err((
+            StatusCode::FORBIDDEN,
+            "forbidden: the Host header names another port (set AGENT_AS_MODEL_ALLOWED_HOSTS \
+             to accept it)\n",
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The request's head and its body read whole: a declared length over the limit is 413 before a byte
+/// is read, a body that grows past it is 413, one that stops arriving for the body timeout is
+/// 408, and a malformed one (a bad chunk size) is 400.
+async fn read_body(
+    request: Request<Incoming>,
+    front: &Front,
+) -> Result<(hyper::http::request::Parts, Bytes), Response<Body>> {
+    let too_large = || {
+        plain_owned(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "payload too large: a request body may hold at most {} bytes \
+                 (AGENT_AS_MODEL_MAX_REQUEST_BYTES)\n",
+                front.max_body
+            ),
+        )
+    };
+    let declared = request
+        .headers()
+        .get(hyper::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > front.max_body as u64) {
+        return Err(too_large());
+    }
+    let (parts, mut body) = request.into_parts();
+    let mut whole = bytes::BytesMut::new();
+    loop {
+        let frame = match tokio::time::timeout(front.body_timeout, body.frame()).await {
+            Err(_) => {
+                return Err(plain(
+                    StatusCode::REQUEST_TIMEOUT,
+                    "request timeout: the body stopped arriving (AGENT_AS_MODEL_BODY_TIMEOUT_SECS)\n",
+                ));
+            }
+            Ok(None) => break,
+            Ok(Some(Err(_))) => {
+                return Err(plain(
+                    StatusCode::BAD_REQUEST,
+                    "bad request: malformed body\n",
+                ));
+            }
+            Ok(Some(Ok(frame))) => frame,
+        };
+        if let Ok(data) = frame.into_data() {
+            if whole.len().saturating_add(data.len()) > front.max_body {
+                return Err(too_large());
+            }
+            whole.extend_from_slice(&data);
+        }
+    }
+    Ok((parts, whole.freeze()))
+}
+
+/// `/mcp` once the body is in: the session cap and the session's existence, then rmcp's
+/// service.
+async fn route_mcp(request: Request<Full<Bytes>>, mut front: Front) -> Response<Body> {
+    if opens_session(&request) && front.sessions.full().await {
+        let mut r = plain(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "session limit reached (AGENT_AS_MODEL_MAX_SESSIONS); retry later, or use \
+             protocol 2026-07-28, which needs no session\n",
+        );
+        r.headers_mut().insert(
+            hyper::header::RETRY_AFTER,
+            hyper::header::HeaderValue::from_static("5"),
+        );
+        return r;
+    }
+    if unknown_session(&request, &front).await {
+        return plain(
+            StatusCode::NOT_FOUND,
+            "not found: no such session (it ended or expired); start a new one\n",
+        );
+    }
+    use tower_service::Service as _;
+    let delete = request.method() == hyper::Method::DELETE;
+    let mut response = match front.mcp.call(request).await {
+        Ok(r) => exact_temperatures(r).await,
+        Err(never) => match never {},
+    };
+    // A closed session is answered 200, which every SDK takes (rmcp says 202, which the
+    // Python SDK reports as a failed termination).
+    if delete && response.status() == StatusCode::ACCEPTED {
+        *response.status_mut() = StatusCode::OK;
+    }
+    response
+}
+
+/// Whether a `DELETE` names a session this server does not hold (rmcp would answer it as if
+/// it had closed one).
+async fn unknown_session<B>(request: &Request<B>, front: &Front) -> bool {
+    use rmcp::transport::streamable_http_server::session::SessionManager as _;
+    if request.method() != hyper::Method::DELETE {
+        return false;
+    }
+    let Some(id) = request
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+    else {
+        return false;
+    };
+    !matches!(front.sessions.has_session(&id.into()).await, Ok(true))
+}
+
 /// Whether a request would open a legacy session: a POST with no session, from a client that
 /// has not named a stateless protocol version (a legacy `initialize`).
-fn opens_session(request: &Request<Incoming>) -> bool {
+fn opens_session<B>(request: &Request<B>) -> bool {
     request.method() == hyper::Method::POST
         && !request.headers().contains_key("mcp-session-id")
         && request
@@ -287,7 +543,12 @@ fn exact_in_frame(data: Bytes) -> Bytes {
 }
 
 /// Serves one connection until it closes, or ends it gracefully when the server stops.
-async fn serve_connection(stream: tokio::net::TcpStream, front: Front, stop: CancellationToken) {
+async fn serve_connection(
+    stream: tokio::net::TcpStream,
+    front: Front,
+    stop: CancellationToken,
+    header_timeout: Duration,
+) {
     // Answers are small and whole: send them at once, not after the peer's delayed ACK.
     let _ = stream.set_nodelay(true);
     let service = hyper::service::service_fn(move |request: Request<Incoming>| {
@@ -296,7 +557,7 @@ async fn serve_connection(stream: tokio::net::TcpStream, front: Front, stop: Can
     });
     let connection = hyper::server::conn::http1::Builder::new()
         .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(Duration::from_secs(30))
+        .header_read_timeout(header_timeout)
         .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
     tokio::pin!(connection);
     tokio::select! {

@@ -263,6 +263,7 @@ async fn an_emulated_tool_call_comes_back_from_a_host_that_cannot_take_tools() {
         ))
         .await
         .unwrap();
+    validate_output(&client, "chat_complete", &r).await;
     assert!(!is_error(&r), "{}", text(&r));
     let s = structured(&r);
     assert_eq!(s["tool_calls_via"], "prompt", "{s}");

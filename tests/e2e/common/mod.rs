@@ -211,12 +211,45 @@ pub async fn try_call(
     tool: &str,
     args: Value,
 ) -> Result<CallToolResult, ServiceError> {
-    tokio::time::timeout(
+    let result = tokio::time::timeout(
         Duration::from_secs(60),
         client.call_tool(params(tool, args)),
     )
     .await
-    .expect("the call was answered within 60 s")
+    .expect("the call was answered within 60 s")?;
+    validate_output(client, tool, &result).await;
+    Ok(result)
+}
+
+/// Checks a result as the official SDKs do before handing it to their caller: when the tool
+/// declares an `outputSchema`, a successful result must carry `structuredContent` and it must
+/// validate. Every call the harness makes goes through this, on every backend and both eras.
+pub async fn validate_output(client: &rmcp::Peer<RoleClient>, tool: &str, result: &CallToolResult) {
+    if is_error(result) {
+        return;
+    }
+    let tools = client.list_all_tools().await.expect("tools/list");
+    let Some(schema) = tools
+        .iter()
+        .find(|t| t.name == tool)
+        .and_then(|t| t.output_schema.as_ref())
+    else {
+        return;
+    };
+    let schema = Value::Object(schema.as_ref().clone());
+    let instance = result.structured_content.clone().unwrap_or_else(|| {
+        panic!("{tool} declares an outputSchema but returned no structuredContent")
+    });
+    let validator = jsonschema::validator_for(&schema).expect("the outputSchema compiles");
+    let errors: Vec<String> = validator
+        .iter_errors(&instance)
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "Invalid structured content returned by tool {tool}: {instance} violates its \
+         outputSchema: {errors:?}"
+    );
 }
 
 /// Calls a tool and expects a result (successful or `isError`).

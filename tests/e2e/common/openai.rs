@@ -11,8 +11,10 @@ use tokio::net::TcpListener;
 pub enum Reply {
     /// Status, extra headers, body.
     Answer(u16, Vec<(String, String)>, String),
-    /// Hold the connection open without answering.
+    /// Hold the connection open without answering (until the client closes it).
     Silence,
+    /// A 200 whose chunked body never ends.
+    Endless,
 }
 
 impl Reply {
@@ -41,6 +43,7 @@ impl Seen {
 pub struct Scripted {
     pub url: String,
     seen: Arc<Mutex<Vec<Seen>>>,
+    open: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Scripted {
@@ -50,6 +53,8 @@ impl Scripted {
         let url = format!("http://{}/v1", listener.local_addr().unwrap());
         let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
         let log = seen.clone();
+        let open: Arc<std::sync::atomic::AtomicUsize> = Arc::default();
+        let count = open.clone();
         tokio::spawn(async move {
             let mut n = 0usize;
             loop {
@@ -63,13 +68,35 @@ impl Scripted {
                     .unwrap_or(Reply::Silence);
                 n += 1;
                 let log = log.clone();
+                let count = count.clone();
                 tokio::spawn(async move {
                     let Some(request) = read_request(&mut socket).await else {
                         return;
                     };
                     log.lock().unwrap().push(request);
+                    count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                     match reply {
-                        Reply::Silence => tokio::time::sleep(Duration::from_secs(120)).await,
+                        Reply::Silence => {
+                            // Until the client hangs up (a read of 0 bytes), at most 120 s.
+                            let mut byte = [0u8; 1];
+                            let _ = tokio::time::timeout(
+                                Duration::from_secs(120),
+                                socket.read(&mut byte),
+                            )
+                            .await;
+                        }
+                        Reply::Endless => {
+                            let head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\
+                                        Transfer-Encoding: chunked\r\n\r\n";
+                            let _ = socket.write_all(head.as_bytes()).await;
+                            let chunk = format!("{:x}\r\n{}\r\n", 65536, "x".repeat(65536));
+                            let started = std::time::Instant::now();
+                            while started.elapsed() < Duration::from_secs(60) {
+                                if socket.write_all(chunk.as_bytes()).await.is_err() {
+                                    break;
+                                }
+                            }
+                        }
                         Reply::Answer(status, headers, body) => {
                             let mut head = format!(
                                 "HTTP/1.1 {status} Scripted\r\nContent-Type: application/json\r\n\
@@ -85,10 +112,16 @@ impl Scripted {
                             let _ = socket.shutdown().await;
                         }
                     }
+                    count.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
                 });
             }
         });
-        Scripted { url, seen }
+        Scripted { url, seen, open }
+    }
+
+    /// Requests whose connection is still open (received, not yet answered or hung up).
+    pub fn open(&self) -> usize {
+        self.open.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     pub fn seen(&self) -> Vec<Seen> {

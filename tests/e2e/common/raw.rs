@@ -12,6 +12,60 @@ pub struct Raw {
     stdin: Option<ChildStdin>,
     lines: Receiver<String>,
     stderr: Receiver<String>,
+    /// The tool of each `tools/call` sent, by request id, when the peer is this server itself
+    /// (no subcommand): its results are checked against the tool's declared `outputSchema`.
+    calls: Option<std::sync::Mutex<std::collections::HashMap<String, String>>>,
+}
+
+/// This server's declared `outputSchema`s, by tool name.
+fn output_schemas() -> &'static std::collections::HashMap<String, Value> {
+    static SCHEMAS: std::sync::OnceLock<std::collections::HashMap<String, Value>> =
+        std::sync::OnceLock::new();
+    SCHEMAS.get_or_init(|| {
+        [
+            include_str!("../../../src/shapes/tools/chat_complete.json"),
+            include_str!("../../../src/shapes/tools/messages_create.json"),
+            include_str!("../../../src/shapes/tools/responses_create.json"),
+            include_str!("../../../src/shapes/tools/generate.json"),
+            include_str!("../../../src/shapes/tools/generate_content.json"),
+            include_str!("../../../src/shapes/tools/list_models.json"),
+        ]
+        .iter()
+        .map(|text| {
+            let def: Value = serde_json::from_str(text).unwrap();
+            (
+                def["name"].as_str().unwrap().to_owned(),
+                def["outputSchema"].clone(),
+            )
+        })
+        .collect()
+    })
+}
+
+/// Panics when a successful `tools/call` result's `structuredContent` does not validate
+/// against the tool's `outputSchema`, as the official SDKs refuse it.
+pub fn assert_valid_result(tool: &str, response: &Value) {
+    let Some(result) = response.get("result") else {
+        return;
+    };
+    if result["isError"] == true || result.get("resultType").is_some_and(|t| t != "complete") {
+        return;
+    }
+    let Some(schema) = output_schemas().get(tool) else {
+        return;
+    };
+    let instance = result
+        .get("structuredContent")
+        .unwrap_or_else(|| panic!("{tool} returned no structuredContent: {response}"));
+    let validator = jsonschema::validator_for(schema).unwrap();
+    let errors: Vec<String> = validator
+        .iter_errors(instance)
+        .map(|e| e.to_string())
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "Invalid structured content returned by tool {tool}: {errors:?} in {instance}"
+    );
 }
 
 impl Raw {
@@ -57,6 +111,7 @@ impl Raw {
             child,
             lines,
             stderr,
+            calls: args.is_empty().then(Default::default),
         }
     }
 
@@ -82,6 +137,17 @@ impl Raw {
     }
 
     pub fn send(&mut self, v: &Value) {
+        if let (Some(calls), "tools/call", Some(id), Some(tool)) = (
+            &self.calls,
+            v["method"].as_str().unwrap_or(""),
+            v.get("id"),
+            v["params"]["name"].as_str(),
+        ) {
+            calls
+                .lock()
+                .unwrap()
+                .insert(id.to_string(), tool.to_owned());
+        }
         self.send_line(&v.to_string());
     }
 
@@ -99,10 +165,20 @@ impl Raw {
     /// The next stdout line, parsed; every line must be JSON.
     pub fn recv(&self, timeout: Duration) -> Option<Value> {
         match self.lines.recv_timeout(timeout) {
-            Ok(line) => Some(
-                serde_json::from_str(&line)
-                    .unwrap_or_else(|e| panic!("stdout line is not JSON ({e}): {line}")),
-            ),
+            Ok(line) => {
+                let v: Value = serde_json::from_str(&line)
+                    .unwrap_or_else(|e| panic!("stdout line is not JSON ({e}): {line}"));
+                let tool = match (&self.calls, v.get("id")) {
+                    (Some(calls), Some(id)) if v.get("method").is_none() => {
+                        calls.lock().unwrap().get(&id.to_string()).cloned()
+                    }
+                    _ => None,
+                };
+                if let Some(tool) = tool {
+                    assert_valid_result(&tool, &v);
+                }
+                Some(v)
+            }
             Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => None,
         }
     }

@@ -1,0 +1,318 @@
+//! Streamable HTTP against hostile connections and malformed requests, over raw TCP: idle
+//! connections past the descriptor limit, stalled and oversized bodies, bad chunk sizes, and
+//! the header details a careful server checks (the bearer scheme's case, repeated or
+//! mismatched `Host`, absolute-form targets, unknown sessions).
+
+use crate::common::{Killed, free_port};
+use crate::http::{meta, post};
+use serde_json::json;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_agent-as-model");
+
+/// The server under `ulimit -n files`, with `env`; its address once `/healthz` answers.
+fn start_limited(files: u32, env: &[(&str, &str)]) -> (Killed, String) {
+    let port = free_port();
+    let mut command = Command::new("sh");
+    command
+        .args(["-c", &format!("ulimit -n {files} && exec \"$0\""), BIN])
+        .env("AGENT_AS_MODEL_HTTP", format!("127.0.0.1:{port}"))
+        .env("RUST_LOG", "error")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    let child = Killed(command.spawn().unwrap());
+    let address = format!("127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        if exchange(
+            &address,
+            b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+            2,
+        )
+        .is_some_and(|(status, _)| status == 200)
+        {
+            return (child, address);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("the HTTP server did not come up");
+}
+
+/// Sends `request` on a new connection and reads the response's status and text until the
+/// server closes or `secs` pass; `None` when nothing came back.
+fn exchange(address: &str, request: &[u8], secs: u64) -> Option<(u16, String)> {
+    let mut stream = TcpStream::connect(address).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(secs)))
+        .unwrap();
+    stream.write_all(request).ok()?;
+    read_response(&mut stream)
+}
+
+/// A response's status and text, read until the server closes, a pause, or the headers and a
+/// declared body have arrived.
+fn read_response(stream: &mut TcpStream) -> Option<(u16, String)> {
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => seen.extend_from_slice(&buf[..n]),
+        }
+        let text = String::from_utf8_lossy(&seen);
+        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+            let length = head.lines().find_map(|l| {
+                l.to_ascii_lowercase()
+                    .strip_prefix("content-length:")
+                    .map(|v| v.trim().parse::<usize>().unwrap_or(0))
+            });
+            if length.is_some_and(|n| body.len() >= n) {
+                break;
+            }
+        }
+    }
+    let text = String::from_utf8_lossy(&seen).into_owned();
+    let status = text.split(' ').nth(1)?.parse().ok()?;
+    Some((status, text))
+}
+
+/// CPU seconds the process has used (user + system), from /proc.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat.rsplit_once(") ").unwrap().1.split(' ').collect();
+    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+    ticks / 100.0
+}
+
+fn open_descriptors(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count()
+}
+
+const TOOLS_LIST: &str = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"raw","version":"0"},"io.modelcontextprotocol/clientCapabilities":{}}}}"#;
+
+fn tools_list_request() -> Vec<u8> {
+    format!(
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\n\
+         Mcp-Method: tools/list\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{TOOLS_LIST}",
+        TOOLS_LIST.len()
+    )
+    .into_bytes()
+}
+
+#[test]
+fn idle_connections_past_the_descriptor_limit_leave_the_server_answering() {
+    // 256 descriptors, so the default cap is 128; 400 connections that never send a byte.
+    let (child, address) = start_limited(256, &[("AGENT_AS_MODEL_HEADER_TIMEOUT_SECS", "6")]);
+    let pid = child.0.id();
+    let idle: Vec<TcpStream> = (0..400)
+        .filter_map(|_| TcpStream::connect(&address).ok())
+        .collect();
+    assert!(idle.len() >= 300, "the kernel took the connections");
+    std::thread::sleep(Duration::from_millis(300));
+    // Not spinning on accept errors: well under a core over two seconds.
+    let before = cpu_seconds(pid);
+    std::thread::sleep(Duration::from_secs(2));
+    let used = cpu_seconds(pid) - before;
+    assert!(
+        used < 0.5,
+        "the server used {used} s of CPU in 2 s while flooded"
+    );
+    assert!(
+        open_descriptors(pid) < 240,
+        "descriptors held: {}",
+        open_descriptors(pid)
+    );
+    // The health check answers while the cap is reached; MCP is told to come back.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let health = loop {
+        let got = exchange(
+            &address,
+            b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+            3,
+        );
+        if got.is_some() || Instant::now() > deadline {
+            break got;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(health.map(|h| h.0), Some(200), "/healthz while flooded");
+    let (status, text) = exchange(&address, &tools_list_request(), 3).expect("an answer");
+    assert_eq!(status, 503, "{text}");
+    assert!(text.contains("AGENT_AS_MODEL_MAX_CONNECTIONS"), "{text}");
+    // Connections that never send their headers are closed after the header timeout, and
+    // the server serves again.
+    std::thread::sleep(Duration::from_secs(6));
+    let mut closed = 0;
+    for mut stream in idle {
+        stream
+            .set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        let mut byte = [0u8; 1];
+        if matches!(stream.read(&mut byte), Ok(0)) || matches!(stream.read(&mut byte), Ok(0)) {
+            closed += 1;
+        }
+    }
+    assert!(closed >= 300, "{closed} idle connections were closed");
+    let (status, text) = exchange(&address, &tools_list_request(), 5).expect("an answer");
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains("chat_complete"), "{text}");
+}
+
+#[test]
+fn the_connection_cap_is_a_setting() {
+    let (_child, address) = start_limited(1024, &[("AGENT_AS_MODEL_MAX_CONNECTIONS", "4")]);
+    let held: Vec<TcpStream> = (0..4)
+        .map(|_| TcpStream::connect(&address).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let (status, text) = exchange(&address, &tools_list_request(), 3).expect("an answer");
+    assert_eq!(status, 503, "{text}");
+    drop(held);
+    std::thread::sleep(Duration::from_millis(200));
+    let (status, _) = exchange(&address, &tools_list_request(), 3).expect("an answer");
+    assert_eq!(status, 200);
+}
+
+#[test]
+fn a_body_that_stops_arriving_is_answered_408() {
+    let (child, address) = start_limited(1024, &[("AGENT_AS_MODEL_BODY_TIMEOUT_SECS", "1")]);
+    let started = Instant::now();
+    // Twenty bodies declared at 16 MB, each stalled after a few bytes.
+    let mut stalled: Vec<TcpStream> = (0..20)
+        .map(|_| {
+            let mut s = TcpStream::connect(&address).unwrap();
+            s.write_all(
+                b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+                  Accept: application/json, text/event-stream\r\n\
+                  Content-Length: 16000000\r\n\r\n{\"jsonrpc\": ",
+            )
+            .unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            s
+        })
+        .collect();
+    for stream in &mut stalled {
+        let (status, text) = read_response(stream).expect("an answer to a stalled body");
+        assert_eq!(status, 408, "{text}");
+        assert!(text.contains("AGENT_AS_MODEL_BODY_TIMEOUT_SECS"), "{text}");
+    }
+    assert!(started.elapsed() < Duration::from_secs(5));
+    // And the connections are closed, not held.
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(open_descriptors(child.0.id()) < 30);
+}
+
+#[test]
+fn a_declared_length_over_the_limit_is_413_before_the_body() {
+    let (_child, address) = start_limited(1024, &[("AGENT_AS_MODEL_MAX_REQUEST_BYTES", "1000")]);
+    let (status, text) = exchange(
+        &address,
+        b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+          Accept: application/json, text/event-stream\r\nContent-Length: 500000000\r\n\r\n",
+        3,
+    )
+    .expect("an answer without sending the body");
+    assert_eq!(status, 413, "{text}");
+    // A chunked body whose size overflows is the client's fault.
+    let (status, text) = exchange(
+        &address,
+        b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+          Accept: application/json, text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n\
+          fffffffffffffffffffff\r\n{}\r\n0\r\n\r\n",
+        3,
+    )
+    .expect("an answer");
+    assert_eq!(status, 400, "{text}");
+}
+
+#[test]
+fn host_and_authorization_headers_are_read_as_the_rfcs_say() {
+    let (_child, address) = start_limited(1024, &[("AGENT_AS_MODEL_AUTH_TOKEN", "s3cret")]);
+    let port = address.rsplit(':').next().unwrap();
+    let request = |target: &str, headers: &str| {
+        let text = format!(
+            "POST {target} HTTP/1.1\r\n{headers}Content-Type: application/json\r\n\
+             Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\n\
+             Mcp-Method: tools/list\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{TOOLS_LIST}",
+            TOOLS_LIST.len()
+        );
+        exchange(&address, text.as_bytes(), 3).expect("an answer").0
+    };
+    let host = format!("Host: 127.0.0.1:{port}\r\n");
+    for scheme in ["Bearer", "bearer", "BEARER"] {
+        let auth = format!("{host}Authorization: {scheme} s3cret\r\n");
+        assert_eq!(request("/mcp", &auth), 200, "scheme {scheme}");
+    }
+    let auth = "Authorization: Bearer s3cret\r\n";
+    assert_eq!(
+        request("/mcp", &format!("{host}Authorization: Basic s3cret\r\n")),
+        401
+    );
+    // Two Host headers: which one is meant is ambiguous.
+    assert_eq!(
+        request("/mcp", &format!("{host}Host: evil.example\r\n{auth}")),
+        400
+    );
+    // The default allow-list pins the listening port.
+    assert_eq!(
+        request("/mcp", &format!("Host: 127.0.0.1:1\r\n{auth}")),
+        403
+    );
+    assert_eq!(request("/mcp", &format!("Host: 127.0.0.1\r\n{auth}")), 200);
+    // An absolute-form target is judged by its own authority.
+    assert_ne!(
+        request("http://evil.example/mcp", &format!("{host}{auth}")),
+        200
+    );
+    assert_eq!(
+        request(
+            &format!("http://127.0.0.1:{port}/mcp"),
+            &format!("{host}{auth}")
+        ),
+        200
+    );
+}
+
+#[tokio::test]
+async fn an_unknown_session_and_a_mistyped_request_state_are_refused_plainly() {
+    let server = crate::http::start(&[]).await;
+    let response = crate::common::http_client()
+        .delete(format!("{}/mcp", server.url))
+        .header("Mcp-Session-Id", "no-such-session")
+        .header("MCP-Protocol-Version", "2025-11-25")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 404);
+    let headers = [
+        ("MCP-Protocol-Version", "2026-07-28"),
+        ("Mcp-Method", "tools/call"),
+        ("Mcp-Name", "generate"),
+    ];
+    for state in [json!(42), json!({"a": 1}), json!(["x"])] {
+        let body = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {
+            "_meta": meta(), "name": "generate", "arguments": {"prompt": "hi"},
+            "requestState": state, "inputResponses": {}}});
+        let (status, replies, _) = post(&server.url, &headers, &body).await;
+        assert_eq!(status, 200, "{state}");
+        let reply = replies.iter().find(|m| m["id"] == 9).unwrap();
+        assert_eq!(reply["error"]["code"], -32602, "{state}: {reply}");
+        assert!(
+            reply["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("requestState"),
+            "{reply}"
+        );
+    }
+}
