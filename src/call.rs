@@ -376,6 +376,8 @@ pub struct Reply<'a> {
     pub cursor: Option<&'a str>,
     /// Token counts the backend measured, if it did.
     pub measured: Option<Usage>,
+    /// Images and audio in the answer, besides its text.
+    pub media: &'a [Block],
 }
 
 impl Reply<'_> {

@@ -49,8 +49,9 @@ pub enum Fallback {
 /// An MCP server whose tools are shaped like model APIs and are answered by the connected
 /// host's own model through MCP sampling: no API key.
 ///
-/// Serves MCP over stdio: add it to a sampling-capable host (VS Code, Goose, fast-agent) rather
-/// than running it by hand. For hosts that cannot sample, --fallback local answers with an
+/// Serves MCP over stdio: add it to a host rather than running it by hand. Hosts that sample
+/// (VS Code, GitHub Copilot CLI, fast-agent) answer with their own model; for the many that do
+/// not (Claude Code, Cursor, Goose, Codex, Zed, Gemini CLI), --fallback local answers with an
 /// embedded model (fetched once) and --fallback provider with an OpenAI-compatible API. To see
 /// it work without any host: agent-as-model try "What is the capital of France?". Logs go to
 /// stderr; set RUST_LOG=debug for more.

@@ -212,6 +212,7 @@ fn finish(
         host_model: &done.host_model,
         cursor: minted.as_deref(),
         measured: done.usage,
+        media: &done.media,
     };
     let rendered = shape.render(&reply);
     let mut structured = rendered.structured;
@@ -294,7 +295,8 @@ impl ServerHandler for Server {
                 (None, None) => {
                     "Model-shaped tools (chat_complete, messages_create, responses_create, \
                      generate, generate_content) answered by this host's own model through MCP \
-                     sampling: no API key. The host must support sampling."
+                     sampling: no API key. The host must support sampling (VS Code, GitHub \
+                     Copilot CLI, fast-agent); elsewhere start the server with --fallback local."
                 }
             })
     }

@@ -186,6 +186,7 @@ fn error(id: Option<Value>, code: i64, message: String) -> Verdict {
 struct InFlight {
     ids: HashSet<String>,
     calls: HashSet<String>,
+    /// Whether the SDK's lifecycle has begun (see `classify_envelope`).
     seen_request: bool,
 }
 
@@ -277,7 +278,19 @@ fn classify_envelope(env: Envelope, state: &mut InFlight, framing: Framing) -> V
         }
         state.calls.insert(key.clone());
     }
-    state.seen_request = true;
+    // The SDK picks the lifecycle at `initialize` or at the first request with inline metadata;
+    // before that (`server/discover` and `ping` are answered without choosing one) a
+    // notification would end its handshake, so notifications are dropped until then.
+    let chooses_lifecycle = method == "initialize"
+        || (method != "ping"
+            && method != "server/discover"
+            && env
+                .params
+                .as_ref()
+                .is_some_and(|p| p.meta == Some(Kind::Object)));
+    if chooses_lifecycle {
+        state.seen_request = true;
+    }
     state.ids.insert(key);
     Verdict::Forward
 }
@@ -695,7 +708,24 @@ pub async fn serve_stdio(
     };
     // The reader runs before the SDK's handshake, which it feeds.
     let mut reader = tokio::spawn(read_stdin(to_sdk, out, state.clone(), framing));
-    let running = server.serve(transport).await?;
+    let mut serving = Box::pin(server.serve(transport));
+    let handshake = tokio::select! {
+        running = &mut serving => running,
+        read = &mut reader => {
+            // Input ended before a lifecycle began (nothing, a ping, a discover, a lone
+            // initialize): the SDK sees the end, what was answered is written, and the
+            // process ends.
+            drop(read);
+            let ended = tokio::time::timeout(SHUTDOWN_GRACE, &mut serving).await;
+            drop(serving);
+            if let Ok(Ok(running)) = ended {
+                running.cancellation_token().cancel();
+            }
+            flush(written).await;
+            return Ok(());
+        }
+    };
+    let running = handshake?;
     let token = running.cancellation_token();
     let waiting = running.waiting();
     tokio::pin!(waiting);
@@ -710,11 +740,15 @@ pub async fn serve_stdio(
             Err(e) => Err(e.into()),
         },
     };
-    // Every line given to the writer is written before the process ends (bounded: a host
-    // that stopped reading cannot hold it).
     reader.abort();
-    let _ = tokio::task::spawn_blocking(move || written.recv_timeout(Duration::from_secs(1))).await;
+    flush(written).await;
     outcome
+}
+
+/// Every line given to the writer is written before the process ends (bounded: a host that
+/// stopped reading cannot hold it).
+async fn flush(written: std::sync::mpsc::Receiver<()>) {
+    let _ = tokio::task::spawn_blocking(move || written.recv_timeout(SHUTDOWN_GRACE)).await;
 }
 
 /// stdin closed: calls in flight get a moment to finish, then the SDK sees the end of input, and
@@ -729,14 +763,11 @@ async fn finish<F: Future + Unpin>(
     while busy(state) && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+    // What is still running is cancelled (calls waiting on the host tell it so), and the
+    // SDK's loop ends.
     drop(to_sdk);
-    if tokio::time::timeout(SHUTDOWN_GRACE, &mut waiting)
-        .await
-        .is_err()
-    {
-        token.cancel();
-        let _ = tokio::time::timeout(Duration::from_secs(1), &mut waiting).await;
-    }
+    token.cancel();
+    let _ = tokio::time::timeout(SHUTDOWN_GRACE, &mut waiting).await;
 }
 
 #[cfg(test)]
@@ -805,11 +836,15 @@ mod tests {
             run(&call(4, r#"{"name":"generate"}"#), &s),
             Verdict::Forward
         );
-        // A cancelled call frees its slot without a reply.
+        // A cancelled call keeps its slot until the server says its work has stopped.
         assert_eq!(code(&run(&call(5, r#"{"name":"generate"}"#), &s)).0, -32000);
+        let init = r#"{"jsonrpc":"2.0","id":"i","method":"initialize","params":{}}"#;
+        assert_eq!(run(init, &s), Verdict::Forward);
         let cancel =
             r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":4}}"#;
         assert_eq!(run(cancel, &s), Verdict::Forward);
+        assert_eq!(code(&run(&call(5, r#"{"name":"generate"}"#), &s)).0, -32000);
+        s.lock().unwrap().calls.remove("4");
         assert_eq!(
             run(&call(5, r#"{"name":"generate"}"#), &s),
             Verdict::Forward

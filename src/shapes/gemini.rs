@@ -574,6 +574,12 @@ fn response_object(out: &Reply<'_>) -> Map<String, Value> {
         }
         _ => parts.push(json!({"text": out.completion})),
     }
+    // The answer's images and audio are parts of the response too.
+    for block in out.media {
+        if let Block::Image { data, mime, .. } | Block::Audio { data, mime, .. } = block {
+            parts.push(json!({"inlineData": {"mimeType": mime, "data": data}}));
+        }
+    }
     let finish = match out.finish {
         Finish::MaxTokens => "MAX_TOKENS",
         _ => "STOP",

@@ -71,6 +71,20 @@ async fn the_wheel_installs_and_its_console_script_serves() {
         name.starts_with(&format!("agent_as_model-{}-", env!("CARGO_PKG_VERSION"))),
         "{name}"
     );
+    // The index already holds the Python original under this name, up to 0.2.0: a wheel must
+    // be newer to be uploaded and to be what `uvx agent-as-model` resolves.
+    let version: Vec<u64> = name
+        .trim_start_matches("agent_as_model-")
+        .split('-')
+        .next()
+        .unwrap()
+        .split('.')
+        .map(|p| p.parse().unwrap())
+        .collect();
+    assert!(
+        version > vec![0, 2, 0],
+        "the wheel's version {version:?} is not newer than the Python original's 0.2.0"
+    );
     let venv = scratch("wheel");
     run(Command::new("python3").args(["-m", "venv"]).arg(&venv));
     run(Command::new(venv.join("bin/pip"))

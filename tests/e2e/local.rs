@@ -306,9 +306,11 @@ async fn a_model_file_is_used_as_given_and_a_bad_one_is_named() {
 
     let bogus = std::env::temp_dir().join(format!("aam-not-a-model-{}.gguf", std::process::id()));
     std::fs::write(&bogus, b"this is not a GGUF file").unwrap();
+    // With backtraces on, as a developer's shell may have them: still one clear line.
     let env = [
         ("AGENT_AS_MODEL_BACKEND", "local"),
         ("AGENT_AS_MODEL_MODEL_FILE", bogus.to_str().unwrap()),
+        ("RUST_BACKTRACE", "1"),
     ];
     let client = connect_with_env(Host::echo(), Era::Modern, &env).await;
     let e = err_text(&client, "generate", json!({"prompt": "hi"})).await;
@@ -319,12 +321,46 @@ async fn a_model_file_is_used_as_given_and_a_bad_one_is_named() {
     assert!(e.contains("aam-not-a-model"), "{e}");
     let models = call(&client, "list_models", json!({})).await;
     let listed: Value = serde_json::from_str(&text(&models)).unwrap();
-    assert!(
-        listed[0]["status"]
-            .as_str()
-            .unwrap()
-            .starts_with("failed: cannot load"),
-        "{listed}"
-    );
+    let status = listed[0]["status"].as_str().unwrap();
+    assert!(status.starts_with("failed: cannot load"), "{listed}");
+    for shown in [e.as_str(), status] {
+        assert!(
+            !shown.contains('\n') && !shown.contains(".rs:") && !shown.contains("candle"),
+            "internals shown: {shown}"
+        );
+    }
     client.cancel().await.unwrap();
+    let _ = std::fs::remove_file(&bogus);
+}
+
+#[tokio::test]
+async fn a_damaged_cached_model_is_detected_removed_and_not_shown() {
+    // A cache whose default model was truncated after it was made (its seal records the size
+    // and digest it had). The fetch that follows is pointed at a closed port so that it fails
+    // at once instead of downloading.
+    let cache = std::env::temp_dir().join(format!("aam-damaged-cache-{}", std::process::id()));
+    let models = cache.join("models");
+    std::fs::create_dir_all(&models).unwrap();
+    let model = models.join("qwen2.5-coder-0.5b-instruct-q8_0.gguf");
+    std::fs::write(&model, b"GGUF truncated").unwrap();
+    std::fs::write(
+        models.join("qwen2.5-coder-0.5b-instruct-q8_0.gguf.sha256"),
+        format!("536000000 {}\n", "ab".repeat(32)),
+    )
+    .unwrap();
+    let closed = format!("http://127.0.0.1:{}", free_port());
+    let env = [
+        ("AGENT_AS_MODEL_BACKEND", "local"),
+        ("AGENT_AS_MODEL_CACHE_DIR", cache.to_str().unwrap()),
+        ("HTTPS_PROXY", closed.as_str()),
+        ("HTTP_PROXY", closed.as_str()),
+        ("RUST_BACKTRACE", "1"),
+    ];
+    let client = connect_with_env(Host::echo(), Era::Legacy, &env).await;
+    let e = err_text(&client, "generate", json!({"prompt": "hi"})).await;
+    assert!(e.contains("could not be fetched"), "{e}");
+    assert!(!model.exists(), "the damaged model was removed");
+    assert!(!e.contains(cache.to_str().unwrap()), "{e}");
+    client.cancel().await.unwrap();
+    let _ = std::fs::remove_dir_all(&cache);
 }

@@ -20,6 +20,7 @@ mod bridge;
 mod cli;
 mod conformance;
 mod cursors;
+mod edges;
 mod eras;
 mod faults;
 mod gemini;

@@ -176,5 +176,6 @@ fn the_one_click_installs_name_the_published_package() {
     let goose = link(readme, "Install in Goose");
     assert_eq!(goose.scheme(), "goose");
     assert_eq!(query(&goose, "cmd"), [hint]);
-    assert_eq!(query(&goose, "arg"), [package]);
+    // Goose removed sampling in June 2026: its server answers with the embedded model.
+    assert_eq!(query(&goose, "arg"), [package, "--fallback", "local"]);
 }
