@@ -41,6 +41,30 @@ impl Downstream {
         (legacy && declared(&info.capabilities)).then_some(host)
     }
 
+    /// The server's limits on a tool call, applied to a downstream's sampling request: its
+    /// size, its number of messages and each message's length.
+    fn within_limits(&self, params: &CreateMessageRequestParams) -> Result<(), ErrorData> {
+        let limits = &self.shared.limits;
+        let refuse = |what: String| Err(ErrorData::invalid_params(what, None));
+        if params.messages.len() > limits.max_messages {
+            return refuse(format!(
+                "sampling/createMessage has {} messages, over the limit of {} \
+                 (AGENT_AS_MODEL_MAX_MESSAGES)",
+                params.messages.len(),
+                limits.max_messages
+            ));
+        }
+        let size = serde_json::to_vec(params).map_or(usize::MAX, |v| v.len());
+        if size > limits.max_request_bytes {
+            return refuse(format!(
+                "sampling/createMessage is {size} bytes of JSON, over the limit of {} \
+                 (AGENT_AS_MODEL_MAX_REQUEST_BYTES)",
+                limits.max_request_bytes
+            ));
+        }
+        Ok(())
+    }
+
     fn unsupported(what: &str) -> ErrorData {
         ErrorData::new(
             rmcp::model::ErrorCode(-32601),
@@ -159,6 +183,30 @@ impl rmcp::ClientHandler for Downstream {
         params: CreateMessageRequestParams,
         ctx: RequestContext<RoleClient>,
     ) -> Result<CreateMessageResult, ErrorData> {
+        if !self.shared.serving_host() {
+            return Err(ErrorData::invalid_request(
+                "sampling/createMessage refused: no request from the host is in flight, and a \
+                 server's sampling request must belong to one (MCP 2025-11-25)",
+                None,
+            ));
+        }
+        self.within_limits(&params)?;
+        let _slot = self
+            .shared
+            .sampling
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| {
+                ErrorData::new(
+                    rmcp::model::ErrorCode(-32000),
+                    format!(
+                        "bridge busy: {} sampling requests are being answered, the most at once \
+                         (AGENT_AS_MODEL_MAX_CALLS_IN_FLIGHT); retry shortly",
+                        self.shared.sampling_max
+                    ),
+                    None,
+                )
+            })?;
         let wants_tools = params.tools.is_some() || params.tool_choice.is_some();
         let host = self.host_with(|c| {
             c.sampling
@@ -197,7 +245,7 @@ impl rmcp::ClientHandler for Downstream {
         params: ProgressNotificationParam,
         _ctx: NotificationContext<RoleClient>,
     ) {
-        if let Some(host) = self.shared.host() {
+        if let (Some(host), Some(_note)) = (self.shared.host(), self.shared.droppable_note()) {
             let _ = host.notify_progress(params).await;
         }
     }
@@ -207,7 +255,7 @@ impl rmcp::ClientHandler for Downstream {
         params: LoggingMessageNotificationParam,
         _ctx: NotificationContext<RoleClient>,
     ) {
-        if let Some(host) = self.shared.host() {
+        if let (Some(host), Some(_note)) = (self.shared.host(), self.shared.droppable_note()) {
             let _ = host.notify_logging_message(params).await;
         }
     }

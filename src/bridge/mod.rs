@@ -47,6 +47,40 @@ pub struct Shared {
     limits: Arc<Limits>,
     link: RwLock<Link>,
     timeout: Duration,
+    /// The host's requests in flight downstream: a downstream's sampling must belong to one.
+    host_requests: std::sync::atomic::AtomicUsize,
+    /// Sampling requests the bridge's model may answer at once (the server's cap on calls).
+    sampling: Arc<tokio::sync::Semaphore>,
+    sampling_max: usize,
+    /// Notifications on their way up to the host; past [`MAX_PENDING_NOTES`], progress and log
+    /// messages are dropped (said once in the log).
+    pending_notes: std::sync::atomic::AtomicUsize,
+    dropped_notes: std::sync::atomic::AtomicBool,
+}
+
+/// Notifications waiting for the host at once before progress and log messages are dropped.
+pub const MAX_PENDING_NOTES: usize = 256;
+
+/// A request of the host's, counted while it is in flight downstream.
+pub struct HostRequest<'a>(&'a Shared);
+
+impl Drop for HostRequest<'_> {
+    fn drop(&mut self) {
+        self.0
+            .host_requests
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// A notification's place in the queue towards the host.
+pub struct PendingNote<'a>(&'a Shared);
+
+impl Drop for PendingNote<'_> {
+    fn drop(&mut self) {
+        self.0
+            .pending_notes
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 /// The downstream connection: up, or down with the reason (while it restarts, or for good).
@@ -79,6 +113,34 @@ impl Shared {
 
     fn host(&self) -> Option<Peer<RoleServer>> {
         self.host.read().ok().and_then(|h| h.clone())
+    }
+
+    /// Counts one of the host's requests while it is in flight.
+    fn host_request(&self) -> HostRequest<'_> {
+        self.host_requests
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        HostRequest(self)
+    }
+
+    fn serving_host(&self) -> bool {
+        self.host_requests.load(std::sync::atomic::Ordering::SeqCst) > 0
+    }
+
+    /// A place in the queue towards the host for a notification that may be dropped, or `None`
+    /// when the queue is full (the first drop is logged).
+    fn droppable_note(&self) -> Option<PendingNote<'_>> {
+        use std::sync::atomic::Ordering::SeqCst;
+        if self.pending_notes.fetch_add(1, SeqCst) >= MAX_PENDING_NOTES {
+            self.pending_notes.fetch_sub(1, SeqCst);
+            if !self.dropped_notes.swap(true, SeqCst) {
+                tracing::warn!(
+                    "the downstream server sends notifications faster than the host reads them; \
+                     progress and log messages past {MAX_PENDING_NOTES} waiting are dropped"
+                );
+            }
+            return None;
+        }
+        Some(PendingNote(self))
     }
 }
 
@@ -118,9 +180,15 @@ async fn connect(
             return Err("bridge: name the downstream server's command after --, or --url".into());
         }
     };
-    let client = tokio::time::timeout(Duration::from_secs(60), connecting)
+    let client = tokio::time::timeout(HANDSHAKE_TIMEOUT, connecting)
         .await
-        .map_err(|_| format!("the downstream server {name} did not answer within 60 s"))?
+        .map_err(|_| {
+            format!(
+                "the downstream server {name} did not finish its handshake (initialize or \
+                 discover) within {} s",
+                HANDSHAKE_TIMEOUT.as_secs()
+            )
+        })?
         .map_err(|e| format!("cannot connect to the downstream server {name}: {e}"))?;
     let info = client
         .peer_info()
@@ -144,6 +212,16 @@ fn lifecycle(era: DownstreamEra) -> ClientLifecycleMode {
     }
 }
 
+/// The most downstream sampling requests answered at once: the server's cap on calls.
+fn sampling_max(config: &Config) -> usize {
+    usize::try_from(config.max_calls_in_flight)
+        .unwrap_or(usize::MAX)
+        .clamp(1, tokio::sync::Semaphore::MAX_PERMITS)
+}
+
+/// How long the downstream's handshake may take before the bridge gives up and says why.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(15);
+
 /// Runs the bridge until the host disconnects.
 pub async fn run(config: &Config, args: &BridgeArgs) -> Result<(), String> {
     let shared = Arc::new(Shared {
@@ -152,6 +230,11 @@ pub async fn run(config: &Config, args: &BridgeArgs) -> Result<(), String> {
         limits: Arc::new(config.limits.clone()),
         link: RwLock::new(Link::Down("the downstream server is starting".into())),
         timeout: Duration::from_secs(args.timeout_secs),
+        host_requests: Default::default(),
+        sampling: Arc::new(tokio::sync::Semaphore::new(sampling_max(config))),
+        sampling_max: sampling_max(config),
+        pending_notes: Default::default(),
+        dropped_notes: Default::default(),
     });
     let (client, info) = connect(args, &shared).await?;
     tracing::info!(server = ?info.server_info, "downstream connected");

@@ -42,6 +42,7 @@ impl Upstream {
         Fut: Future<Output = Result<T, rmcp::ServiceError>>,
     {
         self.shared.remember_host(ctx.peer.clone());
+        let _in_flight = self.shared.host_request();
         let client = self.shared.client()?;
         match tokio::time::timeout(self.shared.timeout, request(client)).await {
             Ok(Ok(answer)) => Ok(answer),

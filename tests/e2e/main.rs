@@ -17,6 +17,7 @@
 mod common;
 
 mod bridge;
+mod bridge_limits;
 mod cli;
 mod conformance;
 mod cursors;

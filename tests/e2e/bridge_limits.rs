@@ -1,0 +1,105 @@
+//! The bridge against a hostile downstream (`tests/data/hostile_downstream.py`): sampling
+//! outside any call of the host's is refused, oversized sampling gets the server's limits, and
+//! a flood of notifications leaves the bridge's memory bounded.
+
+use crate::common::raw::{Raw, tools_call};
+use serde_json::{Value, json};
+use std::time::Duration;
+
+const DOWNSTREAM: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/data/hostile_downstream.py"
+);
+
+fn start() -> Raw {
+    // A provider nobody listens on answers for the bridge: no model is loaded in the process
+    // whose memory is measured.
+    let mut raw = Raw::spawn_args(
+        &["bridge", "--with", "provider", "--", "python3", DOWNSTREAM],
+        &[
+            ("AGENT_AS_MODEL_PROVIDER_URL", "http://127.0.0.1:9/v1"),
+            ("AGENT_AS_MODEL_PROVIDER_MODEL", "none"),
+        ],
+    );
+    raw.send(
+        &json!({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "0"}}}),
+    );
+    let init = raw
+        .recv_id(&json!("init"), Duration::from_secs(20))
+        .expect("initialize answered");
+    assert_eq!(init["result"]["serverInfo"]["name"], "hostile-downstream");
+    raw.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    raw
+}
+
+/// The text of a tool call's result, through the bridge.
+fn call_text(raw: &mut Raw, id: u64, tool: &str, arguments: Value) -> String {
+    raw.send(&tools_call(json!(id), tool, arguments));
+    let reply = raw
+        .recv_id(&json!(id), Duration::from_secs(60))
+        .unwrap_or_else(|| panic!("{tool} answered; stderr: {}", raw.stderr()));
+    reply["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{reply}"))
+        .to_owned()
+}
+
+fn resident_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+#[test]
+fn sampling_outside_a_call_and_oversized_sampling_are_refused() {
+    let mut raw = start();
+    let outside: Value =
+        serde_json::from_str(&call_text(&mut raw, 1, "outside", json!({}))).unwrap();
+    assert_eq!(outside["error"]["code"], -32600, "{outside}");
+    assert!(
+        outside["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no request from the host is in flight"),
+        "{outside}"
+    );
+    let big: Value = serde_json::from_str(&call_text(&mut raw, 2, "big", json!({}))).unwrap();
+    assert_eq!(big["error"]["code"], -32602, "{big}");
+    assert!(
+        big["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("AGENT_AS_MODEL_MAX_MESSAGES"),
+        "{big}"
+    );
+}
+
+#[test]
+fn a_flood_of_notifications_leaves_the_bridge_bounded() {
+    let mut raw = start();
+    let pid = raw.child.id();
+    // The host reads nothing while the downstream floods; then the call's answer still comes.
+    raw.send(&tools_call(json!(1), "flood", json!({"n": 100000})));
+    std::thread::sleep(Duration::from_secs(3));
+    let peak = resident_kib(pid);
+    let mut skipped = Vec::new();
+    let done = raw
+        .recv_matching(Duration::from_secs(120), &mut skipped, |v| v["id"] == 1)
+        .expect("the flood call answered");
+    assert_eq!(done["result"]["content"][0]["text"], "done", "{done}");
+    let peak = peak.max(resident_kib(pid));
+    assert!(
+        peak < 200 * 1024,
+        "the bridge held {peak} KiB during the flood"
+    );
+    assert!(
+        skipped.len() < 100000,
+        "some log messages were dropped rather than queued: {} passed",
+        skipped.len()
+    );
+}
