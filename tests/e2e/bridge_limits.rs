@@ -93,6 +93,7 @@ fn a_flood_of_notifications_leaves_the_bridge_bounded() {
         .expect("the flood call answered");
     assert_eq!(done["result"]["content"][0]["text"], "done", "{done}");
     let peak = peak.max(resident_kib(pid));
+    eprintln!("bridge resident peak during the flood: {peak} KiB");
     assert!(
         peak < 200 * 1024,
         "the bridge held {peak} KiB during the flood"

@@ -100,6 +100,7 @@ async fn answers_are_bounded_by_a_setting() {
             "{message}"
         );
         let rss = resident_kib(raw.child.id());
+        eprintln!("resident after an oversized answer: {} KiB", rss);
         assert!(
             rss < 100 * 1024,
             "resident {rss} KiB after an oversized answer"
