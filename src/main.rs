@@ -82,7 +82,7 @@ fn serve(config: &Config, runtime: &tokio::runtime::Runtime, sealer: Sealer) -> 
     }
     runtime
         .block_on(match config.transport {
-            Transport::Stdio => serve_stdio(server, config.framing()),
+            Transport::Stdio => serve_stdio(|done| server.on_done(done), config.framing()),
         })
         .map_err(|e| e.to_string())
 }

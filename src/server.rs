@@ -57,7 +57,10 @@ pub struct Server {
 pub type OnDone = Arc<dyn Fn(&rmcp::model::RequestId) + Send + Sync>;
 
 /// Calls [`OnDone`] when dropped: however the call's future ends, even when it is dropped.
-struct Done<'a>(Option<&'a OnDone>, &'a rmcp::model::RequestId);
+pub(crate) struct Done<'a>(
+    pub(crate) Option<&'a OnDone>,
+    pub(crate) &'a rmcp::model::RequestId,
+);
 
 impl Drop for Done<'_> {
     fn drop(&mut self) {

@@ -21,7 +21,7 @@
 //! queued is written, and the process exits promptly.
 
 use crate::error::clip;
-use crate::server::Server;
+use crate::server::OnDone;
 use rmcp::ServiceExt;
 use rmcp::model::{InputRequest, JsonRpcMessage, ServerRequest, ServerResult};
 use rmcp::service::{RoleServer, RxJsonRpcMessage, TxJsonRpcMessage};
@@ -367,7 +367,7 @@ pub(crate) fn refuse_malformed_call(body: &[u8]) -> Option<Value> {
 }
 
 /// The id named near the start of an oversized line, if its head shows one.
-fn head_id(head: &[u8]) -> Option<Value> {
+pub(crate) fn head_id(head: &[u8]) -> Option<Value> {
     let text = String::from_utf8_lossy(head);
     let at = text.find("\"id\"")?;
     let rest = text
@@ -384,7 +384,7 @@ fn head_id(head: &[u8]) -> Option<Value> {
 
 /// Reads one line of at most `max` bytes. `Ok(None)` at end of input; an oversized line comes
 /// back as `Err(head)` after the rest of it has been skipped.
-async fn read_line<R: AsyncBufRead + Unpin>(
+pub(crate) async fn read_line<R: AsyncBufRead + Unpin>(
     reader: &mut R,
     max: usize,
     line: &mut Vec<u8>,
@@ -686,16 +686,19 @@ fn oversized(head: &[u8], max_line: usize) -> Verdict {
     }
 }
 
-/// Serves MCP over stdio until stdin closes.
-pub async fn serve_stdio(
-    server: Server,
-    framing: Framing,
-) -> Result<(), Box<dyn std::error::Error>> {
+/// Serves MCP over stdio until stdin closes. `make` builds the handler (this server, or the
+/// bridge's side towards the host), given what it must call when a call's work has ended: a
+/// call keeps its slot under the cap until then, cancelled or not.
+pub async fn serve_stdio<S, F>(make: F, framing: Framing) -> Result<(), Box<dyn std::error::Error>>
+where
+    S: rmcp::ServerHandler,
+    F: FnOnce(OnDone) -> S,
+{
     let (to_sdk, incoming) = mpsc::channel(64);
     let (out, written) = Out::start()?;
     let state = Arc::new(Mutex::new(InFlight::default()));
     let slots = state.clone();
-    let server = server.on_done(Arc::new(move |id| {
+    let server = make(Arc::new(move |id| {
         if let Ok(mut s) = slots.lock() {
             s.calls
                 .remove(&serde_json::to_string(id).unwrap_or_default());

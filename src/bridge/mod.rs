@@ -14,6 +14,7 @@
 //! go up to a host that supports them, else fail saying so. Every wait is bounded; a downstream
 //! that exits is restarted with backoff, and calls meanwhile say so.
 
+mod child;
 mod downstream;
 mod upstream;
 
@@ -24,8 +25,8 @@ use downstream::Downstream;
 use rmcp::model::ServerPeerInfo as ServerInfo;
 use rmcp::service::{Peer, RoleClient, RoleServer, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::transport::{ConfigureCommandExt, StreamableHttpClientTransport, TokioChildProcess};
-use rmcp::{ClientLifecycleMode, ClientServiceExt, ServiceExt};
+use rmcp::transport::{ConfigureCommandExt, StreamableHttpClientTransport};
+use rmcp::{ClientLifecycleMode, ClientServiceExt};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -56,6 +57,8 @@ pub struct Shared {
     /// messages are dropped (said once in the log).
     pending_notes: std::sync::atomic::AtomicUsize,
     dropped_notes: std::sync::atomic::AtomicBool,
+    /// Longest line read from a downstream process (the server's own stdio limit).
+    max_line: usize,
 }
 
 /// Notifications waiting for the host at once before progress and log messages are dropped.
@@ -170,7 +173,7 @@ async fn connect(
             let command = tokio::process::Command::new(program).configure(|c| {
                 c.args(rest);
             });
-            let transport = TokioChildProcess::new(command)
+            let transport = child::Child::spawn(command, shared.max_line)
                 .map_err(|e| format!("cannot start the downstream server {program:?}: {e}"))?;
             let connecting: Connecting =
                 Box::pin(handler.serve_with_lifecycle(transport, lifecycle));
@@ -235,21 +238,23 @@ pub async fn run(config: &Config, args: &BridgeArgs) -> Result<(), String> {
         sampling_max: sampling_max(config),
         pending_notes: Default::default(),
         dropped_notes: Default::default(),
+        max_line: config.framing().max_line,
     });
     let (client, info) = connect(args, &shared).await?;
     tracing::info!(server = ?info.server_info, "downstream connected");
     shared.set_link(Link::Up(Arc::new(client)));
     let supervisor = tokio::spawn(supervise(args.clone(), shared.clone()));
-    let upstream = upstream::Upstream::new(shared.clone(), info);
-    let running = upstream
-        .serve(rmcp::transport::stdio())
-        .await
-        .map_err(|e| format!("the host did not connect: {e}"))?;
-    let _ = running.waiting().await;
+    // The host's side is framed and bounded as the server's own stdio is.
+    let served = crate::transport::serve_stdio(
+        |done| upstream::Upstream::new(shared.clone(), info, done),
+        config.framing(),
+    )
+    .await
+    .map_err(|e| format!("serving the host: {e}"));
     supervisor.abort();
     // Ends the downstream process (the child is killed when its transport drops).
     shared.set_link(Link::Down("the bridge stopped".into()));
-    Ok(())
+    served
 }
 
 /// Watches the downstream connection; when it ends, restarts the server with backoff (half a

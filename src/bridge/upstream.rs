@@ -6,6 +6,7 @@
 #![allow(deprecated)] // Logging and resource subscriptions are deprecated by SEP-2577.
 
 use super::Shared;
+use crate::server::{Done, OnDone};
 use rmcp::ErrorData;
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResponse, CallToolResult,
@@ -23,11 +24,17 @@ use tokio_util::sync::CancellationToken;
 pub struct Upstream {
     shared: Arc<Shared>,
     info: Arc<ServerPeerInfo>,
+    /// Told when a tool call has ended, so the stdio framing frees its slot.
+    on_done: OnDone,
 }
 
 impl Upstream {
-    pub fn new(shared: Arc<Shared>, info: Arc<ServerPeerInfo>) -> Self {
-        Upstream { shared, info }
+    pub fn new(shared: Arc<Shared>, info: Arc<ServerPeerInfo>, on_done: OnDone) -> Self {
+        Upstream {
+            shared,
+            info,
+            on_done,
+        }
     }
 
     /// Runs `request` against the downstream, bounded by the bridge's timeout; the host's peer
@@ -133,6 +140,7 @@ impl rmcp::ServerHandler for Upstream {
         params: CallToolRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        let _done = Done(Some(&self.on_done), &ctx.id);
         let cancelled = ctx.ct.clone();
         self.forward(&ctx, |c| call_downstream(c, params, cancelled))
             .await

@@ -3,7 +3,8 @@ call, floods notifications, and sends oversized sampling requests. Plain JSON-RP
 
 Tools: `outside` returns the answer its sampling request sent right after `initialized` got
 (while no call of the host's was in flight); `big` sends a sampling request with 1,001 messages
-and returns the answer; `flood` sends N log messages (argument `n`) and then returns "done".
+and returns the answer; `flood` sends N log messages (argument `n`) and then returns "done";
+`huge` returns a text of N bytes (argument `n`) on one line.
 """
 
 import json
@@ -48,7 +49,7 @@ def handle(message):
             "maxTokens": 5})
     elif method == "tools/list":
         tools = [{"name": name, "inputSchema": {"type": "object"}}
-                 for name in ("outside", "big", "flood")]
+                 for name in ("outside", "big", "flood", "huge")]
         send({"jsonrpc": "2.0", "id": request_id, "result": {"tools": tools}})
     elif method == "tools/call":
         name = message["params"]["name"]
@@ -66,6 +67,8 @@ def handle(message):
                 sys.stdout.write(note + "\n")
             sys.stdout.flush()
             result(request_id, "done")
+        elif name == "huge":
+            result(request_id, "z" * int(message["params"].get("arguments", {}).get("n", 0)))
     elif method == "ping":
         send({"jsonrpc": "2.0", "id": request_id, "result": {}})
     elif request_id is not None and method is not None:

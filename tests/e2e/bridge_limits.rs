@@ -12,14 +12,20 @@ const DOWNSTREAM: &str = concat!(
 );
 
 fn start() -> Raw {
+    start_with(&[])
+}
+
+fn start_with(env: &[(&str, &str)]) -> Raw {
     // A provider nobody listens on answers for the bridge: no model is loaded in the process
     // whose memory is measured.
+    let mut env = env.to_vec();
+    env.extend([
+        ("AGENT_AS_MODEL_PROVIDER_URL", "http://127.0.0.1:9/v1"),
+        ("AGENT_AS_MODEL_PROVIDER_MODEL", "none"),
+    ]);
     let mut raw = Raw::spawn_args(
         &["bridge", "--with", "provider", "--", "python3", DOWNSTREAM],
-        &[
-            ("AGENT_AS_MODEL_PROVIDER_URL", "http://127.0.0.1:9/v1"),
-            ("AGENT_AS_MODEL_PROVIDER_MODEL", "none"),
-        ],
+        &env,
     );
     raw.send(
         &json!({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": {
@@ -103,4 +109,56 @@ fn a_flood_of_notifications_leaves_the_bridge_bounded() {
         "some log messages were dropped rather than queued: {} passed",
         skipped.len()
     );
+}
+
+/// Lines of at most 1 MiB and a few KiB (the request limit, or the media limit's base64,
+/// whichever is larger, plus 1 MiB).
+const SMALL_LIMITS: [(&str, &str); 2] = [
+    ("AGENT_AS_MODEL_MAX_REQUEST_BYTES", "1000"),
+    ("AGENT_AS_MODEL_MAX_MEDIA_BYTES", "1000"),
+];
+
+#[test]
+fn a_downstream_answer_over_the_line_limit_fails_the_call_at_once() {
+    let mut raw = start_with(&SMALL_LIMITS);
+    let started = std::time::Instant::now();
+    raw.send(&tools_call(json!(1), "huge", json!({"n": 3_000_000})));
+    let reply = raw
+        .recv_id(&json!(1), Duration::from_secs(20))
+        .unwrap_or_else(|| panic!("no answer; stderr: {}", raw.stderr()));
+    assert!(started.elapsed() < Duration::from_secs(20));
+    assert_eq!(reply["error"]["code"], -32603, "{reply}");
+    let message = reply["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("answer is longer than") && message.contains("MAX_REQUEST_BYTES"),
+        "{message}"
+    );
+    // The downstream is still there for the next call.
+    assert_eq!(call_text(&mut raw, 2, "huge", json!({"n": 5})), "zzzzz");
+}
+
+#[test]
+fn the_host_side_is_framed_like_the_servers_own_stdio() {
+    let mut raw = start_with(&SMALL_LIMITS);
+    raw.send_line("{\"jsonrpc\": \"2.0\", \"id\": 5, \"method\": ");
+    let parse = raw.recv(Duration::from_secs(10)).expect("a parse error");
+    assert_eq!(parse["error"]["code"], -32700, "{parse}");
+    assert_eq!(parse["id"], Value::Null, "{parse}");
+    let long = tools_call(json!("long"), "huge", json!({"pad": "p".repeat(2_000_000)}));
+    raw.send(&long);
+    let refused = raw
+        .recv_id(&json!("long"), Duration::from_secs(10))
+        .expect("the oversized request answered with its id");
+    assert_eq!(refused["error"]["code"], -32600, "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("AGENT_AS_MODEL_MAX_REQUEST_BYTES"),
+        "{refused}"
+    );
+    raw.send_line("[1, 2]");
+    let batch = raw.recv(Duration::from_secs(10)).expect("a batch refused");
+    assert_eq!(batch["error"]["code"], -32600, "{batch}");
+    assert_eq!(call_text(&mut raw, 3, "huge", json!({"n": 2})), "zz");
 }
