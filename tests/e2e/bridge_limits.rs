@@ -2,6 +2,7 @@
 //! outside any call of the host's is refused, oversized sampling gets the server's limits, and
 //! a flood of notifications leaves the bridge's memory bounded.
 
+use crate::common::Lcg;
 use crate::common::raw::{Raw, tools_call};
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -161,4 +162,131 @@ fn the_host_side_is_framed_like_the_servers_own_stdio() {
     let batch = raw.recv(Duration::from_secs(10)).expect("a batch refused");
     assert_eq!(batch["error"]["code"], -32600, "{batch}");
     assert_eq!(call_text(&mut raw, 3, "huge", json!({"n": 2})), "zz");
+}
+
+/// One step of the bridge's fuzz corpus: the line the host sends, and what the reply with
+/// `id` must be (`None` for lines the bridge answers without an id).
+/// What a reply must satisfy.
+type Check = Box<dyn Fn(&Value) -> bool>;
+
+fn bridge_step(rng: &mut Lcg, id: u64) -> (String, Check) {
+    match rng.next() % 8 {
+        0 | 1 => {
+            let n = rng.next() % 5000;
+            let line = tools_call(json!(id), "flood", json!({"n": n})).to_string();
+            (
+                line,
+                Box::new(|r| r["result"]["content"][0]["text"] == "done"),
+            )
+        }
+        2 => {
+            let n = 1_200_000 + rng.next() % 2_000_000;
+            let line = tools_call(json!(id), "huge", json!({"n": n})).to_string();
+            (line, Box::new(|r| r["error"]["code"] == -32603))
+        }
+        3 => {
+            let n = (rng.next() % 1000) as usize;
+            let line = tools_call(json!(id), "huge", json!({"n": n})).to_string();
+            (
+                line,
+                Box::new(move |r| {
+                    r["result"]["content"][0]["text"].as_str() == Some(&"z".repeat(n))
+                }),
+            )
+        }
+        4 => {
+            let line = tools_call(json!(id), "big", json!({})).to_string();
+            (
+                line,
+                Box::new(|r| {
+                    let text = r["result"]["content"][0]["text"].as_str().unwrap_or("");
+                    text.contains("-32602") && text.contains("AGENT_AS_MODEL_MAX_MESSAGES")
+                }),
+            )
+        }
+        5 => {
+            let pad = "p".repeat(1_100_000 + (rng.next() % 1_000_000) as usize);
+            let line = tools_call(json!(id), "huge", json!({"pad": pad})).to_string();
+            (line, Box::new(|r| r["error"]["code"] == -32600))
+        }
+        6 => {
+            let line = json!({"jsonrpc": "2.0", "id": id, "method": "ping"}).to_string();
+            (line, Box::new(|r| r["result"] == json!({})))
+        }
+        _ => {
+            let bad = [
+                "{\"jsonrpc\": \"2.0\", \"id\": 9, \"method\": ",
+                "[1, 2]",
+                "\u{0}\u{1}",
+            ];
+            let line = (*rng.pick(&bad)).to_owned();
+            (
+                line,
+                Box::new(|r| r["id"].is_null() && r.get("error").is_some()),
+            )
+        }
+    }
+}
+
+/// The fuzz corpus for the bridge: a seeded mix of floods, downstream answers over the line
+/// limit, oversized sampling, host lines over the limit and malformed ones, and plain calls,
+/// a few at a time while the host does not read. Every request is answered once, as it should
+/// be, the bridge's memory stays bounded and it is still running at the end.
+/// `AGENT_AS_MODEL_FUZZ_SEED` replays a seed.
+#[test]
+fn a_seeded_mix_of_hostile_traffic_leaves_the_bridge_answering() {
+    let seed: u64 = std::env::var("AGENT_AS_MODEL_FUZZ_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20261201);
+    let mut raw = start_with(&SMALL_LIMITS);
+    let pid = raw.child.id();
+    let mut rng = Lcg(seed);
+    let mut peak = 0;
+    let mut id = 100;
+    for round in 0..12 {
+        let mut expected: Vec<(Option<u64>, String, Check)> = Vec::new();
+        for _ in 0..1 + rng.next() % 4 {
+            id += 1;
+            let (line, check) = bridge_step(&mut rng, id);
+            raw.send_line(&line);
+            let keyed = line.contains(&format!("\"id\":{id}"));
+            let what: String = line.chars().take(60).collect();
+            expected.push((keyed.then_some(id), what, check));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        peak = peak.max(resident_kib(pid));
+        let mut replies = Vec::new();
+        let wanted = expected.len();
+        while replies.len() < wanted {
+            let reply = raw
+                .recv_matching(Duration::from_secs(60), &mut Vec::new(), |v| {
+                    v.get("method").is_none()
+                })
+                .unwrap_or_else(|| {
+                    panic!(
+                        "seed {seed} round {round}: a reply missing; stderr: {}",
+                        raw.stderr()
+                    )
+                });
+            replies.push(reply);
+        }
+        for (want_id, what, check) in &expected {
+            let reply = match want_id {
+                Some(i) => replies.iter().find(|r| r["id"] == *i),
+                None => replies.iter().find(|r| r["id"].is_null()),
+            };
+            let reply = reply.unwrap_or_else(|| {
+                panic!("seed {seed} round {round}: no reply to {what}: {replies:?}")
+            });
+            let shown: String = reply.to_string().chars().take(300).collect();
+            assert!(
+                check(reply),
+                "seed {seed} round {round}: {what} got {shown}"
+            );
+        }
+    }
+    eprintln!("seed {seed}: bridge resident peak {peak} KiB");
+    assert!(peak < 200 * 1024, "seed {seed}: the bridge held {peak} KiB");
+    assert!(raw.alive(), "seed {seed}: the bridge is still running");
 }

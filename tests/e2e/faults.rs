@@ -268,21 +268,6 @@ fn logs_after_secret_traffic(env: &[(&str, &str)]) -> String {
     raw.stderr()
 }
 
-/// A small deterministic generator, so a failing case can be replayed from its seed.
-struct Lcg(u64);
-impl Lcg {
-    fn next(&mut self) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        self.0 >> 33
-    }
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[(self.next() as usize) % items.len()]
-    }
-}
-
 fn pick_str<'a>(rng: &mut Lcg, items: &[&'a str]) -> &'a str {
     let i = (rng.next() as usize) % items.len();
     items[i]

@@ -3,7 +3,7 @@
 //! the header details a careful server checks (the bearer scheme's case, repeated or
 //! mismatched `Host`, absolute-form targets, unknown sessions).
 
-use crate::common::{Killed, free_port};
+use crate::common::{Killed, Lcg, free_port};
 use crate::http::{meta, post};
 use serde_json::json;
 use std::io::{Read, Write};
@@ -322,4 +322,140 @@ async fn an_unknown_session_and_a_mistyped_request_state_are_refused_plainly() {
             "{reply}"
         );
     }
+}
+
+/// One hostile connection of the seeded mix, and what a real client may see on it.
+fn hostile_connection(rng: &mut Lcg) -> (&'static str, Vec<u8>) {
+    const HEAD: &str = "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+                        Accept: application/json, text/event-stream\r\n";
+    match rng.next() % 9 {
+        0 => ("idle", Vec::new()),
+        1 => (
+            "headers stop",
+            b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Ty".to_vec(),
+        ),
+        2 => (
+            "body stops",
+            format!("{HEAD}Content-Length: 50000\r\n\r\n{{\"jsonrpc\": ").into_bytes(),
+        ),
+        3 => (
+            "chunk stops",
+            format!("{HEAD}Transfer-Encoding: chunked\r\n\r\n100000\r\n{{\"jsonrpc\"").into_bytes(),
+        ),
+        4 => (
+            "declared too long",
+            format!("{HEAD}Content-Length: 500000000\r\n\r\n").into_bytes(),
+        ),
+        5 => (
+            "bad chunk size",
+            format!(
+                "{HEAD}Transfer-Encoding: chunked\r\n\r\nfffffffffffffffffffff\r\n{{}}\r\n0\r\n\r\n"
+            )
+            .into_bytes(),
+        ),
+        6 => (
+            "two hosts",
+            format!("{HEAD}Host: 127.0.0.2\r\nContent-Length: 2\r\n\r\n{{}}").into_bytes(),
+        ),
+        7 => {
+            let mut junk: Vec<u8> = (0..rng.next() % 300).map(|_| rng.next() as u8).collect();
+            junk.extend_from_slice(b"\r\n\r\n");
+            ("garbage", junk)
+        }
+        _ => ("real", tools_list_request()),
+    }
+}
+
+/// The fuzz corpus over HTTP: a seeded mix of the hostile connections above (idle, headers or
+/// bodies that stop, oversized declared lengths, bad chunk sizes, repeated hosts, garbage)
+/// among real requests, at about 50 connections a second. `/healthz` answers throughout, every
+/// connection gets its status or is closed (none is left hanging), and once the timeouts have
+/// run the server holds no connection of the flood and serves again.
+/// `AGENT_AS_MODEL_FUZZ_SEED` replays a seed.
+#[test]
+fn a_seeded_mix_of_hostile_connections_leaves_the_server_serving() {
+    let seed: u64 = std::env::var("AGENT_AS_MODEL_FUZZ_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20261201);
+    let (child, address) = start_limited(
+        256,
+        &[
+            ("AGENT_AS_MODEL_HEADER_TIMEOUT_SECS", "2"),
+            ("AGENT_AS_MODEL_BODY_TIMEOUT_SECS", "2"),
+            ("AGENT_AS_MODEL_MAX_REQUEST_BYTES", "100000"),
+            ("AGENT_AS_MODEL_MAX_CONNECTIONS", "64"),
+        ],
+    );
+    let pid = child.0.id();
+    let baseline = open_descriptors(pid);
+    let mut rng = Lcg(seed);
+    let mut flood: Vec<(&str, TcpStream)> = Vec::new();
+    for i in 0..300 {
+        let mut stream = TcpStream::connect(&address).expect("the kernel takes the connection");
+        let (kind, bytes) = hostile_connection(&mut rng);
+        // A server that has closed may refuse the rest of a request: that is its right.
+        let _ = stream.write_all(&bytes);
+        flood.push((kind, stream));
+        if i % 60 == 59 {
+            let health = exchange(
+                &address,
+                b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+                5,
+            );
+            assert_eq!(
+                health.map(|h| h.0),
+                Some(200),
+                "seed {seed}: /healthz at {i}"
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut served = 0;
+    let mut tally = std::collections::BTreeMap::new();
+    for (kind, mut stream) in flood {
+        stream
+            .set_read_timeout(Some(Duration::from_secs(6)))
+            .unwrap();
+        let answer = read_response(&mut stream).map(|(status, _)| status);
+        let allowed: &[u16] = match kind {
+            "real" => &[200],
+            "declared too long" => &[413],
+            "bad chunk size" | "two hosts" | "garbage" => &[400],
+            "body stops" | "chunk stops" => &[408],
+            _ => &[408],
+        };
+        // Past the cap a connection is answered 503, or closed unanswered once the server has
+        // answered its quota; an idle one may be closed without a word.
+        assert!(
+            answer.is_none_or(|s| allowed.contains(&s) || s == 503),
+            "seed {seed}: a {kind} connection was answered {answer:?}"
+        );
+        // Whatever was said, the server has closed the connection by now.
+        let mut byte = [0u8; 1];
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        assert!(
+            matches!(stream.read(&mut byte), Ok(0) | Err(_)),
+            "seed {seed}: a {kind} connection was left open"
+        );
+        if kind == "real" && answer == Some(200) {
+            served += 1;
+        }
+        *tally.entry(format!("{kind}: {answer:?}")).or_insert(0) += 1;
+    }
+    eprintln!("seed {seed}: {tally:?}");
+    assert!(
+        served > 0,
+        "seed {seed}: no real request was served during the flood"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let held = open_descriptors(pid);
+    assert!(
+        held <= baseline + 2,
+        "seed {seed}: {held} descriptors held after the flood, {baseline} before"
+    );
+    let (status, text) = exchange(&address, &tools_list_request(), 5).expect("an answer");
+    assert_eq!(status, 200, "seed {seed}: {text}");
 }
