@@ -1,6 +1,8 @@
 //! The embedded model's figures: fetch (opt-in, `BENCH_FETCH=1`: downloads 491 MB into a
 //! temporary cache), load, time to first token, prompt and decode tokens per second (free and
-//! under a JSON-schema constraint), and peak memory.
+//! under a JSON-schema constraint), a 4,000-token prompt, a conversation's next turn through
+//! the prefix cache, a cancelled call, a short call beside a long prompt, and peak memory.
+//! `BENCH_MODEL=FILE` measures another GGUF file.
 //!
 //! `cargo bench --bench local_model` (the default model must be cached: run `try` once).
 //! `BENCH_LLAMA_CPP=DIR` adds the same measures through llama.cpp on the same GGUF file, from
@@ -14,9 +16,13 @@
     clippy::indexing_slicing
 )]
 
-use agent_as_model::local::engine::{Engine, Params};
+use agent_as_model::local::engine::{self, Model, Output, Params};
 use agent_as_model::local::fetch;
+use agent_as_model::local::slots::{Call, Counters, Slots};
 use llguidance::api::TopLevelGrammar;
+use std::cell::Cell;
+use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Instant;
 
 const RUNS: usize = 3;
@@ -56,14 +62,18 @@ struct Run {
     prompt_tps: f64,
     decode_tps: f64,
     tokens: usize,
+    cached: usize,
 }
 
-fn generate(
-    engine: &mut Engine,
+type Reply = tokio::sync::oneshot::Receiver<Result<Output, String>>;
+
+/// A greedy call of `prompt` (ChatML text), and the instant its first token came.
+fn call(
+    model: &Model,
     prompt: &str,
     max: usize,
     grammar: Option<TopLevelGrammar>,
-) -> Run {
+) -> (Call, Reply, Rc<Cell<Option<Instant>>>) {
     let params = Params {
         max_tokens: max,
         temperature: None,
@@ -71,32 +81,86 @@ fn generate(
         seed: 1,
         stop: Vec::new(),
     };
-    let constraint = grammar.map(|g| engine.constraint(g).unwrap());
-    let started = Instant::now();
-    let mut first = None;
-    let out = engine
-        .generate(prompt, &params, constraint, &|| false, &mut |n| {
+    let constraint = grammar.map(|g| model.constraint(g).unwrap());
+    let first = Rc::new(Cell::new(None));
+    let seen = first.clone();
+    let (reply, answer) = tokio::sync::oneshot::channel();
+    let call = Call {
+        prompt: model.tokenize(prompt),
+        sampler: engine::sampler(&params, constraint),
+        params,
+        budget: max,
+        sink: Some(Box::new(move |n, _| {
             if n == 1 {
-                first = Some(started.elapsed().as_secs_f64());
+                seen.set(Some(Instant::now()));
             }
-        })
-        .unwrap();
+        })),
+        reply,
+    };
+    (call, answer, first)
+}
+
+/// Steps the slots until `answer` arrives.
+fn until(slots: &mut Slots, answer: &mut Reply) -> Output {
+    loop {
+        if let Ok(out) = answer.try_recv() {
+            return out.unwrap();
+        }
+        slots.step();
+    }
+}
+
+fn generate(
+    slots: &mut Slots,
+    model: &Model,
+    prompt: &str,
+    max: usize,
+    grammar: Option<TopLevelGrammar>,
+) -> Run {
+    let (c, mut answer, first) = call(model, prompt, max, grammar);
+    let started = Instant::now();
+    slots.admit(c);
+    let out = until(slots, &mut answer);
     let total = started.elapsed().as_secs_f64();
-    let ttft = first.unwrap_or(total);
+    let ttft = first.get().map_or(total, |t| (t - started).as_secs_f64());
     Run {
         ttft,
-        prompt_tps: out.prompt_tokens as f64 / ttft,
+        prompt_tps: (out.prompt_tokens - out.cached_tokens) as f64 / ttft,
         decode_tps: (out.completion_tokens.saturating_sub(1)) as f64 / (total - ttft).max(1e-9),
         tokens: out.completion_tokens,
+        cached: out.cached_tokens,
     }
+}
+
+fn chatml(system: &str, turns: &[(&str, &str)]) -> String {
+    let mut text = format!("<|im_start|>system\n{system}<|im_end|>\n");
+    for (role, content) in turns {
+        text.push_str(&format!("<|im_start|>{role}\n{content}<|im_end|>\n"));
+    }
+    text.push_str("<|im_start|>assistant\n");
+    text
+}
+
+/// About `tokens` tokens of varied English.
+fn filler(tokens: usize) -> String {
+    let words = [
+        "river", "mountain", "city", "garden", "winter", "market", "engine", "letter", "harbour",
+        "forest", "bridge", "station", "music", "number", "window", "paper",
+    ];
+    let mut text = String::new();
+    for i in 0..tokens {
+        text.push_str(words[(i * 7 + i / 3) % words.len()]);
+        text.push(if i % 12 == 11 { '.' } else { ' ' });
+    }
+    text
 }
 
 fn main() {
     agent_as_model::install_tls();
+    let threads = engine::physical_cores();
     println!(
-        "machine: {} cores available, RAYON_NUM_THREADS={}",
+        "machine: {} logical CPUs, {threads} physical cores; llama.cpp with {threads} threads, 2 slots",
         std::thread::available_parallelism().map_or(0, |n| n.get()),
-        std::env::var("RAYON_NUM_THREADS").unwrap_or_else(|_| "unset".into())
     );
     if std::env::var("BENCH_FETCH").is_ok_and(|v| v == "1") {
         let dir = std::env::temp_dir().join(format!("aam-bench-fetch-{}", std::process::id()));
@@ -111,7 +175,7 @@ fn main() {
             .block_on(fetch::default_model(&mut fetch::Progress::new()))
             .unwrap();
         spread(
-            "fetch + check + convert (fresh cache)",
+            "fetch + check (fresh cache)",
             "s",
             &[started.elapsed().as_secs_f64()],
         );
@@ -119,38 +183,62 @@ fn main() {
         // SAFETY: as above.
         unsafe { std::env::remove_var("AGENT_AS_MODEL_CACHE_DIR") };
     }
-    let path = fetch::cached_default().expect("the default model is cached: run `try` once");
+    let path = std::env::var_os("BENCH_MODEL")
+        .map(std::path::PathBuf::from)
+        .or_else(fetch::cached_default)
+        .expect("the default model is cached: run `try` once");
+    println!("model file: {}", path.display());
+    let step = std::env::var("BENCH_STEP")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(engine::STEP_TOKENS);
+    println!("tokens per step: {step}");
+    let settings = engine::Settings {
+        context: 4608,
+        slots: 2,
+        threads,
+        step,
+    };
     let mut loads = Vec::new();
-    let mut engine = None;
+    let mut model = None;
     for _ in 0..RUNS {
-        drop(engine.take()); // one model in memory at a time: the peak is one model's
+        drop(model.take()); // one model in memory at a time: the peak is one model's
         let started = Instant::now();
-        engine = Some(Engine::load(&path, 4096).unwrap());
+        model = Some(Model::load(&path, &settings).unwrap());
         loads.push(started.elapsed().as_secs_f64());
     }
-    let mut engine = engine.unwrap();
+    let model = model.unwrap();
+    let counters = Arc::new(Counters::default());
+    let fresh = || Slots::new(&model, counters.clone()).unwrap();
     spread("load (page cache warm)", "s", &loads);
     let system = "You are a helpful assistant. Answer clearly and correctly.";
-    let long = format!(
-        "<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{}\nSummarise the text above \
-         in detail.<|im_end|>\n<|im_start|>assistant\n",
-        "The quick brown fox jumps over the lazy dog near the river bank at dawn. ".repeat(12)
+    let long = chatml(
+        system,
+        &[(
+            "user",
+            &format!(
+                "{}\nSummarise the text above in detail.",
+                "The quick brown fox jumps over the lazy dog near the river bank at dawn. "
+                    .repeat(12)
+            ),
+        )],
     );
-    let question = "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n\
-                    What is the capital of France?<|im_end|>\n<|im_start|>assistant\n";
-    let mut ttft = Vec::new();
-    let mut prompt = Vec::new();
-    let mut decode = Vec::new();
-    let mut short = Vec::new();
+    let question = chatml(
+        "You are a helpful assistant.",
+        &[("user", "What is the capital of France?")],
+    );
+    let (mut ttft, mut prompt, mut decode, mut short) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..RUNS {
-        let r = generate(&mut engine, &long, 64, None);
+        // New slots each run: nothing is reused from the run before.
+        let r = generate(&mut fresh(), &model, &long, 64, None);
         ttft.push(r.ttft * 1000.0);
         prompt.push(r.prompt_tps);
         decode.push(r.decode_tps);
-        let q = generate(&mut engine, question, 32, None);
+        let q = generate(&mut fresh(), &model, &question, 32, None);
         short.push(q.ttft * 1000.0);
     }
-    println!("prompt: {} tokens", engine.count(&long).unwrap());
+    println!("prompt: {} tokens", model.count(&long));
     spread("time to first token, ~200-token prompt", "ms", &ttft);
     spread("time to first token, 25-token question", "ms", &short);
     spread("prompt processing", "tok/s", &prompt);
@@ -161,12 +249,8 @@ fn main() {
     let mut constrained = Vec::new();
     let mut tokens = 0;
     for _ in 0..RUNS {
-        let r = generate(
-            &mut engine,
-            &long,
-            64,
-            Some(TopLevelGrammar::from_json_schema(schema.clone())),
-        );
+        let grammar = Some(TopLevelGrammar::from_json_schema(schema.clone()));
+        let r = generate(&mut fresh(), &model, &long, 64, grammar);
         constrained.push(r.decode_tps);
         tokens = r.tokens;
     }
@@ -175,6 +259,107 @@ fn main() {
         "tok/s",
         &constrained,
     );
+
+    // A 4,000-token prompt, whole.
+    let huge = chatml(
+        system,
+        &[(
+            "user",
+            &format!("{}\nWhat is this text about?", filler(3950)),
+        )],
+    );
+    let huge_tokens = model.count(&huge);
+    let (mut whole, mut longest) = (Vec::new(), Vec::new());
+    for _ in 0..RUNS {
+        let mut slots = fresh();
+        let (c, mut answer, _) = call(&model, &huge, 1, None);
+        let started = Instant::now();
+        slots.admit(c);
+        // A cancellation waits for the step under way at most: the longest step bounds it.
+        let mut step_max: f64 = 0.0;
+        while answer.try_recv().is_err() {
+            let step = Instant::now();
+            slots.step();
+            step_max = step_max.max(step.elapsed().as_secs_f64() * 1000.0);
+        }
+        whole.push(started.elapsed().as_secs_f64());
+        longest.push(step_max);
+    }
+    spread(
+        &format!("{huge_tokens}-token prompt, to first token"),
+        "s",
+        &whole,
+    );
+    spread("  its longest step (bounds a cancellation)", "ms", &longest);
+
+    // A conversation: the first turn with a 1,500-token history, then the next turn.
+    let history = filler(1500);
+    let (mut first_turn, mut second_turn, mut reused) = (Vec::new(), Vec::new(), 0);
+    for _ in 0..RUNS {
+        let mut slots = fresh();
+        let one = chatml(
+            system,
+            &[("user", &format!("{history}\nName one word above."))],
+        );
+        first_turn.push(generate(&mut slots, &model, &one, 8, None).ttft);
+        let two = chatml(
+            system,
+            &[
+                ("user", &format!("{history}\nName one word above.")),
+                ("assistant", "river"),
+                ("user", "Name another."),
+            ],
+        );
+        let r = generate(&mut slots, &model, &two, 8, None);
+        second_turn.push(r.ttft);
+        reused = r.cached;
+    }
+    spread(
+        "conversation, 1,500-token history: first turn TTFT",
+        "s",
+        &first_turn,
+    );
+    spread(
+        &format!("conversation: next turn TTFT ({reused} tokens reused)"),
+        "s",
+        &second_turn,
+    );
+    println!(
+        "{:<44} {:>9.1} x",
+        "  next turn faster by",
+        median(&first_turn) / median(&second_turn)
+    );
+
+    // A cancelled 4,000-token call: the step after the cancellation frees its slot.
+    let mut slots = fresh();
+    let (c, answer, _) = call(&model, &huge, 16, None);
+    slots.admit(c);
+    for _ in 0..3 {
+        slots.step();
+    }
+    drop(answer);
+    slots.step();
+    assert!(
+        slots.is_idle(),
+        "a cancelled call frees its slot at the next step"
+    );
+
+    // A 3-token call sent while a 4,000-token prompt is being read.
+    let mut beside = Vec::new();
+    for _ in 0..RUNS {
+        let mut slots = fresh();
+        let (long_call, _long_answer, _) = call(&model, &huge, 4, None);
+        slots.admit(long_call);
+        for _ in 0..3 {
+            slots.step();
+        }
+        let (c, mut answer, _) = call(&model, &question, 3, None);
+        let started = Instant::now();
+        slots.admit(c);
+        until(&mut slots, &mut answer);
+        beside.push(started.elapsed().as_secs_f64());
+    }
+    spread("3-token call beside a 4,000-token prompt", "s", &beside);
     spread("peak RSS (VmHWM)", "MiB", &[peak_rss_mib()]);
     if let Ok(dir) = std::env::var("BENCH_LLAMA_CPP") {
         let ours = [

@@ -250,7 +250,7 @@ pub enum TryModel {
 /// The embedded model.
 #[derive(Debug, Clone, clap::Args)]
 pub struct LocalArgs {
-    /// A GGUF model file (qwen2 or llama architecture) instead of the default
+    /// A GGUF model file (any architecture llama.cpp runs) instead of the default
     /// Qwen2.5-Coder-0.5B-Instruct, which is fetched into the cache on first use
     #[arg(long, env = "AGENT_AS_MODEL_MODEL_FILE")]
     pub model_file: Option<std::path::PathBuf>,
@@ -264,6 +264,16 @@ pub struct LocalArgs {
     #[arg(long, env = "AGENT_AS_MODEL_LOCAL_QUEUE", default_value_t = 64,
           value_parser = clap::value_parser!(u64).range(1..=4096))]
     pub local_queue: u64,
+
+    /// Calls the local model answers at once (each in its own slot of one shared context)
+    #[arg(long, env = "AGENT_AS_MODEL_LOCAL_SLOTS", default_value_t = 2,
+          value_parser = clap::value_parser!(u64).range(1..=16))]
+    pub local_slots: u64,
+
+    /// CPU threads for the local model [default: the physical cores]
+    #[arg(long, env = "AGENT_AS_MODEL_LOCAL_THREADS",
+          value_parser = clap::value_parser!(u64).range(1..=256))]
+    pub local_threads: Option<u64>,
 }
 
 /// The OpenAI-compatible provider.
@@ -370,6 +380,12 @@ impl Config {
             model_file: self.local.model_file.clone(),
             context: usize::try_from(self.local.local_context).unwrap_or(4096),
             queue: usize::try_from(self.local.local_queue).unwrap_or(64),
+            slots: usize::try_from(self.local.local_slots).unwrap_or(2),
+            threads: self
+                .local
+                .local_threads
+                .and_then(|n| usize::try_from(n).ok())
+                .unwrap_or_else(crate::local::engine::physical_cores),
         }
     }
 

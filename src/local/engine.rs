@@ -1,59 +1,41 @@
-//! Inference on the CPU with candle: one loaded model, one generation at a time. Tokens are
-//! sampled from the model's logits, masked by a grammar when the answer must be JSON of a
-//! schema or a tool call (constrained decoding with llguidance), until an end-of-turn token, a
-//! stop sequence, the token limit or the grammar's end.
+//! The model on llama.cpp (through `llama-cpp-2`): loading a GGUF file of any architecture
+//! llama.cpp runs, its tokens and metadata, the samplers for one answer (greedy or sampled,
+//! masked by a grammar when the answer must be JSON of a schema or a tool call), and the
+//! answer's text decoded as tokens arrive. The slots that share one context are in
+//! [`super::slots`].
 
 use crate::call::Finish;
-use candle_core::quantized::gguf_file;
-use candle_core::quantized::tokenizer::TokenizerFromGguf;
-use candle_core::{Device, Tensor};
-use candle_transformers::generation::{LogitsProcessor, Sampling};
-use candle_transformers::models::{quantized_llama, quantized_qwen2};
+use llama_cpp_2::context::LlamaContext;
+use llama_cpp_2::context::params::LlamaContextParams;
+use llama_cpp_2::llama_backend::LlamaBackend;
+use llama_cpp_2::model::LlamaModel;
+use llama_cpp_2::model::params::LlamaModelParams;
+use llama_cpp_2::sampling::LlamaSampler;
+use llama_cpp_2::token::LlamaToken;
 use llguidance::api::TopLevelGrammar;
-use llguidance::{Constraint, ParserFactory};
+use llguidance::{Matcher, ParserFactory};
+use std::cell::OnceCell;
+use std::num::NonZeroU32;
 use std::path::Path;
-use std::sync::Arc;
-use tokenizers::Tokenizer;
-use toktrie::{TokEnv, TokRxInfo, TokTrie, TokenId, TokenizerEnv};
+use std::sync::OnceLock;
 
-/// The architectures this build can run.
-pub const ARCHITECTURES: &str = "qwen2, llama";
-
-enum Weights {
-    Qwen2(quantized_qwen2::ModelWeights),
-    Llama(quantized_llama::ModelWeights),
+/// How the engine runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    /// Prompt plus answer of one call, in tokens.
+    pub context: usize,
+    /// Calls answered at once, each in its own sequence of the shared context.
+    pub slots: usize,
+    /// CPU threads for llama.cpp.
+    pub threads: usize,
+    /// Tokens in one step at most (see [`STEP_TOKENS`]).
+    pub step: usize,
 }
 
-impl Weights {
-    fn forward(&mut self, input: &Tensor, position: usize) -> candle_core::Result<Tensor> {
-        match self {
-            Weights::Qwen2(m) => m.forward(input, position),
-            Weights::Llama(m) => m.forward(input, position),
-        }
-    }
-
-    fn clear(&mut self) {
-        match self {
-            Weights::Qwen2(m) => m.clear_kv_cache(),
-            Weights::Llama(m) => m.clear_kv_cache(),
-        }
-    }
-}
-
-/// An error's first line: its message without the backtrace candle appends when
-/// `RUST_BACKTRACE` is set (which names source files and this machine's paths).
-pub fn brief(e: &dyn std::fmt::Display) -> String {
-    let text = e.to_string();
-    text.lines()
-        .next()
-        .unwrap_or_default()
-        .trim_end()
-        .to_owned()
-}
-
-/// Prompt tokens processed in one step: about half a second of work on two cores, the longest
-/// a cancelled call keeps the model busy.
-const PREFILL_CHUNK: usize = 16;
+/// Tokens in one step of the slots by default: prompts are read this many tokens at a time,
+/// so this bounds how long a cancelled call keeps the engine busy and how long a new call
+/// waits for its first chunk.
+pub const STEP_TOKENS: usize = 64;
 
 /// How to sample one answer.
 #[derive(Debug, Clone, PartialEq)]
@@ -71,106 +53,140 @@ pub struct Params {
 pub struct Output {
     pub text: String,
     pub prompt_tokens: usize,
+    /// Prompt tokens whose cache was kept from an earlier call (not processed again).
+    pub cached_tokens: usize,
     pub completion_tokens: usize,
     pub finish: Finish,
 }
 
-/// What the model says about itself.
-#[derive(Debug, Clone)]
+/// What the model says about itself, and where it runs.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Info {
     pub name: String,
     pub architecture: String,
+    /// Tokens per call (prompt plus answer).
     pub context: usize,
+    pub slots: usize,
+    pub threads: usize,
+    /// Tokens in one step.
+    pub step: usize,
+    /// The devices llama.cpp found, e.g. "CPU".
+    pub device: String,
 }
 
-pub struct Engine {
-    weights: Weights,
-    tokenizer: Tokenizer,
-    template: Option<String>,
-    /// Tokens that end the assistant's turn.
-    ends: Vec<u32>,
-    info: Info,
-    device: Device,
-    /// Built on the first constrained answer (about half a second over a large vocabulary).
-    guidance: Option<ParserFactory>,
-    vocab: usize,
+/// An error's first line, without the paths or backtraces a library may append.
+pub fn brief(e: &dyn std::fmt::Display) -> String {
+    let text = e.to_string();
+    text.lines()
+        .next()
+        .unwrap_or_default()
+        .trim_end()
+        .to_owned()
 }
 
-fn metadata_string(ct: &gguf_file::Content, key: &str) -> Option<String> {
-    ct.metadata
-        .get(key)
-        .and_then(|v| v.to_string().ok())
-        .cloned()
+/// llama.cpp's process-wide state, started once; its own log lines are silenced (the engine
+/// says what matters in ours).
+pub fn backend() -> Result<&'static LlamaBackend, String> {
+    static BACKEND: OnceLock<Result<LlamaBackend, String>> = OnceLock::new();
+    BACKEND
+        .get_or_init(|| {
+            let mut backend =
+                LlamaBackend::init().map_err(|e| format!("llama.cpp cannot start: {e}"))?;
+            backend.void_logs();
+            Ok(backend)
+        })
+        .as_ref()
+        .map_err(Clone::clone)
 }
 
-fn metadata_u32(ct: &gguf_file::Content, key: &str) -> Option<u32> {
-    ct.metadata.get(key).and_then(|v| v.to_u32().ok())
-}
-
-impl Engine {
-    /// Loads a GGUF model with its tokenizer and chat template; `context` caps prompt plus
-    /// answer, in tokens.
-    pub fn load(path: &Path, context: usize) -> Result<Engine, String> {
-        let fail = |e: candle_core::Error| {
-            format!(
-                "cannot load the model file {}: {} (is it a whole GGUF file? download it again)",
-                path.display(),
-                brief(&e)
-            )
-        };
-        let mut file = std::fs::File::open(path)
-            .map_err(|e| format!("cannot open the model {}: {e}", path.display()))?;
-        let ct = gguf_file::Content::read(&mut file).map_err(fail)?;
-        let architecture = metadata_string(&ct, "general.architecture").unwrap_or_default();
-        let trained = metadata_u32(&ct, &format!("{architecture}.context_length"))
-            .and_then(|n| usize::try_from(n).ok())
-            .unwrap_or(context);
-        let name = metadata_string(&ct, "general.name").unwrap_or_else(|| architecture.clone());
-        let template = metadata_string(&ct, "tokenizer.chat_template");
-        let tokenizer = Tokenizer::from_gguf(&ct).map_err(fail)?;
-        let vocab = ct
-            .metadata
-            .get("tokenizer.ggml.tokens")
-            .and_then(|v| v.to_vec().ok())
-            .map_or(0, Vec::len);
-        let mut ends: Vec<u32> = metadata_u32(&ct, "tokenizer.ggml.eos_token_id")
-            .into_iter()
-            .collect();
-        for marker in ["<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<end_of_turn>"] {
-            if let Some(id) = tokenizer.token_to_id(marker)
-                && !ends.contains(&id)
-            {
-                ends.push(id);
-            }
+/// The physical cores of this machine (hyperthreads share a core's arithmetic units, so
+/// llama.cpp is fastest with one thread per core), or the logical CPUs when the topology is
+/// not known.
+pub fn physical_cores() -> usize {
+    let logical = std::thread::available_parallelism().map_or(1, usize::from);
+    let Ok(entries) = std::fs::read_dir("/sys/devices/system/cpu") else {
+        return logical;
+    };
+    let mut cores = std::collections::BTreeSet::new();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let is_cpu = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("cpu"))
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+        if !is_cpu {
+            continue;
         }
-        let device = Device::Cpu;
-        let weights = match architecture.as_str() {
-            "qwen2" => Weights::Qwen2(
-                quantized_qwen2::ModelWeights::from_gguf(ct, &mut file, &device).map_err(fail)?,
-            ),
-            "llama" => Weights::Llama(
-                quantized_llama::ModelWeights::from_gguf(ct, &mut file, &device).map_err(fail)?,
-            ),
-            other => {
-                return Err(format!(
-                    "{} is a {other:?} model; this build runs {ARCHITECTURES}",
-                    path.display()
-                ));
-            }
+        let topology = entry.path().join("topology");
+        let read = |f: &str| std::fs::read_to_string(topology.join(f)).ok();
+        if let (Some(package), Some(core)) = (read("physical_package_id"), read("core_id")) {
+            cores.insert((package.trim().to_owned(), core.trim().to_owned()));
+        }
+    }
+    if cores.is_empty() {
+        logical
+    } else {
+        cores.len().min(logical)
+    }
+}
+
+pub struct Model {
+    model: LlamaModel,
+    info: Info,
+    template: Option<String>,
+    /// Built on the first constrained answer (a walk over the whole vocabulary).
+    guidance: OnceCell<Result<ParserFactory, String>>,
+}
+
+impl Model {
+    /// Loads a GGUF model (memory-mapped) with its chat template; `Err` says why it cannot
+    /// be run.
+    pub fn load(path: &Path, settings: &Settings) -> Result<Model, String> {
+        let backend = backend()?;
+        if !path.is_file() {
+            return Err(format!("the model file {} does not exist", path.display()));
+        }
+        let model = LlamaModel::load_from_file(backend, path, &LlamaModelParams::default())
+            .map_err(|e| {
+                format!(
+                    "cannot load the model file {}: {} (is it a whole GGUF file of an \
+                     architecture llama.cpp runs? download it again)",
+                    path.display(),
+                    brief(&e)
+                )
+            })?;
+        let meta = |key: &str| model.meta_val_str(key).ok().filter(|s| !s.is_empty());
+        let architecture = meta("general.architecture").unwrap_or_default();
+        let name = meta("general.name").unwrap_or_else(|| architecture.clone());
+        let template = meta("tokenizer.chat_template");
+        let trained = usize::try_from(model.n_ctx_train()).unwrap_or(usize::MAX);
+        let trained = if trained == 0 {
+            settings.context
+        } else {
+            trained
         };
-        Ok(Engine {
-            weights,
-            tokenizer,
-            template,
-            ends,
+        let device = llama_cpp_2::list_llama_ggml_backend_devices()
+            .into_iter()
+            .map(|d| d.backend)
+            .collect::<Vec<_>>()
+            .join(", ");
+        Ok(Model {
+            model,
             info: Info {
                 name,
                 architecture,
-                context: context.min(trained),
+                context: settings.context.min(trained).max(16),
+                slots: settings.slots.max(1),
+                threads: settings.threads.max(1),
+                step: settings.step.clamp(8, 4096),
+                device: if device.is_empty() {
+                    "CPU".into()
+                } else {
+                    device
+                },
             },
-            device,
-            guidance: None,
-            vocab,
+            template,
+            guidance: OnceCell::new(),
         })
     }
 
@@ -182,223 +198,202 @@ impl Engine {
         self.template.as_deref()
     }
 
-    /// Compiles a grammar for the answer; `Err` says why it cannot be constrained.
-    pub fn constraint(&mut self, grammar: TopLevelGrammar) -> Result<Constraint, String> {
-        if self.guidance.is_none() {
-            self.guidance = Some(self.factory()?);
+    /// The shared context: one sequence of `info.context` tokens per slot.
+    pub fn context(&self) -> Result<LlamaContext<'_>, String> {
+        let info = &self.info;
+        let per_slot = u32::try_from(info.context).unwrap_or(u32::MAX);
+        let slots = u32::try_from(info.slots).unwrap_or(1);
+        let threads = i32::try_from(info.threads).unwrap_or(1);
+        let step = u32::try_from(info.step).unwrap_or(512);
+        let params = LlamaContextParams::default()
+            .with_n_ctx(NonZeroU32::new(per_slot.saturating_mul(slots)))
+            .with_n_seq_max(slots)
+            .with_kv_unified(false)
+            // A model with sliding-window attention keeps its whole window, so a slot's cache
+            // can be cut back to a shared prefix.
+            .with_swa_full(true)
+            .with_n_batch(step)
+            .with_n_ubatch(step)
+            .with_n_threads(threads)
+            .with_n_threads_batch(threads);
+        self.model
+            .new_context(backend()?, params)
+            .map_err(|e| format!("llama.cpp cannot make a context: {}", brief(&e)))
+    }
+
+    /// The tokens of a prompt: special tokens in its text are read as such, and a
+    /// beginning-of-text token is put first when the model wants one and the text has none.
+    pub fn tokenize(&self, text: &str) -> Vec<LlamaToken> {
+        let vocab = self.model.vocab();
+        let mut tokens = vocab.tokenize(text.as_bytes(), false, true);
+        let bos = vocab.bos();
+        if vocab.should_add_bos() && bos.0 >= 0 && tokens.first() != Some(&bos) {
+            tokens.insert(0, bos);
         }
-        let parser = self
+        tokens
+    }
+
+    /// Whether the vocabulary has ChatML's markers as tokens (a chat model whose file lacks
+    /// its template), rather than being a base model that continues text.
+    pub fn knows_chatml(&self) -> bool {
+        let vocab = self.model.vocab();
+        ["<|im_start|>", "<|im_end|>"]
+            .iter()
+            .all(|m| vocab.tokenize(m.as_bytes(), false, true).len() == 1)
+    }
+
+    /// Counts the tokens of a text.
+    pub fn count(&self, text: &str) -> usize {
+        self.tokenize(text).len()
+    }
+
+    /// Whether a token ends the answer (end of turn or of text).
+    pub fn is_end(&self, token: LlamaToken) -> bool {
+        self.model.vocab().is_eog(token)
+    }
+
+    /// The bytes a token stands for in an answer (special tokens are not shown).
+    pub fn piece(&self, token: LlamaToken) -> Vec<u8> {
+        self.model.vocab().token_to_piece(token, false, None)
+    }
+
+    /// Compiles a grammar the answer must follow; `Err` says why it cannot be enforced.
+    pub fn constraint(&self, grammar: TopLevelGrammar) -> Result<LlamaSampler, String> {
+        let factory = self
             .guidance
+            .get_or_init(|| {
+                let env = LlamaSampler::llguidance_tok_env(&self.model);
+                let mut factory = ParserFactory::new_simple(&env)
+                    .map_err(|e| format!("constrained decoding cannot start: {}", brief(&e)))?;
+                factory.quiet();
+                Ok(factory)
+            })
             .as_ref()
-            .ok_or("constrained decoding is not available")?
-            .create_parser(grammar)
-            .map_err(|e| {
-                format!(
-                    "the schema cannot be enforced while decoding: {}",
-                    brief(&e)
-                )
-            })?;
-        Ok(Constraint::new(parser))
-    }
-
-    fn factory(&self) -> Result<ParserFactory, String> {
-        let json: serde_json::Value = self
-            .tokenizer
-            .to_string(false)
-            .ok()
-            .and_then(|s| serde_json::from_str(&s).ok())
-            .ok_or("the tokenizer cannot be described for constrained decoding")?;
-        let words = llguidance::token_bytes_from_tokenizer_json(&json)
-            .map_err(|e| format!("the tokenizer's tokens cannot be read: {}", brief(&e)))?;
-        let eos = self.ends.first().copied().unwrap_or(0);
-        let mut info = TokRxInfo::new(
-            u32::try_from(self.vocab.max(words.len())).unwrap_or(u32::MAX),
-            eos,
-        );
-        info.tok_end_of_turn = self.ends.get(1).copied();
-        let trie = TokTrie::from(&info, &words);
-        let env: TokEnv = Arc::new(Env {
-            trie,
-            tokenizer: self.tokenizer.clone(),
-        });
-        let mut factory = ParserFactory::new_simple(&env)
-            .map_err(|e| format!("constrained decoding cannot start: {}", brief(&e)))?;
-        factory.quiet();
-        Ok(factory)
-    }
-
-    /// Counts the tokens of a prompt.
-    pub fn count(&self, prompt: &str) -> Result<usize, String> {
-        self.encode(prompt).map(|ids| ids.len())
-    }
-
-    fn encode(&self, text: &str) -> Result<Vec<u32>, String> {
-        self.tokenizer
-            .encode(text, false)
-            .map(|e| e.get_ids().to_vec())
-            .map_err(|e| format!("the prompt cannot be tokenized: {}", brief(&e)))
-    }
-
-    /// Generates one answer to `prompt`. `cancelled` is polled between tokens; `on_token`
-    /// is told how many tokens have been generated.
-    pub fn generate(
-        &mut self,
-        prompt: &str,
-        params: &Params,
-        mut constraint: Option<Constraint>,
-        cancelled: &dyn Fn() -> bool,
-        on_token: &mut dyn FnMut(usize),
-    ) -> Result<Output, String> {
-        let prompt_ids = self.encode(prompt)?;
-        let budget = self.budget(prompt_ids.len(), params.max_tokens)?;
-        let mut sampler = sampler(params);
-        self.weights.clear();
-        // The prompt goes in in chunks, so a cancelled call stops between two of them.
-        let mut last = None;
-        for (i, chunk) in prompt_ids.chunks(PREFILL_CHUNK).enumerate() {
-            if cancelled() {
-                return Err("the call was cancelled".into());
-            }
-            last = Some(self.forward(chunk, i * PREFILL_CHUNK)?);
-        }
-        let mut logits = last.ok_or("the prompt is empty")?;
-        let mut generated: Vec<u32> = Vec::new();
-        let mut finish = Finish::MaxTokens;
-        let mut cut = None;
-        while generated.len() < budget {
-            if cancelled() {
-                return Err("the call was cancelled".into());
-            }
-            let (next, last) = match self.pick(&logits, constraint.as_mut(), &mut sampler)? {
-                Pick::End => {
-                    finish = Finish::EndTurn;
-                    break;
-                }
-                Pick::Token { id, last } => (id, last),
-            };
-            generated.push(next);
-            on_token(generated.len());
-            // The text so far is decoded only when there are stop sequences to look for.
-            if !params.stop.is_empty()
-                && let Some((at, stop)) = first_stop(&self.decode(&generated)?, &params.stop)
-            {
-                cut = Some(at);
-                finish = Finish::StopSequence(Some(stop.to_owned()));
-                break;
-            }
-            if last {
-                finish = Finish::EndTurn;
-                break;
-            }
-            if generated.len() < budget {
-                logits = self.forward(&[next], prompt_ids.len() + generated.len() - 1)?;
-            }
-        }
-        let mut text = self.decode(&generated)?;
-        if let Some(at) = cut {
-            text.truncate(at);
-        }
-        Ok(Output {
-            text,
-            prompt_tokens: prompt_ids.len(),
-            completion_tokens: generated.len(),
-            finish,
-        })
-    }
-
-    fn decode(&self, tokens: &[u32]) -> Result<String, String> {
-        self.tokenizer
-            .decode(tokens, false)
-            .map_err(|e| format!("the answer cannot be decoded: {}", brief(&e)))
-    }
-
-    /// How many tokens the answer may have: `max`, cut to what the context leaves.
-    fn budget(&self, prompt: usize, max: usize) -> Result<usize, String> {
-        let context = self.info.context;
-        if prompt >= context {
-            return Err(format!(
-                "the prompt is {prompt} tokens, over the local model's context of {context} \
-                 tokens (AGENT_AS_MODEL_LOCAL_CONTEXT); send a shorter conversation"
-            ));
-        }
-        Ok(max.min(context - prompt))
-    }
-
-    /// The logits after `tokens`, which start at `position`.
-    fn forward(&mut self, tokens: &[u32], position: usize) -> Result<Tensor, String> {
-        Tensor::new(tokens, &self.device)
-            .and_then(|t| t.unsqueeze(0))
-            .and_then(|input| self.weights.forward(&input, position))
-            .map_err(|e| format!("the local model failed: {}", brief(&e)))
-    }
-
-    /// The next token: sampled from the logits, under the grammar's mask when there is one.
-    fn pick(
-        &self,
-        logits: &Tensor,
-        constraint: Option<&mut Constraint>,
-        sampler: &mut LogitsProcessor,
-    ) -> Result<Pick, String> {
-        let fail = |e: candle_core::Error| format!("the local model failed: {}", brief(&e));
-        let mut values: Vec<f32> = logits
-            .squeeze(0)
-            .and_then(|l| l.to_dtype(candle_core::DType::F32))
-            .and_then(|l| l.to_vec1())
-            .map_err(fail)?;
-        let Some(c) = constraint else {
-            let id = sampler
-                .sample(&Tensor::new(values.as_slice(), &self.device).map_err(fail)?)
-                .map_err(fail)?;
-            return Ok(self.token(id, false));
-        };
-        let step = c
-            .compute_mask()
-            .map_err(|e| format!("constrained decoding failed: {}", brief(&e)))?;
-        if step.is_stop() {
-            return Ok(Pick::End);
-        }
-        if let Some(mask) = &step.sample_mask {
-            for (i, v) in values.iter_mut().enumerate() {
-                if !mask.get(i) {
-                    *v = f32::NEG_INFINITY;
-                }
-            }
-        }
-        let masked = Tensor::new(values.as_slice(), &self.device).map_err(fail)?;
-        let id = sampler.sample(&masked).map_err(fail)?;
-        let commit = c
-            .commit_token(Some(id))
-            .map_err(|e| format!("constrained decoding failed: {}", brief(&e)))?;
-        Ok(self.token(id, commit.stop))
-    }
-
-    /// A sampled token: the end of the turn, or one more token (the last when the grammar is
-    /// complete).
-    fn token(&self, id: u32, last: bool) -> Pick {
-        if self.ends.contains(&id) {
-            Pick::End
-        } else {
-            Pick::Token { id, last }
-        }
+            .map_err(Clone::clone)?;
+        let parser = factory.create_parser(grammar).map_err(|e| {
+            format!(
+                "the schema cannot be enforced while decoding: {}",
+                brief(&e)
+            )
+        })?;
+        Ok(LlamaSampler::from(Matcher::new(Ok(parser))))
     }
 }
 
-/// What the sampler chose.
-enum Pick {
-    End,
-    Token { id: u32, last: bool },
-}
-
-/// Greedy without a temperature (or at 0), else sampled, with nucleus filtering for top_p.
-fn sampler(params: &Params) -> LogitsProcessor {
-    let sampling = match params.temperature {
-        Some(t) if t > 1e-6 => match params.top_p {
-            Some(p) if p > 0.0 && p < 1.0 => Sampling::TopP { p, temperature: t },
-            _ => Sampling::All { temperature: t },
-        },
-        _ => Sampling::ArgMax,
+/// Rewrites a GGUF's tensors as Q8_0 with llama.cpp's quantizer (the published default model
+/// is mostly Q5_0; as Q8_0 its values are kept to within Q8_0's step and it decodes as
+/// before). `threads` run the rewrite.
+pub fn to_q8_0(input: &Path, output: &Path, threads: usize) -> Result<(), String> {
+    backend()?;
+    let c = |p: &Path| {
+        std::ffi::CString::new(p.to_string_lossy().as_bytes())
+            .map_err(|_| format!("{} cannot be passed to llama.cpp", p.display()))
     };
-    LogitsProcessor::from_sampling(params.seed, sampling)
+    let (from, to) = (c(input)?, c(output)?);
+    // SAFETY: the parameters are llama.cpp's own defaults with plain fields changed, and the
+    // paths are NUL-terminated strings that outlive the call.
+    let status = unsafe {
+        let mut params = llama_cpp_sys_2::llama_model_quantize_default_params();
+        params.nthread = i32::try_from(threads).unwrap_or(1);
+        params.ftype = llama_cpp_sys_2::LLAMA_FTYPE_MOSTLY_Q8_0;
+        params.allow_requantize = true;
+        llama_cpp_sys_2::llama_model_quantize(from.as_ptr(), to.as_ptr(), &params)
+    };
+    if status == 0 {
+        Ok(())
+    } else {
+        Err(format!(
+            "llama.cpp could not rewrite {} as Q8_0 (status {status})",
+            input.display()
+        ))
+    }
+}
+
+/// The sampler chain for one answer: the grammar's mask first when there is one, then greedy
+/// without a temperature (or at 0), else nucleus filtering for `top_p`, the temperature and a
+/// draw seeded by `seed`.
+pub fn sampler(params: &Params, constraint: Option<LlamaSampler>) -> LlamaSampler {
+    let mut chain: Vec<LlamaSampler> = constraint.into_iter().collect();
+    match params.temperature {
+        Some(t) if t > 1e-6 => {
+            if let Some(p) = params.top_p.filter(|p| *p > 0.0 && *p < 1.0) {
+                chain.push(LlamaSampler::top_p(p as f32, 1));
+            }
+            chain.push(LlamaSampler::temp(t as f32));
+            // llama.cpp's draw takes a 32-bit seed: both halves of ours count.
+            let seed = (params.seed ^ (params.seed >> 32)) as u32;
+            chain.push(LlamaSampler::dist(seed));
+        }
+        _ => chain.push(LlamaSampler::greedy()),
+    }
+    LlamaSampler::chain_simple(chain)
+}
+
+/// An answer's text, decoded as its tokens arrive: bytes that do not yet make a whole
+/// character wait for the next token, and stop sequences are looked for only where the new
+/// text could complete one, so the work per token does not grow with the answer.
+#[derive(Debug, Default)]
+pub struct Text {
+    text: String,
+    pending: Vec<u8>,
+}
+
+impl Text {
+    /// Adds a token's bytes; returns the new text and, when a stop sequence is now complete,
+    /// where the earliest one starts and which it is.
+    pub fn push<'s>(
+        &mut self,
+        bytes: &[u8],
+        stops: &'s [String],
+    ) -> (String, Option<(usize, &'s str)>) {
+        self.pending.extend_from_slice(bytes);
+        let valid = match std::str::from_utf8(&self.pending) {
+            Ok(s) => s.len(),
+            Err(e) if e.error_len().is_none() => e.valid_up_to(),
+            // Bytes that can never be a character: shown as the replacement character.
+            Err(_) => {
+                let lossy = String::from_utf8_lossy(&self.pending).into_owned();
+                self.pending.clear();
+                return self.append(lossy, stops);
+            }
+        };
+        let rest = self.pending.split_off(valid);
+        let done = std::mem::replace(&mut self.pending, rest);
+        self.append(String::from_utf8(done).unwrap_or_default(), stops)
+    }
+
+    fn append<'s>(
+        &mut self,
+        new: String,
+        stops: &'s [String],
+    ) -> (String, Option<(usize, &'s str)>) {
+        let longest = stops.iter().map(String::len).max().unwrap_or(0);
+        let mut from = self.text.len().saturating_sub(longest.saturating_sub(1));
+        while !self.text.is_char_boundary(from) {
+            from -= 1;
+        }
+        self.text.push_str(&new);
+        let stop =
+            first_stop(self.text.get(from..).unwrap_or(""), stops).map(|(at, s)| (from + at, s));
+        (new, stop)
+    }
+
+    /// The text so far (bytes of an unfinished character left out).
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// The whole text, cut where a stop sequence starts.
+    pub fn finish(mut self, cut: Option<usize>) -> String {
+        if !self.pending.is_empty() {
+            self.text
+                .push_str(&String::from_utf8_lossy(&std::mem::take(&mut self.pending)));
+        }
+        if let Some(at) = cut {
+            self.text.truncate(at);
+        }
+        self.text
+    }
 }
 
 /// Where the earliest stop sequence starts in `text`, and which it is.
@@ -410,27 +405,6 @@ fn first_stop<'a>(text: &str, stops: &'a [String]) -> Option<(usize, &'a str)> {
         .min_by_key(|(at, _)| *at)
 }
 
-/// The tokenizer as llguidance sees it.
-struct Env {
-    trie: TokTrie,
-    tokenizer: Tokenizer,
-}
-
-impl TokenizerEnv for Env {
-    fn tok_trie(&self) -> &TokTrie {
-        &self.trie
-    }
-
-    fn tokenize_bytes(&self, s: &[u8]) -> Vec<TokenId> {
-        self.trie.tokenize_with_greedy_fallback(s, |s| {
-            self.tokenizer
-                .encode(s, false)
-                .map(|e| e.get_ids().to_vec())
-                .unwrap_or_default()
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -440,5 +414,27 @@ mod tests {
         let stops = vec!["b".to_owned(), "a".to_owned(), String::new()];
         assert_eq!(first_stop("xxab", &stops), Some((2, "a")));
         assert_eq!(first_stop("xyz", &stops), None);
+    }
+
+    #[test]
+    fn text_waits_for_whole_characters_and_finds_stops_across_tokens() {
+        let stops = vec!["\nQ:".to_owned()];
+        let mut text = Text::default();
+        let e = "é".as_bytes();
+        assert_eq!(text.push(&e[..1], &stops).0, "");
+        assert_eq!(text.push(&e[1..], &stops).0, "é");
+        assert_eq!(text.push(b" Paris.\n", &stops).1, None);
+        let (_, stop) = text.push(b"Q", &stops);
+        assert_eq!(stop, None);
+        let (_, stop) = text.push(b": next", &stops);
+        assert_eq!(stop, Some(("é Paris.".len(), "\nQ:")));
+        assert_eq!(text.finish(stop.map(|s| s.0)), "é Paris.");
+    }
+
+    #[test]
+    fn bytes_that_are_never_a_character_are_replaced() {
+        let mut text = Text::default();
+        text.push(&[0xff, b'a'], &[]);
+        assert_eq!(text.finish(None), "\u{fffd}a");
     }
 }

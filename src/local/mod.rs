@@ -1,32 +1,40 @@
-//! The local backend: an embedded model, in process, on the CPU. The model is loaded once
-//! (fetched on first use when it is the default) by one worker thread that answers the calls
-//! in turn from a bounded queue. It declares native tools and JSON schemas: both are enforced
-//! while decoding (constrained decoding), so the answers parse and fit by construction.
+//! The local backend: an embedded model, in process, on llama.cpp. The model is loaded once
+//! (fetched on first use when it is the default) by one worker thread, which answers several
+//! calls at once in the slots of one shared context (see [`slots`]) and keeps the rest in a
+//! bounded queue. It declares native tools and JSON schemas: both are enforced while decoding
+//! (constrained decoding), so the answers parse and fit by construction.
 
-pub mod convert;
 pub mod engine;
 pub mod fetch;
+pub mod slots;
 pub mod template;
 
 use crate::backends::direct::{self, BoxFuture, Model, ModelRequest, ModelTool};
 use crate::call::{Block, Completion, Finish, ToolChoice, Usage, new_id};
 use crate::error::{CallError, CallResult};
 use crate::fulfil::Capabilities;
-use engine::{Engine, Output, Params};
+use engine::{Output, Params};
 use llguidance::api::TopLevelGrammar;
 use serde_json::{Map, Value, json};
+use slots::{Call, Counters, Slots};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, mpsc};
+use tokio::sync::{oneshot, watch};
 
 /// Settings of the local backend.
 #[derive(Debug, Clone)]
 pub struct LocalSettings {
     /// A GGUF file to use instead of the default model.
     pub model_file: Option<PathBuf>,
-    /// Prompt plus answer, in tokens.
+    /// Prompt plus answer of one call, in tokens.
     pub context: usize,
-    /// Calls waiting for the model at most; more are refused.
+    /// Calls waiting for a slot at most; more are refused.
     pub queue: usize,
+    /// Calls answered at once.
+    pub slots: usize,
+    /// CPU threads for llama.cpp.
+    pub threads: usize,
 }
 
 /// Told how many tokens the current answer has so far (for a progress line).
@@ -34,20 +42,21 @@ pub type OnToken = Arc<dyn Fn(usize) + Send + Sync>;
 
 struct Job {
     request: ModelRequest,
-    reply: tokio::sync::oneshot::Sender<Result<Completion, String>>,
+    reply: oneshot::Sender<Result<Output, String>>,
 }
 
 /// What the worker knows of its model, for `list_models`.
 #[derive(Debug, Clone)]
 enum State {
     Loading,
-    Ready { name: String, context: usize },
+    Ready(engine::Info),
     Failed(String),
 }
 
 pub struct Local {
     jobs: mpsc::SyncSender<Job>,
-    state: Arc<Mutex<State>>,
+    state: watch::Receiver<State>,
+    counters: Arc<Counters>,
     settings: LocalSettings,
 }
 
@@ -61,12 +70,13 @@ impl Local {
     /// Starts the worker, which begins loading (or fetching) the model at once.
     pub fn start(settings: LocalSettings, on_token: Option<OnToken>) -> Result<Local, String> {
         let (jobs, queue) = mpsc::sync_channel::<Job>(settings.queue.max(1));
-        let state = Arc::new(Mutex::new(State::Loading));
+        let (state_tx, state) = watch::channel(State::Loading);
+        let counters = Arc::new(Counters::default());
         let worker = Worker {
             settings: settings.clone(),
-            state: state.clone(),
+            state: state_tx,
             on_token,
-            engine: None,
+            counters: counters.clone(),
         };
         std::thread::Builder::new()
             .name("local-model".into())
@@ -75,26 +85,35 @@ impl Local {
         Ok(Local {
             jobs,
             state,
+            counters,
             settings,
         })
     }
 
     /// Waits until the model is loaded (fetched first if needed), or says why it cannot be.
     pub async fn ready(&self) -> Result<(), String> {
-        loop {
-            match self.state() {
-                State::Ready { .. } => return Ok(()),
-                State::Failed(e) => return Err(e),
-                State::Loading => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
-            }
+        let mut state = self.state.clone();
+        let seen = state
+            .wait_for(|s| !matches!(s, State::Loading))
+            .await
+            .map_err(|_| "the local model's thread has stopped".to_owned())?;
+        match &*seen {
+            State::Failed(e) => Err(e.clone()),
+            _ => Ok(()),
         }
     }
 
     fn state(&self) -> State {
-        self.state.lock().map_or_else(
-            |_| State::Failed("the model's state is poisoned".into()),
-            |s| s.clone(),
-        )
+        self.state.borrow().clone()
+    }
+
+    /// The name results report: the default model's, or what the file says it is.
+    fn name(&self) -> String {
+        match (&self.settings.model_file, self.state()) {
+            (None, _) => fetch::DEFAULT_MODEL_NAME.to_owned(),
+            (Some(_), State::Ready(info)) => info.name,
+            (Some(path), _) => path.display().to_string(),
+        }
     }
 }
 
@@ -111,31 +130,39 @@ impl Model for Local {
     }
 
     fn describe(&self) -> Value {
-        let mut context = self.settings.context;
-        let state = self.state();
-        let status = match &state {
-            State::Loading => "loading".to_owned(),
-            State::Ready { context: c, .. } => {
-                context = *c;
-                "ready".to_owned()
-            }
-            State::Failed(why) => format!("failed: {why}"),
+        let s = &self.settings;
+        let (status, context, slots, threads, device) = match self.state() {
+            State::Loading => ("loading".to_owned(), s.context, s.slots, s.threads, None),
+            State::Ready(info) => (
+                "ready".to_owned(),
+                info.context,
+                info.slots,
+                info.threads,
+                Some(info.device),
+            ),
+            State::Failed(why) => (
+                format!("failed: {why}"),
+                s.context,
+                s.slots,
+                s.threads,
+                None,
+            ),
         };
-        // The name results report: the default model's, or what the file says it is.
-        let id = match (&self.settings.model_file, state) {
-            (None, _) => fetch::DEFAULT_MODEL_NAME.to_owned(),
-            (Some(_), State::Ready { name, .. }) => name,
-            (Some(path), _) => path.display().to_string(),
-        };
+        let c = &self.counters;
         json!({
-            "id": id,
+            "id": self.name(),
             "owned_by": "local",
             "backend": "local",
-            "description": "An embedded model running in this server's process on the CPU: no \
-                            host, no key, no network once cached. Tools and JSON schemas are \
+            "description": "An embedded model running in this server's process on llama.cpp: \
+                            no host, no key, no network once cached. Tools and JSON schemas are \
                             enforced while decoding.",
             "status": status,
             "context_tokens": context,
+            "engine": {"name": "llama.cpp", "device": device, "threads": threads,
+                       "slots": slots},
+            "prefix_cache": {"calls": c.calls.load(Ordering::Relaxed),
+                             "prompt_tokens": c.prompt_tokens.load(Ordering::Relaxed),
+                             "reused_tokens": c.reused_tokens.load(Ordering::Relaxed)},
             "supports": {"tools": true, "json_schema": true, "images": false,
                          "stop_sequences": true},
         })
@@ -144,7 +171,8 @@ impl Model for Local {
     fn complete(&self, request: ModelRequest) -> BoxFuture<'_, CallResult<Completion>> {
         Box::pin(async move {
             direct::text_only(&request, KIND)?;
-            let (reply, answer) = tokio::sync::oneshot::channel();
+            let tools = offered(&request).to_vec();
+            let (reply, answer) = oneshot::channel();
             self.jobs
                 .try_send(Job { request, reply })
                 .map_err(|e| match e {
@@ -157,63 +185,106 @@ impl Model for Local {
                         fail("the local model's thread has stopped")
                     }
                 })?;
-            answer
+            let output = answer
                 .await
                 .map_err(|_| fail("the local model's thread stopped before answering"))?
-                .map_err(fail)
+                .map_err(fail)?;
+            Ok(completion(output, &tools, &self.name()))
         })
+    }
+}
+
+/// The tools the model may call: none when the caller said so.
+fn offered(request: &ModelRequest) -> &[ModelTool] {
+    if request.tool_choice == Some(ToolChoice::None) {
+        &[]
+    } else {
+        &request.tools
     }
 }
 
 struct Worker {
     settings: LocalSettings,
-    state: Arc<Mutex<State>>,
+    state: watch::Sender<State>,
     on_token: Option<OnToken>,
-    engine: Option<Engine>,
+    counters: Arc<Counters>,
 }
 
 impl Worker {
     fn set(&self, state: State) {
-        if let Ok(mut s) = self.state.lock() {
-            *s = state;
-        }
+        self.state.send_replace(state);
     }
 
-    fn run(mut self, queue: &mpsc::Receiver<Job>) {
-        let _ = self.ensure();
-        while let Ok(job) = queue.recv() {
-            if job.reply.is_closed() {
-                continue;
+    /// Loads the model and serves the queue until it closes. A model that cannot be loaded
+    /// fails the calls that come, and loading is tried again for each.
+    fn run(self, queue: &mpsc::Receiver<Job>) {
+        let mut waiting = None;
+        loop {
+            self.set(State::Loading);
+            let why = match self.load() {
+                Ok(model) => match Slots::new(&model, self.counters.clone()) {
+                    Ok(slots) => return self.serve(&model, slots, queue, waiting),
+                    Err(e) => e,
+                },
+                Err(e) => e,
+            };
+            self.set(State::Failed(why.clone()));
+            if let Some(job) = waiting.take() {
+                let _ = job.reply.send(Err(why));
             }
-            let answer = self.ensure().and_then(|_| self.answer(&job));
-            let _ = job.reply.send(answer);
-        }
-    }
-
-    /// Loads the model if it is not loaded; a failure is kept and retried on the next call.
-    fn ensure(&mut self) -> Result<(), String> {
-        if self.engine.is_some() {
-            return Ok(());
-        }
-        self.set(State::Loading);
-        let loaded = self.load();
-        match loaded {
-            Ok(engine) => {
-                self.set(State::Ready {
-                    name: engine.info().name.clone(),
-                    context: engine.info().context,
-                });
-                self.engine = Some(engine);
-                Ok(())
-            }
-            Err(e) => {
-                self.set(State::Failed(e.clone()));
-                Err(e)
+            match queue.recv() {
+                Ok(job) => waiting = Some(job),
+                Err(_) => return,
             }
         }
     }
 
-    fn load(&self) -> Result<Engine, String> {
+    /// Admits calls while a slot is free and steps the slots, until the queue closes and the
+    /// last call is answered.
+    fn serve(
+        &self,
+        model: &engine::Model,
+        mut slots: Slots,
+        queue: &mpsc::Receiver<Job>,
+        mut waiting: Option<Job>,
+    ) {
+        let info = model.info();
+        tracing::info!(
+            model = %info.name,
+            architecture = %info.architecture,
+            engine = "llama.cpp",
+            device = %info.device,
+            threads = info.threads,
+            slots = info.slots,
+            context = info.context,
+            "local model ready"
+        );
+        self.set(State::Ready(info.clone()));
+        loop {
+            while slots.has_free_slot() {
+                let job = match waiting.take() {
+                    Some(job) => job,
+                    None if slots.is_idle() => match queue.recv() {
+                        Ok(job) => job,
+                        Err(_) => return,
+                    },
+                    None => match queue.try_recv() {
+                        Ok(job) => job,
+                        Err(_) => break,
+                    },
+                };
+                if job.reply.is_closed() {
+                    continue;
+                }
+                if let Some(call) = self.prepare(model, job) {
+                    slots.admit(call);
+                }
+            }
+            slots.step();
+        }
+    }
+
+    fn load(&self) -> Result<engine::Model, String> {
         let path = match &self.settings.model_file {
             Some(path) => path.clone(),
             None => {
@@ -227,8 +298,14 @@ impl Worker {
             }
         };
         let started = std::time::Instant::now();
-        let engine = match Engine::load(&path, self.settings.context) {
-            Ok(engine) => engine,
+        let settings = engine::Settings {
+            context: self.settings.context,
+            slots: self.settings.slots,
+            threads: self.settings.threads,
+            step: engine::STEP_TOKENS,
+        };
+        let model = match engine::Model::load(&path, &settings) {
+            Ok(model) => model,
             // The cache is ours: a default model that will not load is damaged; it is fetched
             // again on the next call, and its path (this user's cache) is not shown.
             Err(e) if self.settings.model_file.is_none() => {
@@ -241,69 +318,74 @@ impl Worker {
             Err(e) => return Err(e),
         };
         tracing::info!(
-            model = %engine.info().name,
+            model = %model.info().name,
             seconds = started.elapsed().as_secs_f64(),
             "local model loaded"
         );
-        Ok(engine)
+        Ok(model)
     }
 
-    fn answer(&mut self, job: &Job) -> Result<Completion, String> {
-        let engine = self
-            .engine
-            .as_mut()
-            .ok_or("the local model is not loaded")?;
-        let request = &job.request;
-        let tools: &[ModelTool] = if request.tool_choice == Some(ToolChoice::None) {
-            &[]
-        } else {
-            &request.tools
-        };
-        let messages = template::messages(request.system.as_deref(), &request.turns);
-        let prompt = template::render(
-            engine.template(),
-            &messages,
-            &tools.iter().map(ModelTool::openai).collect::<Vec<_>>(),
-        )?;
-        let grammar = grammar(request, tools);
-        let constraint = match grammar {
-            Some(g) => match engine.constraint(g) {
+    /// The call as the slots take it: the prompt rendered with the model's chat template and
+    /// tokenized, its token budget, and its sampler; a call that cannot be made is answered
+    /// with the reason.
+    fn prepare(&self, model: &engine::Model, job: Job) -> Option<Call> {
+        let Job { request, reply } = job;
+        let parts = (|| {
+            let tools = offered(&request);
+            let messages = template::messages(request.system.as_deref(), &request.turns);
+            let openai_tools: Vec<Value> = tools.iter().map(ModelTool::openai).collect();
+            let text = if model.template().is_some() || model.knows_chatml() {
+                template::render(model.template(), &messages, &openai_tools)?
+            } else {
+                template::plain(&messages)
+            };
+            let prompt = model.tokenize(&text);
+            let context = model.info().context;
+            if prompt.is_empty() {
+                return Err("the prompt is empty".to_owned());
+            }
+            if prompt.len() >= context {
+                return Err(format!(
+                    "the prompt is {} tokens, over the local model's context of {context} \
+                     tokens (AGENT_AS_MODEL_LOCAL_CONTEXT); send a shorter conversation",
+                    prompt.len()
+                ));
+            }
+            let params = Params {
+                max_tokens: usize::try_from(request.max_tokens).unwrap_or(usize::MAX),
+                temperature: request.temperature,
+                top_p: request.top_p,
+                seed: request.seed.unwrap_or_else(random_seed),
+                stop: request.stop.clone(),
+            };
+            let budget = params.max_tokens.min(context - prompt.len());
+            let constraint = grammar(&request, tools).and_then(|g| match model.constraint(g) {
                 Ok(c) => Some(c),
                 Err(e) => {
                     // The answer is still checked against the schema and repaired.
                     tracing::warn!(problem = %e, "answering without constrained decoding");
                     None
                 }
-            },
-            None => None,
-        };
-        let params = Params {
-            max_tokens: usize::try_from(request.max_tokens).unwrap_or(usize::MAX),
-            temperature: request.temperature,
-            top_p: request.top_p,
-            seed: request.seed.unwrap_or_else(random_seed),
-            stop: request.stop.clone(),
-        };
-        let on_token = self.on_token.clone();
-        let reply = &job.reply;
-        let output = engine.generate(
-            &prompt,
-            &params,
-            constraint,
-            &|| reply.is_closed(),
-            &mut |n| {
-                if let Some(f) = &on_token {
-                    f(n);
-                }
-            },
-        )?;
-        let name = engine.info().name.clone();
-        Ok(completion(
-            output,
-            tools,
-            &name,
-            self.settings.model_file.is_none(),
-        ))
+            });
+            Ok((prompt, engine::sampler(&params, constraint), params, budget))
+        })();
+        match parts {
+            Ok((prompt, sampler, params, budget)) => Some(Call {
+                prompt,
+                params,
+                budget,
+                sampler,
+                sink: self
+                    .on_token
+                    .clone()
+                    .map(|f| -> slots::Sink { Box::new(move |n, _| f(n)) }),
+                reply,
+            }),
+            Err(e) => {
+                let _ = reply.send(Err(e));
+                None
+            }
+        }
     }
 }
 
@@ -371,7 +453,7 @@ fn closed(schema: &Value) -> Value {
 
 /// The model's output as a completion: tool calls found in it (in Qwen's `<tool_call>` tags,
 /// fenced or bare JSON `{"name", "arguments"}` naming an offered tool), and the rest as text.
-fn completion(output: Output, tools: &[ModelTool], name: &str, default: bool) -> Completion {
+fn completion(output: Output, tools: &[ModelTool], name: &str) -> Completion {
     let (text, calls) = if tools.is_empty() {
         (output.text, Vec::new())
     } else {
@@ -391,11 +473,7 @@ fn completion(output: Output, tools: &[ModelTool], name: &str, default: bool) ->
     blocks.extend(calls);
     Completion {
         blocks,
-        model: if default {
-            fetch::DEFAULT_MODEL_NAME.to_owned()
-        } else {
-            name.to_owned()
-        },
+        model: name.to_owned(),
         finish,
         usage: Some(Usage {
             prompt: output.prompt_tokens,

@@ -52,6 +52,17 @@ pub fn messages(system: Option<&str>, turns: &[Turn]) -> Vec<Value> {
     out
 }
 
+/// The prompt of a base model (one without a chat template that knows no ChatML): the
+/// messages' texts, one after the other, for the model to continue.
+pub fn plain(messages: &[Value]) -> String {
+    messages
+        .iter()
+        .filter_map(|m| m.get("content").and_then(Value::as_str))
+        .filter(|c| !c.is_empty())
+        .collect::<Vec<_>>()
+        .join("\n\n")
+}
+
 /// Renders the prompt, ending with the start of the assistant's turn.
 pub fn render(
     template: Option<&str>,
@@ -112,6 +123,7 @@ mod tests {
             prompt,
             "<|im_start|>system\nsys<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
         );
+        assert_eq!(plain(&m[..2]), "sys\n\nhi");
         let t = "{{ tools[0] | tojson }}";
         assert_eq!(
             render(Some(t), &m, &[json!({"a": [1, "é"]})]).unwrap(),

@@ -22,6 +22,7 @@ mod cli;
 mod conformance;
 mod cursors;
 mod edges;
+mod engine;
 mod eras;
 mod faults;
 mod gemini;

@@ -1,0 +1,327 @@
+//! The slots: several calls share one llama.cpp context, each in its own sequence, and every
+//! step feeds one batch holding the next token of each answer being written and a chunk of
+//! each prompt being read. A short call is not stuck behind a long prompt, and a cancelled
+//! call stops within one step. A slot keeps its tokens (and their cache) after a call: the
+//! next call whose prompt starts with them processes only the rest.
+
+use super::engine::{Model, Output, Params, Text};
+use crate::call::Finish;
+use llama_cpp_2::context::LlamaContext;
+use llama_cpp_2::llama_batch::LlamaBatch;
+use llama_cpp_2::sampling::LlamaSampler;
+use llama_cpp_2::token::LlamaToken;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Told, as an answer is written, how many tokens it has and the text they added.
+pub type Sink = Box<dyn FnMut(usize, &str)>;
+
+/// One call, ready for a slot.
+pub struct Call {
+    pub prompt: Vec<LlamaToken>,
+    pub params: Params,
+    /// Tokens the answer may have (the limit asked for, cut to what the context leaves).
+    pub budget: usize,
+    pub sampler: LlamaSampler,
+    pub sink: Option<Sink>,
+    /// Where the answer goes; closed when the call is cancelled, which is looked at before
+    /// every step: a cancelled call stops and frees its slot.
+    pub reply: tokio::sync::oneshot::Sender<Result<Output, String>>,
+}
+
+/// What the prefix cache has done, for `list_models` and the logs.
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub calls: AtomicU64,
+    pub prompt_tokens: AtomicU64,
+    /// Prompt tokens not processed because a slot held them from an earlier call.
+    pub reused_tokens: AtomicU64,
+}
+
+struct Active {
+    call: Call,
+    /// Prompt tokens in the cache.
+    fed: usize,
+    reused: usize,
+    /// The token just sampled, not yet in the cache.
+    next: Option<LlamaToken>,
+    generated: usize,
+    text: Text,
+}
+
+struct Slot {
+    seq: i32,
+    /// The tokens in this sequence's cache, from position 0.
+    cached: Vec<LlamaToken>,
+    active: Option<Active>,
+}
+
+pub struct Slots<'m> {
+    model: &'m Model,
+    ctx: LlamaContext<'m>,
+    slots: Vec<Slot>,
+    batch: LlamaBatch<'static>,
+    counters: Arc<Counters>,
+}
+
+impl<'m> Slots<'m> {
+    pub fn new(model: &'m Model, counters: Arc<Counters>) -> Result<Slots<'m>, String> {
+        let ctx = model.context()?;
+        let n = model.info().slots;
+        let slots = (0..n)
+            .map(|i| Slot {
+                seq: i32::try_from(i).unwrap_or(0),
+                cached: Vec::new(),
+                active: None,
+            })
+            .collect();
+        Ok(Slots {
+            model,
+            ctx,
+            slots,
+            batch: LlamaBatch::new(model.info().step, i32::try_from(n).unwrap_or(1)),
+            counters,
+        })
+    }
+
+    pub fn is_idle(&self) -> bool {
+        self.slots.iter().all(|s| s.active.is_none())
+    }
+
+    pub fn has_free_slot(&self) -> bool {
+        self.slots.iter().any(|s| s.active.is_none())
+    }
+
+    /// Puts a call in the free slot whose cache shares the longest prefix with its prompt
+    /// (callers look for a free slot first; without one the call is refused).
+    pub fn admit(&mut self, call: Call) {
+        let best = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.active.is_none())
+            .map(|(i, s)| (i, common_prefix(&s.cached, &call.prompt)))
+            .max_by_key(|(_, n)| *n);
+        let Some((index, shared)) = best else {
+            let _ = call
+                .reply
+                .send(Err("every slot of the local model is busy".into()));
+            return;
+        };
+        if call.budget == 0 {
+            let output = Output {
+                text: String::new(),
+                prompt_tokens: call.prompt.len(),
+                cached_tokens: 0,
+                completion_tokens: 0,
+                finish: Finish::MaxTokens,
+            };
+            let _ = call.reply.send(Ok(output));
+            return;
+        }
+        // The last prompt token is always processed again: its logits start the answer.
+        let keep = shared.min(call.prompt.len().saturating_sub(1));
+        let Some(slot) = self.slots.get_mut(index) else {
+            return;
+        };
+        let keep = if keep < slot.cached.len() {
+            let cut = u32::try_from(keep).unwrap_or(0);
+            match self
+                .ctx
+                .clear_kv_cache_seq(Some(slot.seq as u32), Some(cut), None)
+            {
+                Ok(true) => keep,
+                // A cache that cannot be cut back (a recurrent model's) starts again.
+                _ => {
+                    let _ = self
+                        .ctx
+                        .clear_kv_cache_seq(Some(slot.seq as u32), None, None);
+                    0
+                }
+            }
+        } else {
+            keep
+        };
+        slot.cached.truncate(keep);
+        slot.active = Some(Active {
+            call,
+            fed: keep,
+            reused: keep,
+            next: None,
+            generated: 0,
+            text: Text::default(),
+        });
+    }
+
+    /// One step: stops cancelled calls, feeds one batch, samples the next token of every
+    /// sequence that reached its end, and answers the calls that are complete.
+    pub fn step(&mut self) {
+        for slot in &mut self.slots {
+            if slot
+                .active
+                .as_ref()
+                .is_some_and(|a| a.call.reply.is_closed())
+            {
+                slot.active = None;
+            }
+        }
+        let wanted = self.fill();
+        if self.batch.n_tokens() == 0 {
+            return;
+        }
+        if let Err(e) = self.ctx.decode(&mut self.batch) {
+            let why = format!("the local model failed: {}", super::engine::brief(&e));
+            // Every sequence in the batch may be half written.
+            for index in 0..self.slots.len() {
+                self.fail(index, &why);
+            }
+            return;
+        }
+        for (index, at) in wanted {
+            self.sample(index, at);
+        }
+    }
+
+    /// Fills the batch: first the token each answer needs next, then chunks of prompts, the
+    /// room shared among them. Returns the slots whose logits are wanted, with their place in
+    /// the batch.
+    fn fill(&mut self) -> Vec<(usize, i32)> {
+        self.batch.clear();
+        let mut wanted = Vec::new();
+        let mut room = self.model.info().step;
+        for (index, slot) in self.slots.iter_mut().enumerate() {
+            let Some(active) = slot.active.as_mut() else {
+                continue;
+            };
+            if let Some(token) = active.next.take() {
+                let at = self.batch.n_tokens();
+                if add(&mut self.batch, token, slot.cached.len(), slot.seq, true) {
+                    slot.cached.push(token);
+                    wanted.push((index, at));
+                    room = room.saturating_sub(1);
+                }
+            }
+        }
+        let mut reading = self
+            .slots
+            .iter()
+            .filter(|s| {
+                s.active
+                    .as_ref()
+                    .is_some_and(|a| a.fed < a.call.prompt.len())
+            })
+            .count();
+        for (index, slot) in self.slots.iter_mut().enumerate() {
+            let Some(active) = slot.active.as_mut() else {
+                continue;
+            };
+            let left = active.call.prompt.len() - active.fed;
+            if left == 0 || reading == 0 {
+                continue;
+            }
+            let share = (room / reading).max(1).min(left).min(room);
+            reading -= 1;
+            for _ in 0..share {
+                let Some(&token) = active.call.prompt.get(active.fed) else {
+                    break;
+                };
+                let last = active.fed + 1 == active.call.prompt.len();
+                let at = self.batch.n_tokens();
+                if !add(&mut self.batch, token, slot.cached.len(), slot.seq, last) {
+                    break;
+                }
+                slot.cached.push(token);
+                active.fed += 1;
+                room -= 1;
+                if last {
+                    wanted.push((index, at));
+                }
+            }
+        }
+        wanted
+    }
+
+    /// Samples a slot's next token and decides whether its answer is complete.
+    fn sample(&mut self, index: usize, at: i32) {
+        let model = self.model;
+        let Some(slot) = self.slots.get_mut(index) else {
+            return;
+        };
+        let Some(active) = slot.active.as_mut() else {
+            return;
+        };
+        let token = active.call.sampler.sample(&self.ctx, at);
+        if model.is_end(token) {
+            return self.finish(index, Finish::EndTurn, None);
+        }
+        active.generated += 1;
+        let (new, stop) = active
+            .text
+            .push(&model.piece(token), &active.call.params.stop);
+        if let Some(sink) = active.call.sink.as_mut() {
+            sink(active.generated, &new);
+        }
+        if let Some((at, stop)) = stop {
+            let finish = Finish::StopSequence(Some(stop.to_owned()));
+            return self.finish(index, finish, Some(at));
+        }
+        if active.generated >= active.call.budget {
+            return self.finish(index, Finish::MaxTokens, None);
+        }
+        active.next = Some(token);
+    }
+
+    fn finish(&mut self, index: usize, finish: Finish, cut: Option<usize>) {
+        let Some(active) = self.slots.get_mut(index).and_then(|s| s.active.take()) else {
+            return;
+        };
+        let prompt = active.call.prompt.len();
+        let c = &self.counters;
+        c.calls.fetch_add(1, Ordering::Relaxed);
+        c.prompt_tokens.fetch_add(prompt as u64, Ordering::Relaxed);
+        c.reused_tokens
+            .fetch_add(active.reused as u64, Ordering::Relaxed);
+        tracing::info!(
+            slot = index,
+            prompt_tokens = prompt,
+            cached_tokens = active.reused,
+            completion_tokens = active.generated,
+            "local answer"
+        );
+        let output = Output {
+            text: active.text.finish(cut),
+            prompt_tokens: prompt,
+            cached_tokens: active.reused,
+            completion_tokens: active.generated,
+            finish,
+        };
+        let _ = active.call.reply.send(Ok(output));
+    }
+
+    /// Fails a slot's call and forgets its cache, which may be half written.
+    fn fail(&mut self, index: usize, why: &str) {
+        let Some(slot) = self.slots.get_mut(index) else {
+            return;
+        };
+        if slot.active.is_none() {
+            return;
+        }
+        let _ = self
+            .ctx
+            .clear_kv_cache_seq(Some(slot.seq as u32), None, None);
+        slot.cached.clear();
+        if let Some(active) = slot.active.take() {
+            let _ = active.call.reply.send(Err(why.to_owned()));
+        }
+    }
+}
+
+/// Adds a token to the batch; false when the batch is full.
+fn add(batch: &mut LlamaBatch, token: LlamaToken, position: usize, seq: i32, logits: bool) -> bool {
+    let position = i32::try_from(position).unwrap_or(i32::MAX);
+    batch.add(token, position, &[seq], logits).is_ok()
+}
+
+fn common_prefix(a: &[LlamaToken], b: &[LlamaToken]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
