@@ -295,6 +295,15 @@ async fn handle(mut request: Request<Incoming>, front: Front) -> Response<Body> 
 
 const REQUEST_ID: &str = "x-request-id";
 
+/// Reads (and drops) a small request body before refusing the request, so that a client still
+/// writing it gets the refusal rather than a broken pipe; a body over 64 KiB, or one that takes
+/// over a second, is left unread and the connection closes after the refusal.
+async fn refuse(request: Request<Incoming>, refusal: Response<Body>) -> Response<Body> {
+    let body = http_body_util::Limited::new(request.into_body(), 64 * 1024);
+    let _ = tokio::time::timeout(Duration::from_secs(1), body.collect()).await;
+    refusal
+}
+
 /// Health, `/mcp` behind the host checks, the token, the body limits and the session cap, or
 /// 404.
 async fn route(request: Request<Incoming>, front: Front) -> Response<Body> {
@@ -302,7 +311,7 @@ async fn route(request: Request<Incoming>, front: Front) -> Response<Body> {
         "/healthz" => plain(StatusCode::OK, "ok\n"),
         "/mcp" => {
             if let Err((status, why)) = check_authority(&request, front.pinned_port) {
-                return plain(status, why);
+                return refuse(request, plain(status, why)).await;
             }
             if front.token.is_some_and(|t| !authorized(&request, &t)) {
                 let mut r = plain(StatusCode::UNAUTHORIZED, "unauthorized\n");
@@ -310,7 +319,7 @@ async fn route(request: Request<Incoming>, front: Front) -> Response<Body> {
                     hyper::header::WWW_AUTHENTICATE,
                     hyper::header::HeaderValue::from_static("Bearer realm=\"agent-as-model\""),
                 );
-                return r;
+                return refuse(request, r).await;
             }
             let (parts, body) = match read_body(request, &front).await {
                 Ok(read) => read,
