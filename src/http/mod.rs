@@ -295,13 +295,20 @@ async fn handle(mut request: Request<Incoming>, front: Front) -> Response<Body> 
 
 const REQUEST_ID: &str = "x-request-id";
 
-/// Reads (and drops) a small request body before refusing the request, so that a client still
-/// writing it gets the refusal rather than a broken pipe; a body over 64 KiB, or one that takes
-/// over a second, is left unread and the connection closes after the refusal.
+/// A refusal sent before the request's body is read: the body is read and dropped for up to
+/// two seconds after the answer (a lingering close, as nginx does), so that a client still
+/// writing it reads the refusal instead of a broken pipe.
 async fn refuse(request: Request<Incoming>, refusal: Response<Body>) -> Response<Body> {
-    let body = http_body_util::Limited::new(request.into_body(), 64 * 1024);
-    let _ = tokio::time::timeout(Duration::from_secs(1), body.collect()).await;
+    linger(request.into_body());
     refusal
+}
+
+/// Reads and drops what is left of a body, for two seconds at most, holding none of it.
+fn linger(mut body: Incoming) {
+    tokio::spawn(async move {
+        let drain = async { while let Some(Ok(_)) = body.frame().await {} };
+        let _ = tokio::time::timeout(Duration::from_secs(2), drain).await;
+    });
 }
 
 /// Health, `/mcp` behind the host checks, the token, the body limits and the session cap, or
@@ -405,6 +412,7 @@ async fn read_body(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
     if declared.is_some_and(|n| n > front.max_body as u64) {
+        linger(request.into_body());
         return Err(too_large());
     }
     let (parts, mut body) = request.into_parts();
@@ -428,6 +436,7 @@ async fn read_body(
         };
         if let Ok(data) = frame.into_data() {
             if whole.len().saturating_add(data.len()) > front.max_body {
+                linger(body);
                 return Err(too_large());
             }
             whole.extend_from_slice(&data);
