@@ -298,7 +298,7 @@ const REQUEST_ID: &str = "x-request-id";
 /// A refusal sent before the request's body is read: the body is read and dropped for up to
 /// two seconds after the answer (a lingering close, as nginx does), so that a client still
 /// writing it reads the refusal instead of a broken pipe.
-async fn refuse(request: Request<Incoming>, refusal: Response<Body>) -> Response<Body> {
+fn refuse(request: Request<Incoming>, refusal: Response<Body>) -> Response<Body> {
     linger(request.into_body());
     refusal
 }
@@ -318,7 +318,7 @@ async fn route(request: Request<Incoming>, front: Front) -> Response<Body> {
         "/healthz" => plain(StatusCode::OK, "ok\n"),
         "/mcp" => {
             if let Err((status, why)) = check_authority(&request, front.pinned_port) {
-                return refuse(request, plain(status, why)).await;
+                return refuse(request, plain(status, why));
             }
             if front.token.is_some_and(|t| !authorized(&request, &t)) {
                 let mut r = plain(StatusCode::UNAUTHORIZED, "unauthorized\n");
@@ -326,7 +326,7 @@ async fn route(request: Request<Incoming>, front: Front) -> Response<Body> {
                     hyper::header::WWW_AUTHENTICATE,
                     hyper::header::HeaderValue::from_static("Bearer realm=\"agent-as-model\""),
                 );
-                return refuse(request, r).await;
+                return refuse(request, r);
             }
             let (parts, body) = match read_body(request, &front).await {
                 Ok(read) => read,

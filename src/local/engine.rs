@@ -280,35 +280,6 @@ impl Model {
     }
 }
 
-/// Rewrites a GGUF's tensors as Q8_0 with llama.cpp's quantizer (the published default model
-/// is mostly Q5_0; as Q8_0 its values are kept to within Q8_0's step and it decodes as
-/// before). `threads` run the rewrite.
-pub fn to_q8_0(input: &Path, output: &Path, threads: usize) -> Result<(), String> {
-    backend()?;
-    let c = |p: &Path| {
-        std::ffi::CString::new(p.to_string_lossy().as_bytes())
-            .map_err(|_| format!("{} cannot be passed to llama.cpp", p.display()))
-    };
-    let (from, to) = (c(input)?, c(output)?);
-    // SAFETY: the parameters are llama.cpp's own defaults with plain fields changed, and the
-    // paths are NUL-terminated strings that outlive the call.
-    let status = unsafe {
-        let mut params = llama_cpp_sys_2::llama_model_quantize_default_params();
-        params.nthread = i32::try_from(threads).unwrap_or(1);
-        params.ftype = llama_cpp_sys_2::LLAMA_FTYPE_MOSTLY_Q8_0;
-        params.allow_requantize = true;
-        llama_cpp_sys_2::llama_model_quantize(from.as_ptr(), to.as_ptr(), &params)
-    };
-    if status == 0 {
-        Ok(())
-    } else {
-        Err(format!(
-            "llama.cpp could not rewrite {} as Q8_0 (status {status})",
-            input.display()
-        ))
-    }
-}
-
 /// The sampler chain for one answer: the grammar's mask first when there is one, then greedy
 /// without a temperature (or at 0), else nucleus filtering for `top_p`, the temperature and a
 /// draw seeded by `seed`.

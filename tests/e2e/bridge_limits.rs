@@ -235,10 +235,7 @@ fn bridge_step(rng: &mut Lcg, id: u64) -> (String, Check) {
 /// `AGENT_AS_MODEL_FUZZ_SEED` replays a seed.
 #[test]
 fn a_seeded_mix_of_hostile_traffic_leaves_the_bridge_answering() {
-    let seed: u64 = std::env::var("AGENT_AS_MODEL_FUZZ_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(20261201);
+    let seed = crate::common::fuzz_seed(20261201);
     let mut raw = start_with(&SMALL_LIMITS);
     let pid = raw.child.id();
     let mut rng = Lcg(seed);

@@ -400,10 +400,7 @@ fn arbitrary_lines_never_take_the_server_down() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(300);
-    let seed: u64 = std::env::var("AGENT_AS_MODEL_FUZZ_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(20261130);
+    let seed = crate::common::fuzz_seed(20261130);
     let mut rng = Lcg(seed);
     let mut raw = Raw::legacy(
         &[

@@ -374,10 +374,7 @@ fn hostile_connection(rng: &mut Lcg) -> (&'static str, Vec<u8>) {
 /// `AGENT_AS_MODEL_FUZZ_SEED` replays a seed.
 #[test]
 fn a_seeded_mix_of_hostile_connections_leaves_the_server_serving() {
-    let seed: u64 = std::env::var("AGENT_AS_MODEL_FUZZ_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(20261201);
+    let seed = crate::common::fuzz_seed(20261201);
     let (child, address) = start_limited(
         256,
         &[

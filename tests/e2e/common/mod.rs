@@ -386,3 +386,11 @@ impl Lcg {
         &items[(self.next() as usize) % items.len()]
     }
 }
+
+/// The seed of a fuzz test: `AGENT_AS_MODEL_FUZZ_SEED` replays one, else `default`.
+pub fn fuzz_seed(default: u64) -> u64 {
+    std::env::var("AGENT_AS_MODEL_FUZZ_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
