@@ -190,16 +190,25 @@ pub async fn serve_http(server: Server, settings: HttpSettings) -> Result<(), St
         }
         // Past both, the connection is closed at once: its descriptor is freed here.
     }
+    finish(&stop, &connections, settings.shutdown_grace).await;
+    Ok(())
+}
+
+/// Stops the connections' requests and waits for those in flight, for `grace` at most.
+async fn finish(
+    stop: &CancellationToken,
+    connections: &tokio_util::task::TaskTracker,
+    grace: Duration,
+) {
     tracing::warn!("stopping: finishing in-flight requests");
     stop.cancel();
     connections.close();
-    if tokio::time::timeout(settings.shutdown_grace, connections.wait())
+    if tokio::time::timeout(grace, connections.wait())
         .await
         .is_err()
     {
         tracing::warn!("in-flight requests did not finish within the grace period; dropped");
     }
-    Ok(())
 }
 
 /// Connections answered past the cap at once (`/healthz` 200, else 503), each for at most
