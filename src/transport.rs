@@ -237,22 +237,7 @@ fn classify_envelope(env: Envelope, state: &mut InFlight, framing: Framing) -> V
         };
     };
     let Some(id) = env.id.filter(|id| !id.is_null()) else {
-        // A notification: never answered. Dropped when malformed, or when no request came yet.
-        let malformed = env
-            .params
-            .as_ref()
-            .is_some_and(|p| p.meta.is_some_and(|k| k != Kind::Object));
-        if malformed || !state.seen_request {
-            return Verdict::Drop;
-        }
-        // A cancelled request gets no reply: its id is free again. A tool call keeps its slot
-        // until its work has stopped (the server says so, see `serve_stdio`).
-        if method == "notifications/cancelled"
-            && let Some(id) = env.params.as_ref().and_then(|p| p.request_id.as_ref())
-        {
-            state.ids.remove(&id.to_string());
-        }
-        return Verdict::Forward;
+        return classify_notification(&method, env.params.as_ref(), state);
     };
     if !(id.is_string() || id.is_number()) {
         return error(
@@ -292,6 +277,22 @@ fn classify_envelope(env: Envelope, state: &mut InFlight, framing: Framing) -> V
         state.seen_request = true;
     }
     state.ids.insert(key);
+    Verdict::Forward
+}
+
+/// A notification: never answered. Dropped when malformed, or when no request came yet.
+fn classify_notification(method: &str, params: Option<&Params>, state: &mut InFlight) -> Verdict {
+    let malformed = params.is_some_and(|p| p.meta.is_some_and(|k| k != Kind::Object));
+    if malformed || !state.seen_request {
+        return Verdict::Drop;
+    }
+    // A cancelled request gets no reply: its id is free again. A tool call keeps its slot
+    // until its work has stopped (the server says so, see `serve_stdio`).
+    if method == "notifications/cancelled"
+        && let Some(id) = params.and_then(|p| p.request_id.as_ref())
+    {
+        state.ids.remove(&id.to_string());
+    }
     Verdict::Forward
 }
 
