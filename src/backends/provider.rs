@@ -164,21 +164,7 @@ impl Provider {
                         .and_then(|v| v.trim().parse::<u64>().ok())
                         .map(Duration::from_secs);
                     if status.is_redirection() {
-                        let to = response
-                            .headers()
-                            .get(reqwest::header::LOCATION)
-                            .and_then(|v| v.to_str().ok())
-                            .map(|l| {
-                                shown_url(
-                                    &self.endpoint.join(l).map(String::from).unwrap_or_default(),
-                                )
-                            })
-                            .unwrap_or_default();
-                        return Err(fail(format!(
-                            "the provider answered {status}, a redirect to {to}, which is not \
-                             followed: it leaves the provider's origin (set the provider URL to \
-                             where the API is)"
-                        )));
+                        return Err(self.redirect_refused(&response));
                     }
                     let text = self.read(response).await?;
                     if status.is_success() {
@@ -213,6 +199,22 @@ impl Provider {
             attempt += 1;
             tokio::time::sleep(wait).await;
         }
+    }
+
+    /// The error for a redirect that is not followed (it leaves the provider's origin), naming
+    /// where it led without the URL's secrets.
+    fn redirect_refused(&self, response: &reqwest::Response) -> CallError {
+        let to = response
+            .headers()
+            .get(reqwest::header::LOCATION)
+            .and_then(|v| v.to_str().ok())
+            .map(|l| shown_url(&self.endpoint.join(l).map(String::from).unwrap_or_default()))
+            .unwrap_or_default();
+        fail(format!(
+            "the provider answered {}, a redirect to {to}, which is not followed: it leaves \
+             the provider's origin (set the provider URL to where the API is)",
+            response.status()
+        ))
     }
 
     /// How long to wait before retrying: what the provider asked for (within reason), else
