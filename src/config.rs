@@ -252,8 +252,31 @@ pub enum TryModel {
 pub struct LocalArgs {
     /// A GGUF model file (any architecture llama.cpp runs) instead of the default
     /// Qwen2.5-Coder-0.5B-Instruct, which is fetched into the cache on first use
-    #[arg(long, env = "AGENT_AS_MODEL_MODEL_FILE")]
+    #[arg(long, env = "AGENT_AS_MODEL_MODEL_FILE", conflicts_with = "model")]
     pub model_file: Option<std::path::PathBuf>,
+
+    /// The local model from Hugging Face, `hf:OWNER/REPO/FILE.gguf` (any architecture
+    /// llama.cpp runs), fetched once into the cache; HF_ENDPOINT and HF_TOKEN as for the Hub's
+    /// own client
+    #[arg(
+        long,
+        env = "AGENT_AS_MODEL_MODEL",
+        value_name = "hf:OWNER/REPO/FILE.gguf"
+    )]
+    pub model: Option<crate::local::hub::HubFile>,
+
+    /// The Hugging Face Hub's address
+    #[arg(
+        long,
+        env = "HF_ENDPOINT",
+        default_value = "https://huggingface.co",
+        hide = true
+    )]
+    pub hf_endpoint: String,
+
+    /// A Hugging Face token, for gated and private models (use the environment variable)
+    #[arg(long, env = "HF_TOKEN", hide_env_values = true, hide = true)]
+    pub hf_token: Option<String>,
 
     /// Prompt plus answer of the local model, in tokens
     #[arg(long, env = "AGENT_AS_MODEL_LOCAL_CONTEXT", default_value_t = 4096,
@@ -300,6 +323,12 @@ pub struct ProviderArgs {
     #[arg(long, env = "AGENT_AS_MODEL_PROVIDER_JSON_SCHEMA", default_value_t = true,
           action = clap::ArgAction::Set)]
     pub provider_json_schema: bool,
+
+    /// Ask the provider to stream its answer (read as it is made: progress, and the first
+    /// token seen at once); false for providers that refuse `stream`
+    #[arg(long, env = "AGENT_AS_MODEL_PROVIDER_STREAM", default_value_t = true,
+          action = clap::ArgAction::Set)]
+    pub provider_stream: bool,
 
     /// Longest wait for one provider answer, in seconds
     #[arg(long, env = "AGENT_AS_MODEL_PROVIDER_TIMEOUT_SECS", default_value_t = 120,
@@ -374,10 +403,26 @@ impl Config {
             .collect()
     }
 
+    /// Which model the local backend runs.
+    fn local_source(&self) -> crate::local::Source {
+        use crate::local::{Source, hub::Access};
+        match (&self.local.model, &self.local.model_file) {
+            (Some(file), _) => Source::Hub(
+                file.clone(),
+                Access {
+                    endpoint: self.local.hf_endpoint.clone(),
+                    token: self.local.hf_token.clone().filter(|t| !t.is_empty()),
+                },
+            ),
+            (None, Some(path)) => Source::File(path.clone()),
+            (None, None) => Source::Default,
+        }
+    }
+
     /// The embedded model's settings.
     pub fn local_settings(&self) -> crate::local::LocalSettings {
         crate::local::LocalSettings {
-            model_file: self.local.model_file.clone(),
+            source: self.local_source(),
             context: usize::try_from(self.local.local_context).unwrap_or(4096),
             queue: usize::try_from(self.local.local_queue).unwrap_or(64),
             slots: usize::try_from(self.local.local_slots).unwrap_or(2),
@@ -409,6 +454,7 @@ impl Config {
             retries: p.provider_retries,
             max_retry_after: Duration::from_secs(60),
             max_response: usize::try_from(p.provider_max_response_bytes).unwrap_or(usize::MAX),
+            stream: p.provider_stream,
         })
     }
 

@@ -174,7 +174,7 @@ impl rmcp::ClientHandler for Host {
     ) -> Result<CreateMessageResult, ErrorData> {
         let answer = async {
             let request = request(&params, &self.limits)?;
-            self.model.complete(request).await
+            self.model.complete(request, None).await
         }
         .await;
         answer.map(result).map_err(|e: CallError| {

@@ -8,13 +8,15 @@ use crate::call::{Call, Reply};
 use crate::contract::cursor;
 use crate::error::{CallError, StartError, clip};
 use crate::fulfil::Fulfilled;
+use crate::fulfil::live::Live;
 use crate::gate::Gate;
 use crate::limits::Limits;
 use crate::pyjson::{self, Style};
 use crate::shapes::{self, Shape};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
+    ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler};
@@ -131,12 +133,17 @@ impl Server {
             if let Some(model) = self.backends.for_host(&host) {
                 // A cancelled call stops its model's work: the provider's request is dropped
                 // (its connection closed), the local model stops within one step.
+                let live = Reporter::start(&ctx);
                 let done = tokio::select! {
-                    done = direct::run(&call, model.as_ref()) => done?,
+                    done = direct::run(&call, model.as_ref(), live.as_ref().map(|r| &r.live)) => done,
                     () = ctx.ct.cancelled() => {
-                        return Err(CallError::Host("the tool call was cancelled by the client".into()));
+                        Err(CallError::Host("the tool call was cancelled by the client".into()))
                     }
                 };
+                if let Some(reporter) = live {
+                    reporter.stop().await;
+                }
+                let done = done?;
                 return finish(shape, &call, done, Some(model.kind()))
                     .map(CallToolResponse::Complete);
             }
@@ -149,6 +156,52 @@ impl Server {
         }
         .await;
         result.or_else(|e| edge(shape.name(), e))
+    }
+}
+
+/// Shortest time between two progress notifications of one call.
+const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Sends a call's progress (`notifications/progress`) while a direct backend makes its answer,
+/// when the call carries a progress token; nothing otherwise.
+struct Reporter {
+    live: Arc<Live>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Reporter {
+    fn start(ctx: &RequestContext<RoleServer>) -> Option<Reporter> {
+        let token = ctx.meta.get_progress_token()?;
+        let live = Live::new();
+        let task = tokio::spawn(report(live.clone(), ctx.peer.clone(), token));
+        Some(Reporter { live, task })
+    }
+
+    /// Stops reporting before the result is sent, so that no progress follows it.
+    async fn stop(self) {
+        self.live.close();
+        self.task.abort();
+        let _ = self.task.await;
+    }
+}
+
+async fn report(live: Arc<Live>, peer: rmcp::Peer<RoleServer>, token: ProgressToken) {
+    let mut sent: Option<usize> = None;
+    while let Some(now) = live.next().await {
+        let progress = now.progress();
+        if sent.is_some_and(|last| progress <= last) {
+            continue;
+        }
+        let mut note = ProgressNotificationParam::new(token.clone(), progress as f64)
+            .with_message(now.message());
+        if let Some(total) = now.total() {
+            note = note.with_total(total as f64);
+        }
+        if peer.notify_progress(note).await.is_err() {
+            return;
+        }
+        sent = Some(progress);
+        tokio::time::sleep(PROGRESS_EVERY).await;
     }
 }
 

@@ -5,10 +5,12 @@
 
 use crate::call::{Block, Call, Completion, ToolChoice, Turn};
 use crate::error::{CallError, CallResult};
+use crate::fulfil::live::Live;
 use crate::fulfil::{Attempt, Capabilities, Fulfilled, Machine, Progress, Step};
 use serde_json::{Map, Value};
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 
 /// A boxed future, so backends can be chosen at run time.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -106,12 +108,22 @@ pub trait Model: Send + Sync {
     fn capabilities(&self) -> Capabilities;
     /// The `list_models` entry.
     fn describe(&self) -> Value;
-    /// Answers one request.
-    fn complete(&self, request: ModelRequest) -> BoxFuture<'_, CallResult<Completion>>;
+    /// Answers one request; a backend that makes its answer token by token reports them to
+    /// `live` as they come.
+    fn complete(
+        &self,
+        request: ModelRequest,
+        live: Option<Arc<Live>>,
+    ) -> BoxFuture<'_, CallResult<Completion>>;
 }
 
-/// Fulfils one call on a direct backend: the machine's attempts, answered in turn.
-pub async fn run(call: &Call, model: &dyn Model) -> CallResult<Fulfilled> {
+/// Fulfils one call on a direct backend: the machine's attempts, answered in turn, each told
+/// to `live` when the caller follows the answer's progress.
+pub async fn run(
+    call: &Call,
+    model: &dyn Model,
+    live: Option<&Arc<Live>>,
+) -> CallResult<Fulfilled> {
     let machine = Machine::new(call, model.capabilities());
     let mut progress = Progress::default();
     let mut answer = None;
@@ -120,7 +132,15 @@ pub async fn run(call: &Call, model: &dyn Model) -> CallResult<Fulfilled> {
             Step::Done(done) => return Ok(done),
             Step::Send(attempt) => {
                 let request = ModelRequest::from_attempt(&attempt);
-                answer = Some(model.complete(request).await?);
+                if let Some(live) = live {
+                    let budget = usize::try_from(request.max_tokens).ok();
+                    live.attempt(
+                        progress.repairs.len() + 1,
+                        machine.attempts_allowed(),
+                        budget,
+                    );
+                }
+                answer = Some(model.complete(request, live.cloned()).await?);
             }
         }
     }

@@ -13,6 +13,7 @@ pub mod legacy;
 pub mod mrtr;
 pub mod provider;
 pub mod sampling;
+pub mod stream;
 
 use crate::config::Config;
 use std::sync::Arc;

@@ -8,8 +8,10 @@ use super::direct::{BoxFuture, Model, ModelRequest, ModelTool};
 use crate::call::{Block, Completion, Finish, Role, ToolChoice, Usage};
 use crate::error::{CallError, CallResult, clip};
 use crate::fulfil::Capabilities;
+use crate::fulfil::live::Live;
 use crate::pyjson::{self, Style};
 use serde_json::{Map, Value, json};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How to reach the provider.
@@ -27,6 +29,8 @@ pub struct ProviderSettings {
     pub max_retry_after: Duration,
     /// The largest answer read, in bytes.
     pub max_response: usize,
+    /// Ask for the answer as a stream of events (`stream: true`), read as it is made.
+    pub stream: bool,
 }
 
 impl std::fmt::Debug for ProviderSettings {
@@ -142,7 +146,7 @@ impl Provider {
         Ok(self.scrub(String::from_utf8_lossy(&body).into_owned()))
     }
 
-    async fn call(&self, body: &Value) -> CallResult<Value> {
+    async fn call(&self, body: &Value, live: Option<&Live>) -> CallResult<Value> {
         let mut attempt = 0;
         loop {
             let mut request = self
@@ -165,6 +169,9 @@ impl Provider {
                         .map(Duration::from_secs);
                     if status.is_redirection() {
                         return Err(self.redirect_refused(&response));
+                    }
+                    if status.is_success() && is_event_stream(&response) {
+                        return self.stream(response, live).await;
                     }
                     let text = self.read(response).await?;
                     if status.is_success() {
@@ -199,6 +206,34 @@ impl Provider {
             attempt += 1;
             tokio::time::sleep(wait).await;
         }
+    }
+
+    /// Reads a streamed answer as it arrives (bounded like a whole one), telling `live` its
+    /// text, and assembles the chat completion.
+    async fn stream(
+        &self,
+        mut response: reqwest::Response,
+        live: Option<&Live>,
+    ) -> CallResult<Value> {
+        let max = self.settings.max_response;
+        let mut assembly = super::stream::Assembly::default();
+        let mut read = 0usize;
+        while let Some(chunk) = response.chunk().await.map_err(|e| self.failure(e))? {
+            read = read.saturating_add(chunk.len());
+            if read > max {
+                return Err(fail(format!(
+                    "the provider's answer is longer than {max} bytes, the most this server \
+                     reads (AGENT_AS_MODEL_PROVIDER_MAX_RESPONSE_BYTES)"
+                )));
+            }
+            let added = assembly.feed(&chunk).map_err(fail)?;
+            if let Some(live) = live.filter(|_| added.any) {
+                live.text(assembly.deltas, &self.scrub(added.text));
+            }
+        }
+        let answer = assembly.finish().map_err(fail)?;
+        let text = self.scrub(answer.to_string());
+        serde_json::from_str(&text).map_err(|e| fail(format!("the provider's answer: {e}")))
     }
 
     /// The error for a redirect that is not followed (it leaves the provider's origin), naming
@@ -271,6 +306,19 @@ fn fail(message: String) -> CallError {
     CallError::backend("provider", message)
 }
 
+/// Whether an answer is a stream of server-sent events.
+fn is_event_stream(response: &reqwest::Response) -> bool {
+    response
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| {
+            t.trim_start()
+                .to_ascii_lowercase()
+                .starts_with("text/event-stream")
+        })
+}
+
 /// 0.5 s, 1 s, 2 s, … at most 8 s.
 fn backoff(attempt: u32) -> Duration {
     Duration::from_millis(500u64.saturating_mul(1 << attempt.min(4)))
@@ -314,10 +362,21 @@ impl Model for Provider {
         })
     }
 
-    fn complete(&self, request: ModelRequest) -> BoxFuture<'_, CallResult<Completion>> {
+    fn complete(
+        &self,
+        request: ModelRequest,
+        live: Option<Arc<Live>>,
+    ) -> BoxFuture<'_, CallResult<Completion>> {
         Box::pin(async move {
-            let body = body(&self.settings.model, &request);
-            let answer = self.call(&body).await.map_err(|e| self.redact(e))?;
+            let mut body = body(&self.settings.model, &request);
+            if let Some(fields) = body.as_object_mut().filter(|_| self.settings.stream) {
+                fields.insert("stream".into(), json!(true));
+                fields.insert("stream_options".into(), json!({"include_usage": true}));
+            }
+            let answer = self
+                .call(&body, live.as_deref())
+                .await
+                .map_err(|e| self.redact(e))?;
             completion(&answer, &self.settings.model).map_err(|e| self.redact(e))
         })
     }

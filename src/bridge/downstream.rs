@@ -84,7 +84,7 @@ impl Downstream {
         let model = &self.shared.model;
         let request = host::request(&params, &self.shared.limits)
             .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?;
-        let completion = tokio::time::timeout(self.shared.timeout, model.complete(request))
+        let completion = tokio::time::timeout(self.shared.timeout, model.complete(request, None))
             .await
             .map_err(|_| {
                 ErrorData::internal_error(

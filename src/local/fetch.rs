@@ -162,12 +162,7 @@ pub async fn default_model(progress: &mut Progress) -> Result<PathBuf, String> {
         "agent-as-model: fetching the local model {DEFAULT_MODEL_NAME} (491 MB, once) into {}",
         cache.display()
     ));
-    let client = reqwest::Client::builder()
-        .connect_timeout(Duration::from_secs(20))
-        .read_timeout(Duration::from_secs(60))
-        .user_agent(concat!("agent-as-model/", env!("CARGO_PKG_VERSION")))
-        .build()
-        .map_err(|e| format!("cannot start the HTTP client: {e}"))?;
+    let client = client(None)?;
     let mut wheels = Vec::with_capacity(PARTS.len());
     for (i, part) in PARTS.iter().enumerate() {
         let name = part.url.rsplit('/').next().unwrap_or(part.url);
@@ -191,6 +186,23 @@ pub async fn default_model(progress: &mut Progress) -> Result<PathBuf, String> {
     Ok(cached)
 }
 
+/// The HTTP client for model downloads; `redirects` replaces reqwest's (which follows up to 10,
+/// dropping credentials when the origin changes).
+pub(super) fn client(
+    redirects: Option<reqwest::redirect::Policy>,
+) -> Result<reqwest::Client, String> {
+    let mut builder = reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(20))
+        .read_timeout(Duration::from_secs(60))
+        .user_agent(concat!("agent-as-model/", env!("CARGO_PKG_VERSION")));
+    if let Some(policy) = redirects {
+        builder = builder.redirect(policy);
+    }
+    builder
+        .build()
+        .map_err(|e| format!("cannot start the HTTP client: {e}"))
+}
+
 /// Downloads one wheel, resuming a partial download, and checks its digest.
 async fn download(
     client: &reqwest::Client,
@@ -205,7 +217,7 @@ async fn download(
     let partial = path.with_extension("whl.part");
     let url = format!("{INDEX}/{}", part.url);
     for attempt in 0..4u32 {
-        match download_once(client, &url, &partial, label, progress).await {
+        match download_once(client, &url, None, &partial, label, progress).await {
             Ok(()) => break,
             Err(e) if attempt < 3 => {
                 progress.line(&format!("agent-as-model: {e}; resuming"));
@@ -225,9 +237,12 @@ async fn download(
     std::fs::rename(&partial, path).map_err(|e| format!("cannot keep {}: {e}", path.display()))
 }
 
-async fn download_once(
+/// Downloads `url` into `partial`, continuing from the bytes it holds when the server takes a
+/// range; `token` is sent as a bearer token.
+pub(super) async fn download_once(
     client: &reqwest::Client,
     url: &str,
+    token: Option<&str>,
     partial: &Path,
     label: &str,
     progress: &mut Progress,
@@ -237,6 +252,9 @@ async fn download_once(
     let mut request = client.get(url);
     if have > 0 {
         request = request.header(reqwest::header::RANGE, format!("bytes={have}-"));
+    }
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
     }
     let mut response = request
         .send()
@@ -337,7 +355,7 @@ fn modified(model: &Path) -> u128 {
 }
 
 /// Records that the model was checked, as it is now.
-fn seal(model: &Path, digest: &String) -> Result<(), String> {
+pub(super) fn seal(model: &Path, digest: &String) -> Result<(), String> {
     let size = std::fs::metadata(model).map(|m| m.len()).unwrap_or(0);
     std::fs::write(
         seal_path(model),
@@ -366,13 +384,27 @@ pub fn intact(model: &Path) -> Result<(), String> {
     seal(model, &digest)
 }
 
+/// The digest a model was sealed with, when the file has not changed since.
+pub(super) fn sealed(model: &Path) -> Option<String> {
+    let size = std::fs::metadata(model).ok()?.len();
+    let recorded = std::fs::read_to_string(seal_path(model)).ok()?;
+    let mut fields = recorded.split_whitespace();
+    let (Some(sealed_size), Some(digest), Some(when)) =
+        (fields.next(), fields.next(), fields.next())
+    else {
+        return None;
+    };
+    (sealed_size == size.to_string() && when == modified(model).to_string())
+        .then(|| digest.to_owned())
+}
+
 /// Removes a damaged cached model and its seal, so that the next fetch makes it again.
 pub fn forget(model: &Path) {
     let _ = std::fs::remove_file(model);
     let _ = std::fs::remove_file(seal_path(model));
 }
 
-fn sha256_file(path: &Path) -> Result<String, String> {
+pub(super) fn sha256_file(path: &Path) -> Result<String, String> {
     let mut file =
         std::fs::File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let mut hasher = Sha256::new();

@@ -6,6 +6,7 @@
 
 pub mod engine;
 pub mod fetch;
+pub mod hub;
 pub mod slots;
 pub mod template;
 
@@ -13,6 +14,7 @@ use crate::backends::direct::{self, BoxFuture, Model, ModelRequest, ModelTool};
 use crate::call::{Block, Completion, Finish, ToolChoice, Usage, new_id};
 use crate::error::{CallError, CallResult};
 use crate::fulfil::Capabilities;
+use crate::fulfil::live::Live;
 use engine::{Output, Params};
 use llguidance::api::TopLevelGrammar;
 use serde_json::{Map, Value, json};
@@ -22,11 +24,22 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, mpsc};
 use tokio::sync::{oneshot, watch};
 
+/// Which model the local backend runs.
+#[derive(Debug, Clone, Default)]
+pub enum Source {
+    /// The default model, fetched into the cache on first use.
+    #[default]
+    Default,
+    /// A GGUF file.
+    File(PathBuf),
+    /// A GGUF file on Hugging Face, fetched into the cache on first use.
+    Hub(hub::HubFile, hub::Access),
+}
+
 /// Settings of the local backend.
 #[derive(Debug, Clone)]
 pub struct LocalSettings {
-    /// A GGUF file to use instead of the default model.
-    pub model_file: Option<PathBuf>,
+    pub source: Source,
     /// Prompt plus answer of one call, in tokens.
     pub context: usize,
     /// Calls waiting for a slot at most; more are refused.
@@ -42,6 +55,8 @@ pub type OnToken = Arc<dyn Fn(usize) + Send + Sync>;
 
 struct Job {
     request: ModelRequest,
+    /// Told the answer's tokens as they are made, when the caller follows its progress.
+    live: Option<Arc<Live>>,
     reply: oneshot::Sender<Result<Output, String>>,
 }
 
@@ -109,10 +124,11 @@ impl Local {
 
     /// The name results report: the default model's, or what the file says it is.
     fn name(&self) -> String {
-        match (&self.settings.model_file, self.state()) {
-            (None, _) => fetch::DEFAULT_MODEL_NAME.to_owned(),
-            (Some(_), State::Ready(info)) => info.name,
-            (Some(path), _) => path.display().to_string(),
+        match (&self.settings.source, self.state()) {
+            (Source::Default, _) => fetch::DEFAULT_MODEL_NAME.to_owned(),
+            (_, State::Ready(info)) => info.name,
+            (Source::File(path), _) => path.display().to_string(),
+            (Source::Hub(file, _), _) => file.to_string(),
         }
     }
 }
@@ -168,13 +184,21 @@ impl Model for Local {
         })
     }
 
-    fn complete(&self, request: ModelRequest) -> BoxFuture<'_, CallResult<Completion>> {
+    fn complete(
+        &self,
+        request: ModelRequest,
+        live: Option<Arc<Live>>,
+    ) -> BoxFuture<'_, CallResult<Completion>> {
         Box::pin(async move {
             direct::text_only(&request, KIND)?;
             let tools = offered(&request).to_vec();
             let (reply, answer) = oneshot::channel();
             self.jobs
-                .try_send(Job { request, reply })
+                .try_send(Job {
+                    request,
+                    live,
+                    reply,
+                })
                 .map_err(|e| match e {
                     mpsc::TrySendError::Full(_) => fail(format!(
                         "the local model is busy: {} calls are already waiting \
@@ -285,18 +309,7 @@ impl Worker {
     }
 
     fn load(&self) -> Result<engine::Model, String> {
-        let path = match &self.settings.model_file {
-            Some(path) => path.clone(),
-            None => {
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .map_err(|e| format!("cannot start the download: {e}"))?;
-                runtime
-                    .block_on(fetch::default_model(&mut fetch::Progress::new()))
-                    .map_err(|e| format!("the default model could not be fetched: {e}"))?
-            }
-        };
+        let path = self.locate()?;
         let started = std::time::Instant::now();
         let settings = engine::Settings {
             context: self.settings.context,
@@ -308,7 +321,7 @@ impl Worker {
             Ok(model) => model,
             // The cache is ours: a default model that will not load is damaged; it is fetched
             // again on the next call, and its path (this user's cache) is not shown.
-            Err(e) if self.settings.model_file.is_none() => {
+            Err(e) if matches!(self.settings.source, Source::Default) => {
                 fetch::forget(&path);
                 return Err(e.replace(
                     &path.display().to_string(),
@@ -325,11 +338,34 @@ impl Worker {
         Ok(model)
     }
 
+    /// The model file: given, or fetched into the cache (once).
+    fn locate(&self) -> Result<PathBuf, String> {
+        let download = || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| format!("cannot start the download: {e}"))
+        };
+        match &self.settings.source {
+            Source::File(path) => Ok(path.clone()),
+            Source::Default => download()?
+                .block_on(fetch::default_model(&mut fetch::Progress::new()))
+                .map_err(|e| format!("the default model could not be fetched: {e}")),
+            Source::Hub(file, access) => {
+                download()?.block_on(hub::fetch(file, access, &mut fetch::Progress::new()))
+            }
+        }
+    }
+
     /// The call as the slots take it: the prompt rendered with the model's chat template and
     /// tokenized, its token budget, and its sampler; a call that cannot be made is answered
     /// with the reason.
     fn prepare(&self, model: &engine::Model, job: Job) -> Option<Call> {
-        let Job { request, reply } = job;
+        let Job {
+            request,
+            live,
+            reply,
+        } = job;
         let parts = (|| {
             let tools = offered(&request);
             let messages = template::messages(request.system.as_deref(), &request.turns);
@@ -375,10 +411,7 @@ impl Worker {
                 params,
                 budget,
                 sampler,
-                sink: self
-                    .on_token
-                    .clone()
-                    .map(|f| -> slots::Sink { Box::new(move |n, _| f(n)) }),
+                sink: sink(self.on_token.clone(), live),
                 reply,
             }),
             Err(e) => {
@@ -387,6 +420,22 @@ impl Worker {
             }
         }
     }
+}
+
+/// Where an answer's tokens go as they are made: the progress line of `try`, the caller's
+/// progress, both or neither.
+fn sink(on_token: Option<OnToken>, live: Option<Arc<Live>>) -> Option<slots::Sink> {
+    if on_token.is_none() && live.is_none() {
+        return None;
+    }
+    Some(Box::new(move |tokens, text| {
+        if let Some(f) = &on_token {
+            f(tokens);
+        }
+        if let Some(live) = &live {
+            live.text(tokens, text);
+        }
+    }))
 }
 
 fn random_seed() -> u64 {

@@ -8,7 +8,7 @@ use crate::local::{TURN, first_try};
 use serde_json::{Value, json};
 use std::time::Duration;
 
-const LONG: Duration = Duration::from_secs(240);
+pub const LONG: Duration = Duration::from_secs(240);
 
 /// A server answering with the embedded model, with `env` on top.
 fn server(env: &[(&str, &str)]) -> Raw {
@@ -152,8 +152,30 @@ fn chat(raw: &mut Raw, id: &str, messages: &[Value]) -> Value {
     reply["result"]["structuredContent"]["chat_completion"].clone()
 }
 
+/// Asks a base model (no chat template: the prompt is given as it is, and continued) the
+/// capital of France after one example; returns the answer, checked to be cut at the stop
+/// sequence.
+pub fn few_shot_paris(raw: &mut Raw) -> String {
+    let few_shot = "Q: What is the capital of Germany?\nA: Berlin.\n\
+                    Q: What is the capital of France?\nA:";
+    raw.send(&tools_call(
+        json!("paris"),
+        "chat_complete",
+        json!({"messages": [{"role": "user", "content": few_shot}], "stop": ["\n"],
+               "max_tokens": 8}),
+    ));
+    let reply = raw.recv_id(&json!("paris"), LONG).expect("answered");
+    let body = &reply["result"]["structuredContent"]["chat_completion"];
+    let text = body["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no answer: {reply}"));
+    assert!(!text.contains('\n'), "cut at the stop sequence: {text:?}");
+    assert_eq!(body["choices"][0]["finish_reason"], "stop", "{body}");
+    text.to_owned()
+}
+
 /// Gemma 3 270M (Q4_K_M), which `scripts/test` assembles from its PyPI chunk packages.
-fn gemma() -> String {
+pub fn gemma() -> String {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/target/peers/gemma-3-270m-q4_k_m.gguf"
@@ -170,21 +192,8 @@ fn gemma_3_a_second_architecture_answers_a_few_shot_prompt() {
     let _turn = TURN.blocking_lock();
     let path = gemma();
     let mut raw = server(&[("AGENT_AS_MODEL_MODEL_FILE", &path)]);
-    // A base model without a chat template: the prompt is given as it is, and continued.
-    let few_shot = "Q: What is the capital of Germany?\nA: Berlin.\n\
-                    Q: What is the capital of France?\nA:";
-    raw.send(&tools_call(
-        json!("paris"),
-        "chat_complete",
-        json!({"messages": [{"role": "user", "content": few_shot}], "stop": ["\n"],
-               "max_tokens": 8}),
-    ));
-    let reply = raw.recv_id(&json!("paris"), LONG).expect("answered");
-    let body = &reply["result"]["structuredContent"]["chat_completion"];
-    let text = body["choices"][0]["message"]["content"].as_str().unwrap();
-    assert!(text.contains("Paris"), "{reply}");
-    assert!(!text.contains('\n'), "cut at the stop sequence: {text:?}");
-    assert_eq!(body["choices"][0]["finish_reason"], "stop", "{body}");
+    let text = few_shot_paris(&mut raw);
+    assert!(text.contains("Paris"), "{text}");
     let entry = local_entry(&mut raw, "models");
     assert_eq!(entry["status"], "ready", "{entry}");
     assert!(

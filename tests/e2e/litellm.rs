@@ -129,4 +129,33 @@ async fn the_provider_works_against_litellm() {
     assert!(e.contains("provider answered 40"), "{e}");
     assert!(!e.contains("sk-wrong-key-for-this-proxy"), "{e}");
     client.cancel().await.unwrap();
+    // Every call above asked for a stream, and LiteLLM's mock answers `stream: true` with
+    // server-sent events: those answers were assembled from them. A caller following the call
+    // with the official Python SDK's progress callback hears from it before the result.
+    for (mode, version) in [("legacy", "2025-11-25"), ("2026-07-28", "2026-07-28")] {
+        let url = url.clone();
+        let report = tokio::task::spawn_blocking(move || {
+            let env = [
+                ("AGENT_AS_MODEL_BACKEND", "provider"),
+                ("AGENT_AS_MODEL_PROVIDER_URL", url.as_str()),
+                ("AGENT_AS_MODEL_PROVIDER_MODEL", "mock-text"),
+                ("AGENT_AS_MODEL_PROVIDER_KEY", MASTER_KEY),
+            ];
+            let args = json!({"prompt": "Capital of France?", "max_tokens": 20});
+            crate::streaming::python_call("stdio", mode, "generate", &args, &env)
+        })
+        .await
+        .unwrap();
+        assert_eq!(report["protocol_version"], version, "{report}");
+        assert_eq!(
+            report["text"], "The capital of France is Paris.",
+            "{report}"
+        );
+        let seen = report["progress"].as_array().unwrap();
+        assert!(!seen.is_empty(), "{report}");
+        assert!(
+            seen[0]["t"].as_f64() < report["result_t"].as_f64(),
+            "{report}"
+        );
+    }
 }

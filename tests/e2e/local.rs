@@ -234,7 +234,7 @@ async fn an_emulated_tool_call_comes_back_from_a_host_that_cannot_take_tools() {
     // declaring sampling without tools (as VS Code does): the server describes the tools in
     // the prompt and parses the call out of the model's text.
     let settings = LocalSettings {
-        model_file: Some(cached_model()),
+        source: agent_as_model::local::Source::File(cached_model()),
         context: 4096,
         queue: 4,
         slots: 2,

@@ -15,6 +15,9 @@ pub enum Reply {
     Silence,
     /// A 200 whose chunked body never ends.
     Endless,
+    /// A 200 stream of server-sent events (each a `data:` payload), `gap` apart; the
+    /// connection closes after the last, so a list without `[DONE]` is a stream cut short.
+    Events(Vec<String>, Duration),
 }
 
 impl Reply {
@@ -96,6 +99,19 @@ impl Scripted {
                                     break;
                                 }
                             }
+                        }
+                        Reply::Events(events, gap) => {
+                            let head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\
+                                        Cache-Control: no-cache\r\nConnection: close\r\n\r\n";
+                            let _ = socket.write_all(head.as_bytes()).await;
+                            for event in events {
+                                let line = format!("data: {event}\n\n");
+                                if socket.write_all(line.as_bytes()).await.is_err() {
+                                    break;
+                                }
+                                tokio::time::sleep(gap).await;
+                            }
+                            let _ = socket.shutdown().await;
                         }
                         Reply::Answer(status, headers, body) => {
                             let mut head = format!(

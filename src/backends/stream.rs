@@ -1,0 +1,255 @@
+//! A streamed chat completion (`stream: true`): the server-sent events of an OpenAI-compatible
+//! API, assembled into the chat completion the same request would have answered without
+//! streaming: the text's deltas joined, each tool call's name and argument fragments gathered
+//! by their index, the finish reason, the model and the usage of the last chunk
+//! (`stream_options.include_usage`). The text is handed on as it arrives.
+
+use serde_json::{Map, Value, json};
+
+/// A tool call being assembled from its deltas.
+#[derive(Debug, Default)]
+struct PartialCall {
+    index: u64,
+    id: Option<String>,
+    name: String,
+    arguments: String,
+}
+
+/// What the events so far add up to.
+#[derive(Debug, Default)]
+pub struct Assembly {
+    /// Bytes of an event not yet complete.
+    pending: Vec<u8>,
+    /// The `data:` lines of the event being read.
+    data: Vec<String>,
+    content: String,
+    calls: Vec<PartialCall>,
+    finish: Option<String>,
+    model: Option<String>,
+    usage: Option<Value>,
+    /// `[DONE]` was seen.
+    done: bool,
+    /// Deltas that carried text or a tool call's part (about one token each).
+    pub deltas: usize,
+}
+
+/// What one piece of the stream added.
+#[derive(Debug, Default, PartialEq)]
+pub struct Added {
+    pub text: String,
+    /// Whether anything was added (text or a tool call's part).
+    pub any: bool,
+}
+
+impl Assembly {
+    /// Reads more of the stream; `Err` when the provider sent an error event or something
+    /// that is not a chat completion chunk.
+    pub fn feed(&mut self, bytes: &[u8]) -> Result<Added, String> {
+        self.pending.extend_from_slice(bytes);
+        let mut added = Added::default();
+        while let Some(end) = self.pending.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = self.pending.drain(..=end).collect();
+            let line = String::from_utf8_lossy(&line);
+            let line = line.trim_end_matches(['\n', '\r']);
+            if line.is_empty() {
+                self.dispatch(&mut added)?;
+            } else if let Some(data) = line.strip_prefix("data:") {
+                self.data
+                    .push(data.strip_prefix(' ').unwrap_or(data).to_owned());
+            }
+            // Comments (`:`), `event:`, `id:` and `retry:` lines carry nothing for us.
+        }
+        Ok(added)
+    }
+
+    /// One complete event.
+    fn dispatch(&mut self, added: &mut Added) -> Result<(), String> {
+        if self.data.is_empty() {
+            return Ok(());
+        }
+        let data = std::mem::take(&mut self.data).join("\n");
+        if data.trim() == "[DONE]" {
+            self.done = true;
+            return Ok(());
+        }
+        let chunk: Value = serde_json::from_str(&data).map_err(|e| {
+            format!(
+                "the provider's stream has an event that is not JSON ({e}): {}",
+                crate::error::clip(&data)
+            )
+        })?;
+        if let Some(error) = chunk.get("error") {
+            let message = error
+                .get("message")
+                .and_then(Value::as_str)
+                .map_or_else(|| error.to_string(), str::to_owned);
+            return Err(format!(
+                "the provider's stream ended with an error: {}",
+                crate::error::clip(&message)
+            ));
+        }
+        if let Some(model) = chunk.get("model").and_then(Value::as_str) {
+            self.model = Some(model.to_owned());
+        }
+        if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
+            self.usage = Some(usage.clone());
+        }
+        let Some(choice) = chunk.pointer("/choices/0") else {
+            return Ok(());
+        };
+        if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
+            self.finish = Some(reason.to_owned());
+        }
+        let Some(delta) = choice.get("delta") else {
+            return Ok(());
+        };
+        if let Some(text) = delta.get("content").and_then(Value::as_str)
+            && !text.is_empty()
+        {
+            self.content.push_str(text);
+            added.text.push_str(text);
+            added.any = true;
+            self.deltas += 1;
+        }
+        for call in delta
+            .get("tool_calls")
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+        {
+            self.tool_call_delta(call);
+            added.any = true;
+            self.deltas += 1;
+        }
+        Ok(())
+    }
+
+    /// A part of a tool call: the first names it, the rest carry argument fragments.
+    fn tool_call_delta(&mut self, delta: &Value) {
+        let index = delta
+            .get("index")
+            .and_then(Value::as_u64)
+            .unwrap_or_else(|| self.calls.last().map_or(0, |c| c.index));
+        let position = match self.calls.iter().position(|c| c.index == index) {
+            Some(p) => p,
+            None => {
+                self.calls.push(PartialCall {
+                    index,
+                    ..PartialCall::default()
+                });
+                self.calls.len() - 1
+            }
+        };
+        let Some(call) = self.calls.get_mut(position) else {
+            return;
+        };
+        if let Some(id) = delta.get("id").and_then(Value::as_str) {
+            call.id = Some(id.to_owned());
+        }
+        if let Some(name) = delta.pointer("/function/name").and_then(Value::as_str) {
+            call.name.push_str(name);
+        }
+        if let Some(part) = delta.pointer("/function/arguments").and_then(Value::as_str) {
+            call.arguments.push_str(part);
+        }
+    }
+
+    /// The chat completion the stream made; `Err` when it broke off before its end (no
+    /// `[DONE]` and no finish reason).
+    /// An event the stream ended in the middle of is not counted, as the event-stream format
+    /// says.
+    pub fn finish(self) -> Result<Value, String> {
+        if !self.done && self.finish.is_none() {
+            return Err(format!(
+                "the provider's stream broke off before its end, after {} part(s) of the answer",
+                self.deltas
+            ));
+        }
+        let mut message = Map::new();
+        message.insert("role".into(), json!("assistant"));
+        message.insert("content".into(), json!(self.content));
+        if !self.calls.is_empty() {
+            let calls: Vec<Value> = self
+                .calls
+                .iter()
+                .map(|c| {
+                    json!({"id": c.id, "type": "function",
+                           "function": {"name": c.name, "arguments": c.arguments}})
+                })
+                .collect();
+            message.insert("tool_calls".into(), Value::Array(calls));
+        }
+        Ok(json!({
+            "object": "chat.completion",
+            "model": self.model,
+            "choices": [{"index": 0, "message": message, "finish_reason": self.finish}],
+            "usage": self.usage,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(v: Value) -> String {
+        format!("data: {v}\n\n")
+    }
+
+    #[test]
+    fn text_and_tool_call_deltas_assemble_into_one_completion() {
+        let stream = [
+            ": keep-alive\n\n".to_owned(),
+            event(
+                json!({"model": "m1", "choices": [{"delta": {"role": "assistant",
+                "content": "Hel"}}]}),
+            ),
+            event(json!({"choices": [{"delta": {"content": "lo"}}]})),
+            event(
+                json!({"choices": [{"delta": {"tool_calls": [{"index": 0, "id": "call_1",
+                "type": "function", "function": {"name": "get_weather", "arguments": ""}}]}}]}),
+            ),
+            event(json!({"choices": [{"delta": {"tool_calls": [{"index": 0,
+                "function": {"arguments": "{\"city\": "}}]}}]})),
+            event(json!({"choices": [{"delta": {"tool_calls": [{"index": 0,
+                "function": {"arguments": "\"Paris\"}"}}]}}]})),
+            event(json!({"choices": [{"delta": {}, "finish_reason": "tool_calls"}]})),
+            event(json!({"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 7}})),
+            "data: [DONE]\n\n".to_owned(),
+        ]
+        .concat();
+        let mut assembly = Assembly::default();
+        let mut text = String::new();
+        // Fed in pieces that cut events and characters' lines anywhere.
+        for piece in stream.as_bytes().chunks(7) {
+            text.push_str(&assembly.feed(piece).unwrap().text);
+        }
+        assert_eq!(text, "Hello");
+        assert_eq!(assembly.deltas, 5);
+        let done = assembly.finish().unwrap();
+        assert_eq!(done["model"], "m1");
+        assert_eq!(done["choices"][0]["finish_reason"], "tool_calls");
+        assert_eq!(done["choices"][0]["message"]["content"], "Hello");
+        let call = &done["choices"][0]["message"]["tool_calls"][0];
+        assert_eq!(call["id"], "call_1");
+        assert_eq!(call["function"]["name"], "get_weather");
+        assert_eq!(call["function"]["arguments"], "{\"city\": \"Paris\"}");
+        assert_eq!(done["usage"]["completion_tokens"], 7);
+    }
+
+    #[test]
+    fn a_cut_stream_and_an_error_event_are_errors() {
+        let mut cut = Assembly::default();
+        cut.feed(event(json!({"choices": [{"delta": {"content": "Hi"}}]})).as_bytes())
+            .unwrap();
+        cut.feed(b"data: {\"choices\": [{\"delta\": {\"cont")
+            .unwrap();
+        let e = cut.finish().unwrap_err();
+        assert!(e.contains("broke off before its end, after 1 part"), "{e}");
+        let mut error = Assembly::default();
+        let e = error
+            .feed(event(json!({"error": {"message": "rate limited"}})).as_bytes())
+            .unwrap_err();
+        assert!(e.contains("rate limited"), "{e}");
+    }
+}

@@ -1,0 +1,166 @@
+//! What a caller sees of an answer while it is made: the backend reports tokens and the
+//! machine's attempts here, and a reporter (the MCP adapter's `notifications/progress`) reads
+//! the latest state when it is ready to send, so a fast model never queues more than one
+//! update and memory stays bounded by the clipped text.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use tokio::sync::Notify;
+
+/// Characters of the answer's end kept for the progress message.
+pub const TAIL_CHARS: usize = 240;
+
+/// The latest state of one answer.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Snapshot {
+    /// Tokens made by the attempts before this one.
+    pub before: usize,
+    /// Tokens made so far in this attempt.
+    pub tokens: usize,
+    /// The attempt's token budget, when known.
+    pub total: Option<usize>,
+    /// The attempt (1 for the first answer, more for repairs) and how many are allowed.
+    pub attempt: usize,
+    pub attempts: usize,
+    /// The end of the text so far.
+    pub tail: String,
+}
+
+impl Snapshot {
+    /// Tokens made in all, which only grows (MCP's `progress`).
+    pub fn progress(&self) -> usize {
+        self.before + self.tokens
+    }
+
+    /// What `progress` will be at most when this attempt ends, when its budget is known.
+    pub fn total(&self) -> Option<usize> {
+        self.total.map(|t| self.before + t)
+    }
+
+    /// The progress message: the text so far, and during a repair which attempt it is.
+    pub fn message(&self) -> String {
+        let text = if self.tail.is_empty() {
+            "…".to_owned()
+        } else {
+            self.tail.clone()
+        };
+        if self.attempt > 1 {
+            format!(
+                "repairing: attempt {} of {}: {text}",
+                self.attempt, self.attempts
+            )
+        } else {
+            text
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct State {
+    now: Snapshot,
+    /// Whether `now` changed since it was last taken.
+    changed: bool,
+    closed: bool,
+}
+
+/// One answer's live state, shared by the backend that writes it and the reporter.
+#[derive(Debug, Default)]
+pub struct Live {
+    state: Mutex<State>,
+    notify: Notify,
+}
+
+impl Live {
+    pub fn new() -> Arc<Live> {
+        Arc::default()
+    }
+
+    fn update(&self, change: impl FnOnce(&mut Snapshot)) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        change(&mut state.now);
+        state.changed = true;
+        drop(state);
+        self.notify.notify_one();
+    }
+
+    /// A new attempt starts (the first answer, or a repair) with this token budget.
+    pub fn attempt(&self, number: usize, of: usize, budget: Option<usize>) {
+        self.update(|s| {
+            *s = Snapshot {
+                before: s.before + s.tokens,
+                attempt: number,
+                attempts: of,
+                total: budget,
+                ..Snapshot::default()
+            };
+        });
+    }
+
+    /// The answer has `tokens` tokens now, `text` the newest of them.
+    pub fn text(&self, tokens: usize, text: &str) {
+        self.update(|s| {
+            s.tokens = tokens;
+            s.tail.push_str(text);
+            let chars = s.tail.chars().count();
+            if chars > TAIL_CHARS {
+                let cut = s
+                    .tail
+                    .char_indices()
+                    .nth(chars - TAIL_CHARS)
+                    .map_or(0, |(i, _)| i);
+                s.tail.drain(..cut);
+            }
+        });
+    }
+
+    /// No more updates: the reporter ends after what it is sending.
+    pub fn close(&self) {
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .closed = true;
+        self.notify.notify_one();
+    }
+
+    /// Waits for a change and takes it; `None` once closed.
+    pub async fn next(&self) -> Option<Snapshot> {
+        loop {
+            {
+                let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+                if state.closed {
+                    return None;
+                }
+                if state.changed {
+                    state.changed = false;
+                    return Some(state.now.clone());
+                }
+            }
+            self.notify.notified().await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn updates_fold_into_the_latest_and_the_tail_is_clipped() {
+        let live = Live::new();
+        live.attempt(1, 2, Some(100));
+        for i in 0..500 {
+            live.text(i + 1, "é");
+        }
+        let now = live.next().await.unwrap();
+        assert_eq!(now.tokens, 500);
+        assert_eq!(now.total, Some(100));
+        assert_eq!(now.tail.chars().count(), TAIL_CHARS);
+        assert_eq!(now.message(), now.tail);
+        live.attempt(2, 2, None);
+        live.text(1, "{\"a\"");
+        let repair = live.next().await.unwrap();
+        assert_eq!(repair.message(), "repairing: attempt 2 of 2: {\"a\"");
+        assert_eq!((repair.progress(), repair.total()), (501, None));
+        live.close();
+        assert_eq!(live.next().await, None);
+    }
+}
