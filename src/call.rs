@@ -408,6 +408,47 @@ pub fn new_id(prefix: &str) -> String {
     format!("{prefix}{}", uuid::Uuid::new_v4().simple())
 }
 
+/// Where a message of blocks enters a conversation's cursor.
+impl Entry {
+    /// The entry for a message of blocks: its text when it is one text block, else a list of
+    /// parts `{"type": "text", "text"}`, `{"type": "image" | "audio", "mime_type", "sha256"}`
+    /// (the SHA-256 of the decoded bytes, so media is committed to without being copied),
+    /// `{"type": "tool_use", "id", "name", "input"}` and `{"type": "tool_result",
+    /// "tool_use_id", "is_error", "content": [parts]}`.
+    pub fn from_blocks(role: &str, blocks: &[Block]) -> Self {
+        let content = match blocks {
+            [Block::Text(t)] => Value::String(t.clone()),
+            [] => Value::String(String::new()),
+            blocks => Value::Array(blocks.iter().map(part).collect()),
+        };
+        Entry {
+            role: role.to_owned(),
+            content,
+        }
+    }
+}
+
+fn part(block: &Block) -> Value {
+    match block {
+        Block::Text(t) => json!({"type": "text", "text": t}),
+        Block::Image { mime, sha256, .. } => {
+            json!({"type": "image", "mime_type": mime, "sha256": hex::encode(sha256)})
+        }
+        Block::Audio { mime, sha256, .. } => {
+            json!({"type": "audio", "mime_type": mime, "sha256": hex::encode(sha256)})
+        }
+        Block::ToolUse { id, name, input } => {
+            json!({"type": "tool_use", "id": id, "name": name, "input": input})
+        }
+        Block::ToolResult {
+            id,
+            content,
+            is_error,
+        } => json!({"type": "tool_result", "tool_use_id": id, "is_error": is_error,
+                    "content": content.iter().map(part).collect::<Vec<_>>()}),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -263,7 +263,7 @@ pub struct LocalArgs {
         env = "AGENT_AS_MODEL_MODEL",
         value_name = "hf:OWNER/REPO/FILE.gguf"
     )]
-    pub model: Option<crate::local::hub::HubFile>,
+    pub model: Option<String>,
 
     /// The Hugging Face Hub's address
     #[arg(
@@ -347,133 +347,8 @@ pub struct ProviderArgs {
 }
 
 impl Config {
-    /// The HTTP server's settings, when `--http` is given.
-    pub fn http_settings(&self) -> Option<crate::http::HttpSettings> {
-        let bind = self.http?;
-        let mut hosts: Vec<String> = if self.allowed_hosts.is_empty() {
-            ["localhost", "127.0.0.1", "::1", "[::1]"]
-                .map(str::to_owned)
-                .to_vec()
-        } else {
-            self.allowed_hosts
-                .iter()
-                .map(|h| h.trim().to_owned())
-                .collect()
-        };
-        if self.allowed_hosts.is_empty() {
-            hosts.push(bind.ip().to_string());
-        }
-        Some(crate::http::HttpSettings {
-            bind,
-            allowed_hosts: hosts,
-            allowed_origins: self.origins(bind),
-            auth_token: self.auth_token.clone().filter(|t| !t.is_empty()),
-            max_body: self.limits.max_request_bytes.saturating_add(1024 * 1024),
-            max_sessions: usize::try_from(self.max_sessions).unwrap_or(usize::MAX),
-            session_idle: Duration::from_secs(self.session_idle_secs),
-            max_calls: usize::try_from(self.max_calls_in_flight).unwrap_or(usize::MAX),
-            max_calls_per_session: usize::try_from(self.max_calls_per_session)
-                .unwrap_or(usize::MAX),
-            shutdown_grace: Duration::from_secs(10),
-            max_connections: self
-                .max_connections
-                .map_or_else(default_max_connections, |n| {
-                    usize::try_from(n).unwrap_or(usize::MAX)
-                }),
-            header_timeout: Duration::from_secs(self.header_timeout_secs),
-            body_timeout: Duration::from_secs(self.body_timeout_secs),
-            pinned_port: self.allowed_hosts.is_empty().then_some(bind.port()),
-        })
-    }
-
-    /// Origins accepted over HTTP: those given, or else pages served by this very address (a
-    /// loopback name on the listening port), which a rebinding attack cannot forge.
-    fn origins(&self, bind: std::net::SocketAddr) -> Vec<String> {
-        if !self.allowed_origins.is_empty() {
-            return self
-                .allowed_origins
-                .iter()
-                .map(|o| o.trim().to_owned())
-                .collect();
-        }
-        let port = bind.port();
-        ["localhost", "127.0.0.1", "[::1]"]
-            .iter()
-            .flat_map(|host| ["http", "https"].map(|s| format!("{s}://{host}:{port}")))
-            .collect()
-    }
-
-    /// Which model the local backend runs.
-    fn local_source(&self) -> crate::local::Source {
-        use crate::local::{Source, hub::Access};
-        match (&self.local.model, &self.local.model_file) {
-            (Some(file), _) => Source::Hub(
-                file.clone(),
-                Access {
-                    endpoint: self.local.hf_endpoint.clone(),
-                    token: self.local.hf_token.clone().filter(|t| !t.is_empty()),
-                },
-            ),
-            (None, Some(path)) => Source::File(path.clone()),
-            (None, None) => Source::Default,
-        }
-    }
-
-    /// The embedded model's settings.
-    pub fn local_settings(&self) -> crate::local::LocalSettings {
-        crate::local::LocalSettings {
-            source: self.local_source(),
-            context: usize::try_from(self.local.local_context).unwrap_or(4096),
-            queue: usize::try_from(self.local.local_queue).unwrap_or(64),
-            slots: usize::try_from(self.local.local_slots).unwrap_or(2),
-            threads: self
-                .local
-                .local_threads
-                .and_then(|n| usize::try_from(n).ok())
-                .unwrap_or_else(crate::local::engine::physical_cores),
-        }
-    }
-
-    /// The provider's settings; `Err` names what is missing.
-    pub fn provider_settings(&self) -> Result<crate::backends::provider::ProviderSettings, String> {
-        let p = &self.provider;
-        let (Some(base_url), Some(model)) = (&p.provider_url, &p.provider_model) else {
-            return Err(
-                "the provider backend needs --provider-url (AGENT_AS_MODEL_PROVIDER_URL) \
-                        and --provider-model (AGENT_AS_MODEL_PROVIDER_MODEL)"
-                    .into(),
-            );
-        };
-        Ok(crate::backends::provider::ProviderSettings {
-            base_url: base_url.clone(),
-            model: model.clone(),
-            key: p.provider_key.clone().filter(|k| !k.is_empty()),
-            tools: p.provider_tools,
-            json_schema: p.provider_json_schema,
-            timeout: Duration::from_secs(p.provider_timeout_secs),
-            retries: p.provider_retries,
-            max_retry_after: Duration::from_secs(60),
-            max_response: usize::try_from(p.provider_max_response_bytes).unwrap_or(usize::MAX),
-            stream: p.provider_stream,
-        })
-    }
-
     pub fn sampling_timeout(&self) -> Duration {
         Duration::from_secs(self.sampling_timeout_secs)
-    }
-
-    /// The stdio framing limits: a line holds a call's arguments, or a host's answer with
-    /// media in it, plus the envelope.
-    pub fn framing(&self) -> crate::transport::Framing {
-        let l = &self.limits;
-        let media_base64 = l.max_media_bytes.saturating_mul(4) / 3;
-        crate::transport::Framing {
-            max_line: l
-                .max_request_bytes
-                .max(media_base64)
-                .saturating_add(1024 * 1024),
-            max_calls: usize::try_from(self.max_calls_in_flight).unwrap_or(usize::MAX),
-        }
     }
 
     pub fn state_ttl(&self) -> Duration {
@@ -496,28 +371,6 @@ impl Config {
 /// Half the process's open-file limit (the other half is for the model, the log, the sessions'
 /// streams and the connections answered past the cap), between 16 and 4096; 512 when the limit
 /// cannot be read.
-#[cfg(unix)]
-fn default_max_connections() -> usize {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes into the struct it is given and reads nothing else.
-    let read = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut limit) } == 0;
-    if !read {
-        return 512;
-    }
-    usize::try_from(limit.rlim_cur / 2)
-        .unwrap_or(4096)
-        .clamp(16, 4096)
-}
-
-/// Windows has no descriptor limit of this kind (sockets are handles).
-#[cfg(not(unix))]
-fn default_max_connections() -> usize {
-    1024
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,9 +6,9 @@
 
 use crate::backends::direct::{Model, ModelRequest, ModelTool};
 use crate::call::{Block, Completion, Finish, Role, ToolChoice, Turn};
-use crate::contract::media;
 use crate::error::{CallError, CallResult};
 use crate::limits::Limits;
+use crate::shapes::media;
 use rmcp::model::{
     ClientCapabilities, ClientConfig, ContentBlock, CreateMessageRequestParams,
     CreateMessageResult, ErrorData, Implementation, ProtocolVersion, SamplingMessage,

@@ -3,16 +3,22 @@
 
 use agent_as_model::backends::mrtr::Sealer;
 use agent_as_model::backends::sampling::Settings;
-use agent_as_model::backends::start;
 use agent_as_model::config::{Backend, Command, Config, Fallback, Transport};
-use agent_as_model::server::{Backends, Server};
-use agent_as_model::transport::serve_stdio;
+use agent_as_model::http::HttpSettings;
+use agent_as_model::local::LocalSettings;
+use agent_as_model::server::{Backends, Server, start};
+use agent_as_model::transport::{Framing, serve_stdio};
 use clap::Parser;
 use std::process::ExitCode;
 use std::time::Duration;
 
 fn main() -> ExitCode {
     let config = Config::parse();
+    // A malformed setting of the local model is refused now, whichever backend answers.
+    if let Err(e) = LocalSettings::from_config(&config) {
+        eprintln!("agent-as-model: {e}");
+        return ExitCode::from(2);
+    }
     agent_as_model::logging::init(config.log_format);
     agent_as_model::install_tls();
     // One stdio client is served on one thread: its calls are short and wait on the host, and
@@ -77,12 +83,14 @@ fn serve(config: &Config, runtime: &tokio::runtime::Runtime, sealer: Sealer) -> 
     };
     let server =
         Server::new(settings, config.limits.clone(), backends).map_err(|e| e.to_string())?;
-    if let Some(http) = config.http_settings() {
+    if let Some(http) = HttpSettings::from_config(config) {
         return runtime.block_on(agent_as_model::http::serve_http(server, http));
     }
     runtime
         .block_on(match config.transport {
-            Transport::Stdio => serve_stdio(|done| server.on_done(done), config.framing()),
+            Transport::Stdio => {
+                serve_stdio(|done| server.on_done(done), Framing::from_config(config))
+            }
         })
         .map_err(|e| e.to_string())
 }

@@ -24,6 +24,20 @@ use serde_json::{Map, Value, json};
 use std::sync::Arc;
 use std::time::Instant;
 
+/// A direct backend, started: the embedded model (it begins loading at once) or the configured
+/// provider.
+pub fn start(config: &crate::config::Config, local: bool) -> Result<Arc<dyn Model>, String> {
+    if local {
+        let settings = crate::local::LocalSettings::from_config(config)?;
+        Ok(Arc::new(crate::local::Local::start(settings, None)?))
+    } else {
+        let settings = crate::backends::provider::ProviderSettings::from_config(config)?;
+        Ok(Arc::new(crate::backends::provider::Provider::new(
+            settings,
+        )?))
+    }
+}
+
 /// The models this server calls itself, besides the host's.
 #[derive(Clone, Default)]
 pub struct Backends {

@@ -20,6 +20,7 @@
 //! busy in one system call. When stdin closes, calls still in flight are cancelled, what is
 //! queued is written, and the process exits promptly.
 
+use crate::config::Config;
 use crate::error::clip;
 use crate::server::OnDone;
 use rmcp::ServiceExt;
@@ -50,6 +51,22 @@ pub struct Framing {
     pub max_line: usize,
     /// Most `tools/call` requests in flight at once.
     pub max_calls: usize,
+}
+
+impl Framing {
+    /// The stdio framing limits: a line holds a call's arguments, or a host's answer with
+    /// media in it, plus the envelope.
+    pub fn from_config(config: &Config) -> Framing {
+        let l = &config.limits;
+        let media_base64 = l.max_media_bytes.saturating_mul(4) / 3;
+        Framing {
+            max_line: l
+                .max_request_bytes
+                .max(media_base64)
+                .saturating_add(1024 * 1024),
+            max_calls: usize::try_from(config.max_calls_in_flight).unwrap_or(usize::MAX),
+        }
+    }
 }
 
 /// The JSON type of a value, read without building it; every string in it is decoded, so

@@ -4,8 +4,10 @@
 //! provider), calls one tool and prints the answer.
 
 use crate::backends::direct::Model;
+use crate::backends::provider::ProviderSettings;
 use crate::config::{Config, TryArgs, TryModel};
 use crate::host::{self, Host};
+use crate::local::LocalSettings;
 use crate::local::{Local, OnToken};
 use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
@@ -56,12 +58,12 @@ pub async fn run(config: &Config, args: &TryArgs) -> Result<(), String> {
     };
     let model: Arc<dyn Model> = match args.with {
         TryModel::Local => {
-            let local = Local::start(config.local_settings(), progress_line())?;
+            let local = Local::start(LocalSettings::from_config(config)?, progress_line())?;
             local.ready().await?;
             Arc::new(local)
         }
         TryModel::Provider => Arc::new(crate::backends::provider::Provider::new(
-            config.provider_settings()?,
+            ProviderSettings::from_config(config)?,
         )?),
     };
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;

@@ -14,21 +14,3 @@ pub mod mrtr;
 pub mod provider;
 pub mod sampling;
 pub mod stream;
-
-use crate::config::Config;
-use std::sync::Arc;
-
-/// A direct backend, started: the embedded model (it begins loading at once) or the configured
-/// provider.
-pub fn start(config: &Config, local: bool) -> Result<Arc<dyn direct::Model>, String> {
-    if local {
-        Ok(Arc::new(crate::local::Local::start(
-            config.local_settings(),
-            None,
-        )?))
-    } else {
-        Ok(Arc::new(provider::Provider::new(
-            config.provider_settings()?,
-        )?))
-    }
-}

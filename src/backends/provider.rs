@@ -6,6 +6,7 @@
 
 use super::direct::{BoxFuture, Model, ModelRequest, ModelTool};
 use crate::call::{Block, Completion, Finish, Role, ToolChoice, Usage};
+use crate::config::Config;
 use crate::error::{CallError, CallResult, clip};
 use crate::fulfil::Capabilities;
 use crate::fulfil::live::Live;
@@ -31,6 +32,32 @@ pub struct ProviderSettings {
     pub max_response: usize,
     /// Ask for the answer as a stream of events (`stream: true`), read as it is made.
     pub stream: bool,
+}
+
+impl ProviderSettings {
+    /// The provider's settings; `Err` names what is missing.
+    pub fn from_config(config: &Config) -> Result<ProviderSettings, String> {
+        let p = &config.provider;
+        let (Some(base_url), Some(model)) = (&p.provider_url, &p.provider_model) else {
+            return Err(
+                "the provider backend needs --provider-url (AGENT_AS_MODEL_PROVIDER_URL) \
+                        and --provider-model (AGENT_AS_MODEL_PROVIDER_MODEL)"
+                    .into(),
+            );
+        };
+        Ok(ProviderSettings {
+            base_url: base_url.clone(),
+            model: model.clone(),
+            key: p.provider_key.clone().filter(|k| !k.is_empty()),
+            tools: p.provider_tools,
+            json_schema: p.provider_json_schema,
+            timeout: Duration::from_secs(p.provider_timeout_secs),
+            retries: p.provider_retries,
+            max_retry_after: Duration::from_secs(60),
+            max_response: usize::try_from(p.provider_max_response_bytes).unwrap_or(usize::MAX),
+            stream: p.provider_stream,
+        })
+    }
 }
 
 impl std::fmt::Debug for ProviderSettings {
@@ -161,12 +188,7 @@ impl Provider {
             let wait = match outcome {
                 Ok(response) => {
                     let status = response.status();
-                    let retry_after = response
-                        .headers()
-                        .get(reqwest::header::RETRY_AFTER)
-                        .and_then(|v| v.to_str().ok())
-                        .and_then(|v| v.trim().parse::<u64>().ok())
-                        .map(Duration::from_secs);
+                    let retry_after = retry_after(&response);
                     if status.is_redirection() {
                         return Err(self.redirect_refused(&response));
                     }
@@ -304,6 +326,16 @@ impl Provider {
 
 fn fail(message: String) -> CallError {
     CallError::backend("provider", message)
+}
+
+/// The wait an answer asks for before a retry (`Retry-After` in seconds).
+fn retry_after(response: &reqwest::Response) -> Option<Duration> {
+    response
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(Duration::from_secs)
 }
 
 /// Whether an answer is a stream of server-sent events.

@@ -12,11 +12,11 @@
 
 use super::{legacy, mrtr};
 use crate::call::{Block, Call, Completion, Finish, Role, ToolChoice, Turn, text_chars};
-use crate::contract::media;
 use crate::error::{CallError, CallResult};
 use crate::fulfil::{Attempt, Capabilities, Fulfilled, Machine, Progress, Step, Strategy};
 use crate::limits::Limits;
 use crate::pyjson::{self, Style};
+use crate::shapes::media;
 use rmcp::ErrorData;
 use rmcp::model::{
     ClientCapabilities, CreateMessageRequestParams, CreateMessageResult, ErrorCode,

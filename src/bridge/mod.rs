@@ -21,6 +21,7 @@ mod upstream;
 use crate::backends::direct::Model;
 use crate::config::{BridgeArgs, Config, DownstreamEra, TryModel};
 use crate::limits::Limits;
+use crate::transport::Framing;
 use downstream::Downstream;
 use rmcp::model::ServerPeerInfo as ServerInfo;
 use rmcp::service::{Peer, RoleClient, RoleServer, RunningService};
@@ -229,7 +230,7 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(15);
 pub async fn run(config: &Config, args: &BridgeArgs) -> Result<(), String> {
     let shared = Arc::new(Shared {
         host: RwLock::new(None),
-        model: crate::backends::start(config, args.with == TryModel::Local)?,
+        model: crate::server::start(config, args.with == TryModel::Local)?,
         limits: Arc::new(config.limits.clone()),
         link: RwLock::new(Link::Down("the downstream server is starting".into())),
         timeout: Duration::from_secs(args.timeout_secs),
@@ -238,7 +239,7 @@ pub async fn run(config: &Config, args: &BridgeArgs) -> Result<(), String> {
         sampling_max: sampling_max(config),
         pending_notes: Default::default(),
         dropped_notes: Default::default(),
-        max_line: config.framing().max_line,
+        max_line: Framing::from_config(config).max_line,
     });
     let (client, info) = connect(args, &shared).await?;
     tracing::info!(server = ?info.server_info, "downstream connected");
@@ -247,7 +248,7 @@ pub async fn run(config: &Config, args: &BridgeArgs) -> Result<(), String> {
     // The host's side is framed and bounded as the server's own stdio is.
     let served = crate::transport::serve_stdio(
         |done| upstream::Upstream::new(shared.clone(), info, done),
-        config.framing(),
+        Framing::from_config(config),
     )
     .await
     .map_err(|e| format!("serving the host: {e}"));

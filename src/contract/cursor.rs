@@ -6,15 +6,15 @@
 //! by the original verify here and the other way round. The server stores nothing: the caller
 //! sends the history back and the server recomputes.
 
-use crate::call::Block;
 use crate::error::{CallError, CallResult};
 use crate::pyjson::{self, Style};
-use serde_json::{Value, json};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 /// One transcript entry: a role (`system`, `developer`, `user`, `assistant`, `tool`) and its
 /// content. Text-only content is the flattened string, exactly as the original commits to it;
-/// richer content is a list of canonical parts (see [`Entry::from_blocks`]).
+/// richer content is a list of canonical parts (see `Entry::from_blocks`, beside the blocks in
+/// [`crate::call`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Entry {
     pub role: String,
@@ -27,44 +27,6 @@ impl Entry {
             role: role.to_owned(),
             content: Value::String(content.into()),
         }
-    }
-
-    /// The entry for a message of blocks: its text when it is one text block, else a list of
-    /// parts `{"type": "text", "text"}`, `{"type": "image" | "audio", "mime_type", "sha256"}`
-    /// (the SHA-256 of the decoded bytes, so media is committed to without being copied),
-    /// `{"type": "tool_use", "id", "name", "input"}` and `{"type": "tool_result",
-    /// "tool_use_id", "is_error", "content": [parts]}`.
-    pub fn from_blocks(role: &str, blocks: &[Block]) -> Self {
-        let content = match blocks {
-            [Block::Text(t)] => Value::String(t.clone()),
-            [] => Value::String(String::new()),
-            blocks => Value::Array(blocks.iter().map(part).collect()),
-        };
-        Entry {
-            role: role.to_owned(),
-            content,
-        }
-    }
-}
-
-fn part(block: &Block) -> Value {
-    match block {
-        Block::Text(t) => json!({"type": "text", "text": t}),
-        Block::Image { mime, sha256, .. } => {
-            json!({"type": "image", "mime_type": mime, "sha256": hex::encode(sha256)})
-        }
-        Block::Audio { mime, sha256, .. } => {
-            json!({"type": "audio", "mime_type": mime, "sha256": hex::encode(sha256)})
-        }
-        Block::ToolUse { id, name, input } => {
-            json!({"type": "tool_use", "id": id, "name": name, "input": input})
-        }
-        Block::ToolResult {
-            id,
-            content,
-            is_error,
-        } => json!({"type": "tool_result", "tool_use_id": id, "is_error": is_error,
-                    "content": content.iter().map(part).collect::<Vec<_>>()}),
     }
 }
 
@@ -248,21 +210,18 @@ mod tests {
 
     #[test]
     fn rich_entries_keep_text_entries_unchanged() {
+        use crate::call::Block;
         let text = Entry::from_blocks("user", &[Block::Text("hi".into())]);
         assert_eq!(text, Entry::new("user", "hi"));
         let rich = Entry::from_blocks(
             "user",
             &[
                 Block::Text("look".into()),
-                crate::contract::media::block(
-                    crate::contract::media::Kind::Image,
-                    "aGk=",
-                    "image/png",
-                    "data",
-                    "mime",
-                    &crate::limits::Limits::default(),
-                )
-                .unwrap(),
+                Block::Image {
+                    data: "aGk=".into(),
+                    mime: "image/png".into(),
+                    sha256: Sha256::digest(b"hi").into(),
+                },
             ],
         );
         assert_eq!(
@@ -308,7 +267,7 @@ mod tests {
         assert!(e.contains(&cur) && e.contains("expected cur_"), "{e}");
         assert!(verify(&chain, "m", "messages_create", &next, true).is_err());
         let mut edited = next.clone();
-        edited[0].content = json!("A");
+        edited[0].content = serde_json::json!("A");
         assert!(verify(&chain, "m", "chat_complete", &edited, true).is_err());
         let e = verify(&chain, "m", "chat_complete", &next[..1], true)
             .unwrap_err()

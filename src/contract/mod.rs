@@ -2,6 +2,5 @@
 //! runs before anything is sent or after the answer is in.
 
 pub mod cursor;
-pub mod media;
 pub mod persona;
 pub mod schema;

@@ -10,6 +10,7 @@
 
 mod sessions;
 
+use crate::config::Config;
 use crate::gate::GlobalCap;
 use crate::server::Server;
 use bytes::Bytes;
@@ -616,4 +617,84 @@ async fn shutdown_signal() {
     {
         let _ = tokio::signal::ctrl_c().await;
     }
+}
+impl HttpSettings {
+    /// The HTTP server's settings, when `--http` is given.
+    pub fn from_config(config: &Config) -> Option<HttpSettings> {
+        let bind = config.http?;
+        let mut hosts: Vec<String> = if config.allowed_hosts.is_empty() {
+            ["localhost", "127.0.0.1", "::1", "[::1]"]
+                .map(str::to_owned)
+                .to_vec()
+        } else {
+            config
+                .allowed_hosts
+                .iter()
+                .map(|h| h.trim().to_owned())
+                .collect()
+        };
+        if config.allowed_hosts.is_empty() {
+            hosts.push(bind.ip().to_string());
+        }
+        Some(HttpSettings {
+            bind,
+            allowed_hosts: hosts,
+            allowed_origins: origins(config, bind),
+            auth_token: config.auth_token.clone().filter(|t| !t.is_empty()),
+            max_body: config.limits.max_request_bytes.saturating_add(1024 * 1024),
+            max_sessions: usize::try_from(config.max_sessions).unwrap_or(usize::MAX),
+            session_idle: Duration::from_secs(config.session_idle_secs),
+            max_calls: usize::try_from(config.max_calls_in_flight).unwrap_or(usize::MAX),
+            max_calls_per_session: usize::try_from(config.max_calls_per_session)
+                .unwrap_or(usize::MAX),
+            shutdown_grace: Duration::from_secs(10),
+            max_connections: config
+                .max_connections
+                .map_or_else(default_max_connections, |n| {
+                    usize::try_from(n).unwrap_or(usize::MAX)
+                }),
+            header_timeout: Duration::from_secs(config.header_timeout_secs),
+            body_timeout: Duration::from_secs(config.body_timeout_secs),
+            pinned_port: config.allowed_hosts.is_empty().then_some(bind.port()),
+        })
+    }
+}
+
+/// Origins accepted over HTTP: those given, or else pages served by this very address (a
+/// loopback name on the listening port), which a rebinding attack cannot forge.
+fn origins(config: &Config, bind: std::net::SocketAddr) -> Vec<String> {
+    if !config.allowed_origins.is_empty() {
+        return config
+            .allowed_origins
+            .iter()
+            .map(|o| o.trim().to_owned())
+            .collect();
+    }
+    let port = bind.port();
+    ["localhost", "127.0.0.1", "[::1]"]
+        .iter()
+        .flat_map(|host| ["http", "https"].map(|s| format!("{s}://{host}:{port}")))
+        .collect()
+}
+
+#[cfg(unix)]
+fn default_max_connections() -> usize {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct it is given and reads nothing else.
+    let read = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut limit) } == 0;
+    if !read {
+        return 512;
+    }
+    usize::try_from(limit.rlim_cur / 2)
+        .unwrap_or(4096)
+        .clamp(16, 4096)
+}
+
+/// Windows has no descriptor limit of this kind (sockets are handles).
+#[cfg(not(unix))]
+fn default_max_connections() -> usize {
+    1024
 }

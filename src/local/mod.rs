@@ -12,6 +12,7 @@ pub mod template;
 
 use crate::backends::direct::{self, BoxFuture, Model, ModelRequest, ModelTool};
 use crate::call::{Block, Completion, Finish, ToolChoice, Usage, new_id};
+use crate::config::Config;
 use crate::error::{CallError, CallResult};
 use crate::fulfil::Capabilities;
 use crate::fulfil::live::Live;
@@ -48,6 +49,41 @@ pub struct LocalSettings {
     pub slots: usize,
     /// CPU threads for llama.cpp.
     pub threads: usize,
+}
+
+impl LocalSettings {
+    /// The embedded model's settings.
+    pub fn from_config(config: &Config) -> Result<LocalSettings, String> {
+        Ok(LocalSettings {
+            source: source(config)?,
+            context: usize::try_from(config.local.local_context).unwrap_or(4096),
+            queue: usize::try_from(config.local.local_queue).unwrap_or(64),
+            slots: usize::try_from(config.local.local_slots).unwrap_or(2),
+            threads: config
+                .local
+                .local_threads
+                .and_then(|n| usize::try_from(n).ok())
+                .unwrap_or_else(engine::physical_cores),
+        })
+    }
+}
+
+/// Which model the local backend runs; `Err` names a malformed `--model`.
+fn source(config: &Config) -> Result<Source, String> {
+    let local = &config.local;
+    Ok(match (&local.model, &local.model_file) {
+        (Some(source), _) => Source::Hub(
+            source
+                .parse()
+                .map_err(|e| format!("--model (AGENT_AS_MODEL_MODEL): {e}"))?,
+            hub::Access {
+                endpoint: local.hf_endpoint.clone(),
+                token: local.hf_token.clone().filter(|t| !t.is_empty()),
+            },
+        ),
+        (None, Some(path)) => Source::File(path.clone()),
+        (None, None) => Source::Default,
+    })
 }
 
 /// Told how many tokens the current answer has so far (for a progress line).

@@ -11,9 +11,9 @@ use super::{Rendered, Shape};
 use crate::args::{self, Obj, as_object, one_of};
 use crate::call::{Answer, Block, Call, Finish, Reply, Role};
 use crate::contract::cursor::Entry;
-use crate::contract::media;
 use crate::error::{CallError, CallResult};
 use crate::limits::Limits;
+use crate::shapes::media;
 use serde_json::{Map, Value, json};
 
 /// The `messages_create` tool.

@@ -16,11 +16,11 @@ use super::{DEFAULT_MAX_TOKENS, DEFAULT_MODEL, Rendered, Shape, params};
 use crate::args::{self, Obj, as_object, non_empty_array};
 use crate::call::{Answer, Block, Call, Finish, Reply, Role, ToolChoice, ToolDef};
 use crate::contract::cursor::Entry;
-use crate::contract::media;
 use crate::contract::persona::Persona;
 use crate::contract::schema;
 use crate::error::{CallError, CallResult};
 use crate::limits::Limits;
+use crate::shapes::media;
 use serde_json::{Map, Value, json};
 use std::borrow::Cow;
 

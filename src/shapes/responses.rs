@@ -12,10 +12,10 @@ use super::{Rendered, Shape};
 use crate::args::{self, Obj, as_object, non_empty_array};
 use crate::call::{Answer, Block, Call, Finish, Reply, Role};
 use crate::contract::cursor::Entry;
-use crate::contract::media;
 use crate::error::{CallError, CallResult};
 use crate::limits::Limits;
 use crate::pyjson::{self, Style};
+use crate::shapes::media;
 use serde_json::{Map, Value, json};
 
 /// The `responses_create` tool.
