@@ -205,6 +205,8 @@ struct InFlight {
     calls: HashSet<String>,
     /// Whether the SDK's lifecycle has begun (see `classify_envelope`).
     seen_request: bool,
+    /// Told when the last request in flight is over (the end of input waits for it).
+    idle: Arc<tokio::sync::Notify>,
 }
 
 fn parse_error(e: &serde_json::Error) -> Verdict {
@@ -511,6 +513,9 @@ fn finished(state: &Mutex<InFlight>, key: &str) {
     if let Ok(mut s) = state.lock() {
         s.ids.remove(key);
         s.calls.remove(key);
+        if s.ids.is_empty() {
+            s.idle.notify_one();
+        }
     }
 }
 
@@ -675,11 +680,6 @@ fn typed(
     }
 }
 
-/// Whether any request is still unanswered.
-fn busy(state: &Mutex<InFlight>) -> bool {
-    state.lock().map(|s| !s.ids.is_empty()).unwrap_or(false)
-}
-
 /// A line over the limit, named by the id its head shows. A request is answered with
 /// `-32600`; a response (the host's answer to a sampling request) reaches the waiting call as
 /// an error, so the call fails at once instead of waiting out its timeout.
@@ -781,8 +781,17 @@ async fn finish<F: Future + Unpin>(
     token: rmcp::service::RunningServiceCancellationToken,
 ) {
     let deadline = tokio::time::Instant::now() + SHUTDOWN_GRACE;
-    while busy(state) && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(5)).await;
+    loop {
+        let idle = match state.lock() {
+            Ok(s) if !s.ids.is_empty() => s.idle.clone(),
+            _ => break,
+        };
+        if tokio::time::timeout_at(deadline, idle.notified())
+            .await
+            .is_err()
+        {
+            break;
+        }
     }
     // What is still running is cancelled (calls waiting on the host tell it so), and the
     // SDK's loop ends.
