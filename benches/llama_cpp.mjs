@@ -17,11 +17,21 @@ const long = `<|im_start|>system\n${system}<|im_end|>\n<|im_start|>user\n` +
 const question = "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n" +
   "What is the capital of France?<|im_end|>\n<|im_start|>assistant\n";
 
+// About 4,000 tokens of varied English, as benches/local_model.rs writes it.
+const words = ["river", "mountain", "city", "garden", "winter", "market", "engine", "letter",
+  "harbour", "forest", "bridge", "station", "music", "number", "window", "paper"];
+let filler = "";
+for (let i = 0; i < 3950; i++) {
+  filler += words[(i * 7 + Math.floor(i / 3)) % words.length] + (i % 12 === 11 ? "." : " ");
+}
+const huge = `<|im_start|>system\n${system}<|im_end|>\n<|im_start|>user\n${filler}\n` +
+  "What is this text about?<|im_end|>\n<|im_start|>assistant\n";
+
 const llama = await getLlama({ gpu: false, build: "never", logLevel: LlamaLogLevel.error });
 const threads = Math.max(1, availableParallelism());
 
 async function generate(model, text, max) {
-  const context = await model.createContext({ contextSize: 4096, threads, sequences: 1 });
+  const context = await model.createContext({ contextSize: 4608, threads, sequences: 1 });
   const sequence = context.getSequence();
   const tokens = model.tokenize(text, true);
   const started = performance.now();
@@ -49,6 +59,7 @@ for (let i = 0; i < runs; i++) {
   const load_s = (performance.now() - started) / 1000;
   const l = await generate(model, long, 64);
   const q = await generate(model, question, 32);
-  console.log(JSON.stringify({ load_s, long: l, question: q }));
+  const h = process.env.BENCH_ONLY?.includes("long") ? await generate(model, huge, 1) : null;
+  console.log(JSON.stringify({ load_s, long: l, question: q, huge: h }));
   await model.dispose();
 }

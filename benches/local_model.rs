@@ -227,9 +227,14 @@ fn main() {
         "You are a helpful assistant.",
         &[("user", "What is the capital of France?")],
     );
+    let only = std::env::var("BENCH_ONLY").ok();
+    let wants = |section: &str| {
+        only.as_deref()
+            .is_none_or(|o| o.split(',').any(|s| s.trim() == section))
+    };
     let (mut ttft, mut prompt, mut decode, mut short) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..RUNS {
+    for _ in 0..RUNS * usize::from(wants("basic")) {
         // New slots each run: nothing is reused from the run before.
         let r = generate(&mut fresh(), &model, &long, 64, None);
         ttft.push(r.ttft * 1000.0);
@@ -238,11 +243,99 @@ fn main() {
         let q = generate(&mut fresh(), &model, &question, 32, None);
         short.push(q.ttft * 1000.0);
     }
-    println!("prompt: {} tokens", model.count(&long));
-    spread("time to first token, ~200-token prompt", "ms", &ttft);
-    spread("time to first token, 25-token question", "ms", &short);
-    spread("prompt processing", "tok/s", &prompt);
-    spread("decode, free", "tok/s", &decode);
+    if wants("basic") {
+        basic(&model, &long, &fresh, [&ttft, &short, &prompt, &decode]);
+    }
+    let huge = chatml(
+        system,
+        &[(
+            "user",
+            &format!("{}\nWhat is this text about?", filler(3950)),
+        )],
+    );
+    let huge_s = wants("long").then(|| long_prompt(&model, &huge, &fresh));
+    if wants("conversation") {
+        conversation(&model, system, &fresh);
+    }
+    if wants("slots") {
+        slots_sections(&model, &huge, &question, &fresh);
+    }
+    spread("peak RSS (VmHWM)", "MiB", &[peak_rss_mib()]);
+    if wants("basic")
+        && let Ok(dir) = std::env::var("BENCH_LLAMA_CPP")
+    {
+        let mut ours = vec![
+            Row(
+                "load (page cache warm)",
+                "s",
+                median(&loads),
+                false,
+                "/load_s",
+                1.0,
+            ),
+            Row(
+                "time to first token, ~200-token prompt",
+                "ms",
+                median(&ttft),
+                false,
+                "/long/ttft_ms",
+                1.0,
+            ),
+            Row(
+                "time to first token, 25-token question",
+                "ms",
+                median(&short),
+                false,
+                "/question/ttft_ms",
+                1.0,
+            ),
+            Row(
+                "prompt processing",
+                "tok/s",
+                median(&prompt),
+                true,
+                "/long/prompt_tps",
+                1.0,
+            ),
+            Row(
+                "decode, free",
+                "tok/s",
+                median(&decode),
+                true,
+                "/long/decode_tps",
+                1.0,
+            ),
+        ];
+        if let Some(huge_s) = huge_s {
+            ours.push(Row(
+                "4,310-token prompt, to first token",
+                "s",
+                huge_s,
+                false,
+                "/huge/ttft_ms",
+                0.001,
+            ));
+        }
+        against_llama_cpp(&dir, &path, &ours);
+    }
+}
+
+/// One measure against llama.cpp's: label, unit, ours, whether higher is better, where
+/// llama.cpp's is in its report, and the factor that brings it to our unit.
+struct Row(&'static str, &'static str, f64, bool, &'static str, f64);
+
+/// Time to first token, prompt and decode rates, and decode under a JSON-schema grammar.
+fn basic<'m>(
+    model: &'m Model,
+    long: &str,
+    fresh: &dyn Fn() -> Slots<'m>,
+    [ttft, short, prompt, decode]: [&Vec<f64>; 4],
+) {
+    println!("prompt: {} tokens", model.count(long));
+    spread("time to first token, ~200-token prompt", "ms", ttft);
+    spread("time to first token, 25-token question", "ms", short);
+    spread("prompt processing", "tok/s", prompt);
+    spread("decode, free", "tok/s", decode);
     let schema = serde_json::json!({"type": "object", "additionalProperties": false,
         "properties": {"summary": {"type": "string"}, "words": {"type": "integer"}},
         "required": ["summary", "words"]});
@@ -250,7 +343,7 @@ fn main() {
     let mut tokens = 0;
     for _ in 0..RUNS {
         let grammar = Some(TopLevelGrammar::from_json_schema(schema.clone()));
-        let r = generate(&mut fresh(), &model, &long, 64, grammar);
+        let r = generate(&mut fresh(), model, long, 64, grammar);
         constrained.push(r.decode_tps);
         tokens = r.tokens;
     }
@@ -259,20 +352,15 @@ fn main() {
         "tok/s",
         &constrained,
     );
+}
 
-    // A 4,000-token prompt, whole.
-    let huge = chatml(
-        system,
-        &[(
-            "user",
-            &format!("{}\nWhat is this text about?", filler(3950)),
-        )],
-    );
-    let huge_tokens = model.count(&huge);
+/// A 4,000-token prompt, whole, and its longest step.
+fn long_prompt<'m>(model: &'m Model, huge: &str, fresh: &dyn Fn() -> Slots<'m>) -> f64 {
+    let huge_tokens = model.count(huge);
     let (mut whole, mut longest) = (Vec::new(), Vec::new());
     for _ in 0..RUNS {
         let mut slots = fresh();
-        let (c, mut answer, _) = call(&model, &huge, 1, None);
+        let (c, mut answer, _) = call(model, huge, 1, None);
         let started = Instant::now();
         slots.admit(c);
         // A cancellation waits for the step under way at most: the longest step bounds it.
@@ -291,8 +379,11 @@ fn main() {
         &whole,
     );
     spread("  its longest step (bounds a cancellation)", "ms", &longest);
+    median(&whole)
+}
 
-    // A conversation: the first turn with a 1,500-token history, then the next turn.
+/// A conversation: the first turn with a 1,500-token history, then the next turn.
+fn conversation<'m>(model: &'m Model, system: &str, fresh: &dyn Fn() -> Slots<'m>) {
     let history = filler(1500);
     let (mut first_turn, mut second_turn, mut reused) = (Vec::new(), Vec::new(), 0);
     for _ in 0..RUNS {
@@ -301,7 +392,7 @@ fn main() {
             system,
             &[("user", &format!("{history}\nName one word above."))],
         );
-        first_turn.push(generate(&mut slots, &model, &one, 8, None).ttft);
+        first_turn.push(generate(&mut slots, model, &one, 8, None).ttft);
         let two = chatml(
             system,
             &[
@@ -310,7 +401,7 @@ fn main() {
                 ("user", "Name another."),
             ],
         );
-        let r = generate(&mut slots, &model, &two, 8, None);
+        let r = generate(&mut slots, model, &two, 8, None);
         second_turn.push(r.ttft);
         reused = r.cached;
     }
@@ -329,10 +420,13 @@ fn main() {
         "  next turn faster by",
         median(&first_turn) / median(&second_turn)
     );
+}
 
+/// A cancelled 4,000-token call, and a short call beside a long prompt.
+fn slots_sections<'m>(model: &'m Model, huge: &str, question: &str, fresh: &dyn Fn() -> Slots<'m>) {
     // A cancelled 4,000-token call: the step after the cancellation frees its slot.
     let mut slots = fresh();
-    let (c, answer, _) = call(&model, &huge, 16, None);
+    let (c, answer, _) = call(model, huge, 16, None);
     slots.admit(c);
     for _ in 0..3 {
         slots.step();
@@ -348,48 +442,35 @@ fn main() {
     let mut beside = Vec::new();
     for _ in 0..RUNS {
         let mut slots = fresh();
-        let (long_call, _long_answer, _) = call(&model, &huge, 4, None);
+        let (long_call, _long_answer, _) = call(model, huge, 4, None);
         slots.admit(long_call);
         for _ in 0..3 {
             slots.step();
         }
-        let (c, mut answer, _) = call(&model, &question, 3, None);
+        let (c, mut answer, _) = call(model, question, 3, None);
         let started = Instant::now();
         slots.admit(c);
         until(&mut slots, &mut answer);
         beside.push(started.elapsed().as_secs_f64());
     }
     spread("3-token call beside a 4,000-token prompt", "s", &beside);
-    spread("peak RSS (VmHWM)", "MiB", &[peak_rss_mib()]);
-    if let Ok(dir) = std::env::var("BENCH_LLAMA_CPP") {
-        let ours = [
-            ("load (page cache warm)", "s", median(&loads), false),
-            (
-                "time to first token, ~200-token prompt",
-                "ms",
-                median(&ttft),
-                false,
-            ),
-            (
-                "time to first token, 25-token question",
-                "ms",
-                median(&short),
-                false,
-            ),
-            ("prompt processing", "tok/s", median(&prompt), true),
-            ("decode, free", "tok/s", median(&decode), true),
-        ];
-        against_llama_cpp(&dir, &path, &ours);
-    }
 }
 
 /// The same GGUF file, prompts and greedy decoding through llama.cpp (node-llama-cpp's prebuilt
 /// CPU build, installed in `dir`), run after ours so the two never share the cores. Ratios are
 /// ours/llama.cpp for times and llama.cpp/ours for rates: above 1.0x, ours is slower.
-fn against_llama_cpp(dir: &str, model: &std::path::Path, ours: &[(&str, &str, f64, bool)]) {
+fn against_llama_cpp(dir: &str, model: &std::path::Path, ours: &[Row]) {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/llama_cpp.mjs");
     let out = std::process::Command::new("node")
         .args([script, dir, &model.to_string_lossy(), &RUNS.to_string()])
+        .env(
+            "BENCH_ONLY",
+            if ours.len() > 5 {
+                "basic,long"
+            } else {
+                "basic"
+            },
+        )
         .output()
         .expect("node runs");
     assert!(
@@ -409,20 +490,13 @@ fn against_llama_cpp(dir: &str, model: &std::path::Path, ours: &[(&str, &str, f6
                 .collect::<Vec<_>>(),
         )
     };
-    let pointers = [
-        "/load_s",
-        "/long/ttft_ms",
-        "/question/ttft_ms",
-        "/long/prompt_tps",
-        "/long/decode_tps",
-    ];
     println!(
         "\n| against llama.cpp, same GGUF ({} runs, medians) | ours | llama.cpp | slowdown |",
         runs.len()
     );
     println!("| --- | --- | --- | --- |");
-    for ((label, unit, value, rate), pointer) in ours.iter().zip(pointers) {
-        let other = theirs(pointer);
+    for Row(label, unit, value, rate, pointer, scale) in ours {
+        let other = theirs(pointer) * scale;
         let slowdown = if *rate { other / value } else { value / other };
         println!("| {label} | {value:.2} {unit} | {other:.2} {unit} | {slowdown:.2}x |");
     }

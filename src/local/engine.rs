@@ -32,10 +32,20 @@ pub struct Settings {
     pub step: usize,
 }
 
-/// Tokens in one step of the slots by default: prompts are read this many tokens at a time,
-/// so this bounds how long a cancelled call keeps the engine busy and how long a new call
-/// waits for its first chunk.
-pub const STEP_TOKENS: usize = 64;
+/// Tokens in one step of the slots at most, by default. How many a step really takes is set
+/// by time (see [`STEP_SECONDS`]): bigger steps read a prompt faster (the weights are read
+/// from memory once a step, whatever its size), shorter ones answer a cancellation sooner.
+pub const STEP_TOKENS: usize = 256;
+
+/// How long one step should take: the slots size each step from the time the last ones took
+/// per token, so a cancelled call (looked at between steps) keeps the engine at most about
+/// this long, however deep into a long prompt it is.
+pub const STEP_SECONDS: f64 = 0.3;
+
+/// Tokens a step that reads a prompt takes at least, and the unit its size is rounded down
+/// to: llama.cpp's CPU attention takes queries in tiles of 64 (below that it falls back to one
+/// row at a time, several times slower deep into a long prompt).
+pub const STEP_QUANTUM: usize = 64;
 
 /// How to sample one answer.
 #[derive(Debug, Clone, PartialEq)]

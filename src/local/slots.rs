@@ -62,6 +62,9 @@ pub struct Slots<'m> {
     slots: Vec<Slot>,
     batch: LlamaBatch<'static>,
     counters: Arc<Counters>,
+    /// Seconds a token of the last big steps took, which sizes the next (see
+    /// [`super::engine::STEP_SECONDS`]).
+    per_token: Option<f64>,
 }
 
 impl<'m> Slots<'m> {
@@ -81,6 +84,7 @@ impl<'m> Slots<'m> {
             slots,
             batch: LlamaBatch::new(model.info().step, i32::try_from(n).unwrap_or(1)),
             counters,
+            per_token: None,
         })
     }
 
@@ -166,10 +170,14 @@ impl<'m> Slots<'m> {
             }
         }
         let wanted = self.fill();
-        if self.batch.n_tokens() == 0 {
+        let tokens = self.batch.n_tokens();
+        if tokens == 0 {
             return;
         }
-        if let Err(e) = self.ctx.decode(&mut self.batch) {
+        let started = std::time::Instant::now();
+        let decoded = self.ctx.decode(&mut self.batch);
+        self.timed(tokens, started.elapsed().as_secs_f64());
+        if let Err(e) = decoded {
             let why = format!("the local model failed: {}", super::engine::brief(&e));
             // Every sequence in the batch may be half written.
             for index in 0..self.slots.len() {
@@ -182,13 +190,41 @@ impl<'m> Slots<'m> {
         }
     }
 
+    /// Learns from a step how long a token takes. Only steps that read a prompt count: a step
+    /// of a few answer tokens costs mostly the one read of the weights, not its tokens. The
+    /// estimate follows the last steps, so it grows as a long prompt gets deeper.
+    fn timed(&mut self, tokens: i32, seconds: f64) {
+        if tokens < 8 {
+            return;
+        }
+        let now = seconds / f64::from(tokens);
+        self.per_token = Some(
+            self.per_token
+                .map_or(now, |before| 0.5 * before + 0.5 * now),
+        );
+    }
+
+    /// Tokens the next step may take: as many as fit in [`super::engine::STEP_SECONDS`] at the
+    /// last steps' pace, in whole tiles of [`super::engine::STEP_QUANTUM`], within the batch.
+    fn room(&self) -> usize {
+        use super::engine::{STEP_QUANTUM, STEP_SECONDS};
+        let most = self.model.info().step.max(1);
+        let fits = self
+            .per_token
+            .filter(|t| *t > 0.0)
+            .map_or(STEP_QUANTUM, |t| (STEP_SECONDS / t) as usize);
+        (fits / STEP_QUANTUM * STEP_QUANTUM)
+            .clamp(STEP_QUANTUM, most.max(STEP_QUANTUM))
+            .min(most)
+    }
+
     /// Fills the batch: first the token each answer needs next, then chunks of prompts, the
     /// room shared among them. Returns the slots whose logits are wanted, with their place in
     /// the batch.
     fn fill(&mut self) -> Vec<(usize, i32)> {
         self.batch.clear();
         let mut wanted = Vec::new();
-        let mut room = self.model.info().step;
+        let mut room = self.room();
         for (index, slot) in self.slots.iter_mut().enumerate() {
             let Some(active) = slot.active.as_mut() else {
                 continue;
