@@ -150,9 +150,10 @@ impl Server {
                 let live = Reporter::start(&ctx);
                 let done = tokio::select! {
                     done = direct::run(&call, model.as_ref(), live.as_ref().map(|r| &r.live)) => done,
-                    () = ctx.ct.cancelled() => {
-                        Err(CallError::Host("the tool call was cancelled by the client".into()))
-                    }
+                    () = ctx.ct.cancelled() => Err(CallError::backend(
+                        model.kind(),
+                        "the tool call was cancelled by the client",
+                    )),
                 };
                 if let Some(reporter) = live {
                     reporter.stop().await;

@@ -128,7 +128,10 @@ pub async fn run(
     let mut progress = Progress::default();
     let mut answer = None;
     loop {
-        match machine.step(&mut progress, answer.take())? {
+        let step = machine
+            .step(&mut progress, answer.take())
+            .map_err(|e| answered_by(e, model.kind()))?;
+        match step {
             Step::Done(done) => return Ok(done),
             Step::Send(attempt) => {
                 let request = ModelRequest::from_attempt(&attempt);
@@ -143,6 +146,20 @@ pub async fn run(
                 answer = Some(model.complete(request, live.cloned()).await?);
             }
         }
+    }
+}
+
+/// The machine speaks of the model that answered as "the host" (sampling's); on a direct
+/// backend the error is that backend's, and its model is named as such.
+fn answered_by(e: CallError, backend: &'static str) -> CallError {
+    match e {
+        CallError::Host(message) => CallError::backend(
+            backend,
+            message
+                .replace("the host's", "the model's")
+                .replace("the host", "the model"),
+        ),
+        e => e,
     }
 }
 

@@ -303,3 +303,24 @@ fn a_provider_without_url_or_model_is_refused_at_startup() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("--provider-url"), "{stderr}");
 }
+
+#[tokio::test]
+async fn a_providers_bad_answer_is_the_providers_error_not_the_hosts() {
+    // A tool call nobody offered: the machine's error names the model and the provider that
+    // answered, not a host that was never asked.
+    let answer = json!({"model": "scripted-model", "choices": [{"index": 0,
+        "finish_reason": "tool_calls", "message": {"role": "assistant", "content": null,
+        "tool_calls": [{"id": "call_1", "type": "function",
+                        "function": {"name": "rm_rf", "arguments": "{}"}}]}}]});
+    let server = Scripted::start(vec![Reply::json(200, &answer)]).await;
+    for era in ERAS {
+        let client = connect_with_env(Host::echo(), era, &env(&server.url, &[])).await;
+        let e = err_text(&client, "chat_complete", json!({"messages": [user("hi")]})).await;
+        assert!(
+            e.contains("provider backend failed: the model answered with tool_use content, but no tools were offered"),
+            "{e}"
+        );
+        assert!(!e.contains("host"), "{e}");
+        client.cancel().await.unwrap();
+    }
+}
