@@ -50,20 +50,22 @@ pub fn handle(o: &Obj<'_>, metadata_keys: &[&str], known: &HashSet<String>) -> C
     {
         return Err(CallError::expected(
             "n",
-            "1 (each sampling request yields one completion; call again for more)",
+            "1 (each call yields one completion, whichever model answers; call again for more)",
             n,
         ));
     }
     if o.get("logprobs").is_some_and(|v| v != &Value::Bool(false)) {
         return Err(CallError::at(
             "logprobs",
-            "log probabilities are not available: MCP sampling does not report them",
+            "log probabilities are not available: MCP sampling does not report them, and this \
+             server returns none from its own backends either",
         ));
     }
     if o.get("top_logprobs").is_some() {
         return Err(CallError::at(
             "top_logprobs",
-            "log probabilities are not available: MCP sampling does not report them",
+            "log probabilities are not available: MCP sampling does not report them, and this \
+             server returns none from its own backends either",
         ));
     }
     let audio_out = o
@@ -73,14 +75,15 @@ pub fn handle(o: &Obj<'_>, metadata_keys: &[&str], known: &HashSet<String>) -> C
     if audio_out || o.get("audio").is_some() {
         return Err(CallError::at(
             if audio_out { "modalities" } else { "audio" },
-            "audio output cannot be requested: MCP sampling does not let the server ask for it",
+            "audio output cannot be requested: MCP sampling does not let the server ask for it, \
+             and the local model and the provider answer in text",
         ));
     }
     match o.get("stream") {
         None | Some(Value::Bool(false)) => {}
         Some(Value::Bool(true)) => extras.warnings.push(
-            "stream: true is emulated: sampling is not incremental, so the complete result is \
-             returned at once"
+            "stream: true is emulated: the complete result is returned at once (pass a progress \
+             token to follow the text as it is made, on the local and provider backends)"
                 .into(),
         ),
         Some(other) => return Err(CallError::expected("stream", "a boolean", other)),
