@@ -149,6 +149,8 @@ pub struct Host {
     /// Declare `sampling.tools` when the model takes tools (false: as VS Code, which cannot
     /// take tools in sampling, so the server emulates tools and structured output).
     pub sampling_tools: bool,
+    /// Told the tokens of every answer as they are made (`try`'s progress line).
+    pub live: Option<Arc<crate::fulfil::live::Live>>,
 }
 
 impl rmcp::ClientHandler for Host {
@@ -174,7 +176,7 @@ impl rmcp::ClientHandler for Host {
     ) -> Result<CreateMessageResult, ErrorData> {
         let answer = async {
             let request = request(&params, &self.limits)?;
-            self.model.complete(request, None).await
+            self.model.complete(request, self.live.clone()).await
         }
         .await;
         answer.map(result).map_err(|e: CallError| {

@@ -29,7 +29,7 @@ use std::time::Instant;
 pub fn start(config: &crate::config::Config, local: bool) -> Result<Arc<dyn Model>, String> {
     if local {
         let settings = crate::local::LocalSettings::from_config(config)?;
-        Ok(Arc::new(crate::local::Local::start(settings, None)?))
+        Ok(Arc::new(crate::local::Local::start(settings)?))
     } else {
         let settings = crate::backends::provider::ProviderSettings::from_config(config)?;
         Ok(Arc::new(crate::backends::provider::Provider::new(

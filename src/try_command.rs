@@ -6,9 +6,10 @@
 use crate::backends::direct::Model;
 use crate::backends::provider::ProviderSettings;
 use crate::config::{Config, TryArgs, TryModel};
+use crate::fulfil::live::Live;
 use crate::host::{self, Host};
+use crate::local::Local;
 use crate::local::LocalSettings;
-use crate::local::{Local, OnToken};
 use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
 use rmcp::transport::{ConfigureCommandExt, TokioChildProcess};
@@ -38,15 +39,21 @@ pub fn arguments(tool: &str, prompt: &str, max_tokens: u32, schema: Option<&Valu
     args
 }
 
-/// A progress line on a terminal while the model writes.
-fn progress_line() -> Option<OnToken> {
+/// A progress line on a terminal while the model writes: the tokens of the answer so far,
+/// redrawn as they come; `None` when stderr is not a terminal.
+fn progress_line() -> Option<(Arc<Live>, tokio::task::JoinHandle<()>)> {
     if !std::io::stderr().is_terminal() {
         return None;
     }
-    Some(Arc::new(|n: usize| {
-        eprint!("\r  thinking… {n} tokens ");
-        let _ = std::io::stderr().flush();
-    }))
+    let live = Live::new();
+    let shown = live.clone();
+    let printer = tokio::spawn(async move {
+        while let Some(now) = shown.next().await {
+            eprint!("\r  thinking… {} tokens ", now.tokens);
+            let _ = std::io::stderr().flush();
+        }
+    });
+    Some((live, printer))
 }
 
 pub async fn run(config: &Config, args: &TryArgs) -> Result<(), String> {
@@ -58,7 +65,7 @@ pub async fn run(config: &Config, args: &TryArgs) -> Result<(), String> {
     };
     let model: Arc<dyn Model> = match args.with {
         TryModel::Local => {
-            let local = Local::start(LocalSettings::from_config(config)?, progress_line())?;
+            let local = Local::start(LocalSettings::from_config(config)?)?;
             local.ready().await?;
             Arc::new(local)
         }
@@ -74,10 +81,12 @@ pub async fn run(config: &Config, args: &TryArgs) -> Result<(), String> {
     });
     let transport =
         TokioChildProcess::new(command).map_err(|e| format!("cannot start the server: {e}"))?;
+    let progress = progress_line();
     let host = Host {
         model,
         limits: Arc::new(config.limits.clone()),
         sampling_tools: !args.no_sampling_tools,
+        live: progress.as_ref().map(|(live, _)| live.clone()),
     };
     let client = host
         .serve(transport)
@@ -89,7 +98,9 @@ pub async fn run(config: &Config, args: &TryArgs) -> Result<(), String> {
     };
     let request = CallToolRequestParams::new(args.tool.clone()).with_arguments(arguments);
     let result = client.call_tool(request).await;
-    if progress_line().is_some() {
+    if let Some((live, printer)) = progress {
+        live.close();
+        let _ = printer.await;
         eprint!("\r\x1b[K");
     }
     let _ = client.cancel().await;

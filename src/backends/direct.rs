@@ -149,16 +149,11 @@ pub async fn run(
     }
 }
 
-/// The machine speaks of the model that answered as "the host" (sampling's); on a direct
-/// backend the error is that backend's, and its model is named as such.
+/// An answer the machine cannot use is, on a direct backend, that backend's failure (the
+/// machine reports it as the host's, which answers on the sampling path).
 fn answered_by(e: CallError, backend: &'static str) -> CallError {
     match e {
-        CallError::Host(message) => CallError::backend(
-            backend,
-            message
-                .replace("the host's", "the model's")
-                .replace("the host", "the model"),
-        ),
+        CallError::Host(message) => CallError::backend(backend, message),
         e => e,
     }
 }

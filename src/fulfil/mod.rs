@@ -283,20 +283,16 @@ impl<'a> Machine<'a> {
     /// Prompted tool calls always get one repair ("required" with no call, or a malformed
     /// call); structured output gets `max_retries`.
     fn repair_budget(&self) -> u8 {
-        self.repairs_allowed()
-    }
-
-    /// Answers this call may take: the first and its repairs.
-    pub fn attempts_allowed(&self) -> usize {
-        usize::from(self.repairs_allowed()) + 1
-    }
-
-    fn repairs_allowed(&self) -> u8 {
         if self.strategy == Strategy::ToolsByPrompt {
             self.call.max_retries.max(1)
         } else {
             self.call.max_retries
         }
+    }
+
+    /// Answers this call may take: the first and its repairs.
+    pub fn attempts_allowed(&self) -> usize {
+        usize::from(self.repair_budget()) + 1
     }
 
     /// Each rejected answer, and the request to repair it.

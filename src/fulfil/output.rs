@@ -45,7 +45,7 @@ pub fn interpret(call: &Call, strategy: Strategy, completion: &Completion) -> Ca
             Ok(structured_by_prompt(text, schema))
         }
         _ if !calls.is_empty() => Err(CallError::Host(
-            "the host answered with tool_use content, but no tools were offered to it; \
+            "the model answered with tool_use content, but no tools were offered to it; \
              expected text"
                 .to_owned(),
         )),

@@ -216,16 +216,7 @@ async fn download(
     }
     let partial = path.with_extension("whl.part");
     let url = format!("{INDEX}/{}", part.url);
-    for attempt in 0..4u32 {
-        match download_once(client, &url, None, &partial, label, progress).await {
-            Ok(()) => break,
-            Err(e) if attempt < 3 => {
-                progress.line(&format!("agent-as-model: {e}; resuming"));
-                tokio::time::sleep(Duration::from_secs(1 << attempt)).await;
-            }
-            Err(e) => return Err(e),
-        }
-    }
+    download_resuming(client, &url, None, &partial, label, progress).await?;
     let digest = sha256_file(&partial)?;
     if digest != part.sha256 {
         let _ = std::fs::remove_file(&partial);
@@ -237,9 +228,33 @@ async fn download(
     std::fs::rename(&partial, path).map_err(|e| format!("cannot keep {}: {e}", path.display()))
 }
 
+/// Downloads `url` into `partial`, resuming after a break up to three times (1 s, 2 s, 4 s
+/// apart). Errors show the URL without its query, which may carry a storage signature.
+pub(super) async fn download_resuming(
+    client: &reqwest::Client,
+    url: &str,
+    token: Option<&str>,
+    partial: &Path,
+    label: &str,
+    progress: &mut Progress,
+) -> Result<(), String> {
+    let shown = |e: String| e.replace(url, url.split('?').next().unwrap_or(url));
+    for attempt in 0..4u32 {
+        match download_once(client, url, token, partial, label, progress).await {
+            Ok(()) => return Ok(()),
+            Err(e) if attempt < 3 => {
+                progress.line(&format!("agent-as-model: {}; resuming", shown(e)));
+                tokio::time::sleep(Duration::from_secs(1 << attempt)).await;
+            }
+            Err(e) => return Err(shown(e)),
+        }
+    }
+    Ok(())
+}
+
 /// Downloads `url` into `partial`, continuing from the bytes it holds when the server takes a
 /// range; `token` is sent as a bearer token.
-pub(super) async fn download_once(
+async fn download_once(
     client: &reqwest::Client,
     url: &str,
     token: Option<&str>,
@@ -372,9 +387,7 @@ pub fn intact(model: &Path) -> Result<(), String> {
     if size != GGUF_SIZE {
         return Err(format!("{size} bytes, expected {GGUF_SIZE}"));
     }
-    let recorded = std::fs::read_to_string(seal_path(model)).unwrap_or_default();
-    let expected = format!("{size} {GGUF_SHA256} {}", modified(model));
-    if recorded.trim() == expected {
+    if sealed(model).as_deref() == Some(GGUF_SHA256) {
         return Ok(());
     }
     let digest = sha256_file(model)?;

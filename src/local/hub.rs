@@ -7,7 +7,7 @@
 
 use super::fetch::{self, Progress};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// A GGUF file in a Hub repository.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -165,29 +165,15 @@ pub async fn fetch(
         .token
         .as_deref()
         .filter(|_| same_origin(&url, &access.endpoint));
-    let label = source.name().to_owned();
-    for attempt in 0..4u32 {
-        match fetch::download_once(&client, &url, token, &partial, &label, progress).await {
-            Ok(()) => break,
-            Err(e) if attempt < 3 => {
-                progress.line(&format!("agent-as-model: {}; resuming", shown(&e, &url)));
-                tokio::time::sleep(Duration::from_millis(250 << attempt)).await;
-            }
-            Err(e) => return Err(format!("{source}: {}", shown(&e, &url))),
-        }
-    }
+    fetch::download_resuming(&client, &url, token, &partial, source.name(), progress)
+        .await
+        .map_err(|e| format!("{source}: {e}"))?;
     check(source, &metadata, &partial, &path)?;
     progress.line(&format!(
         "agent-as-model: {source} ready in {:.1} s",
         started.elapsed().as_secs_f64()
     ));
     Ok(path)
-}
-
-/// A download error with the storage URL (which may carry a signature) cut to its host.
-fn shown(error: &str, url: &str) -> String {
-    let short = url.split('?').next().unwrap_or(url);
-    error.replace(url, short)
 }
 
 /// Checks the downloaded file's size and digest against the Hub's and keeps it.

@@ -86,9 +86,6 @@ fn source(config: &Config) -> Result<Source, String> {
     })
 }
 
-/// Told how many tokens the current answer has so far (for a progress line).
-pub type OnToken = Arc<dyn Fn(usize) + Send + Sync>;
-
 struct Job {
     request: ModelRequest,
     /// Told the answer's tokens as they are made, when the caller follows its progress.
@@ -119,14 +116,13 @@ fn fail(message: impl Into<String>) -> CallError {
 
 impl Local {
     /// Starts the worker, which begins loading (or fetching) the model at once.
-    pub fn start(settings: LocalSettings, on_token: Option<OnToken>) -> Result<Local, String> {
+    pub fn start(settings: LocalSettings) -> Result<Local, String> {
         let (jobs, queue) = mpsc::sync_channel::<Job>(settings.queue.max(1));
         let (state_tx, state) = watch::channel(State::Loading);
         let counters = Arc::new(Counters::default());
         let worker = Worker {
             settings: settings.clone(),
             state: state_tx,
-            on_token,
             counters: counters.clone(),
         };
         std::thread::Builder::new()
@@ -266,7 +262,6 @@ fn offered(request: &ModelRequest) -> &[ModelTool] {
 struct Worker {
     settings: LocalSettings,
     state: watch::Sender<State>,
-    on_token: Option<OnToken>,
     counters: Arc<Counters>,
 }
 
@@ -447,7 +442,9 @@ impl Worker {
                 params,
                 budget,
                 sampler,
-                sink: sink(self.on_token.clone(), live),
+                sink: live.map(|live| -> slots::Sink {
+                    Box::new(move |tokens, text| live.text(tokens, text))
+                }),
                 reply,
             }),
             Err(e) => {
@@ -456,22 +453,6 @@ impl Worker {
             }
         }
     }
-}
-
-/// Where an answer's tokens go as they are made: the progress line of `try`, the caller's
-/// progress, both or neither.
-fn sink(on_token: Option<OnToken>, live: Option<Arc<Live>>) -> Option<slots::Sink> {
-    if on_token.is_none() && live.is_none() {
-        return None;
-    }
-    Some(Box::new(move |tokens, text| {
-        if let Some(f) = &on_token {
-            f(tokens);
-        }
-        if let Some(live) = &live {
-            live.text(tokens, text);
-        }
-    }))
 }
 
 fn random_seed() -> u64 {

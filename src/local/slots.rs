@@ -208,14 +208,11 @@ impl<'m> Slots<'m> {
     /// last steps' pace, in whole tiles of [`super::engine::STEP_QUANTUM`], within the batch.
     fn room(&self) -> usize {
         use super::engine::{STEP_QUANTUM, STEP_SECONDS};
-        let most = self.model.info().step.max(1);
         let fits = self
             .per_token
             .filter(|t| *t > 0.0)
             .map_or(STEP_QUANTUM, |t| (STEP_SECONDS / t) as usize);
-        (fits / STEP_QUANTUM * STEP_QUANTUM)
-            .clamp(STEP_QUANTUM, most.max(STEP_QUANTUM))
-            .min(most)
+        ((fits / STEP_QUANTUM).max(1) * STEP_QUANTUM).min(self.model.info().step)
     }
 
     /// Fills the batch: first the token each answer needs next, then chunks of prompts, the

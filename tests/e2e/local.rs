@@ -240,12 +240,13 @@ async fn an_emulated_tool_call_comes_back_from_a_host_that_cannot_take_tools() {
         slots: 2,
         threads: 2,
     };
-    let model = Local::start(settings, None).unwrap();
+    let model = Local::start(settings).unwrap();
     model.ready().await.unwrap();
     let reference = host::Host {
         model: Arc::new(model),
         limits: Arc::default(),
         sampling_tools: false,
+        live: None,
     };
     let command = tokio::process::Command::new(BIN).configure(|c| {
         c.env("RUST_LOG", "error");
