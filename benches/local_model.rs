@@ -78,6 +78,7 @@ fn call(
         max_tokens: max,
         temperature: None,
         top_p: None,
+        top_k: None,
         seed: 1,
         stop: Vec::new(),
     };

@@ -140,6 +140,20 @@ pub struct CompletionRequest {
     pub max_tokens: u32,
     /// Sequences that end the completion; forwarded, and enforced by the server.
     pub stop: Vec<String>,
+    pub tuning: Tuning,
+}
+
+/// Sampling parameters beyond the temperature, typed. A backend that takes them uses them (the
+/// local model all three, a provider `top_p` and `seed`); MCP sampling has no fields for them,
+/// so they reach the host in the request's `metadata`, as the caller spelled them.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Tuning {
+    /// Nucleus sampling: keep the most likely tokens up to this probability mass.
+    pub top_p: Option<f64>,
+    /// Keep only this many most likely tokens.
+    pub top_k: Option<u32>,
+    /// Makes a sampled answer repeatable (negative: a random draw).
+    pub seed: Option<i64>,
 }
 
 /// Why the completion ended, in neutral form.
@@ -296,6 +310,9 @@ pub struct Call {
     pub emulate_tools: bool,
     /// Parameters forwarded as request metadata.
     pub metadata: Map<String, Value>,
+    /// The caller asked for a stream (`stream: true`); the result is whole, and the warning
+    /// says how this call's backend can be followed instead.
+    pub stream: bool,
     /// What the server did not honour as asked, reported in the result.
     pub warnings: Vec<String>,
 }

@@ -183,8 +183,8 @@ pub enum Command {
 #[derive(Debug, Clone, clap::Args)]
 pub struct BridgeArgs {
     /// Which model answers the downstream server's sampling when the host cannot
-    #[arg(long, value_enum, default_value_t = TryModel::Local)]
-    pub with: TryModel,
+    #[arg(long, value_enum, default_value_t = Direct::Local)]
+    pub with: Direct,
     /// The protocol era spoken to the downstream server (auto: 2026-07-28 when it offers it,
     /// else the legacy handshake)
     #[arg(long, value_enum, default_value_t = DownstreamEra::Auto)]
@@ -230,8 +230,8 @@ pub struct TryArgs {
     #[arg(long)]
     pub schema: Option<String>,
     /// Which model answers the sampling requests (the host's side)
-    #[arg(long, value_enum, default_value_t = TryModel::Local)]
-    pub with: TryModel,
+    #[arg(long, value_enum, default_value_t = Direct::Local)]
+    pub with: Direct,
     /// Longest answer, in tokens
     #[arg(long, default_value_t = 256)]
     pub max_tokens: u32,
@@ -241,8 +241,9 @@ pub struct TryArgs {
     pub no_sampling_tools: bool,
 }
 
+/// A model this server calls itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum TryModel {
+pub enum Direct {
     Local,
     Provider,
 }

@@ -5,7 +5,7 @@
 #![allow(deprecated)] // MCP sampling is deprecated by SEP-2577, and this host answers it.
 
 use crate::backends::direct::{Model, ModelRequest, ModelTool};
-use crate::call::{Block, Completion, Finish, Role, ToolChoice, Turn};
+use crate::call::{Block, Completion, Finish, Role, ToolChoice, Tuning, Turn};
 use crate::error::{CallError, CallResult};
 use crate::limits::Limits;
 use crate::shapes::media;
@@ -27,7 +27,8 @@ pub fn request(params: &CreateMessageRequestParams, limits: &Limits) -> CallResu
         .map(|(i, message)| turn(i, message, limits))
         .collect::<CallResult<Vec<Turn>>>()?;
     let metadata = params.metadata.as_ref();
-    let number = |key: &str| metadata.and_then(|m| m.get(key)).and_then(|v| v.as_f64());
+    let given =
+        |snake: &str, camel: &str| metadata.and_then(|m| m.get(snake).or_else(|| m.get(camel)));
     Ok(ModelRequest {
         model: params
             .model_preferences
@@ -40,8 +41,13 @@ pub fn request(params: &CreateMessageRequestParams, limits: &Limits) -> CallResu
         turns,
         max_tokens: params.max_tokens,
         temperature: params.temperature.map(f64::from),
-        top_p: number("top_p").or_else(|| number("topP")),
-        seed: number("seed").map(|s| s as u64),
+        tuning: Tuning {
+            top_p: given("top_p", "topP").and_then(|v| v.as_f64()),
+            top_k: given("top_k", "topK")
+                .and_then(|v| v.as_u64())
+                .and_then(|k| u32::try_from(k).ok()),
+            seed: given("seed", "seed").and_then(|v| v.as_i64()),
+        },
         stop: params.stop_sequences.clone().unwrap_or_default(),
         tools: params
             .tools

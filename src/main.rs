@@ -3,10 +3,10 @@
 
 use agent_as_model::backends::mrtr::Sealer;
 use agent_as_model::backends::sampling::Settings;
-use agent_as_model::config::{Backend, Command, Config, Fallback, Transport};
+use agent_as_model::config::{Command, Config, Transport};
 use agent_as_model::http::HttpSettings;
 use agent_as_model::local::LocalSettings;
-use agent_as_model::server::{Backends, Server, start};
+use agent_as_model::server::{Backends, Server};
 use agent_as_model::transport::{Framing, serve_stdio};
 use clap::Parser;
 use std::process::ExitCode;
@@ -69,18 +69,7 @@ fn serve(config: &Config, runtime: &tokio::runtime::Runtime, sealer: Sealer) -> 
         sampling_timeout: config.sampling_timeout(),
         sealer,
     };
-    let backends = Backends {
-        forced: match config.backend {
-            Backend::Host => None,
-            Backend::Local => Some(start(config, true)?),
-            Backend::Provider => Some(start(config, false)?),
-        },
-        fallback: match (config.backend, config.fallback) {
-            (Backend::Host, Fallback::Local) => Some(start(config, true)?),
-            (Backend::Host, Fallback::Provider) => Some(start(config, false)?),
-            _ => None,
-        },
-    };
+    let backends = Backends::from_config(config)?;
     let server =
         Server::new(settings, config.limits.clone(), backends).map_err(|e| e.to_string())?;
     if let Some(http) = HttpSettings::from_config(config) {

@@ -2,13 +2,15 @@
 //! then to the backend, then back to the shape to render. It holds no per-connection state;
 //! everything a call needs arrives with the call.
 
-use crate::backends::direct::{self, Model};
-use crate::backends::sampling::{self, Host, Outcome, Retry, Settings};
+use crate::backends::direct::Model;
+use crate::backends::driver::{Driver, Outcome};
+use crate::backends::sampling::{self, Host, Retry, Settings};
 use crate::call::{Call, Reply};
+use crate::config::{Backend, Config, Direct, Fallback};
 use crate::contract::cursor;
 use crate::error::{CallError, StartError, clip};
 use crate::fulfil::Fulfilled;
-use crate::fulfil::live::Live;
+use crate::fulfil::live::{Event, Live};
 use crate::gate::Gate;
 use crate::limits::Limits;
 use crate::pyjson::{self, Style};
@@ -26,33 +28,89 @@ use std::time::Instant;
 
 /// A direct backend, started: the embedded model (it begins loading at once) or the configured
 /// provider.
-pub fn start(config: &crate::config::Config, local: bool) -> Result<Arc<dyn Model>, String> {
-    if local {
-        let settings = crate::local::LocalSettings::from_config(config)?;
-        Ok(Arc::new(crate::local::Local::start(settings)?))
-    } else {
-        let settings = crate::backends::provider::ProviderSettings::from_config(config)?;
-        Ok(Arc::new(crate::backends::provider::Provider::new(
-            settings,
-        )?))
+pub fn start(config: &Config, which: Direct) -> Result<Arc<dyn Model>, String> {
+    match which {
+        Direct::Local => {
+            let settings = crate::local::LocalSettings::from_config(config)?;
+            Ok(Arc::new(crate::local::Local::start(settings)?))
+        }
+        Direct::Provider => {
+            let settings = crate::backends::provider::ProviderSettings::from_config(config)?;
+            Ok(Arc::new(crate::backends::provider::Provider::new(
+                settings,
+            )?))
+        }
     }
 }
 
-/// The models this server calls itself, besides the host's.
-#[derive(Clone, Default)]
+/// Who can answer a call.
+#[derive(Clone)]
+pub enum Answerer {
+    /// The host's model through MCP sampling, when the host samples.
+    Host,
+    /// A model this server calls itself: it always can.
+    Model(Arc<dyn Model>),
+}
+
+/// Who answers calls, in order of preference: a call goes to the first that can answer it.
+#[derive(Clone)]
 pub struct Backends {
-    /// Answers every call instead of the host (`--backend local|provider`).
-    pub forced: Option<Arc<dyn Model>>,
-    /// Answers when the host cannot sample (`--fallback local|provider`).
-    pub fallback: Option<Arc<dyn Model>>,
+    chain: Vec<Answerer>,
+}
+
+impl Default for Backends {
+    /// The host's model alone, as the original server.
+    fn default() -> Self {
+        Backends {
+            chain: vec![Answerer::Host],
+        }
+    }
 }
 
 impl Backends {
-    /// The direct backend that answers this call, if it is not the host's sampling.
+    /// `--backend` answers every call; with the host's model, `--fallback` answers when the
+    /// host cannot sample. Direct backends start now.
+    pub fn from_config(config: &Config) -> Result<Self, String> {
+        let direct = |which| start(config, which).map(Answerer::Model);
+        let chain = match (config.backend, config.fallback) {
+            (Backend::Local, _) => vec![direct(Direct::Local)?],
+            (Backend::Provider, _) => vec![direct(Direct::Provider)?],
+            (Backend::Host, Fallback::None) => vec![Answerer::Host],
+            (Backend::Host, Fallback::Local) => vec![Answerer::Host, direct(Direct::Local)?],
+            (Backend::Host, Fallback::Provider) => {
+                vec![Answerer::Host, direct(Direct::Provider)?]
+            }
+        };
+        Ok(Backends { chain })
+    }
+
+    /// The direct backend that answers this call, or `None` for the host's sampling (which
+    /// refuses the call with -32021 when the host cannot sample and nothing else can answer).
     fn for_host(&self, host: &Host) -> Option<&Arc<dyn Model>> {
-        self.forced
-            .as_ref()
-            .or_else(|| self.fallback.as_ref().filter(|_| !host.sampling))
+        self.chain.iter().find_map(|a| match a {
+            Answerer::Host if host.sampling => Some(None),
+            Answerer::Host => None,
+            Answerer::Model(model) => Some(Some(model)),
+        })?
+    }
+
+    /// Whether the host's model answers any call.
+    fn host_answers(&self) -> bool {
+        self.chain.iter().any(|a| matches!(a, Answerer::Host))
+    }
+
+    /// The direct backends, each with its role: `backend` when it answers every call,
+    /// `fallback` when it answers for a host that cannot sample.
+    fn direct(&self) -> impl Iterator<Item = (&'static str, &Arc<dyn Model>)> {
+        let role = if self.host_answers() {
+            "fallback"
+        } else {
+            "backend"
+        };
+        self.chain.iter().filter_map(move |a| match a {
+            Answerer::Host => None,
+            Answerer::Model(model) => Some((role, model)),
+        })
     }
 }
 
@@ -144,28 +202,22 @@ impl Server {
                 request_state: request.request_state.as_deref(),
                 input_responses: request.input_responses.as_ref(),
             };
-            if let Some(model) = self.backends.for_host(&host) {
-                // A cancelled call stops its model's work: the provider's request is dropped
-                // (its connection closed), the local model stops within one step.
-                let live = Reporter::start(&ctx);
-                let done = tokio::select! {
-                    done = direct::run(&call, model.as_ref(), live.as_ref().map(|r| &r.live)) => done,
-                    () = ctx.ct.cancelled() => Err(CallError::backend(
-                        model.kind(),
-                        "the tool call was cancelled by the client",
-                    )),
-                };
-                if let Some(reporter) = live {
-                    reporter.stop().await;
-                }
-                let done = done?;
-                return finish(shape, &call, done, Some(model.kind()))
-                    .map(CallToolResponse::Complete);
+            let driver = match self.backends.for_host(&host) {
+                Some(model) => Driver::Direct {
+                    model: model.as_ref(),
+                    ctx: &ctx,
+                },
+                None => Driver::sampling(&call, &host, &ctx, retry, &self.settings, &self.limits),
+            };
+            let reporter = driver.streams().then(|| Reporter::start(&ctx)).flatten();
+            let outcome = driver.run(&call, reporter.as_ref().map(|r| &r.live)).await;
+            if let Some(reporter) = reporter {
+                reporter.stop().await;
             }
-            match sampling::run(&call, &host, retry, &ctx, &self.settings, &self.limits).await? {
+            match outcome? {
                 Outcome::Ask(ask) => Ok(CallToolResponse::InputRequired(ask)),
                 Outcome::Done(done) => {
-                    finish(shape, &call, done, None).map(CallToolResponse::Complete)
+                    finish(shape, &call, done, driver.backend()).map(CallToolResponse::Complete)
                 }
             }
         }
@@ -194,7 +246,7 @@ impl Reporter {
 
     /// Stops reporting before the result is sent, so that no progress follows it.
     async fn stop(self) {
-        self.live.close();
+        self.live.event(Event::Finished);
         self.task.abort();
         let _ = self.task.await;
     }
@@ -254,7 +306,7 @@ fn edge(tool: &str, e: CallError) -> Result<CallToolResponse, ErrorData> {
     }
 }
 
-/// Final contract checks on the answer (persona output, cursor), the shape's rendering, and
+/// The cursor, the shape's rendering, and
 /// what every result reports (warnings, how tools and structured output were obtained, media,
 /// and which backend answered when it was not the host's sampling).
 fn finish(
@@ -264,9 +316,6 @@ fn finish(
     backend: Option<&'static str>,
 ) -> Result<CallToolResult, CallError> {
     let completion = done.answer.completion_text();
-    if let Some(p) = &call.persona {
-        p.check_output(&completion)?;
-    }
     let minted = call.chain.is_on().then(|| {
         cursor::mint(
             &call.request.model,
@@ -288,7 +337,7 @@ fn finish(
     let rendered = shape.render(&reply);
     let mut structured = rendered.structured;
     let mut warnings = call.warnings.clone();
-    warnings.extend(done.strategy.warnings());
+    warnings.extend(done.warnings);
     if let Some(via) = done.strategy.tools_via() {
         structured.insert("tool_calls_via".into(), json!(via));
     }
@@ -316,7 +365,7 @@ fn finish(
 /// configured direct backends' models, and what the server knows of the host.
 fn list_models(host: &Host, backends: &Backends) -> CallToolResult {
     let mut models = Vec::new();
-    if backends.forced.is_none() {
+    if backends.host_answers() {
         models.push(json!({
             "id": shapes::DEFAULT_MODEL,
             "owned_by": "host-agent",
@@ -325,17 +374,12 @@ fn list_models(host: &Host, backends: &Backends) -> CallToolResult {
                             other tools is only a hint.",
         }));
     }
-    for (role, model) in [
-        ("backend", &backends.forced),
-        ("fallback", &backends.fallback),
-    ] {
-        if let Some(model) = model {
-            let mut entry = model.describe();
-            if let Some(o) = entry.as_object_mut() {
-                o.insert("role".into(), json!(role));
-            }
-            models.push(entry);
+    for (role, model) in backends.direct() {
+        let mut entry = model.describe();
+        if let Some(o) = entry.as_object_mut() {
+            o.insert("role".into(), json!(role));
         }
+        models.push(entry);
     }
     let models = Value::Array(models);
     let text = pyjson::dumps(&models, Style::PLAIN);
@@ -351,25 +395,27 @@ impl ServerHandler for Server {
                 "agent-as-model",
                 env!("CARGO_PKG_VERSION"),
             ))
-            .with_instructions(match (&self.backends.forced, &self.backends.fallback) {
-                (Some(_), _) => {
-                    "Model-shaped tools (chat_complete, messages_create, responses_create, \
+            .with_instructions(
+                match (self.backends.host_answers(), self.backends.direct().next()) {
+                    (false, _) => {
+                        "Model-shaped tools (chat_complete, messages_create, responses_create, \
                      generate, generate_content) answered by a model this server runs or calls \
                      itself (see list_models): no sampling needed."
-                }
-                (None, Some(_)) => {
-                    "Model-shaped tools (chat_complete, messages_create, responses_create, \
+                    }
+                    (true, Some(_)) => {
+                        "Model-shaped tools (chat_complete, messages_create, responses_create, \
                      generate, generate_content) answered by this host's own model through MCP \
                      sampling, or, when the host cannot sample, by the fallback model listed \
                      by list_models."
-                }
-                (None, None) => {
-                    "Model-shaped tools (chat_complete, messages_create, responses_create, \
+                    }
+                    (true, None) => {
+                        "Model-shaped tools (chat_complete, messages_create, responses_create, \
                      generate, generate_content) answered by this host's own model through MCP \
                      sampling: no API key. The host must support sampling (VS Code, GitHub \
                      Copilot CLI, fast-agent); elsewhere start the server with --fallback local."
-                }
-            })
+                    }
+                },
+            )
     }
 
     async fn list_tools(

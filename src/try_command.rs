@@ -5,8 +5,8 @@
 
 use crate::backends::direct::Model;
 use crate::backends::provider::ProviderSettings;
-use crate::config::{Config, TryArgs, TryModel};
-use crate::fulfil::live::Live;
+use crate::config::{Config, Direct, TryArgs};
+use crate::fulfil::live::{Event, Live};
 use crate::host::{self, Host};
 use crate::local::Local;
 use crate::local::LocalSettings;
@@ -64,12 +64,12 @@ pub async fn run(config: &Config, args: &TryArgs) -> Result<(), String> {
         None => None,
     };
     let model: Arc<dyn Model> = match args.with {
-        TryModel::Local => {
+        Direct::Local => {
             let local = Local::start(LocalSettings::from_config(config)?)?;
             local.ready().await?;
             Arc::new(local)
         }
-        TryModel::Provider => Arc::new(crate::backends::provider::Provider::new(
+        Direct::Provider => Arc::new(crate::backends::provider::Provider::new(
             ProviderSettings::from_config(config)?,
         )?),
     };
@@ -99,7 +99,7 @@ pub async fn run(config: &Config, args: &TryArgs) -> Result<(), String> {
     let request = CallToolRequestParams::new(args.tool.clone()).with_arguments(arguments);
     let result = client.call_tool(request).await;
     if let Some((live, printer)) = progress {
-        live.close();
+        live.event(Event::Finished);
         let _ = printer.await;
         eprint!("\r\x1b[K");
     }

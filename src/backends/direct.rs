@@ -3,10 +3,10 @@
 //! the same fulfilment [`Machine`] as sampling; each only declares what its model can take and
 //! answers one neutral [`ModelRequest`] at a time.
 
-use crate::call::{Block, Call, Completion, ToolChoice, Turn};
+use crate::call::{Block, Completion, ToolChoice, Tuning, Turn};
 use crate::error::{CallError, CallResult};
 use crate::fulfil::live::Live;
-use crate::fulfil::{Attempt, Capabilities, Fulfilled, Machine, Progress, Step};
+use crate::fulfil::{Attempt, Capabilities};
 use serde_json::{Map, Value};
 use std::future::Future;
 use std::pin::Pin;
@@ -24,8 +24,7 @@ pub struct ModelRequest {
     pub turns: Vec<Turn>,
     pub max_tokens: u32,
     pub temperature: Option<f64>,
-    pub top_p: Option<f64>,
-    pub seed: Option<u64>,
+    pub tuning: Tuning,
     pub stop: Vec<String>,
     pub tools: Vec<ModelTool>,
     pub tool_choice: Option<ToolChoice>,
@@ -55,24 +54,13 @@ impl ModelRequest {
     pub fn from_attempt(attempt: &Attempt<'_>) -> Self {
         let call = attempt.call;
         let req = &call.request;
-        let number = |key: &str| call.metadata.get(key).and_then(Value::as_f64);
         ModelRequest {
             model: req.model.clone(),
             system: attempt.system.clone(),
             turns: attempt.turns().cloned().collect(),
             max_tokens: req.max_tokens,
             temperature: req.temperature,
-            top_p: number("top_p").or_else(|| number("topP")),
-            seed: call
-                .metadata
-                .get("seed")
-                .and_then(Value::as_u64)
-                .or_else(|| {
-                    call.metadata
-                        .get("seed")
-                        .and_then(Value::as_f64)
-                        .map(|f| f as u64)
-                }),
+            tuning: req.tuning,
             stop: req.stop.clone(),
             tools: attempt
                 .tools
@@ -115,47 +103,6 @@ pub trait Model: Send + Sync {
         request: ModelRequest,
         live: Option<Arc<Live>>,
     ) -> BoxFuture<'_, CallResult<Completion>>;
-}
-
-/// Fulfils one call on a direct backend: the machine's attempts, answered in turn, each told
-/// to `live` when the caller follows the answer's progress.
-pub async fn run(
-    call: &Call,
-    model: &dyn Model,
-    live: Option<&Arc<Live>>,
-) -> CallResult<Fulfilled> {
-    let machine = Machine::new(call, model.capabilities());
-    let mut progress = Progress::default();
-    let mut answer = None;
-    loop {
-        let step = machine
-            .step(&mut progress, answer.take())
-            .map_err(|e| answered_by(e, model.kind()))?;
-        match step {
-            Step::Done(done) => return Ok(done),
-            Step::Send(attempt) => {
-                let request = ModelRequest::from_attempt(&attempt);
-                if let Some(live) = live {
-                    let budget = usize::try_from(request.max_tokens).ok();
-                    live.attempt(
-                        progress.repairs.len() + 1,
-                        machine.attempts_allowed(),
-                        budget,
-                    );
-                }
-                answer = Some(model.complete(request, live.cloned()).await?);
-            }
-        }
-    }
-}
-
-/// An answer the machine cannot use is, on a direct backend, that backend's failure (the
-/// machine reports it as the host's, which answers on the sampling path).
-fn answered_by(e: CallError, backend: &'static str) -> CallError {
-    match e {
-        CallError::Host(message) => CallError::backend(backend, message),
-        e => e,
-    }
 }
 
 /// Refuses media for a backend that takes text only, naming where it is.

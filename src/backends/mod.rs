@@ -9,6 +9,7 @@
 //! model.
 
 pub mod direct;
+pub mod driver;
 pub mod legacy;
 pub mod mrtr;
 pub mod provider;

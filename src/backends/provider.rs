@@ -9,7 +9,7 @@ use crate::call::{Block, Completion, Finish, Role, ToolChoice, Usage};
 use crate::config::Config;
 use crate::error::{CallError, CallResult, clip};
 use crate::fulfil::Capabilities;
-use crate::fulfil::live::Live;
+use crate::fulfil::live::{Event, Live};
 use crate::pyjson::{self, Style};
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
@@ -250,7 +250,16 @@ impl Provider {
             }
             let added = assembly.feed(&chunk).map_err(fail)?;
             if let Some(live) = live.filter(|_| added.any) {
-                live.text(assembly.deltas, &self.scrub(added.text));
+                for name in &added.calls {
+                    live.event(Event::ToolCall {
+                        tokens: assembly.deltas,
+                        name: &self.scrub(name.clone()),
+                    });
+                }
+                live.event(Event::Delta {
+                    tokens: assembly.deltas,
+                    text: &self.scrub(added.text),
+                });
             }
         }
         let answer = assembly.finish().map_err(fail)?;
@@ -377,6 +386,9 @@ impl Model for Provider {
         Capabilities {
             tools: self.settings.tools,
             json_schema: self.settings.json_schema,
+            // Not part of the OpenAI chat API, which refuses it.
+            top_k: false,
+            streams: true,
         }
     }
 
@@ -430,10 +442,10 @@ pub fn body(model: &str, request: &ModelRequest) -> Value {
     if let Some(t) = request.temperature {
         body.insert("temperature".into(), json!(t));
     }
-    if let Some(p) = request.top_p {
+    if let Some(p) = request.tuning.top_p {
         body.insert("top_p".into(), json!(p));
     }
-    if let Some(s) = request.seed {
+    if let Some(s) = request.tuning.seed {
         body.insert("seed".into(), json!(s));
     }
     if !request.stop.is_empty() {
@@ -614,7 +626,7 @@ fn usage(answer: &Value) -> Option<Usage> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::call::Turn;
+    use crate::call::{Tuning, Turn};
 
     #[test]
     fn requests_carry_every_parameter_and_tool_content() {
@@ -642,8 +654,11 @@ mod tests {
             ],
             max_tokens: 50,
             temperature: Some(0.5),
-            top_p: Some(0.9),
-            seed: Some(7),
+            tuning: Tuning {
+                top_p: Some(0.9),
+                top_k: None,
+                seed: Some(7),
+            },
             stop: vec!["END".into()],
             response_schema: Some(json!({"type": "object"}).as_object().unwrap().clone()),
             ..Default::default()

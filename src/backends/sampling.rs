@@ -2,26 +2,26 @@
 //! protocol era. This is the one place that looks at protocol versions and client
 //! capabilities.
 //!
-//! The driver runs the fulfilment [`Machine`] and does its I/O: on the legacy era each attempt
-//! is sent as `sampling/createMessage` and awaited (bounded, see [`super::legacy`]); on
-//! 2026-07-28 the answer is read from the retry's `inputResponses`, or the driver stops and
-//! returns an `InputRequiredResult` carrying the request and the sealed progress (see
-//! [`super::mrtr`]).
+//! [`super::driver`] runs the fulfilment machine on it: on the legacy era each attempt is sent
+//! as `sampling/createMessage` and awaited (bounded, see [`super::legacy`]); on 2026-07-28 the
+//! answer is read from the retry's `inputResponses`, or the driver stops and returns an
+//! `InputRequiredResult` carrying the request and the sealed progress (see [`super::mrtr`]).
+//! Here: what the host can take, and sampling messages to and from neutral turns.
 
 #![allow(deprecated)] // MCP sampling is deprecated by SEP-2577, and it is what this server is.
 
-use super::{legacy, mrtr};
-use crate::call::{Block, Call, Completion, Finish, Role, ToolChoice, Turn, text_chars};
+use super::mrtr;
+use crate::call::{Block, Completion, Finish, Role, ToolChoice, Turn, text_chars};
 use crate::error::{CallError, CallResult};
-use crate::fulfil::{Attempt, Capabilities, Fulfilled, Machine, Progress, Step, Strategy};
+use crate::fulfil::{Attempt, Capabilities, Strategy};
 use crate::limits::Limits;
 use crate::pyjson::{self, Style};
 use crate::shapes::media;
 use rmcp::ErrorData;
 use rmcp::model::{
-    ClientCapabilities, CreateMessageRequestParams, CreateMessageResult, ErrorCode,
-    InputRequiredResult, ModelHint, ModelPreferences, ProtocolVersion, SamplingMessage,
-    SamplingMessageContentBlock, Tool, ToolChoice as McpToolChoice,
+    ClientCapabilities, CreateMessageRequestParams, CreateMessageResult, ErrorCode, ModelHint,
+    ModelPreferences, ProtocolVersion, SamplingMessage, SamplingMessageContentBlock, Tool,
+    ToolChoice as McpToolChoice,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use serde::Deserialize as _;
@@ -85,7 +85,7 @@ impl Host {
 
     /// What the host's sampling can take.
     pub fn capabilities(&self) -> Capabilities {
-        Capabilities::tools(self.sampling_tools)
+        Capabilities::sampling(self.sampling_tools)
     }
 
     /// `-32021` when the client cannot sample: nothing this server does can work then.
@@ -123,59 +123,6 @@ pub struct Retry<'a> {
     pub arguments: &'a Map<String, Value>,
     pub request_state: Option<&'a str>,
     pub input_responses: Option<&'a rmcp::model::InputResponses>,
-}
-
-pub enum Outcome {
-    Done(Fulfilled),
-    Ask(InputRequiredResult),
-}
-
-/// Fulfils one call on whichever era the request belongs to.
-pub async fn run(
-    call: &Call,
-    host: &Host,
-    retry: Retry<'_>,
-    ctx: &RequestContext<RoleServer>,
-    settings: &Settings,
-    limits: &Limits,
-) -> CallResult<Outcome> {
-    host.require_sampling()?;
-    let machine = Machine::new(call, host.capabilities());
-    let mut progress = Progress::default();
-    if !host.modern {
-        let mut answer = None;
-        loop {
-            match machine.step(&mut progress, answer.take())? {
-                Step::Done(done) => return Ok(Outcome::Done(done)),
-                Step::Send(attempt) => {
-                    let result =
-                        legacy::sample(ctx, sampling_params(&attempt), settings.sampling_timeout)
-                            .await?;
-                    answer = Some(to_completion(result, limits)?);
-                }
-            }
-        }
-    }
-    let binding = mrtr::Sealer::binding(call.tool, retry.arguments);
-    let mut answer = None;
-    let has_responses = retry.input_responses.is_some();
-    if let Some(p) = settings
-        .sealer
-        .open(&binding, retry.request_state, has_responses)?
-    {
-        progress = p;
-        if let Some(value) = retry.input_responses.and_then(|r| r.get(mrtr::SAMPLE_KEY)) {
-            answer = Some(to_completion(parse_response(value)?, limits)?);
-        }
-    }
-    match machine.step(&mut progress, answer)? {
-        Step::Done(done) => Ok(Outcome::Done(done)),
-        // First round, a retry without the "sample" answer, or a repair: ask (again).
-        Step::Send(attempt) => settings
-            .sealer
-            .ask(&binding, &progress, sampling_params(&attempt))
-            .map(Outcome::Ask),
-    }
 }
 
 /// Tool content as text, for hosts that cannot take tool blocks in sampling.
@@ -321,7 +268,7 @@ pub fn sampling_params(attempt: &Attempt<'_>) -> CreateMessageRequestParams {
 
 /// Reads the `"sample"` input response of a 2026-07-28 retry.
 /// Read in place: the answer may carry megabytes of media, so it is not copied first.
-fn parse_response(value: &Value) -> CallResult<CreateMessageResult> {
+pub(crate) fn parse_response(value: &Value) -> CallResult<CreateMessageResult> {
     if value.is_null() {
         return Err(CallError::Host(
             "the client answered the sampling request with null instead of a \

@@ -37,6 +37,8 @@ pub struct Assembly {
 #[derive(Debug, Default, PartialEq)]
 pub struct Added {
     pub text: String,
+    /// The names of the tool calls that began.
+    pub calls: Vec<String>,
     /// Whether anything was added (text or a tool call's part).
     pub any: bool,
 }
@@ -117,15 +119,18 @@ impl Assembly {
             .map(Vec::as_slice)
             .unwrap_or_default()
         {
-            self.tool_call_delta(call);
+            if let Some(name) = self.tool_call_delta(call) {
+                added.calls.push(name);
+            }
             added.any = true;
             self.deltas += 1;
         }
         Ok(())
     }
 
-    /// A part of a tool call: the first names it, the rest carry argument fragments.
-    fn tool_call_delta(&mut self, delta: &Value) {
+    /// A part of a tool call: the first names it, the rest carry argument fragments. Returns
+    /// the call's name when this part began it.
+    fn tool_call_delta(&mut self, delta: &Value) -> Option<String> {
         let index = delta
             .get("index")
             .and_then(Value::as_u64)
@@ -140,9 +145,8 @@ impl Assembly {
                 self.calls.len() - 1
             }
         };
-        let Some(call) = self.calls.get_mut(position) else {
-            return;
-        };
+        let call = self.calls.get_mut(position)?;
+        let began = call.name.is_empty();
         if let Some(id) = delta.get("id").and_then(Value::as_str) {
             call.id = Some(id.to_owned());
         }
@@ -152,6 +156,7 @@ impl Assembly {
         if let Some(part) = delta.pointer("/function/arguments").and_then(Value::as_str) {
             call.arguments.push_str(part);
         }
+        (began && !call.name.is_empty()).then(|| call.name.clone())
     }
 
     /// The chat completion the stream made; `Err` when it broke off before its end (no
@@ -220,11 +225,15 @@ mod tests {
         .concat();
         let mut assembly = Assembly::default();
         let mut text = String::new();
+        let mut began = Vec::new();
         // Fed in pieces that cut events and characters' lines anywhere.
         for piece in stream.as_bytes().chunks(7) {
-            text.push_str(&assembly.feed(piece).unwrap().text);
+            let added = assembly.feed(piece).unwrap();
+            text.push_str(&added.text);
+            began.extend(added.calls);
         }
         assert_eq!(text, "Hello");
+        assert_eq!(began, ["get_weather"]);
         assert_eq!(assembly.deltas, 5);
         let done = assembly.finish().unwrap();
         assert_eq!(done["model"], "m1");

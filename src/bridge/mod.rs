@@ -19,7 +19,7 @@ mod downstream;
 mod upstream;
 
 use crate::backends::direct::Model;
-use crate::config::{BridgeArgs, Config, DownstreamEra, TryModel};
+use crate::config::{BridgeArgs, Config, DownstreamEra};
 use crate::limits::Limits;
 use crate::transport::Framing;
 use downstream::Downstream;
@@ -230,7 +230,7 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(15);
 pub async fn run(config: &Config, args: &BridgeArgs) -> Result<(), String> {
     let shared = Arc::new(Shared {
         host: RwLock::new(None),
-        model: crate::server::start(config, args.with == TryModel::Local)?,
+        model: crate::server::start(config, args.with)?,
         limits: Arc::new(config.limits.clone()),
         link: RwLock::new(Link::Down("the downstream server is starting".into())),
         timeout: Duration::from_secs(args.timeout_secs),

@@ -62,23 +62,24 @@ impl Persona {
         })
     }
 
-    /// Checks the completion text against `output_schema`.
-    pub fn check_output(&self, completion: &str) -> CallResult<()> {
-        let Some(schema) = &self.output else {
-            return Ok(());
+    /// What is wrong with the completion text against `output_schema`, if anything.
+    pub fn output_problem(&self, completion: &str) -> Option<String> {
+        let schema = self.output.as_ref()?;
+        let parsed: Value = match serde_json::from_str(completion) {
+            Ok(v) => v,
+            Err(e) => {
+                return Some(format!(
+                    "persona {:?} output_schema requires the completion to be JSON, but it does \
+                     not parse ({e})",
+                    self.name
+                ));
+            }
         };
-        let parsed: Value = serde_json::from_str(completion).map_err(|e| {
-            CallError::Rejected(format!(
-                "persona {:?} output_schema requires the completion to be JSON, but it does not \
-                 parse ({e})",
-                self.name
-            ))
-        })?;
-        schema.check(&parsed).map_err(|e| {
-            CallError::Rejected(format!(
+        schema.check(&parsed).err().map(|e| {
+            format!(
                 "completion violates persona {:?} output_schema {e}",
                 self.name
-            ))
+            )
         })
     }
 }
@@ -125,10 +126,10 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("\"pirate\"") && e.contains("at /model"), "{e}");
-        assert!(p.check_output(r#"{"arr": 1}"#).is_ok());
-        let e = p.check_output("ahoy").unwrap_err().to_string();
+        assert_eq!(p.output_problem(r#"{"arr": 1}"#), None);
+        let e = p.output_problem("ahoy").unwrap();
         assert!(e.contains("\"pirate\"") && e.contains("JSON"), "{e}");
-        let e = p.check_output("{}").unwrap_err().to_string();
+        let e = p.output_problem("{}").unwrap();
         assert!(e.contains("\"pirate\"") && e.contains("at /"), "{e}");
     }
 }

@@ -9,6 +9,37 @@ use tokio::sync::Notify;
 /// Characters of the answer's end kept for the progress message.
 pub const TAIL_CHARS: usize = 240;
 
+/// What happens while a call is fulfilled: the driver tells attempts and the end, the
+/// backend the model's output as it comes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Event<'a> {
+    /// An attempt starts: the first answer (number 1) or a repair, with its token budget.
+    Attempt {
+        number: usize,
+        of: usize,
+        budget: Option<usize>,
+    },
+    /// The answer has `tokens` tokens now, `text` the newest of them.
+    Delta { tokens: usize, text: &'a str },
+    /// The model began a call of the tool `name` (streamed answers).
+    ToolCall { tokens: usize, name: &'a str },
+    /// Nothing follows: the reporter ends after what it is sending.
+    Finished,
+}
+
+/// Appends to the tail and keeps its last [`TAIL_CHARS`] characters.
+fn push_tail(tail: &mut String, text: &str) {
+    tail.push_str(text);
+    let chars = tail.chars().count();
+    if chars > TAIL_CHARS {
+        let cut = tail
+            .char_indices()
+            .nth(chars - TAIL_CHARS)
+            .map_or(0, |(i, _)| i);
+        tail.drain(..cut);
+    }
+}
+
 /// The latest state of one answer.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Snapshot {
@@ -82,43 +113,34 @@ impl Live {
         self.notify.notify_one();
     }
 
-    /// A new attempt starts (the first answer, or a repair) with this token budget.
-    pub fn attempt(&self, number: usize, of: usize, budget: Option<usize>) {
-        self.update(|s| {
-            *s = Snapshot {
-                before: s.before + s.tokens,
-                attempt: number,
-                attempts: of,
-                total: budget,
-                ..Snapshot::default()
-            };
-        });
-    }
-
-    /// The answer has `tokens` tokens now, `text` the newest of them.
-    pub fn text(&self, tokens: usize, text: &str) {
-        self.update(|s| {
-            s.tokens = tokens;
-            s.tail.push_str(text);
-            let chars = s.tail.chars().count();
-            if chars > TAIL_CHARS {
-                let cut = s
-                    .tail
-                    .char_indices()
-                    .nth(chars - TAIL_CHARS)
-                    .map_or(0, |(i, _)| i);
-                s.tail.drain(..cut);
+    /// Tells the caller's view what happened.
+    pub fn event(&self, event: Event<'_>) {
+        match event {
+            Event::Attempt { number, of, budget } => self.update(|s| {
+                *s = Snapshot {
+                    before: s.before + s.tokens,
+                    attempt: number,
+                    attempts: of,
+                    total: budget,
+                    ..Snapshot::default()
+                };
+            }),
+            Event::Delta { tokens, text } => self.update(|s| {
+                s.tokens = tokens;
+                push_tail(&mut s.tail, text);
+            }),
+            Event::ToolCall { tokens, name } => self.update(|s| {
+                s.tokens = tokens;
+                push_tail(&mut s.tail, &format!("[calling {name}] "));
+            }),
+            Event::Finished => {
+                self.state
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .closed = true;
+                self.notify.notify_one();
             }
-        });
-    }
-
-    /// No more updates: the reporter ends after what it is sending.
-    pub fn close(&self) {
-        self.state
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .closed = true;
-        self.notify.notify_one();
+        }
     }
 
     /// Waits for a change and takes it; `None` once closed.
@@ -146,21 +168,40 @@ mod tests {
     #[tokio::test]
     async fn updates_fold_into_the_latest_and_the_tail_is_clipped() {
         let live = Live::new();
-        live.attempt(1, 2, Some(100));
+        live.event(Event::Attempt {
+            number: 1,
+            of: 2,
+            budget: Some(100),
+        });
         for i in 0..500 {
-            live.text(i + 1, "é");
+            live.event(Event::Delta {
+                tokens: i + 1,
+                text: "é",
+            });
         }
         let now = live.next().await.unwrap();
         assert_eq!(now.tokens, 500);
         assert_eq!(now.total, Some(100));
         assert_eq!(now.tail.chars().count(), TAIL_CHARS);
         assert_eq!(now.message(), now.tail);
-        live.attempt(2, 2, None);
-        live.text(1, "{\"a\"");
+        live.event(Event::Attempt {
+            number: 2,
+            of: 2,
+            budget: None,
+        });
+        live.event(Event::Delta {
+            tokens: 1,
+            text: "{\"a\"",
+        });
         let repair = live.next().await.unwrap();
         assert_eq!(repair.message(), "repairing: attempt 2 of 2: {\"a\"");
         assert_eq!((repair.progress(), repair.total()), (501, None));
-        live.close();
+        live.event(Event::ToolCall {
+            tokens: 2,
+            name: "f",
+        });
+        assert!(live.next().await.unwrap().tail.ends_with("[calling f] "));
+        live.event(Event::Finished);
         assert_eq!(live.next().await, None);
     }
 }

@@ -38,15 +38,44 @@ pub struct Capabilities {
     /// A JSON Schema the answer must satisfy (`response_format: json_schema`, or constrained
     /// decoding): structured output is then asked for natively.
     pub json_schema: bool,
+    /// `top_k` is used or carried to the model (`top_p` and `seed` always are).
+    pub top_k: bool,
+    /// The answer is made token by token where this server sees it, so a caller can follow
+    /// it with a progress token.
+    pub streams: bool,
 }
 
 impl Capabilities {
-    /// A backend that takes tools (or not) and no response schema: MCP sampling.
-    pub fn tools(tools: bool) -> Self {
+    /// MCP sampling: tools when the host declares them, no response schema, the tuning
+    /// parameters carried in the request's metadata, whole answers.
+    pub fn sampling(tools: bool) -> Self {
         Capabilities {
             tools,
             json_schema: false,
+            top_k: true,
+            streams: false,
         }
+    }
+
+    /// What the result says of the parameters this backend could not honour as asked.
+    pub fn warnings(&self, call: &Call) -> Vec<String> {
+        let mut warnings = Vec::new();
+        if call.request.tuning.top_k.is_some() && !self.top_k {
+            warnings
+                .push("`top_k` was not sent: this backend's API has no such parameter".to_owned());
+        }
+        if call.stream {
+            warnings.push(if self.streams {
+                "stream: true is emulated: the complete result is returned at once; pass a \
+                 progress token (_meta.progressToken) to follow the text as it is made"
+                    .to_owned()
+            } else {
+                "stream: true is emulated: the complete result is returned at once (MCP \
+                 sampling returns the host's answer whole)"
+                    .to_owned()
+            });
+        }
+        warnings
     }
 }
 
@@ -201,6 +230,8 @@ impl Attempt<'_> {
 pub struct Fulfilled {
     pub answer: Answer,
     pub strategy: Strategy,
+    /// What was not honoured as asked on this backend, for the result.
+    pub warnings: Vec<String>,
     pub attempts: usize,
     pub host_model: String,
     pub finish: Finish,
@@ -254,10 +285,11 @@ impl<'a> Machine<'a> {
             completion.enforce_stop(&self.call.request.stop);
         }
         let attempts = progress.repairs.len() + 1;
-        match output::interpret(self.call, self.strategy, &completion)? {
+        match self.persona_check(output::interpret(self.call, self.strategy, &completion)?) {
             Verdict::Accepted(answer) => Ok(Step::Done(Fulfilled {
                 answer,
                 strategy: self.strategy,
+                warnings: self.warnings(),
                 attempts,
                 media: completion.media(),
                 usage: completion.usage,
@@ -278,6 +310,29 @@ impl<'a> Machine<'a> {
                 Ok(Step::Send(self.attempt(progress)))
             }
         }
+    }
+
+    /// A persona's `output_schema` holds the accepted answer's text to it, with repairs like
+    /// any other schema.
+    fn persona_check(&self, verdict: Verdict) -> Verdict {
+        let (Verdict::Accepted(answer), Some(persona)) = (&verdict, &self.call.persona) else {
+            return verdict;
+        };
+        let text = answer.completion_text();
+        match persona.output_problem(&text) {
+            Some(problem) => Verdict::Violation {
+                answer: text,
+                problem,
+            },
+            None => verdict,
+        }
+    }
+
+    /// What the result reports of how the call was honoured on this backend.
+    fn warnings(&self) -> Vec<String> {
+        let mut warnings = self.strategy.warnings();
+        warnings.extend(self.caps.warnings(self.call));
+        warnings
     }
 
     /// Prompted tool calls always get one repair ("required" with no call, or a malformed
@@ -425,7 +480,7 @@ mod tests {
     #[test]
     fn the_machine_asks_repairs_within_budget_then_fails() {
         let call = structured_call();
-        let m = Machine::new(&call, Capabilities::tools(false));
+        let m = Machine::new(&call, Capabilities::sampling(false));
         assert_eq!(m.strategy(), Strategy::StructuredByPrompt);
         let mut progress = Progress::default();
         let Step::Send(first) = m.step(&mut progress, None).unwrap() else {
@@ -452,7 +507,7 @@ mod tests {
     #[test]
     fn a_backend_with_tools_gets_the_structured_tool() {
         let call = structured_call();
-        let m = Machine::new(&call, Capabilities::tools(true));
+        let m = Machine::new(&call, Capabilities::sampling(true));
         let Step::Send(a) = m.step(&mut Progress::default(), None).unwrap() else {
             panic!()
         };
@@ -468,6 +523,8 @@ mod tests {
         let caps = Capabilities {
             tools: true,
             json_schema: true,
+            top_k: true,
+            streams: true,
         };
         let m = Machine::new(&call, caps);
         assert_eq!(m.strategy(), Strategy::StructuredNative);

@@ -54,6 +54,7 @@ pub struct Params {
     /// `None` or 0: greedy.
     pub temperature: Option<f64>,
     pub top_p: Option<f64>,
+    pub top_k: Option<u32>,
     pub seed: u64,
     pub stop: Vec<String>,
 }
@@ -291,12 +292,15 @@ impl Model {
 }
 
 /// The sampler chain for one answer: the grammar's mask first when there is one, then greedy
-/// without a temperature (or at 0), else nucleus filtering for `top_p`, the temperature and a
-/// draw seeded by `seed`.
+/// without a temperature (or at 0), else the `top_k` most likely tokens, nucleus filtering for
+/// `top_p`, the temperature and a draw seeded by `seed`.
 pub fn sampler(params: &Params, constraint: Option<LlamaSampler>) -> LlamaSampler {
     let mut chain: Vec<LlamaSampler> = constraint.into_iter().collect();
     match params.temperature {
         Some(t) if t > 1e-6 => {
+            if let Some(k) = params.top_k.filter(|k| *k > 0) {
+                chain.push(LlamaSampler::top_k(i32::try_from(k).unwrap_or(i32::MAX)));
+            }
             if let Some(p) = params.top_p.filter(|p| *p > 0.0 && *p < 1.0) {
                 chain.push(LlamaSampler::top_p(p as f32, 1));
             }

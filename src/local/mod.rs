@@ -15,7 +15,7 @@ use crate::call::{Block, Completion, Finish, ToolChoice, Usage, new_id};
 use crate::config::Config;
 use crate::error::{CallError, CallResult};
 use crate::fulfil::Capabilities;
-use crate::fulfil::live::Live;
+use crate::fulfil::live::{Event, Live};
 use engine::{Output, Params};
 use llguidance::api::TopLevelGrammar;
 use serde_json::{Map, Value, json};
@@ -174,6 +174,8 @@ impl Model for Local {
         Capabilities {
             tools: true,
             json_schema: true,
+            top_k: true,
+            streams: true,
         }
     }
 
@@ -421,8 +423,13 @@ impl Worker {
             let params = Params {
                 max_tokens: usize::try_from(request.max_tokens).unwrap_or(usize::MAX),
                 temperature: request.temperature,
-                top_p: request.top_p,
-                seed: request.seed.unwrap_or_else(random_seed),
+                top_p: request.tuning.top_p,
+                top_k: request.tuning.top_k,
+                seed: request
+                    .tuning
+                    .seed
+                    .and_then(|s| u64::try_from(s).ok())
+                    .unwrap_or_else(random_seed),
                 stop: request.stop.clone(),
             };
             let budget = params.max_tokens.min(context - prompt.len());
@@ -443,7 +450,7 @@ impl Worker {
                 budget,
                 sampler,
                 sink: live.map(|live| -> slots::Sink {
-                    Box::new(move |tokens, text| live.text(tokens, text))
+                    Box::new(move |tokens, text| live.event(Event::Delta { tokens, text }))
                 }),
                 reply,
             }),

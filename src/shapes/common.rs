@@ -245,6 +245,7 @@ impl<'a> Common<'a> {
                 temperature: self.temperature,
                 max_tokens: self.max_tokens,
                 stop: self.stop,
+                tuning: self.extras.tuning,
             },
             mode,
             persona: self.persona,
@@ -253,6 +254,7 @@ impl<'a> Common<'a> {
             max_retries: self.max_retries,
             emulate_tools: self.emulate_tools,
             metadata: self.extras.metadata,
+            stream: self.extras.stream,
             warnings: self.extras.warnings,
         })
     }

@@ -177,7 +177,15 @@ fn extras(o: &Obj<'_>, config: &Obj<'_>, env: &Env<'_>) -> CallResult<params::Ex
             "log probabilities are not available: MCP sampling does not report them",
         ));
     }
-    let mut extras = params::Extras::default();
+    let mut extras = params::Extras {
+        tuning: params::TuningKeys {
+            top_p: Some("topP"),
+            top_k: Some("topK"),
+            seed: Some("seed"),
+        }
+        .read(config)?,
+        ..params::Extras::default()
+    };
     for key in METADATA {
         if let Some(v) = config.get(key) {
             extras.metadata.insert(key.to_owned(), v.clone());

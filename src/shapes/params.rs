@@ -4,6 +4,7 @@
 //! an argument nobody knows). The original ignored unknown arguments silently.
 
 use crate::args::Obj;
+use crate::call::Tuning;
 use crate::error::{CallError, CallResult};
 use serde_json::{Map, Value};
 use std::collections::HashSet;
@@ -38,13 +39,78 @@ pub fn declared_arguments(definition: &Value) -> HashSet<String> {
 pub struct Extras {
     /// Sent as the sampling request's `metadata`.
     pub metadata: Map<String, Value>,
+    pub tuning: Tuning,
+    /// `stream: true` was asked.
+    pub stream: bool,
     pub warnings: Vec<String>,
+}
+
+/// How a shape spells the [`Tuning`] parameters, where it has them.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TuningKeys {
+    pub top_p: Option<&'static str>,
+    pub top_k: Option<&'static str>,
+    pub seed: Option<&'static str>,
+}
+
+impl TuningKeys {
+    /// Every shape but Gemini's.
+    pub const SNAKE: TuningKeys = TuningKeys {
+        top_p: Some("top_p"),
+        top_k: Some("top_k"),
+        seed: Some("seed"),
+    };
+
+    /// Only the keys the tool declares (`known`): others are unknown arguments.
+    pub fn declared(self, known: &HashSet<String>) -> TuningKeys {
+        let keep = |key: Option<&'static str>| key.filter(|k| known.contains(*k));
+        TuningKeys {
+            top_p: keep(self.top_p),
+            top_k: keep(self.top_k),
+            seed: keep(self.seed),
+        }
+    }
+
+    /// The typed parameters, each checked where it is given: `top_p` a number in 0..=1,
+    /// `top_k` a non-negative integer, `seed` an integer (negative: a random draw, as
+    /// llama.cpp's -1).
+    pub fn read(&self, o: &Obj<'_>) -> CallResult<Tuning> {
+        let given = |key: Option<&'static str>| key.and_then(|k| o.get(k).map(|v| (k, v)));
+        let top_k = match given(self.top_k) {
+            Some((key, v)) if !v.is_null() => Some(
+                v.as_u64()
+                    .map(|k| u32::try_from(k).unwrap_or(u32::MAX))
+                    .ok_or_else(|| {
+                        CallError::expected(&o.path(key), "a non-negative integer", v)
+                    })?,
+            ),
+            _ => None,
+        };
+        let seed = match given(self.seed) {
+            Some((key, v)) if !v.is_null() => Some(
+                v.as_i64()
+                    .ok_or_else(|| CallError::expected(&o.path(key), "an integer", v))?,
+            ),
+            _ => None,
+        };
+        Ok(Tuning {
+            top_p: match self.top_p {
+                Some(key) => o.opt_f64_in(key, 0.0..=1.0)?,
+                None => None,
+            },
+            top_k,
+            seed,
+        })
+    }
 }
 
 /// Reads the parameters every OpenAI- and Anthropic-shaped tool may carry: `metadata_keys` are
 /// forwarded, arguments outside `known` are reported.
 pub fn handle(o: &Obj<'_>, metadata_keys: &[&str], known: &HashSet<String>) -> CallResult<Extras> {
-    let mut extras = Extras::default();
+    let mut extras = Extras {
+        tuning: TuningKeys::SNAKE.declared(known).read(o)?,
+        ..Extras::default()
+    };
     if let Some(n) = o.get("n")
         && n.as_u64() != Some(1)
     {
@@ -81,11 +147,7 @@ pub fn handle(o: &Obj<'_>, metadata_keys: &[&str], known: &HashSet<String>) -> C
     }
     match o.get("stream") {
         None | Some(Value::Bool(false)) => {}
-        Some(Value::Bool(true)) => extras.warnings.push(
-            "stream: true is emulated: the complete result is returned at once (pass a progress \
-             token to follow the text as it is made, on the local and provider backends)"
-                .into(),
-        ),
+        Some(Value::Bool(true)) => extras.stream = true,
         Some(other) => return Err(CallError::expected("stream", "a boolean", other)),
     }
     for key in metadata_keys {
@@ -152,10 +214,14 @@ mod tests {
                 .unwrap()
                 .clone()
         );
-        assert!(
-            e.warnings
-                .iter()
-                .any(|w| w.contains("stream: true is emulated"))
+        assert!(e.stream);
+        assert_eq!(
+            e.tuning,
+            Tuning {
+                top_p: Some(0.9),
+                top_k: None,
+                seed: Some(7)
+            }
         );
         assert!(
             e.warnings
@@ -167,13 +233,15 @@ mod tests {
                 .iter()
                 .any(|w| w.contains("unknown argument `frobnicate`"))
         );
-        assert_eq!(e.warnings.len(), 3, "{:?}", e.warnings);
+        assert_eq!(e.warnings.len(), 2, "{:?}", e.warnings);
         for (args, field) in [
             (json!({"n": 2}), "`n`"),
             (json!({"logprobs": true}), "`logprobs`"),
             (json!({"top_logprobs": 3}), "`top_logprobs`"),
             (json!({"modalities": ["text", "audio"]}), "`modalities`"),
             (json!({"stream": "yes"}), "`stream`"),
+            (json!({"top_p": 1.5}), "`top_p`"),
+            (json!({"seed": "7"}), "`seed`"),
         ] {
             let err = run(&CHAT_KEYS, chat, args).unwrap_err().to_string();
             assert!(err.contains(field), "{err}");

@@ -324,3 +324,37 @@ async fn a_providers_bad_answer_is_the_providers_error_not_the_hosts() {
         client.cancel().await.unwrap();
     }
 }
+
+#[tokio::test]
+async fn tuning_the_provider_cannot_take_is_reported_and_the_stream_warning_names_progress() {
+    let server = Scripted::start(vec![Reply::json(200, &completion("Sure."))]).await;
+    let client = connect_with_env(Host::echo(), Era::Modern, &env(&server.url, &[])).await;
+    let r = call(
+        &client,
+        "messages_create",
+        json!({"messages": [user("hi")], "max_tokens": 20, "top_k": 40, "top_p": 0.75,
+               "stream": true}),
+    )
+    .await;
+    assert!(!is_error(&r), "{}", text(&r));
+    let warnings = structured(&r)["warnings"].to_string();
+    assert!(warnings.contains("`top_k` was not sent"), "{warnings}");
+    assert!(
+        warnings.contains("stream: true is emulated") && warnings.contains("progressToken"),
+        "{warnings}"
+    );
+    let sent = &server.seen()[0].body;
+    assert_eq!(sent["top_p"], json!(0.75));
+    assert!(sent.get("top_k").is_none(), "{sent}");
+    assert_conforms(&client, "messages_create", &r).await;
+    // A value out of its range is the caller's error, named, and nothing is sent.
+    let e = err_text(
+        &client,
+        "chat_complete",
+        json!({"messages": [user("hi")], "top_p": 1.5}),
+    )
+    .await;
+    assert!(e.contains("`top_p`") && e.contains("from 0 to 1"), "{e}");
+    assert_eq!(server.seen().len(), 1);
+    client.cancel().await.unwrap();
+}

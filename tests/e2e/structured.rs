@@ -385,3 +385,44 @@ async fn personas_validate_the_request_before_and_the_answer_after() {
         client.cancel().await.unwrap();
     }
 }
+
+#[tokio::test]
+async fn a_persona_output_violation_is_repaired_like_any_schema() {
+    for era in ERAS {
+        let host = Host::new(false, |p| {
+            Ok(reply(if last_text(p).contains("was rejected") {
+                r#"{"mood": "glad"}"#
+            } else {
+                "prose"
+            }))
+        });
+        let client = connect(host.clone(), era).await;
+        let persona = json!({"name": "mood-bot",
+            "output_schema": {"type": "object", "required": ["mood"]}});
+        let r = call(
+            &client,
+            "chat_complete",
+            json!({"messages": [user("hi")], "persona": persona}),
+        )
+        .await;
+        assert!(!is_error(&r), "{}", text(&r));
+        assert_eq!(text(&r), r#"{"mood": "glad"}"#);
+        let seen = host.seen();
+        assert_eq!(seen.len(), 2, "one answer and one repair");
+        let asked = last_text(&seen[1]);
+        assert!(asked.contains("persona \"mood-bot\""), "{asked}");
+        assert_conforms(&client, "chat_complete", &r).await;
+        // Without repairs the violation is the call's error, naming the persona.
+        let e = err_text(
+            &client,
+            "chat_complete",
+            json!({"messages": [user("hi")], "persona": persona, "max_retries": 0}),
+        )
+        .await;
+        assert!(
+            e.contains("persona \"mood-bot\"") && e.contains("gave up after 1 attempt(s)"),
+            "{e}"
+        );
+        client.cancel().await.unwrap();
+    }
+}
