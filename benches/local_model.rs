@@ -65,7 +65,7 @@ struct Run {
     cached: usize,
 }
 
-type Reply = tokio::sync::oneshot::Receiver<Result<Output, String>>;
+type Reply = tokio::sync::oneshot::Receiver<Result<Output, agent_as_model::local::LocalError>>;
 
 /// A greedy call of `prompt` (ChatML text), and the instant its first token came.
 fn call(

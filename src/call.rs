@@ -166,18 +166,6 @@ pub enum Finish {
     ToolUse,
 }
 
-impl Finish {
-    /// Reads the host's `stopReason` (an open string; missing means the turn ended).
-    pub fn from_stop_reason(reason: Option<&str>) -> Self {
-        match reason {
-            Some("maxTokens") => Finish::MaxTokens,
-            Some("stopSequence") => Finish::StopSequence(None),
-            Some("toolUse") => Finish::ToolUse,
-            _ => Finish::EndTurn,
-        }
-    }
-}
-
 /// The host's answer in neutral form.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Completion {
@@ -506,23 +494,5 @@ mod tests {
         };
         c.enforce_stop(&["STOP".into()]);
         assert_eq!(c.text(), "a ");
-    }
-
-    #[test]
-    fn stop_reasons_map_to_finishes() {
-        assert_eq!(Finish::from_stop_reason(None), Finish::EndTurn);
-        assert_eq!(
-            Finish::from_stop_reason(Some("maxTokens")),
-            Finish::MaxTokens
-        );
-        assert_eq!(Finish::from_stop_reason(Some("toolUse")), Finish::ToolUse);
-        assert_eq!(
-            Finish::from_stop_reason(Some("stopSequence")),
-            Finish::StopSequence(None)
-        );
-        assert_eq!(
-            Finish::from_stop_reason(Some("somethingNew")),
-            Finish::EndTurn
-        );
     }
 }

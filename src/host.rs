@@ -5,14 +5,13 @@
 #![allow(deprecated)] // MCP sampling is deprecated by SEP-2577, and this host answers it.
 
 use crate::backends::direct::{Model, ModelRequest, ModelTool};
-use crate::call::{Block, Completion, Finish, Role, ToolChoice, Tuning, Turn};
+use crate::call::{ToolChoice, Tuning, Turn};
 use crate::error::{CallError, CallResult};
 use crate::limits::Limits;
-use crate::shapes::media;
+use crate::wire::mcp;
 use rmcp::model::{
     ClientCapabilities, ClientConfig, ContentBlock, CreateMessageRequestParams,
-    CreateMessageResult, ErrorData, Implementation, ProtocolVersion, SamplingMessage,
-    SamplingMessageContentBlock, ToolChoiceMode,
+    CreateMessageResult, ErrorData, Implementation, ProtocolVersion, ToolChoiceMode,
 };
 use rmcp::service::{RequestContext, RoleClient};
 use std::sync::Arc;
@@ -24,7 +23,7 @@ pub fn request(params: &CreateMessageRequestParams, limits: &Limits) -> CallResu
         .messages
         .iter()
         .enumerate()
-        .map(|(i, message)| turn(i, message, limits))
+        .map(|(i, message)| mcp::turn(i, message, limits))
         .collect::<CallResult<Vec<Turn>>>()?;
     let metadata = params.metadata.as_ref();
     let given =
@@ -68,85 +67,6 @@ pub fn request(params: &CreateMessageRequestParams, limits: &Limits) -> CallResu
     })
 }
 
-/// One sampling message as a neutral turn.
-fn turn(i: usize, message: &SamplingMessage, limits: &Limits) -> CallResult<Turn> {
-    let role = match message.role {
-        rmcp::model::Role::User => Role::User,
-        rmcp::model::Role::Assistant => Role::Assistant,
-    };
-    let mut blocks = Vec::new();
-    for (j, block) in message.content.clone().into_vec().into_iter().enumerate() {
-        let path = format!("messages[{i}].content[{j}]");
-        let media =
-            |kind, data: &str, mime: &str| media::block(kind, data, mime, &path, &path, limits);
-        blocks.push(match block {
-            SamplingMessageContentBlock::Text(t) => Block::Text(t.text),
-            SamplingMessageContentBlock::Image(m) => {
-                media(media::Kind::Image, &m.data, &m.mime_type)?
-            }
-            SamplingMessageContentBlock::Audio(m) => {
-                media(media::Kind::Audio, &m.data, &m.mime_type)?
-            }
-            SamplingMessageContentBlock::ToolUse(u) => Block::ToolUse {
-                id: u.id,
-                name: u.name,
-                input: u.input,
-            },
-            SamplingMessageContentBlock::ToolResult(r) => Block::ToolResult {
-                id: r.tool_use_id,
-                content: r
-                    .content
-                    .iter()
-                    .map(|c| match c.as_text() {
-                        Some(t) => Block::Text(t.text.clone()),
-                        None => Block::Text("[non-text content]".into()),
-                    })
-                    .collect(),
-                is_error: r.is_error.unwrap_or(false),
-            },
-            _ => {
-                return Err(CallError::at(
-                    &path,
-                    "content of a type this host does not know",
-                ));
-            }
-        });
-    }
-    Ok(Turn { role, blocks })
-}
-
-/// A completion as the sampling result.
-pub fn result(completion: Completion) -> CreateMessageResult {
-    let blocks: Vec<SamplingMessageContentBlock> = completion
-        .blocks
-        .into_iter()
-        .filter_map(|b| match b {
-            Block::Text(t) => Some(SamplingMessageContentBlock::text(t)),
-            Block::ToolUse { id, name, input } => Some(SamplingMessageContentBlock::ToolUse(
-                rmcp::model::ToolUseContent::new(id, name, input),
-            )),
-            Block::Image { data, mime, .. } => Some(SamplingMessageContentBlock::Image(
-                rmcp::model::ImageContent::new(data, mime),
-            )),
-            Block::Audio { data, mime, .. } => Some(SamplingMessageContentBlock::Audio(
-                rmcp::model::AudioContent::new(data, mime),
-            )),
-            Block::ToolResult { .. } => None,
-        })
-        .collect();
-    let message = match <[SamplingMessageContentBlock; 1]>::try_from(blocks) {
-        Ok([one]) => SamplingMessage::new(rmcp::model::Role::Assistant, one),
-        Err(many) => SamplingMessage::new_multiple(rmcp::model::Role::Assistant, many),
-    };
-    let stop = match completion.finish {
-        Finish::EndTurn => CreateMessageResult::STOP_REASON_END_TURN,
-        Finish::MaxTokens => CreateMessageResult::STOP_REASON_END_MAX_TOKEN,
-        Finish::StopSequence(_) => CreateMessageResult::STOP_REASON_END_SEQUENCE,
-        Finish::ToolUse => CreateMessageResult::STOP_REASON_TOOL_USE,
-    };
-    CreateMessageResult::new(message, completion.model).with_stop_reason(stop)
-}
-
 /// The reference host: samples with `model`.
 #[derive(Clone)]
 pub struct Host {
@@ -185,7 +105,7 @@ impl rmcp::ClientHandler for Host {
             self.model.complete(request, self.live.clone()).await
         }
         .await;
-        answer.map(result).map_err(|e: CallError| {
+        answer.map(mcp::result).map_err(|e: CallError| {
             ErrorData::internal_error(format!("the {} model failed: {e}", self.model.kind()), None)
         })
     }

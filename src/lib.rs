@@ -46,6 +46,7 @@ pub mod server;
 pub mod shapes;
 pub mod transport;
 pub mod try_command;
+pub mod wire;
 
 /// Installs rustls's crypto provider (ring) for the process, once, before any HTTP client is
 /// built (the provider backend, the model fetch, the bridge's HTTP downstream). Later calls do

@@ -4,7 +4,7 @@
 
 use crate::backends::direct::Model;
 use crate::backends::driver::{Driver, Outcome};
-use crate::backends::sampling::{self, Host, Retry, Settings};
+use crate::backends::sampling::{Host, Retry, Settings};
 use crate::call::{Call, Reply};
 use crate::config::{Backend, Config, Direct, Fallback};
 use crate::contract::cursor;
@@ -15,6 +15,7 @@ use crate::gate::Gate;
 use crate::limits::Limits;
 use crate::pyjson::{self, Style};
 use crate::shapes::{self, Shape};
+use crate::wire::mcp;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
@@ -32,7 +33,8 @@ pub fn start(config: &Config, which: Direct) -> Result<Arc<dyn Model>, String> {
     match which {
         Direct::Local => {
             let settings = crate::local::LocalSettings::from_config(config)?;
-            Ok(Arc::new(crate::local::Local::start(settings)?))
+            let local = crate::local::Local::start(settings).map_err(|e| e.to_string())?;
+            Ok(Arc::new(local))
         }
         Direct::Provider => {
             let settings = crate::backends::provider::ProviderSettings::from_config(config)?;
@@ -355,7 +357,7 @@ fn finish(
     }
     tracing::debug!(tool = call.tool, attempts = done.attempts, "call completed");
     let mut content = vec![ContentBlock::text(rendered.text)];
-    content.extend(done.media.into_iter().map(sampling::into_content));
+    content.extend(done.media.into_iter().map(mcp::into_content));
     let mut result = CallToolResult::success(content);
     result.structured_content = Some(Value::Object(structured));
     Ok(result)

@@ -65,8 +65,9 @@ pub async fn run(config: &Config, args: &TryArgs) -> Result<(), String> {
     };
     let model: Arc<dyn Model> = match args.with {
         Direct::Local => {
-            let local = Local::start(LocalSettings::from_config(config)?)?;
-            local.ready().await?;
+            let local =
+                Local::start(LocalSettings::from_config(config)?).map_err(|e| e.to_string())?;
+            local.ready().await.map_err(|e| e.to_string())?;
             Arc::new(local)
         }
         Direct::Provider => Arc::new(crate::backends::provider::Provider::new(

@@ -7,6 +7,7 @@ use crate::call::{Block, Completion, ToolChoice, Tuning, Turn};
 use crate::error::{CallError, CallResult};
 use crate::fulfil::live::Live;
 use crate::fulfil::{Attempt, Capabilities};
+use crate::wire::openai;
 use serde_json::{Map, Value};
 use std::future::Future;
 use std::pin::Pin;
@@ -43,10 +44,8 @@ pub struct ModelTool {
 
 impl ModelTool {
     /// The tool as an OpenAI function tool: what providers take and chat templates expect.
-    pub fn openai(&self) -> Value {
-        serde_json::json!({"type": "function", "function": {
-            "name": self.name, "description": self.description.clone().unwrap_or_default(),
-            "parameters": self.schema}})
+    pub fn openai(&self) -> openai::Tool {
+        openai::Tool::function(&self.name, self.description.as_deref(), &self.schema)
     }
 }
 

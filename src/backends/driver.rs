@@ -16,6 +16,7 @@ use crate::error::{CallError, CallResult};
 use crate::fulfil::live::{Event, Live};
 use crate::fulfil::{Attempt, Capabilities, Fulfilled, Machine, Progress, Step};
 use crate::limits::Limits;
+use crate::wire::mcp;
 use rmcp::model::InputRequiredResult;
 use rmcp::service::{RequestContext, RoleServer};
 use std::sync::Arc;
@@ -153,7 +154,7 @@ impl<'a> Driver<'a> {
             return Ok(Default::default());
         };
         let answer = match responses.and_then(|r| r.get(mrtr::SAMPLE_KEY)) {
-            Some(value) => Some(sampling::to_completion(
+            Some(value) => Some(mcp::to_completion(
                 sampling::parse_response(value)?,
                 s.limits,
             )?),
@@ -181,7 +182,7 @@ impl<'a> Driver<'a> {
                         .map(Sent::Asked);
                 }
                 let result = legacy::sample(s.ctx, params, s.settings.sampling_timeout).await?;
-                sampling::to_completion(result, s.limits).map(Sent::Answered)
+                mcp::to_completion(result, s.limits).map(Sent::Answered)
             }
             Driver::Direct { model, ctx } => {
                 let request = ModelRequest::from_attempt(attempt);

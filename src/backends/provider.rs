@@ -5,12 +5,12 @@
 //! honouring `Retry-After`. The key is sent as a bearer token and never logged or echoed.
 
 use super::direct::{BoxFuture, Model, ModelRequest, ModelTool};
-use crate::call::{Block, Completion, Finish, Role, ToolChoice, Usage};
+use crate::call::{Block, Completion, Usage};
 use crate::config::Config;
 use crate::error::{CallError, CallResult, clip};
 use crate::fulfil::Capabilities;
 use crate::fulfil::live::{Event, Live};
-use crate::pyjson::{self, Style};
+use crate::wire::openai::{self, Reader};
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
 use std::time::Duration;
@@ -428,16 +428,10 @@ impl Model for Provider {
 
 /// The chat completions request body.
 pub fn body(model: &str, request: &ModelRequest) -> Value {
-    let mut messages = Vec::new();
-    if let Some(system) = &request.system {
-        messages.push(json!({"role": "system", "content": system}));
-    }
-    for turn in &request.turns {
-        messages.extend(turn_messages(turn.role, &turn.blocks));
-    }
+    let messages = openai::messages(request.system.as_deref(), &request.turns, Reader::Api);
     let mut body = Map::new();
     body.insert("model".into(), json!(model));
-    body.insert("messages".into(), Value::Array(messages));
+    body.insert("messages".into(), json!(messages));
     body.insert("max_tokens".into(), json!(request.max_tokens));
     if let Some(t) = request.temperature {
         body.insert("temperature".into(), json!(t));
@@ -452,15 +446,10 @@ pub fn body(model: &str, request: &ModelRequest) -> Value {
         body.insert("stop".into(), json!(request.stop));
     }
     if !request.tools.is_empty() {
-        let tools = request.tools.iter().map(ModelTool::openai).collect();
-        body.insert("tools".into(), Value::Array(tools));
+        let tools: Vec<openai::Tool> = request.tools.iter().map(ModelTool::openai).collect();
+        body.insert("tools".into(), json!(tools));
         if let Some(choice) = request.tool_choice {
-            let choice = match choice {
-                ToolChoice::Auto => "auto",
-                ToolChoice::Required => "required",
-                ToolChoice::None => "none",
-            };
-            body.insert("tool_choice".into(), json!(choice));
+            body.insert("tool_choice".into(), json!(choice.as_str()));
         }
     }
     if let Some(schema) = &request.response_schema {
@@ -471,57 +460,6 @@ pub fn body(model: &str, request: &ModelRequest) -> Value {
         );
     }
     Value::Object(body)
-}
-
-/// One neutral turn as OpenAI messages: tool results become `tool` messages, tool uses the
-/// assistant's `tool_calls`.
-fn turn_messages(role: Role, blocks: &[Block]) -> Vec<Value> {
-    let mut out = Vec::new();
-    let mut parts = Vec::new();
-    let mut calls = Vec::new();
-    for block in blocks {
-        match block {
-            Block::Text(t) => parts.push(json!({"type": "text", "text": t})),
-            Block::Image { data, mime, .. } => parts.push(json!({"type": "image_url",
-                "image_url": {"url": format!("data:{mime};base64,{data}")}})),
-            Block::Audio { data, mime, .. } => {
-                let format = mime.rsplit('/').next().unwrap_or("wav");
-                let format = if format == "mpeg" { "mp3" } else { format };
-                parts.push(json!({"type": "input_audio",
-                    "input_audio": {"data": data, "format": format}}));
-            }
-            Block::ToolUse { id, name, input } => calls.push(json!({"id": id, "type": "function",
-                "function": {"name": name, "arguments": pyjson::dumps_object(input, Style::PLAIN)}})),
-            Block::ToolResult {
-                id,
-                content,
-                is_error,
-            } => {
-                let text = crate::call::join_text(content, "\n");
-                let text = if *is_error {
-                    format!("Error: {text}")
-                } else {
-                    text
-                };
-                out.push(json!({"role": "tool", "tool_call_id": id, "content": text}));
-            }
-        }
-    }
-    let role = match role {
-        Role::User => "user",
-        Role::Assistant => "assistant",
-    };
-    let content = match parts.as_slice() {
-        [] => Value::Null,
-        [only] if only.get("type") == Some(&json!("text")) => only["text"].clone(),
-        _ => Value::Array(parts),
-    };
-    if !calls.is_empty() {
-        out.push(json!({"role": role, "content": content, "tool_calls": calls}));
-    } else if !content.is_null() {
-        out.push(json!({"role": role, "content": content}));
-    }
-    out
 }
 
 /// The provider's answer in neutral form.
@@ -557,14 +495,10 @@ pub fn completion(answer: &Value, model: &str) -> CallResult<Completion> {
     if blocks.is_empty() {
         blocks.push(Block::Text(String::new()));
     }
-    let finish = match choice.get("finish_reason").and_then(Value::as_str) {
-        Some("length") => Finish::MaxTokens,
-        Some("tool_calls" | "function_call") => Finish::ToolUse,
-        Some("stop") if blocks.iter().any(|b| matches!(b, Block::ToolUse { .. })) => {
-            Finish::ToolUse
-        }
-        _ => Finish::EndTurn,
-    };
+    let finish = openai::finish(
+        choice.get("finish_reason").and_then(Value::as_str),
+        blocks.iter().any(|b| matches!(b, Block::ToolUse { .. })),
+    );
     let usage = usage(answer);
     Ok(Completion {
         blocks,
@@ -626,7 +560,7 @@ fn usage(answer: &Value) -> Option<Usage> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::call::{Tuning, Turn};
+    use crate::call::{Finish, Role, Tuning, Turn};
 
     #[test]
     fn requests_carry_every_parameter_and_tool_content() {

@@ -11,17 +11,14 @@
 #![allow(deprecated)] // MCP sampling is deprecated by SEP-2577, and it is what this server is.
 
 use super::mrtr;
-use crate::call::{Block, Completion, Finish, Role, ToolChoice, Turn, text_chars};
+use crate::call::ToolChoice;
 use crate::error::{CallError, CallResult};
 use crate::fulfil::{Attempt, Capabilities, Strategy};
-use crate::limits::Limits;
-use crate::pyjson::{self, Style};
-use crate::shapes::media;
+use crate::wire::mcp;
 use rmcp::ErrorData;
 use rmcp::model::{
     ClientCapabilities, CreateMessageRequestParams, CreateMessageResult, ErrorCode, ModelHint,
-    ModelPreferences, ProtocolVersion, SamplingMessage, SamplingMessageContentBlock, Tool,
-    ToolChoice as McpToolChoice,
+    ModelPreferences, ProtocolVersion, SamplingMessage, Tool, ToolChoice as McpToolChoice,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use serde::Deserialize as _;
@@ -125,104 +122,12 @@ pub struct Retry<'a> {
     pub input_responses: Option<&'a rmcp::model::InputResponses>,
 }
 
-/// Tool content as text, for hosts that cannot take tool blocks in sampling.
-fn tool_block_as_text(block: &Block) -> String {
-    match block {
-        Block::ToolUse { id, name, input } => format!(
-            "[called tool {name} (call id {id}) with arguments {}]",
-            pyjson::dumps_object(input, Style::SORTED)
-        ),
-        Block::ToolResult {
-            id,
-            content,
-            is_error,
-        } => {
-            let texts: Vec<String> = content
-                .iter()
-                .map(|b| match b {
-                    Block::Text(t) => t.clone(),
-                    other => format!("[{} content]", other.kind()),
-                })
-                .collect();
-            let label = if *is_error {
-                "error from tool call"
-            } else {
-                "result of tool call"
-            };
-            format!("[{label} {id}]: {}", texts.join("\n"))
-        }
-        other => format!("[{} content]", other.kind()),
-    }
-}
-
-/// A block as MCP content (tool content, which MCP content cannot hold, as text).
-pub fn into_content(block: Block) -> rmcp::model::ContentBlock {
-    match block {
-        Block::Text(t) => rmcp::model::ContentBlock::text(t),
-        Block::Image { data, mime, .. } => rmcp::model::ContentBlock::image(data, mime),
-        Block::Audio { data, mime, .. } => rmcp::model::ContentBlock::audio(data, mime),
-        other => rmcp::model::ContentBlock::text(tool_block_as_text(&other)),
-    }
-}
-
-/// A turn as a sampling message. Text-only turns carry one text block (hosts that keep only
-/// the first block lose nothing); without `sampling.tools`, tool content travels as text.
-fn message(turn: &Turn, tools_ok: bool) -> SamplingMessage {
-    let role = match turn.role {
-        Role::User => rmcp::model::Role::User,
-        Role::Assistant => rmcp::model::Role::Assistant,
-    };
-    let mut blocks: Vec<SamplingMessageContentBlock> = Vec::with_capacity(turn.blocks.len());
-    for b in &turn.blocks {
-        let block = match b {
-            Block::Text(t) => SamplingMessageContentBlock::text(t.clone()),
-            Block::Image { data, mime, .. } => SamplingMessageContentBlock::Image(
-                rmcp::model::ImageContent::new(data.clone(), mime.clone()),
-            ),
-            Block::Audio { data, mime, .. } => SamplingMessageContentBlock::Audio(
-                rmcp::model::AudioContent::new(data.clone(), mime.clone()),
-            ),
-            Block::ToolUse { id, name, input } if tools_ok => SamplingMessageContentBlock::ToolUse(
-                rmcp::model::ToolUseContent::new(id.clone(), name.clone(), input.clone()),
-            ),
-            Block::ToolResult {
-                id,
-                content,
-                is_error,
-            } if tools_ok => {
-                let mut result = rmcp::model::ToolResultContent::new(
-                    id.clone(),
-                    content.iter().cloned().map(into_content).collect(),
-                );
-                if *is_error {
-                    result.is_error = Some(true);
-                }
-                SamplingMessageContentBlock::ToolResult(result)
-            }
-            other => SamplingMessageContentBlock::text(tool_block_as_text(other)),
-        };
-        blocks.push(block);
-    }
-    // Without tools, consecutive texts (tool content rendered as text) become one block.
-    if !tools_ok && blocks.len() > 1 && blocks.iter().all(|b| b.as_text().is_some()) {
-        let joined: Vec<String> = blocks
-            .iter()
-            .filter_map(|b| b.as_text().map(|t| t.text.clone()))
-            .collect();
-        blocks = vec![SamplingMessageContentBlock::text(joined.join("\n\n"))];
-    }
-    match <[SamplingMessageContentBlock; 1]>::try_from(blocks) {
-        Ok([single]) => SamplingMessage::new(role, single),
-        Err(blocks) => SamplingMessage::new_multiple(role, blocks),
-    }
-}
-
 /// The `sampling/createMessage` parameters for one attempt.
 pub fn sampling_params(attempt: &Attempt<'_>) -> CreateMessageRequestParams {
     let req = &attempt.call.request;
     let messages: Vec<SamplingMessage> = attempt
         .turns()
-        .map(|t| message(t, attempt.tool_content))
+        .map(|t| mcp::message(t, attempt.tool_content))
         .collect();
     let mut params = CreateMessageRequestParams::new(messages, req.max_tokens)
         .with_model_preferences(
@@ -281,61 +186,5 @@ pub(crate) fn parse_response(value: &Value) -> CallResult<CreateMessageResult> {
             "inputResponses.sample is not a CreateMessageResult ({e}); expected {{\"role\": \
              \"assistant\", \"content\": ..., \"model\": ...}}"
         ))
-    })
-}
-
-/// The host's answer in neutral form; content this server cannot return is an error naming it.
-/// Checked like the caller's media: accepted type, valid base64, within the media limit.
-pub fn to_completion(result: CreateMessageResult, limits: &Limits) -> CallResult<Completion> {
-    if result.message.role != rmcp::model::Role::Assistant {
-        return Err(CallError::Host(
-            "the host answered with a message whose role is not \"assistant\"".into(),
-        ));
-    }
-    let mut blocks = Vec::new();
-    for (i, block) in result.message.content.iter().enumerate() {
-        let host_media = |kind, data: &str, mime: &str| {
-            let path = format!("content[{i}]");
-            media::block(kind, data, mime, &path, &path, limits)
-                .map_err(|e| CallError::Host(format!("the host answered with unusable media: {e}")))
-        };
-        blocks.push(match block {
-            SamplingMessageContentBlock::Text(t) => Block::Text(t.text.clone()),
-            SamplingMessageContentBlock::Image(m) => {
-                host_media(media::Kind::Image, &m.data, &m.mime_type)?
-            }
-            SamplingMessageContentBlock::Audio(m) => {
-                host_media(media::Kind::Audio, &m.data, &m.mime_type)?
-            }
-            SamplingMessageContentBlock::ToolUse(u) => Block::ToolUse {
-                id: u.id.clone(),
-                name: u.name.clone(),
-                input: u.input.clone(),
-            },
-            _ => {
-                return Err(CallError::Host(
-                    "the host answered with tool_result (or unknown) content, which only a \
-                     caller may send"
-                        .into(),
-                ));
-            }
-        });
-    }
-    if blocks.is_empty() {
-        return Err(CallError::Host("the host answered with no content".into()));
-    }
-    let chars = text_chars(&blocks);
-    if chars > limits.max_message_chars {
-        return Err(CallError::Host(format!(
-            "the host answered with {chars} characters of text, over the limit of {} \
-             (AGENT_AS_MODEL_MAX_MESSAGE_CHARS)",
-            limits.max_message_chars
-        )));
-    }
-    Ok(Completion {
-        blocks,
-        model: result.model,
-        finish: Finish::from_stop_reason(result.stop_reason.as_deref()),
-        usage: None,
     })
 }

@@ -4,7 +4,8 @@
 //! by their index, the finish reason, the model and the usage of the last chunk
 //! (`stream_options.include_usage`). The text is handed on as it arrives.
 
-use serde_json::{Map, Value, json};
+use crate::wire::openai::{Message, Speaker, ToolCall};
+use serde_json::{Value, json};
 
 /// A tool call being assembled from its deltas.
 #[derive(Debug, Default)]
@@ -170,20 +171,12 @@ impl Assembly {
                 self.deltas
             ));
         }
-        let mut message = Map::new();
-        message.insert("role".into(), json!("assistant"));
-        message.insert("content".into(), json!(self.content));
-        if !self.calls.is_empty() {
-            let calls: Vec<Value> = self
-                .calls
-                .iter()
-                .map(|c| {
-                    json!({"id": c.id, "type": "function",
-                           "function": {"name": c.name, "arguments": c.arguments}})
-                })
-                .collect();
-            message.insert("tool_calls".into(), Value::Array(calls));
-        }
+        let mut message = Message::text(Speaker::Assistant, self.content);
+        message.tool_calls = self
+            .calls
+            .into_iter()
+            .map(|c| ToolCall::api(c.id, c.name, c.arguments))
+            .collect();
         Ok(json!({
             "object": "chat.completion",
             "model": self.model,

@@ -95,7 +95,7 @@ impl Downstream {
             .map_err(|e| {
                 ErrorData::internal_error(format!("the {} model failed: {e}", model.kind()), None)
             })?;
-        Ok(host::result(completion))
+        Ok(crate::wire::mcp::result(completion))
     }
 }
 

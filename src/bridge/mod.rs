@@ -24,12 +24,16 @@ use crate::limits::Limits;
 use crate::transport::Framing;
 use downstream::Downstream;
 use rmcp::model::ServerPeerInfo as ServerInfo;
-use rmcp::service::{Peer, RoleClient, RoleServer, RunningService};
+use rmcp::service::{
+    Peer, RoleClient, RoleServer, RunningService, RxJsonRpcMessage, TxJsonRpcMessage,
+};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::transport::{ConfigureCommandExt, StreamableHttpClientTransport};
+use rmcp::transport::{ConfigureCommandExt, StreamableHttpClientTransport, Transport};
 use rmcp::{ClientLifecycleMode, ClientServiceExt};
+use std::future::Future;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 
 type Client = RunningService<RoleClient, Downstream>;
 
@@ -156,8 +160,9 @@ fn poisoned() -> rmcp::ErrorData {
 async fn connect(
     args: &BridgeArgs,
     shared: &Arc<Shared>,
-) -> Result<(Client, Arc<ServerInfo>), String> {
+) -> Result<(Client, Arc<ServerInfo>, CancellationToken), String> {
     let handler = Downstream::new(shared.clone());
+    let ended = CancellationToken::new();
     let lifecycle = lifecycle(args.downstream_era);
     let (name, connecting) = match (&args.url, args.command.split_first()) {
         (Some(url), _) => {
@@ -165,7 +170,8 @@ async fn connect(
             if let Some(token) = args.url_token.as_ref().filter(|t| !t.is_empty()) {
                 config = config.auth_header(token.clone());
             }
-            let transport = StreamableHttpClientTransport::from_config(config);
+            let transport =
+                Watched::new(StreamableHttpClientTransport::from_config(config), &ended);
             let connecting: Connecting =
                 Box::pin(handler.serve_with_lifecycle(transport, lifecycle));
             (url.clone(), connecting)
@@ -176,6 +182,7 @@ async fn connect(
             });
             let transport = child::Child::spawn(command, shared.max_line)
                 .map_err(|e| format!("cannot start the downstream server {program:?}: {e}"))?;
+            let transport = Watched::new(transport, &ended);
             let connecting: Connecting =
                 Box::pin(handler.serve_with_lifecycle(transport, lifecycle));
             (format!("{program:?}"), connecting)
@@ -197,7 +204,48 @@ async fn connect(
     let info = client
         .peer_info()
         .ok_or_else(|| format!("the downstream server {name} sent no server information"))?;
-    Ok((client, info))
+    Ok((client, info, ended))
+}
+
+/// A transport that says when it has ended: the downstream closed it, or the client's service
+/// stopped using it (which closes it).
+struct Watched<T> {
+    inner: T,
+    ended: CancellationToken,
+}
+
+impl<T> Watched<T> {
+    fn new(inner: T, ended: &CancellationToken) -> Self {
+        Watched {
+            inner,
+            ended: ended.clone(),
+        }
+    }
+}
+
+impl<T: Transport<RoleClient>> Transport<RoleClient> for Watched<T> {
+    type Error = T::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.inner.send(item)
+    }
+
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
+        let message = self.inner.receive().await;
+        if message.is_none() {
+            self.ended.cancel();
+        }
+        message
+    }
+
+    async fn close(&mut self) -> Result<(), Self::Error> {
+        let closed = self.inner.close().await;
+        self.ended.cancel();
+        closed
+    }
 }
 
 /// How the bridge opens its session with the downstream server.
@@ -241,10 +289,10 @@ pub async fn run(config: &Config, args: &BridgeArgs) -> Result<(), String> {
         dropped_notes: Default::default(),
         max_line: Framing::from_config(config).max_line,
     });
-    let (client, info) = connect(args, &shared).await?;
+    let (client, info, ended) = connect(args, &shared).await?;
     tracing::info!(server = ?info.server_info, "downstream connected");
     shared.set_link(Link::Up(Arc::new(client)));
-    let supervisor = tokio::spawn(supervise(args.clone(), shared.clone()));
+    let supervisor = tokio::spawn(supervise(args.clone(), shared.clone(), ended));
     // The host's side is framed and bounded as the server's own stdio is.
     let served = crate::transport::serve_stdio(
         |done| upstream::Upstream::new(shared.clone(), info, done),
@@ -258,20 +306,16 @@ pub async fn run(config: &Config, args: &BridgeArgs) -> Result<(), String> {
     served
 }
 
-/// Watches the downstream connection; when it ends, restarts the server with backoff (half a
-/// second, doubling to 30 s) up to `args.restarts` times. Calls meanwhile get an error that
-/// says so.
-async fn supervise(args: BridgeArgs, shared: Arc<Shared>) {
+/// Waits for the downstream connection to end (`ended`); then restarts the server with backoff
+/// (half a second, doubling to 30 s) up to `args.restarts` times. Calls meanwhile get an error
+/// that says so.
+async fn supervise(args: BridgeArgs, shared: Arc<Shared>, ended: CancellationToken) {
     let mut restarts = 0u32;
+    // The connection being watched; none after a failed restart (which counts as one more).
+    let mut watched = Some(ended);
     loop {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        // Up and well, or down after a failed restart (which counts as one more).
-        let healthy = matches!(
-            shared.link.read().as_deref(),
-            Ok(Link::Up(c)) if !c.is_transport_closed()
-        );
-        if healthy {
-            continue;
+        if let Some(ended) = watched.take() {
+            ended.cancelled().await;
         }
         if restarts >= args.restarts {
             let why = format!(
@@ -292,7 +336,10 @@ async fn supervise(args: BridgeArgs, shared: Arc<Shared>) {
         )));
         tokio::time::sleep(wait).await;
         match connect(&args, &shared).await {
-            Ok((client, _)) => shared.set_link(Link::Up(Arc::new(client))),
+            Ok((client, _, ended)) => {
+                shared.set_link(Link::Up(Arc::new(client)));
+                watched = Some(ended);
+            }
             Err(e) => {
                 tracing::warn!("{e}");
                 shared.set_link(Link::Down(format!("{e}; retrying")));

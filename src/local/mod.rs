@@ -16,6 +16,7 @@ use crate::config::Config;
 use crate::error::{CallError, CallResult};
 use crate::fulfil::Capabilities;
 use crate::fulfil::live::{Event, Live};
+use crate::wire::openai;
 use engine::{Output, Params};
 use llguidance::api::TopLevelGrammar;
 use serde_json::{Map, Value, json};
@@ -86,11 +87,35 @@ fn source(config: &Config) -> Result<Source, String> {
     })
 }
 
+/// Why the local model did not answer a call.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum LocalError {
+    /// The model is not there: it could not be fetched or loaded, or its thread stopped.
+    #[error("{0}")]
+    Unavailable(String),
+    /// This model cannot take this request: its prompt is empty or longer than the context,
+    /// or the model's chat template refused it. Another model might.
+    #[error("{0}")]
+    Request(String),
+    /// Every slot is answering and the queue is full.
+    #[error("{0}")]
+    Busy(String),
+    /// llama.cpp failed while reading the prompt or writing the answer.
+    #[error("{0}")]
+    Engine(String),
+}
+
+impl From<LocalError> for CallError {
+    fn from(e: LocalError) -> Self {
+        fail(e.to_string())
+    }
+}
+
 struct Job {
     request: ModelRequest,
     /// Told the answer's tokens as they are made, when the caller follows its progress.
     live: Option<Arc<Live>>,
-    reply: oneshot::Sender<Result<Output, String>>,
+    reply: oneshot::Sender<Result<Output, LocalError>>,
 }
 
 /// What the worker knows of its model, for `list_models`.
@@ -98,7 +123,7 @@ struct Job {
 enum State {
     Loading,
     Ready(engine::Info),
-    Failed(String),
+    Failed(LocalError),
 }
 
 pub struct Local {
@@ -116,7 +141,7 @@ fn fail(message: impl Into<String>) -> CallError {
 
 impl Local {
     /// Starts the worker, which begins loading (or fetching) the model at once.
-    pub fn start(settings: LocalSettings) -> Result<Local, String> {
+    pub fn start(settings: LocalSettings) -> Result<Local, LocalError> {
         let (jobs, queue) = mpsc::sync_channel::<Job>(settings.queue.max(1));
         let (state_tx, state) = watch::channel(State::Loading);
         let counters = Arc::new(Counters::default());
@@ -128,7 +153,9 @@ impl Local {
         std::thread::Builder::new()
             .name("local-model".into())
             .spawn(move || worker.run(&queue))
-            .map_err(|e| format!("cannot start the local model's thread: {e}"))?;
+            .map_err(|e| {
+                LocalError::Unavailable(format!("cannot start the local model's thread: {e}"))
+            })?;
         Ok(Local {
             jobs,
             state,
@@ -138,12 +165,12 @@ impl Local {
     }
 
     /// Waits until the model is loaded (fetched first if needed), or says why it cannot be.
-    pub async fn ready(&self) -> Result<(), String> {
+    pub async fn ready(&self) -> Result<(), LocalError> {
         let mut state = self.state.clone();
         let seen = state
             .wait_for(|s| !matches!(s, State::Loading))
             .await
-            .map_err(|_| "the local model's thread has stopped".to_owned())?;
+            .map_err(|_| stopped("has stopped"))?;
         match &*seen {
             State::Failed(e) => Err(e.clone()),
             _ => Ok(()),
@@ -234,19 +261,16 @@ impl Model for Local {
                     reply,
                 })
                 .map_err(|e| match e {
-                    mpsc::TrySendError::Full(_) => fail(format!(
+                    mpsc::TrySendError::Full(_) => LocalError::Busy(format!(
                         "the local model is busy: {} calls are already waiting \
                          (AGENT_AS_MODEL_LOCAL_QUEUE)",
                         self.settings.queue
                     )),
-                    mpsc::TrySendError::Disconnected(_) => {
-                        fail("the local model's thread has stopped")
-                    }
+                    mpsc::TrySendError::Disconnected(_) => stopped("has stopped"),
                 })?;
             let output = answer
                 .await
-                .map_err(|_| fail("the local model's thread stopped before answering"))?
-                .map_err(fail)?;
+                .map_err(|_| stopped("stopped before answering"))??;
             Ok(completion(output, &tools, &self.name()))
         })
     }
@@ -281,9 +305,9 @@ impl Worker {
             let why = match self.load() {
                 Ok(model) => match Slots::new(&model, self.counters.clone()) {
                     Ok(slots) => return self.serve(&model, slots, queue, waiting),
-                    Err(e) => e,
+                    Err(e) => LocalError::Unavailable(e),
                 },
-                Err(e) => e,
+                Err(e) => LocalError::Unavailable(e),
             };
             self.set(State::Failed(why.clone()));
             if let Some(job) = waiting.take() {
@@ -401,24 +425,29 @@ impl Worker {
         } = job;
         let parts = (|| {
             let tools = offered(&request);
-            let messages = template::messages(request.system.as_deref(), &request.turns);
-            let openai_tools: Vec<Value> = tools.iter().map(ModelTool::openai).collect();
+            let messages = openai::messages(
+                request.system.as_deref(),
+                &request.turns,
+                openai::Reader::Template,
+            );
+            let openai_tools: Vec<openai::Tool> = tools.iter().map(ModelTool::openai).collect();
             let text = if model.template().is_some() || model.knows_chatml() {
-                template::render(model.template(), &messages, &openai_tools)?
+                template::render(model.template(), &messages, &openai_tools)
+                    .map_err(LocalError::Request)?
             } else {
                 template::plain(&messages)
             };
             let prompt = model.tokenize(&text);
             let context = model.info().context;
             if prompt.is_empty() {
-                return Err("the prompt is empty".to_owned());
+                return Err(LocalError::Request("the prompt is empty".to_owned()));
             }
             if prompt.len() >= context {
-                return Err(format!(
+                return Err(LocalError::Request(format!(
                     "the prompt is {} tokens, over the local model's context of {context} \
                      tokens (AGENT_AS_MODEL_LOCAL_CONTEXT); send a shorter conversation",
                     prompt.len()
-                ));
+                )));
             }
             let params = Params {
                 max_tokens: usize::try_from(request.max_tokens).unwrap_or(usize::MAX),
@@ -460,6 +489,11 @@ impl Worker {
             }
         }
     }
+}
+
+/// The worker thread is gone (it only ends when the server does, or if it panicked).
+fn stopped(how: &str) -> LocalError {
+    LocalError::Unavailable(format!("the local model's thread {how}"))
 }
 
 fn random_seed() -> u64 {

@@ -4,6 +4,7 @@
 //! call stops within one step. A slot keeps its tokens (and their cache) after a call: the
 //! next call whose prompt starts with them processes only the rest.
 
+use super::LocalError;
 use super::engine::{Model, Output, Params, Text};
 use crate::call::Finish;
 use llama_cpp_2::context::LlamaContext;
@@ -26,7 +27,7 @@ pub struct Call {
     pub sink: Option<Sink>,
     /// Where the answer goes; closed when the call is cancelled, which is looked at before
     /// every step: a cancelled call stops and frees its slot.
-    pub reply: tokio::sync::oneshot::Sender<Result<Output, String>>,
+    pub reply: tokio::sync::oneshot::Sender<Result<Output, LocalError>>,
 }
 
 /// What the prefix cache has done, for `list_models` and the logs.
@@ -107,9 +108,9 @@ impl<'m> Slots<'m> {
             .map(|(i, s)| (i, common_prefix(&s.cached, &call.prompt)))
             .max_by_key(|(_, n)| *n);
         let Some((index, shared)) = best else {
-            let _ = call
-                .reply
-                .send(Err("every slot of the local model is busy".into()));
+            let _ = call.reply.send(Err(LocalError::Busy(
+                "every slot of the local model is busy".into(),
+            )));
             return;
         };
         if call.budget == 0 {
@@ -344,7 +345,10 @@ impl<'m> Slots<'m> {
             .clear_kv_cache_seq(Some(slot.seq as u32), None, None);
         slot.cached.clear();
         if let Some(active) = slot.active.take() {
-            let _ = active.call.reply.send(Err(why.to_owned()));
+            let _ = active
+                .call
+                .reply
+                .send(Err(LocalError::Engine(why.to_owned())));
         }
     }
 }

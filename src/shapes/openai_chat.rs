@@ -11,11 +11,12 @@ use super::common::{
 };
 use super::{Rendered, Shape};
 use crate::args::{self, Obj, as_object};
-use crate::call::{Answer, Block, Call, Finish, Reply, Role};
+use crate::call::{Answer, Block, Call, Reply, Role};
 use crate::contract::cursor::Entry;
 use crate::error::{CallError, CallResult};
 use crate::limits::Limits;
 use crate::shapes::media;
+use crate::wire::openai;
 use serde_json::{Map, Value, json};
 
 /// The `chat_complete` tool.
@@ -249,30 +250,23 @@ fn plain_message(map: &Map<String, Value>, role: &str) -> Value {
 
 /// The OpenAI `chat.completion` object for an answer.
 pub fn completion_object(out: &Reply<'_>) -> Value {
-    let (content, tool_calls) = match out.answer {
-        Answer::ToolCalls { text, calls } => {
-            let calls: Vec<Value> = calls
+    let message = match out.answer {
+        Answer::ToolCalls { text, calls } => openai::Message {
+            role: openai::Speaker::Assistant,
+            content: (!text.is_empty()).then(|| openai::Content::Text(text.clone())),
+            tool_calls: calls
                 .iter()
-                .map(|c| {
-                    json!({"id": c.id, "type": "function", "function": {
-                        "name": c.name,
-                        "arguments": c.arguments_json(),
-                    }})
-                })
-                .collect();
-            ((!text.is_empty()).then(|| text.clone()), Some(calls))
-        }
-        _ => (Some(out.completion.to_owned()), None),
+                .map(|c| openai::ToolCall::api(Some(c.id.clone()), &*c.name, c.arguments_json()))
+                .collect(),
+            tool_call_id: None,
+        },
+        _ => openai::Message::text(openai::Speaker::Assistant, out.completion),
     };
-    let finish_reason = if tool_calls.is_some() {
+    let finish_reason = if matches!(out.answer, Answer::ToolCalls { .. }) {
         "tool_calls"
     } else {
-        finish_reason(out.finish)
+        openai::finish_reason(out.finish)
     };
-    let mut message = json!({"role": "assistant", "content": content});
-    if let (Some(calls), Some(m)) = (tool_calls, message.as_object_mut()) {
-        m.insert("tool_calls".into(), Value::Array(calls));
-    }
     let usage = out.usage();
     let created = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -290,15 +284,6 @@ pub fn completion_object(out: &Reply<'_>) -> Value {
             "estimated": usage.estimated,
         },
     })
-}
-
-/// OpenAI's `finish_reason` (also `generate`'s, which has no object of its own).
-pub fn finish_reason(finish: &Finish) -> &'static str {
-    match finish {
-        Finish::MaxTokens => "length",
-        Finish::ToolUse => "tool_calls",
-        Finish::EndTurn | Finish::StopSequence(_) => "stop",
-    }
 }
 
 #[cfg(test)]

@@ -1,12 +1,12 @@
 //! `generate`: a raw prompt sent as one user message, with no system prompt and no tools.
 
 use super::common::{Common, Env, Format, Msg, Parts, Spelling, render_text};
-use super::openai_chat::finish_reason;
 use super::{Rendered, Shape};
 use crate::args::Obj;
 use crate::call::{Block, Call, Reply, Role};
 use crate::contract::cursor::Entry;
 use crate::error::CallResult;
+use crate::wire::openai::finish_reason;
 use serde_json::{Map, Value, json};
 
 /// The `generate` tool.

@@ -1,0 +1,7 @@
+//! Wire formats this server speaks as a client or renders for a model, as serde types and the
+//! one conversion each between them and the neutral [`crate::call`] types: [`openai`] chat
+//! messages (a provider's requests and answers, a chat template's context) and [`mcp`]
+//! sampling content (the sampling backend and the reference host).
+
+pub mod mcp;
+pub mod openai;
