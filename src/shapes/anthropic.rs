@@ -13,7 +13,7 @@ use crate::call::{Answer, Block, Call, Finish, Reply, Role};
 use crate::contract::cursor::Entry;
 use crate::error::{CallError, CallResult};
 use crate::limits::Limits;
-use crate::shapes::media;
+use crate::wire::media;
 use serde_json::{Map, Value, json};
 
 /// The `messages_create` tool.

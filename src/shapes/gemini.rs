@@ -20,7 +20,7 @@ use crate::contract::persona::Persona;
 use crate::contract::schema;
 use crate::error::{CallError, CallResult};
 use crate::limits::Limits;
-use crate::shapes::media;
+use crate::wire::media;
 use serde_json::{Map, Value, json};
 use std::borrow::Cow;
 

@@ -8,7 +8,6 @@
 pub mod anthropic;
 pub mod common;
 pub mod gemini;
-pub mod media;
 pub mod openai_chat;
 pub mod params;
 pub mod prompt;

@@ -15,7 +15,7 @@ use crate::call::{Answer, Block, Call, Reply, Role};
 use crate::contract::cursor::Entry;
 use crate::error::{CallError, CallResult};
 use crate::limits::Limits;
-use crate::shapes::media;
+use crate::wire::media;
 use crate::wire::openai;
 use serde_json::{Map, Value, json};
 

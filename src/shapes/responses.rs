@@ -15,7 +15,7 @@ use crate::contract::cursor::Entry;
 use crate::error::{CallError, CallResult};
 use crate::limits::Limits;
 use crate::pyjson::{self, Style};
-use crate::shapes::media;
+use crate::wire::media;
 use serde_json::{Map, Value, json};
 
 /// The `responses_create` tool.

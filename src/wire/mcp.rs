@@ -9,7 +9,7 @@ use crate::call::{Block, Completion, Finish, Role, Turn, text_chars};
 use crate::error::{CallError, CallResult};
 use crate::limits::Limits;
 use crate::pyjson::{self, Style};
-use crate::shapes::media;
+use crate::wire::media;
 use rmcp::model::{CreateMessageResult, SamplingMessage, SamplingMessageContentBlock};
 
 /// Reads the host's `stopReason` (an open string; missing means the turn ended).
