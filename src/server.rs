@@ -4,13 +4,13 @@
 
 use crate::backends::direct::Model;
 use crate::backends::driver::{Driver, Outcome};
+use crate::backends::progress::Reporter;
 use crate::backends::sampling::{Host, Retry, Settings};
 use crate::call::{Call, Reply};
 use crate::config::{Backend, Config, Direct, Fallback};
 use crate::contract::cursor;
 use crate::error::{CallError, StartError, clip};
 use crate::fulfil::Fulfilled;
-use crate::fulfil::live::{Event, Live};
 use crate::gate::Gate;
 use crate::limits::Limits;
 use crate::pyjson::{self, Style};
@@ -18,8 +18,7 @@ use crate::shapes::{self, Shape};
 use crate::wire::mcp;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
-    ServerCapabilities, ServerConfig, Tool,
+    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler};
@@ -211,7 +210,10 @@ impl Server {
                 },
                 None => Driver::sampling(&call, &host, &ctx, retry, &self.settings, &self.limits),
             };
-            let reporter = driver.streams().then(|| Reporter::start(&ctx)).flatten();
+            let reporter = driver
+                .streams()
+                .then(|| Reporter::start(ctx.meta.get_progress_token(), &ctx.peer))
+                .flatten();
             let outcome = driver.run(&call, reporter.as_ref().map(|r| &r.live)).await;
             if let Some(reporter) = reporter {
                 reporter.stop().await;
@@ -225,52 +227,6 @@ impl Server {
         }
         .await;
         result.or_else(|e| edge(shape.name(), e))
-    }
-}
-
-/// Shortest time between two progress notifications of one call.
-const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
-
-/// Sends a call's progress (`notifications/progress`) while a direct backend makes its answer,
-/// when the call carries a progress token; nothing otherwise.
-struct Reporter {
-    live: Arc<Live>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Reporter {
-    fn start(ctx: &RequestContext<RoleServer>) -> Option<Reporter> {
-        let token = ctx.meta.get_progress_token()?;
-        let live = Live::new();
-        let task = tokio::spawn(report(live.clone(), ctx.peer.clone(), token));
-        Some(Reporter { live, task })
-    }
-
-    /// Stops reporting before the result is sent, so that no progress follows it.
-    async fn stop(self) {
-        self.live.event(Event::Finished);
-        self.task.abort();
-        let _ = self.task.await;
-    }
-}
-
-async fn report(live: Arc<Live>, peer: rmcp::Peer<RoleServer>, token: ProgressToken) {
-    let mut sent: Option<usize> = None;
-    while let Some(now) = live.next().await {
-        let progress = now.progress();
-        if sent.is_some_and(|last| progress <= last) {
-            continue;
-        }
-        let mut note = ProgressNotificationParam::new(token.clone(), progress as f64)
-            .with_message(now.message());
-        if let Some(total) = now.total() {
-            note = note.with_total(total as f64);
-        }
-        if peer.notify_progress(note).await.is_err() {
-            return;
-        }
-        sent = Some(progress);
-        tokio::time::sleep(PROGRESS_EVERY).await;
     }
 }
 

@@ -56,14 +56,9 @@ fn progress_line() -> Option<(Arc<Live>, tokio::task::JoinHandle<()>)> {
     Some((live, printer))
 }
 
-pub async fn run(config: &Config, args: &TryArgs) -> Result<(), String> {
-    let schema: Option<Value> = match &args.schema {
-        Some(text) => {
-            Some(serde_json::from_str(text).map_err(|e| format!("--schema is not JSON: {e}"))?)
-        }
-        None => None,
-    };
-    let model: Arc<dyn Model> = match args.with {
+/// The model `try` answers with, ready: the local one loaded (fetched first if needed).
+async fn ready_model(config: &Config, which: Direct) -> Result<Arc<dyn Model>, String> {
+    Ok(match which {
         Direct::Local => {
             let local =
                 Local::start(LocalSettings::from_config(config)?).map_err(|e| e.to_string())?;
@@ -73,7 +68,17 @@ pub async fn run(config: &Config, args: &TryArgs) -> Result<(), String> {
         Direct::Provider => Arc::new(crate::backends::provider::Provider::new(
             ProviderSettings::from_config(config)?,
         )?),
+    })
+}
+
+pub async fn run(config: &Config, args: &TryArgs) -> Result<(), String> {
+    let schema: Option<Value> = match &args.schema {
+        Some(text) => {
+            Some(serde_json::from_str(text).map_err(|e| format!("--schema is not JSON: {e}"))?)
+        }
+        None => None,
     };
+    let model = ready_model(config, args.with).await?;
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
     let command = tokio::process::Command::new(exe).configure(|c| {
         c.args(["--backend", "host", "--fallback", "none"]);

@@ -106,14 +106,7 @@ impl Assembly {
         let Some(delta) = choice.get("delta") else {
             return Ok(());
         };
-        if let Some(text) = delta.get("content").and_then(Value::as_str)
-            && !text.is_empty()
-        {
-            self.content.push_str(text);
-            added.text.push_str(text);
-            added.any = true;
-            self.deltas += 1;
-        }
+        self.text_delta(delta, added);
         for call in delta
             .get("tool_calls")
             .and_then(Value::as_array)
@@ -127,6 +120,18 @@ impl Assembly {
             self.deltas += 1;
         }
         Ok(())
+    }
+
+    /// A part of the answer's text.
+    fn text_delta(&mut self, delta: &Value, added: &mut Added) {
+        if let Some(text) = delta.get("content").and_then(Value::as_str)
+            && !text.is_empty()
+        {
+            self.content.push_str(text);
+            added.text.push_str(text);
+            added.any = true;
+            self.deltas += 1;
+        }
     }
 
     /// A part of a tool call: the first names it, the rest carry argument fragments. Returns

@@ -6,6 +6,8 @@
 #![allow(deprecated)] // Sampling, roots and logging are deprecated by SEP-2577; this bridges them.
 
 use super::Shared;
+use crate::backends::progress::Reporter;
+use crate::fulfil::live::Event;
 use crate::host;
 use rmcp::ErrorData;
 use rmcp::model::{
@@ -76,16 +78,31 @@ impl Downstream {
         )
     }
 
-    /// The downstream's sampling request, answered by the bridge's model.
+    /// The downstream's sampling request, answered by the bridge's model; when the request
+    /// carries a progress token, the downstream is told the answer's progress as it is made.
     async fn answer(
         &self,
         params: CreateMessageRequestParams,
+        ctx: &RequestContext<RoleClient>,
     ) -> Result<CreateMessageResult, ErrorData> {
         let model = &self.shared.model;
         let request = host::request(&params, &self.shared.limits)
             .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?;
-        let completion = tokio::time::timeout(self.shared.timeout, model.complete(request, None))
-            .await
+        let reporter = Reporter::start(ctx.meta.get_progress_token(), &ctx.peer);
+        let live = reporter.as_ref().map(|r| r.live.clone());
+        if let Some(live) = &live {
+            live.event(Event::Attempt {
+                number: 1,
+                of: 1,
+                budget: usize::try_from(request.max_tokens).ok(),
+            });
+        }
+        let completion =
+            tokio::time::timeout(self.shared.timeout, model.complete(request, live)).await;
+        if let Some(reporter) = reporter {
+            reporter.stop().await;
+        }
+        let completion = completion
             .map_err(|_| {
                 ErrorData::internal_error(
                     format!("the {} model did not answer in time", model.kind()),
@@ -215,7 +232,7 @@ impl rmcp::ClientHandler for Downstream {
         });
         match host {
             Some(host) => self.pass_up(host, params, ctx).await,
-            None => self.answer(params).await,
+            None => self.answer(params, &ctx).await,
         }
     }
 

@@ -18,6 +18,8 @@ use crate::fulfil::Capabilities;
 use crate::fulfil::live::{Event, Live};
 use crate::wire::openai;
 use engine::{Output, Params};
+use llama_cpp_2::sampling::LlamaSampler;
+use llama_cpp_2::token::LlamaToken;
 use llguidance::api::TopLevelGrammar;
 use serde_json::{Map, Value, json};
 use slots::{Call, Counters, Slots};
@@ -423,55 +425,7 @@ impl Worker {
             live,
             reply,
         } = job;
-        let parts = (|| {
-            let tools = offered(&request);
-            let messages = openai::messages(
-                request.system.as_deref(),
-                &request.turns,
-                openai::Reader::Template,
-            );
-            let openai_tools: Vec<openai::Tool> = tools.iter().map(ModelTool::openai).collect();
-            let text = if model.template().is_some() || model.knows_chatml() {
-                template::render(model.template(), &messages, &openai_tools)
-                    .map_err(LocalError::Request)?
-            } else {
-                template::plain(&messages)
-            };
-            let prompt = model.tokenize(&text);
-            let context = model.info().context;
-            if prompt.is_empty() {
-                return Err(LocalError::Request("the prompt is empty".to_owned()));
-            }
-            if prompt.len() >= context {
-                return Err(LocalError::Request(format!(
-                    "the prompt is {} tokens, over the local model's context of {context} \
-                     tokens (AGENT_AS_MODEL_LOCAL_CONTEXT); send a shorter conversation",
-                    prompt.len()
-                )));
-            }
-            let params = Params {
-                max_tokens: usize::try_from(request.max_tokens).unwrap_or(usize::MAX),
-                temperature: request.temperature,
-                top_p: request.tuning.top_p,
-                top_k: request.tuning.top_k,
-                seed: request
-                    .tuning
-                    .seed
-                    .and_then(|s| u64::try_from(s).ok())
-                    .unwrap_or_else(random_seed),
-                stop: request.stop.clone(),
-            };
-            let budget = params.max_tokens.min(context - prompt.len());
-            let constraint = grammar(&request, tools).and_then(|g| match model.constraint(g) {
-                Ok(c) => Some(c),
-                Err(e) => {
-                    // The answer is still checked against the schema and repaired.
-                    tracing::warn!(problem = %e, "answering without constrained decoding");
-                    None
-                }
-            });
-            Ok((prompt, engine::sampler(&params, constraint), params, budget))
-        })();
+        let parts = Self::parts(model, &request);
         match parts {
             Ok((prompt, sampler, params, budget)) => Some(Call {
                 prompt,
@@ -488,6 +442,61 @@ impl Worker {
                 None
             }
         }
+    }
+
+    /// The prompt, its sampler and parameters and its token budget; `Err` when this model
+    /// cannot take the request.
+    fn parts(
+        model: &engine::Model,
+        request: &ModelRequest,
+    ) -> Result<(Vec<LlamaToken>, LlamaSampler, Params, usize), LocalError> {
+        let tools = offered(request);
+        let messages = openai::messages(
+            request.system.as_deref(),
+            &request.turns,
+            openai::Reader::Template,
+        );
+        let openai_tools: Vec<openai::Tool> = tools.iter().map(ModelTool::openai).collect();
+        let text = if model.template().is_some() || model.knows_chatml() {
+            template::render(model.template(), &messages, &openai_tools)
+                .map_err(LocalError::Request)?
+        } else {
+            template::plain(&messages)
+        };
+        let prompt = model.tokenize(&text);
+        let context = model.info().context;
+        if prompt.is_empty() {
+            return Err(LocalError::Request("the prompt is empty".to_owned()));
+        }
+        if prompt.len() >= context {
+            return Err(LocalError::Request(format!(
+                "the prompt is {} tokens, over the local model's context of {context} \
+                 tokens (AGENT_AS_MODEL_LOCAL_CONTEXT); send a shorter conversation",
+                prompt.len()
+            )));
+        }
+        let params = Params {
+            max_tokens: usize::try_from(request.max_tokens).unwrap_or(usize::MAX),
+            temperature: request.temperature,
+            top_p: request.tuning.top_p,
+            top_k: request.tuning.top_k,
+            seed: request
+                .tuning
+                .seed
+                .and_then(|s| u64::try_from(s).ok())
+                .unwrap_or_else(random_seed),
+            stop: request.stop.clone(),
+        };
+        let budget = params.max_tokens.min(context - prompt.len());
+        let constraint = grammar(request, tools).and_then(|g| match model.constraint(g) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                // The answer is still checked against the schema and repaired.
+                tracing::warn!(problem = %e, "answering without constrained decoding");
+                None
+            }
+        });
+        Ok((prompt, engine::sampler(&params, constraint), params, budget))
     }
 }
 

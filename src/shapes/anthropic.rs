@@ -5,7 +5,7 @@
 //! `image` (base64 source), `tool_use` (assistant) and `tool_result` (user).
 
 use super::common::{
-    Common, Env, Format, Msg, Parts, Spelling, flatten_text, message_objects, render_text,
+    Common, Env, Format, Hooks, Msg, Parts, Spelling, flatten_text, message_objects, render_text,
 };
 use super::{Rendered, Shape};
 use crate::args::{self, Obj, as_object, one_of};
@@ -23,11 +23,14 @@ const SPELLING: Spelling = Spelling {
     tool: "messages_create",
     list_key: "messages",
     modes: true,
+    settings: None,
     stop: Some("stop_sequences"),
+    max_tokens: "max_tokens",
     max_tokens_alias: None,
     format: Format::None,
     metadata: &["top_p", "top_k", "metadata"],
     verifies_cursors: true,
+    hooks: Hooks::COMMON,
 };
 
 impl Shape for MessagesCreate {

@@ -38,15 +38,79 @@ pub struct Spelling {
     pub list_key: &'static str,
     /// Takes `output_schema`, `tools`, `tool_choice` and `max_retries`.
     pub modes: bool,
-    /// The stop-sequence argument: `stop` (a string or a list) or `stop_sequences` (a list).
+    /// The object the sampling settings (temperature, token limit, stop sequences) are read
+    /// from: the top level, or the object under this key (Gemini's `generationConfig`).
+    pub settings: Option<&'static str>,
+    /// The stop-sequence argument: `stop` (a string or a list), else a list.
     pub stop: Option<&'static str>,
-    /// The API's newer name for `max_tokens`.
+    /// The token limit's argument.
+    pub max_tokens: &'static str,
+    /// The API's newer name for it.
     pub max_tokens_alias: Option<&'static str>,
     pub format: Format,
     /// Parameters forwarded as request metadata (hosts may ignore them).
     pub metadata: &'static [&'static str],
     /// Whether a `cur_` cursor can be verified (a raw prompt has no assistant turn).
     pub verifies_cursors: bool,
+    /// How the shape reads what its API spells its own way.
+    pub hooks: Hooks,
+}
+
+/// The tools a call offers (none when it offers none) and its tool choice.
+pub type Offer = (Option<Vec<ToolDef>>, Option<ToolChoice>);
+
+/// The readers of the arguments a shape may spell its own way; [`Hooks::COMMON`] reads the
+/// OpenAI and Anthropic spellings.
+#[derive(Debug, Clone, Copy)]
+pub struct Hooks {
+    /// Structured output, from the arguments or the settings object.
+    pub structured:
+        for<'a> fn(&Obj<'a>, &Obj<'a>, &Spelling, &Limits) -> CallResult<Option<Structured<'a>>>,
+    /// The tools offered, already narrowed to what the tool choice allows, and the choice.
+    pub tools: fn(&Obj<'_>, &Limits) -> CallResult<Offer>,
+    /// What the other parameters contribute: metadata, tuning, `stream`, warnings.
+    pub extras: fn(&Obj<'_>, &Obj<'_>, &Spelling, &Env<'_>) -> CallResult<params::Extras>,
+}
+
+impl Hooks {
+    pub const COMMON: Hooks = Hooks {
+        structured: |o, _, sp, limits| structured_spec(o, sp.format, limits),
+        tools: common_tools,
+        extras: |o, _, sp, env| params::handle(o, sp.metadata, env.known),
+    };
+}
+
+/// Where the settings are read: the arguments, or the object under `key` (absent: empty).
+fn settings<'a>(o: &Obj<'a>, key: Option<&str>) -> CallResult<Obj<'a>> {
+    static EMPTY: std::sync::OnceLock<Map<String, Value>> = std::sync::OnceLock::new();
+    Ok(match key {
+        None => Obj::new(o.map(), o.here()),
+        Some(key) => Obj::new(
+            o.opt_object(key)?
+                .unwrap_or_else(|| EMPTY.get_or_init(Map::new)),
+            o.path(key),
+        ),
+    })
+}
+
+/// `tools` and `tool_choice` as OpenAI and Anthropic spell them; a choice that names a tool
+/// keeps only that one.
+fn common_tools(o: &Obj<'_>, limits: &Limits) -> CallResult<Offer> {
+    let (choice, forced) = parse_tool_choice(o)?;
+    let mut tools = match o.opt_array("tools")? {
+        Some(items) => Some(tool_defs(tool_specs(items, "tools")?, "tools", limits)?),
+        None => None,
+    };
+    if let (Some(name), Some(defs)) = (forced, tools.as_mut()) {
+        defs.retain(|d: &ToolDef| d.name == name);
+        if defs.is_empty() {
+            return Err(CallError::at(
+                "tool_choice",
+                format!("names the tool {name:?}, which is not in `tools`"),
+            ));
+        }
+    }
+    Ok((tools, choice))
 }
 
 /// What a shape gets besides its arguments.
@@ -92,16 +156,17 @@ pub use crate::fulfil::{DEFAULT_MAX_RETRIES, MAX_MAX_RETRIES};
 impl<'a> Common<'a> {
     /// Reads the common arguments as `sp` spells them.
     pub fn read(o: &Obj<'a>, sp: &Spelling, env: &Env<'_>) -> CallResult<Self> {
+        let settings = settings(o, sp.settings)?;
         let stop = match sp.stop {
-            Some(key) => parse_stop(o, key)?,
+            Some(key) => parse_stop(&settings, key)?,
             None => Vec::new(),
         };
-        let max_tokens = parse_max_tokens(o, sp.max_tokens_alias)?;
+        let max_tokens = parse_max_tokens(&settings, sp.max_tokens, sp.max_tokens_alias)?;
         let mut common = Common {
             tool: sp.tool,
             verifies_cursors: sp.verifies_cursors,
             model: o.opt_str("model")?.unwrap_or(DEFAULT_MODEL).to_owned(),
-            temperature: o.opt_f64_in("temperature", TEMPERATURE)?,
+            temperature: settings.opt_f64_in("temperature", TEMPERATURE)?,
             max_tokens,
             output_schema: None,
             tools: None,
@@ -111,35 +176,15 @@ impl<'a> Common<'a> {
             max_retries: 0,
             stop,
             emulate_tools: parse_emulate_tools(o)?,
-            extras: params::handle(o, sp.metadata, env.known)?,
+            extras: (sp.hooks.extras)(o, &settings, sp, env)?,
         };
         if sp.modes {
             common.max_retries = parse_max_retries(o)?;
-            common.output_schema = structured_spec(o, sp.format, env.limits)?;
-            let (choice, forced) = parse_tool_choice(o)?;
-            common.tool_choice = choice;
-            common.tools = match o.opt_array("tools")? {
-                Some(items) => Some(tool_defs(tool_specs(items, "tools")?, "tools", env.limits)?),
-                None => None,
-            };
-            common.force_tool(forced)?;
+            common.output_schema = (sp.hooks.structured)(o, &settings, sp, env.limits)?;
+            (common.tools, common.tool_choice) = (sp.hooks.tools)(o, env.limits)?;
         }
         common.check_conflicts()?;
         Ok(common)
-    }
-
-    /// Keeps only the forced tool of a `tool_choice` that names one.
-    pub fn force_tool(&mut self, forced: Option<String>) -> CallResult<()> {
-        if let (Some(name), Some(defs)) = (forced, self.tools.as_mut()) {
-            defs.retain(|d: &ToolDef| d.name == name);
-            if defs.is_empty() {
-                return Err(CallError::at(
-                    "tool_choice",
-                    format!("names the tool {name:?}, which is not in `tools`"),
-                ));
-            }
-        }
-        Ok(())
     }
 
     /// Structured output excludes tools and a persona output schema.
@@ -575,16 +620,16 @@ fn format_schema(
 }
 
 /// `max_tokens`, or the API's newer name for it; both with different values is an error.
-fn parse_max_tokens(o: &Obj<'_>, alias: Option<&str>) -> CallResult<u32> {
-    let given = o.get("max_tokens").is_some();
-    let value = o.positive_u32_or("max_tokens", DEFAULT_MAX_TOKENS)?;
+fn parse_max_tokens(o: &Obj<'_>, key: &str, alias: Option<&str>) -> CallResult<u32> {
+    let given = o.get(key).is_some();
+    let value = o.positive_u32_or(key, DEFAULT_MAX_TOKENS)?;
     let Some(alias) = alias.filter(|a| o.get(a).is_some()) else {
         return Ok(value);
     };
     let aliased = o.positive_u32_or(alias, DEFAULT_MAX_TOKENS)?;
     if given && aliased != value {
         return Err(CallError::Invalid(format!(
-            "`max_tokens` ({value}) and `{alias}` ({aliased}) disagree; pass one of them"
+            "`{key}` ({value}) and `{alias}` ({aliased}) disagree; pass one of them"
         )));
     }
     Ok(aliased)

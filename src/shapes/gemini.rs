@@ -4,19 +4,20 @@
 //! `functionCall {name, args, id?}` and `functionResponse {name, response, id?}`;
 //! `systemInstruction` (a Content or a string); `generationConfig` (`temperature`,
 //! `maxOutputTokens`, `stopSequences`, `responseMimeType` with `responseSchema` (OpenAPI style)
-//! or `responseJsonSchema`, `candidateCount` 1, `topP`/`topK`/`seed` forwarded as metadata);
+//! or `responseJsonSchema`, `candidateCount` 1, `topP`/`topK`/`seed` typed and forwarded as metadata);
 //! `tools[].functionDeclarations` and `toolConfig.functionCallingConfig` (`AUTO`/`ANY`/`NONE`,
 //! `allowedFunctionNames`). The result is a `GenerateContentResponse`.
 //!
 //! Gemini's function calls may come without ids: a response is then paired with the earliest
 //! unanswered call of the same name in the model turn before it.
 
-use super::common::{self, Common, Env, Msg, Parts, Structured, flatten_text, render_text};
-use super::{DEFAULT_MAX_TOKENS, DEFAULT_MODEL, Rendered, Shape, params};
+use super::common::{
+    self, Common, Env, Format, Hooks, Msg, Parts, Spelling, Structured, flatten_text, render_text,
+};
+use super::{Rendered, Shape, params};
 use crate::args::{self, Obj, as_object, non_empty_array};
 use crate::call::{Answer, Block, Call, Finish, Reply, Role, ToolChoice, ToolDef};
 use crate::contract::cursor::Entry;
-use crate::contract::persona::Persona;
 use crate::contract::schema;
 use crate::error::{CallError, CallResult};
 use crate::limits::Limits;
@@ -70,7 +71,7 @@ impl Shape for GenerateContent {
 
     fn parse(&self, o: &Obj<'_>, env: &Env<'_>) -> CallResult<Call> {
         let contents = non_empty_array(o.required("contents")?, &o.path("contents"))?;
-        let common = read_common(o, env)?;
+        let common = Common::read(o, &SPELLING, env)?;
         let system = match o.get("systemInstruction") {
             Some(v) => Some(system_text(v, &o.path("systemInstruction"), env.limits)?),
             None => None,
@@ -107,43 +108,42 @@ impl Shape for GenerateContent {
     }
 }
 
-/// The arguments every shape has, as Gemini spells them.
-fn read_common<'a>(o: &Obj<'a>, env: &Env<'_>) -> CallResult<Common<'a>> {
-    let config_path = o.path("generationConfig");
-    static EMPTY: std::sync::OnceLock<Map<String, Value>> = std::sync::OnceLock::new();
-    let config = Obj::new(
-        o.opt_object("generationConfig")?
-            .unwrap_or_else(|| EMPTY.get_or_init(Map::new)),
-        config_path.as_str(),
-    );
-    if o.get("cachedContent").is_some() {
-        return Err(CallError::at(
-            &o.path("cachedContent"),
-            "cached content is not supported: send the content itself",
-        ));
-    }
-    let mut common = Common {
-        tool: TOOL,
-        verifies_cursors: true,
-        model: o.opt_str("model")?.unwrap_or(DEFAULT_MODEL).to_owned(),
-        temperature: config.opt_f64_in("temperature", common::TEMPERATURE)?,
-        max_tokens: config.positive_u32_or("maxOutputTokens", DEFAULT_MAX_TOKENS)?,
-        output_schema: response_schema(&config, env.limits)?,
-        tools: None,
-        tool_choice: None,
-        persona: Persona::parse(o, env.limits)?,
-        previous: o.opt_str("previous_response_id")?.map(str::to_owned),
-        max_retries: common::parse_max_retries(o)?,
-        stop: stop_sequences(&config)?,
-        emulate_tools: common::parse_emulate_tools(o)?,
-        extras: extras(o, &config, env)?,
+/// The arguments every shape has, as Gemini spells them: the sampling settings in
+/// `generationConfig`, structured output there too, function declarations and `toolConfig`.
+const SPELLING: Spelling = Spelling {
+    tool: TOOL,
+    list_key: "contents",
+    modes: true,
+    settings: Some("generationConfig"),
+    stop: Some("stopSequences"),
+    max_tokens: "maxOutputTokens",
+    max_tokens_alias: None,
+    format: Format::None,
+    metadata: &METADATA,
+    verifies_cursors: true,
+    hooks: Hooks {
+        structured: |_, config, _, limits| response_schema(config, limits),
+        tools: tools_and_choice,
+        extras: |o, config, _, env| {
+            if o.get("cachedContent").is_some() {
+                return Err(CallError::at(
+                    &o.path("cachedContent"),
+                    "cached content is not supported: send the content itself",
+                ));
+            }
+            extras(o, config, env)
+        },
+    },
+};
+
+/// `tools[].functionDeclarations`, and `toolConfig`'s mode and the functions it allows.
+fn tools_and_choice(o: &Obj<'_>, limits: &Limits) -> CallResult<common::Offer> {
+    let mut tools = match o.opt_array("tools")? {
+        Some(list) => Some(declarations(list, &o.path("tools"), limits)?),
+        None => None,
     };
-    if let Some(list) = o.opt_array("tools")? {
-        common.tools = Some(declarations(list, &o.path("tools"), env.limits)?);
-    }
     let (choice, allowed) = tool_config(o)?;
-    common.tool_choice = choice;
-    if let (Some(allowed), Some(defs)) = (allowed, common.tools.as_mut()) {
+    if let (Some(allowed), Some(defs)) = (allowed, tools.as_mut()) {
         defs.retain(|d| allowed.contains(&d.name));
         if defs.is_empty() {
             return Err(CallError::at(
@@ -152,8 +152,7 @@ fn read_common<'a>(o: &Obj<'a>, env: &Env<'_>) -> CallResult<Common<'a>> {
             ));
         }
     }
-    common.check_conflicts()?;
-    Ok(common)
+    Ok((tools, choice))
 }
 
 /// What `generationConfig` and the top level contribute besides the neutral fields: metadata,
@@ -212,21 +211,6 @@ fn extras(o: &Obj<'_>, config: &Obj<'_>, env: &Env<'_>) -> CallResult<params::Ex
         .warnings
         .extend(params::unknown_arguments(o, env.known));
     Ok(extras)
-}
-
-fn stop_sequences(config: &Obj<'_>) -> CallResult<Vec<String>> {
-    match config.get("stopSequences") {
-        None => Ok(Vec::new()),
-        Some(Value::Array(items)) => {
-            let items: Vec<&Value> = items.iter().collect();
-            common::stop_list(&items, &config.path("stopSequences"))
-        }
-        Some(other) => Err(CallError::expected(
-            &config.path("stopSequences"),
-            "a list of strings",
-            other,
-        )),
-    }
 }
 
 /// Structured output: `responseMimeType: "application/json"` with `responseJsonSchema`,

@@ -7,7 +7,7 @@
 //! them by `tool_call_id`.
 
 use super::common::{
-    Common, Env, Format, Msg, Parts, Spelling, flatten_text, message_objects, render_text,
+    Common, Env, Format, Hooks, Msg, Parts, Spelling, flatten_text, message_objects, render_text,
 };
 use super::{Rendered, Shape};
 use crate::args::{self, Obj, as_object};
@@ -26,7 +26,9 @@ const SPELLING: Spelling = Spelling {
     tool: "chat_complete",
     list_key: "messages",
     modes: true,
+    settings: None,
     stop: Some("stop"),
+    max_tokens: "max_tokens",
     max_tokens_alias: Some("max_completion_tokens"),
     format: Format::ResponseFormat,
     metadata: &[
@@ -38,6 +40,7 @@ const SPELLING: Spelling = Spelling {
         "presence_penalty",
     ],
     verifies_cursors: true,
+    hooks: Hooks::COMMON,
 };
 
 impl Shape for ChatComplete {

@@ -1,6 +1,6 @@
 //! `generate`: a raw prompt sent as one user message, with no system prompt and no tools.
 
-use super::common::{Common, Env, Format, Msg, Parts, Spelling, render_text};
+use super::common::{Common, Env, Format, Hooks, Msg, Parts, Spelling, render_text};
 use super::{Rendered, Shape};
 use crate::args::Obj;
 use crate::call::{Block, Call, Reply, Role};
@@ -16,11 +16,14 @@ const SPELLING: Spelling = Spelling {
     tool: "generate",
     list_key: "prompt",
     modes: false,
+    settings: None,
     stop: Some("stop"),
+    max_tokens: "max_tokens",
     max_tokens_alias: None,
     format: Format::None,
     metadata: &["top_p", "seed", "user", "metadata"],
     verifies_cursors: false,
+    hooks: Hooks::COMMON,
 };
 
 impl Shape for Generate {

@@ -7,7 +7,7 @@
 //! prompt; system and developer items follow it, joined with a blank line. The result is a
 //! Responses object.
 
-use super::common::{Common, Env, Format, Msg, Parts, Spelling, flatten_text};
+use super::common::{Common, Env, Format, Hooks, Msg, Parts, Spelling, flatten_text};
 use super::{Rendered, Shape};
 use crate::args::{self, Obj, as_object, non_empty_array};
 use crate::call::{Answer, Block, Call, Finish, Reply, Role};
@@ -25,11 +25,14 @@ const SPELLING: Spelling = Spelling {
     tool: "responses_create",
     list_key: "input",
     modes: true,
+    settings: None,
     stop: None,
+    max_tokens: "max_tokens",
     max_tokens_alias: Some("max_output_tokens"),
     format: Format::TextFormat,
     metadata: &["top_p", "user", "metadata"],
     verifies_cursors: true,
+    hooks: Hooks::COMMON,
 };
 
 impl Shape for ResponsesCreate {

@@ -181,30 +181,37 @@ pub fn messages(system: Option<&str>, turns: &[Turn], reader: Reader) -> Vec<Mes
     out
 }
 
+/// A text, image or audio block as a content part (media only for the API).
+fn part(block: &Block, reader: Reader) -> Option<Part> {
+    match block {
+        Block::Text(t) => Some(Part::Text { text: t.clone() }),
+        Block::Image { data, mime, .. } if reader == Reader::Api => Some(Part::ImageUrl {
+            image_url: ImageUrl {
+                url: format!("data:{mime};base64,{data}"),
+            },
+        }),
+        Block::Audio { data, mime, .. } if reader == Reader::Api => {
+            let format = mime.rsplit('/').next().unwrap_or("wav");
+            let format = if format == "mpeg" { "mp3" } else { format };
+            Some(Part::InputAudio {
+                input_audio: InputAudio {
+                    data: data.clone(),
+                    format: format.to_owned(),
+                },
+            })
+        }
+        _ => None,
+    }
+}
+
 fn turn_messages(turn: &Turn, reader: Reader, out: &mut Vec<Message>) {
     let mut parts = Vec::new();
     let mut calls = Vec::new();
     for block in &turn.blocks {
         match block {
-            Block::Text(t) => parts.push(Part::Text { text: t.clone() }),
-            Block::Image { data, mime, .. } if reader == Reader::Api => {
-                parts.push(Part::ImageUrl {
-                    image_url: ImageUrl {
-                        url: format!("data:{mime};base64,{data}"),
-                    },
-                })
+            Block::Text(_) | Block::Image { .. } | Block::Audio { .. } => {
+                parts.extend(part(block, reader));
             }
-            Block::Audio { data, mime, .. } if reader == Reader::Api => {
-                let format = mime.rsplit('/').next().unwrap_or("wav");
-                let format = if format == "mpeg" { "mp3" } else { format };
-                parts.push(Part::InputAudio {
-                    input_audio: InputAudio {
-                        data: data.clone(),
-                        format: format.to_owned(),
-                    },
-                });
-            }
-            Block::Image { .. } | Block::Audio { .. } => {}
             Block::ToolUse { id, name, input } => calls.push(match reader {
                 Reader::Api => ToolCall::api(
                     Some(id.clone()),

@@ -300,3 +300,67 @@ async fn a_stream_cut_short_fails_the_call_and_streaming_can_be_turned_off() {
         assert!(seen.body.get("stream").is_none(), "{}", seen.body);
     }
 }
+
+#[tokio::test]
+async fn a_sampling_request_the_bridge_answers_itself_streams_to_the_downstream() {
+    // The downstream (the official Python SDK) asks the bridge for a completion with a
+    // progress callback; the host cannot sample, so the bridge's embedded model answers, and
+    // the downstream sees that model's progress before the answer.
+    assert!(
+        first_try().status.success(),
+        "the model could not be fetched"
+    );
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/interop/progress_downstream.py"
+    );
+    let python = peer("AGENT_AS_MODEL_PYTHON", &venv_bin("python"));
+    let mut cmd = tokio::process::Command::new(BIN);
+    cmd.args([
+        "bridge",
+        "--downstream-era",
+        "legacy",
+        "--",
+        &python,
+        script,
+    ])
+    .env("RUST_LOG", "error");
+    let host = crate::common::Host::echo().without_sampling();
+    let client = crate::common::connect_command(host, crate::common::Era::Legacy, cmd).await;
+    let result = crate::common::call(
+        &client,
+        "ask",
+        json!({"question": "Write four lines about the sea.", "max_tokens": MAX_TOKENS}),
+    )
+    .await;
+    assert!(!crate::common::is_error(&result), "{result:?}");
+    let report: Value = serde_json::from_str(&crate::common::text(&result)).unwrap();
+    let seen = report["progress"].as_array().unwrap();
+    assert!(
+        !seen.is_empty(),
+        "no progress reached the downstream: {report}"
+    );
+    let answer = report["answer"].as_str().unwrap();
+    assert!(!answer.is_empty(), "{report}");
+    let answered = report["answer_t"].as_f64().unwrap();
+    assert!(
+        seen.iter().all(|p| p["t"].as_f64().unwrap() <= answered),
+        "progress after the answer: {report}"
+    );
+    assert_eq!(
+        seen[0]["total"].as_f64(),
+        Some(MAX_TOKENS as f64),
+        "{report}"
+    );
+    // Each message is the end of the text so far: a piece of the answer.
+    let last = seen.last().unwrap()["message"].as_str().unwrap().trim();
+    assert!(
+        last == "…" || answer.contains(last),
+        "the last message is a piece of the answer: {report}"
+    );
+    assert!(
+        seen.iter().any(|p| p["message"] != "…"),
+        "some message carried text: {report}"
+    );
+    client.cancel().await.unwrap();
+}
