@@ -157,10 +157,32 @@ fn poisoned() -> rmcp::ErrorData {
 }
 
 /// Starts (or reaches) the downstream server and connects to it on the era asked for.
+/// Why the bridge has no downstream connection.
+#[derive(Debug, thiserror::Error)]
+pub enum LinkError {
+    #[error("bridge: name the downstream server's command after --, or --url")]
+    NoDownstream,
+    #[error("cannot start the downstream server {program}: {source}")]
+    Spawn {
+        program: String,
+        source: std::io::Error,
+    },
+    #[error(
+        "the downstream server {name} did not finish its handshake (initialize or discover) \
+         within {} s",
+        HANDSHAKE_TIMEOUT.as_secs()
+    )]
+    Handshake { name: String },
+    #[error("cannot connect to the downstream server {name}: {problem}")]
+    Connect { name: String, problem: String },
+    #[error("the downstream server {name} sent no server information")]
+    NoInfo { name: String },
+}
+
 async fn connect(
     args: &BridgeArgs,
     shared: &Arc<Shared>,
-) -> Result<(Client, Arc<ServerInfo>, CancellationToken), String> {
+) -> Result<(Client, Arc<ServerInfo>, CancellationToken), LinkError> {
     let handler = Downstream::new(shared.clone());
     let ended = CancellationToken::new();
     let lifecycle = lifecycle(args.downstream_era);
@@ -180,30 +202,27 @@ async fn connect(
             let command = tokio::process::Command::new(program).configure(|c| {
                 c.args(rest);
             });
-            let transport = child::Child::spawn(command, shared.max_line)
-                .map_err(|e| format!("cannot start the downstream server {program:?}: {e}"))?;
+            let transport = child::Child::spawn(command, shared.max_line).map_err(|source| {
+                LinkError::Spawn {
+                    program: format!("{program:?}"),
+                    source,
+                }
+            })?;
             let transport = Watched::new(transport, &ended);
             let connecting: Connecting =
                 Box::pin(handler.serve_with_lifecycle(transport, lifecycle));
             (format!("{program:?}"), connecting)
         }
-        (None, None) => {
-            return Err("bridge: name the downstream server's command after --, or --url".into());
-        }
+        (None, None) => return Err(LinkError::NoDownstream),
     };
     let client = tokio::time::timeout(HANDSHAKE_TIMEOUT, connecting)
         .await
-        .map_err(|_| {
-            format!(
-                "the downstream server {name} did not finish its handshake (initialize or \
-                 discover) within {} s",
-                HANDSHAKE_TIMEOUT.as_secs()
-            )
-        })?
-        .map_err(|e| format!("cannot connect to the downstream server {name}: {e}"))?;
-    let info = client
-        .peer_info()
-        .ok_or_else(|| format!("the downstream server {name} sent no server information"))?;
+        .map_err(|_| LinkError::Handshake { name: name.clone() })?
+        .map_err(|e| LinkError::Connect {
+            name: name.clone(),
+            problem: e.to_string(),
+        })?;
+    let info = client.peer_info().ok_or(LinkError::NoInfo { name })?;
     Ok((client, info, ended))
 }
 
@@ -289,7 +308,7 @@ pub async fn run(config: &Config, args: &BridgeArgs) -> Result<(), String> {
         dropped_notes: Default::default(),
         max_line: Framing::from_config(config).max_line,
     });
-    let (client, info, ended) = connect(args, &shared).await?;
+    let (client, info, ended) = connect(args, &shared).await.map_err(|e| e.to_string())?;
     tracing::info!(server = ?info.server_info, "downstream connected");
     shared.set_link(Link::Up(Arc::new(client)));
     let supervisor = tokio::spawn(supervise(args.clone(), shared.clone(), ended));
