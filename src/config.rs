@@ -154,6 +154,17 @@ pub struct Config {
     #[arg(long, env = "AGENT_AS_MODEL_FALLBACK", value_enum, default_value_t = Fallback::None)]
     pub fallback: Fallback,
 
+    /// A models file (TOML): named models answered by the host, the local model or providers,
+    /// chosen per call by the `model` argument (instead of --backend and --fallback)
+    #[arg(long, env = "AGENT_AS_MODEL_MODELS", conflicts_with_all = ["backend", "fallback"])]
+    pub models: Option<std::path::PathBuf>,
+
+    /// Longest wait for a model at its `max_in_flight` cap, in seconds, before the call is
+    /// refused with "retry"
+    #[arg(long, env = "AGENT_AS_MODEL_QUEUE_TIMEOUT_SECS", default_value_t = 30,
+          value_parser = clap::value_parser!(u64).range(0..=3600))]
+    pub queue_timeout_secs: u64,
+
     #[command(flatten)]
     pub local: LocalArgs,
 

@@ -23,6 +23,9 @@ pub enum CallError {
     Backend {
         backend: &'static str,
         message: String,
+        /// Worth trying another model: the backend could not be reached, was overloaded (429,
+        /// 5xx after its retries, a full queue) or timed out; not a refusal of the request.
+        transient: bool,
     },
     /// The host answered, but the answer breaks the call's contract (schema, persona).
     #[error("completion rejected: {0}")]
@@ -53,7 +56,29 @@ impl CallError {
         CallError::Backend {
             backend,
             message: message.into(),
+            transient: false,
         }
+    }
+
+    /// A failure of the `backend` backend that another model might not have (unreachable,
+    /// overloaded, too slow).
+    pub fn unavailable(backend: &'static str, message: impl Into<String>) -> Self {
+        CallError::Backend {
+            backend,
+            message: message.into(),
+            transient: true,
+        }
+    }
+
+    /// Whether another model might answer where this failed.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            CallError::Backend {
+                transient: true,
+                ..
+            }
+        )
     }
 
     /// The argument path the error names, when it names one.

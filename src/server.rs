@@ -2,18 +2,17 @@
 //! then to the backend, then back to the shape to render. It holds no per-connection state;
 //! everything a call needs arrives with the call.
 
-use crate::backends::direct::Model;
 use crate::backends::driver::{Driver, Outcome};
 use crate::backends::progress::Reporter;
 use crate::backends::sampling::{Host, Retry, Settings};
 use crate::call::{Call, Reply};
-use crate::config::{Backend, Config, Direct, Fallback};
 use crate::contract::cursor;
 use crate::error::{CallError, StartError, clip};
 use crate::fulfil::Fulfilled;
 use crate::gate::Gate;
 use crate::limits::Limits;
 use crate::pyjson::{self, Style};
+use crate::routing::{Answerer, Backends, Entry};
 use crate::shapes::{self, Shape};
 use crate::wire::mcp;
 use rmcp::model::{
@@ -26,101 +25,12 @@ use serde_json::{Map, Value, json};
 use std::sync::Arc;
 use std::time::Instant;
 
-/// A direct backend, started: the embedded model (it begins loading at once) or the configured
-/// provider.
-pub fn start(config: &Config, which: Direct) -> Result<Arc<dyn Model>, String> {
-    match which {
-        Direct::Local => {
-            let settings = crate::local::LocalSettings::from_config(config)?;
-            let local = crate::local::Local::start(settings).map_err(|e| e.to_string())?;
-            Ok(Arc::new(local))
-        }
-        Direct::Provider => {
-            let settings = crate::backends::provider::ProviderSettings::from_config(config)?;
-            Ok(Arc::new(crate::backends::provider::Provider::new(
-                settings,
-            )?))
-        }
-    }
-}
-
-/// Who can answer a call.
-#[derive(Clone)]
-pub enum Answerer {
-    /// The host's model through MCP sampling, when the host samples.
-    Host,
-    /// A model this server calls itself: it always can.
-    Model(Arc<dyn Model>),
-}
-
-/// Who answers calls, in order of preference: a call goes to the first that can answer it.
-#[derive(Clone)]
-pub struct Backends {
-    chain: Vec<Answerer>,
-}
-
-impl Default for Backends {
-    /// The host's model alone, as the original server.
-    fn default() -> Self {
-        Backends {
-            chain: vec![Answerer::Host],
-        }
-    }
-}
-
-impl Backends {
-    /// `--backend` answers every call; with the host's model, `--fallback` answers when the
-    /// host cannot sample. Direct backends start now.
-    pub fn from_config(config: &Config) -> Result<Self, String> {
-        let direct = |which| start(config, which).map(Answerer::Model);
-        let chain = match (config.backend, config.fallback) {
-            (Backend::Local, _) => vec![direct(Direct::Local)?],
-            (Backend::Provider, _) => vec![direct(Direct::Provider)?],
-            (Backend::Host, Fallback::None) => vec![Answerer::Host],
-            (Backend::Host, Fallback::Local) => vec![Answerer::Host, direct(Direct::Local)?],
-            (Backend::Host, Fallback::Provider) => {
-                vec![Answerer::Host, direct(Direct::Provider)?]
-            }
-        };
-        Ok(Backends { chain })
-    }
-
-    /// The direct backend that answers this call, or `None` for the host's sampling (which
-    /// refuses the call with -32021 when the host cannot sample and nothing else can answer).
-    fn for_host(&self, host: &Host) -> Option<&Arc<dyn Model>> {
-        self.chain.iter().find_map(|a| match a {
-            Answerer::Host if host.sampling => Some(None),
-            Answerer::Host => None,
-            Answerer::Model(model) => Some(Some(model)),
-        })?
-    }
-
-    /// Whether the host's model answers any call.
-    fn host_answers(&self) -> bool {
-        self.chain.iter().any(|a| matches!(a, Answerer::Host))
-    }
-
-    /// The direct backends, each with its role: `backend` when it answers every call,
-    /// `fallback` when it answers for a host that cannot sample.
-    fn direct(&self) -> impl Iterator<Item = (&'static str, &Arc<dyn Model>)> {
-        let role = if self.host_answers() {
-            "fallback"
-        } else {
-            "backend"
-        };
-        self.chain.iter().filter_map(move |a| match a {
-            Answerer::Host => None,
-            Answerer::Model(model) => Some((role, model)),
-        })
-    }
-}
-
 #[derive(Clone)]
 pub struct Server {
     settings: Arc<Settings>,
     limits: Arc<Limits>,
     tools: Arc<Vec<Tool>>,
-    backends: Backends,
+    backends: Arc<Backends>,
     /// Caps on calls in flight, over HTTP (stdio's transport counts its own).
     gate: Option<Gate>,
     /// Told, with the request's id, when a call's work has ended (answered, failed or stopped
@@ -163,7 +73,7 @@ impl Server {
             settings: Arc::new(settings),
             limits: Arc::new(limits),
             tools: Arc::new(tools),
-            backends,
+            backends: Arc::new(backends),
             gate: None,
             on_done: None,
         })
@@ -203,31 +113,83 @@ impl Server {
                 request_state: request.request_state.as_deref(),
                 input_responses: request.input_responses.as_ref(),
             };
-            let driver = match self.backends.for_host(&host) {
-                Some(model) => Driver::Direct {
-                    model: model.as_ref(),
-                    ctx: &ctx,
-                },
-                None => Driver::sampling(&call, &host, &ctx, retry, &self.settings, &self.limits),
-            };
-            let reporter = driver
-                .streams()
-                .then(|| Reporter::start(ctx.meta.get_progress_token(), &ctx.peer))
-                .flatten();
-            let outcome = driver.run(&call, reporter.as_ref().map(|r| &r.live)).await;
-            if let Some(reporter) = reporter {
-                reporter.stop().await;
+            let chain = self.backends.route(&call.request.model, &host)?;
+            let started = Instant::now();
+            let mut fell_back_from = Vec::new();
+            for (i, entry) in chain.iter().enumerate() {
+                let outcome = match self.answer(entry, &call, &host, retry, &ctx).await {
+                    Ok(outcome) => outcome,
+                    // Worth another model, one is left, and there is time for it.
+                    Err(e)
+                        if e.is_transient()
+                            && i + 1 < chain.len()
+                            && started.elapsed() < self.settings.sampling_timeout =>
+                    {
+                        tracing::warn!(model = %entry.name, error = %e, "falling back");
+                        fell_back_from.push(json!({"model": entry.name, "error": e.to_string()}));
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                };
+                return match outcome {
+                    Outcome::Ask(ask) => Ok(CallToolResponse::InputRequired(ask)),
+                    Outcome::Done(done) => {
+                        let route = Route {
+                            entry,
+                            fell_back_from,
+                            named: self.backends.named(),
+                        };
+                        finish(shape, &call, done, &route).map(CallToolResponse::Complete)
+                    }
+                };
             }
-            match outcome? {
-                Outcome::Ask(ask) => Ok(CallToolResponse::InputRequired(ask)),
-                Outcome::Done(done) => {
-                    finish(shape, &call, done, driver.backend()).map(CallToolResponse::Complete)
-                }
-            }
+            Err(CallError::Invalid("no model can answer this call".into()))
         }
         .await;
         result.or_else(|e| edge(shape.name(), e))
     }
+}
+
+impl Server {
+    /// One entry's answer to the call: under its cap, on its driver, with progress reported
+    /// when the call asked for it and the backend makes its answer where this server sees it.
+    async fn answer(
+        &self,
+        entry: &Entry,
+        call: &Call,
+        host: &Host,
+        retry: Retry<'_>,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<Outcome, CallError> {
+        let _permit = entry.admit(self.backends.queue_timeout).await?;
+        let driver = match &entry.answerer {
+            Answerer::Model(model) => Driver::Direct {
+                model: model.as_ref(),
+                ctx,
+            },
+            Answerer::Host { hints } => {
+                Driver::sampling(call, host, ctx, retry, &self.settings, &self.limits, hints)
+            }
+        };
+        let reporter = driver
+            .streams()
+            .then(|| Reporter::start(ctx.meta.get_progress_token(), &ctx.peer))
+            .flatten();
+        let outcome = driver.run(call, reporter.as_ref().map(|r| &r.live)).await;
+        if let Some(reporter) = reporter {
+            reporter.stop().await;
+        }
+        outcome
+    }
+}
+
+/// Which model answered a call, for its result.
+struct Route<'a> {
+    entry: &'a Entry,
+    /// The models that failed before it, with their errors.
+    fell_back_from: Vec<Value>,
+    /// A models file names the models: every result says which answered.
+    named: bool,
 }
 
 /// Refuses arguments larger than the limit, counting their JSON size without building it.
@@ -271,7 +233,7 @@ fn finish(
     shape: &dyn Shape,
     call: &Call,
     done: Fulfilled,
-    backend: Option<&'static str>,
+    route: &Route<'_>,
 ) -> Result<CallToolResult, CallError> {
     let completion = done.answer.completion_text();
     let minted = call.chain.is_on().then(|| {
@@ -302,8 +264,16 @@ fn finish(
     if !warnings.is_empty() {
         structured.insert("warnings".into(), json!(warnings));
     }
-    if let Some(backend) = backend {
+    let backend = route.entry.backend();
+    if backend != "host" {
         structured.insert("backend".into(), json!(backend));
+    }
+    if route.named || !route.fell_back_from.is_empty() {
+        structured.insert(
+            "route".into(),
+            json!({"model": route.entry.name, "backend": backend,
+                   "fell_back_from": route.fell_back_from}),
+        );
     }
     if let Some(via) = done.strategy.structured_via() {
         structured.insert(
@@ -319,9 +289,24 @@ fn finish(
     Ok(result)
 }
 
-/// `list_models`: the host's model (unless another backend answers every call), the
-/// configured direct backends' models, and what the server knows of the host.
+/// `list_models`: the models of the models file, or the host's model (unless another backend
+/// answers every call) and the configured direct backends' models; and what the server knows
+/// of the host.
 fn list_models(host: &Host, backends: &Backends) -> CallToolResult {
+    let models = if backends.named() {
+        backends.listing()
+    } else {
+        flag_models(backends)
+    };
+    let models = Value::Array(models);
+    let text = pyjson::dumps(&models, Style::PLAIN);
+    let mut result = CallToolResult::success(vec![ContentBlock::text(text.clone())]);
+    result.structured_content = Some(json!({ "result": text, "host": host.report() }));
+    result
+}
+
+/// The models of `--backend` and `--fallback`, as the original listed the host's.
+fn flag_models(backends: &Backends) -> Vec<Value> {
     let mut models = Vec::new();
     if backends.host_answers() {
         models.push(json!({
@@ -339,11 +324,7 @@ fn list_models(host: &Host, backends: &Backends) -> CallToolResult {
         }
         models.push(entry);
     }
-    let models = Value::Array(models);
-    let text = pyjson::dumps(&models, Style::PLAIN);
-    let mut result = CallToolResult::success(vec![ContentBlock::text(text.clone())]);
-    result.structured_content = Some(json!({ "result": text, "host": host.report() }));
-    result
+    models
 }
 
 impl ServerHandler for Server {

@@ -41,6 +41,8 @@ pub struct Sampling<'a> {
     retry: Retry<'a>,
     settings: &'a Settings,
     limits: &'a Limits,
+    /// The model hints sent (none: the caller's `model`).
+    hints: &'a [String],
     /// What the sealed state of a 2026-07-28 round is bound to (the tool and its arguments).
     binding: Option<Binding>,
 }
@@ -64,6 +66,7 @@ impl<'a> Driver<'a> {
         retry: Retry<'a>,
         settings: &'a Settings,
         limits: &'a Limits,
+        hints: &'a [String],
     ) -> Self {
         let binding = host
             .modern
@@ -74,6 +77,7 @@ impl<'a> Driver<'a> {
             retry,
             settings,
             limits,
+            hints,
             binding,
         })
     }
@@ -173,7 +177,7 @@ impl<'a> Driver<'a> {
     ) -> CallResult<Sent> {
         match self {
             Driver::Sampling(s) => {
-                let params = sampling::sampling_params(attempt);
+                let params = sampling::sampling_params(attempt, s.hints);
                 if let Some(binding) = &s.binding {
                     return s
                         .settings

@@ -207,6 +207,7 @@ impl Provider {
                     }
                     let retryable = status.as_u16() == 429 || status.is_server_error();
                     if !retryable || attempt >= self.settings.retries {
+                        let fail = if retryable { unavailable } else { fail };
                         return Err(fail(format!(
                             "the provider answered {status}{}: {}",
                             if retryable {
@@ -262,7 +263,7 @@ impl Provider {
                 });
             }
         }
-        let answer = assembly.finish().map_err(fail)?;
+        let answer = assembly.finish().map_err(unavailable)?;
         let text = self.scrub(answer.to_string());
         serde_json::from_str(&text).map_err(|e| fail(format!("the provider's answer: {e}")))
     }
@@ -293,7 +294,7 @@ impl Provider {
         attempt: u32,
     ) -> CallResult<Duration> {
         match retry_after {
-            Some(wait) if wait > self.settings.max_retry_after => Err(fail(format!(
+            Some(wait) if wait > self.settings.max_retry_after => Err(unavailable(format!(
                 "the provider answered {status} and asked to retry after {} s, longer than \
                  this server waits ({} s): {}",
                 wait.as_secs(),
@@ -308,9 +309,14 @@ impl Provider {
     /// The secrets never reach a caller, even when a provider echoes them in an error.
     fn redact(&self, e: CallError) -> CallError {
         match e {
-            CallError::Backend { backend, message } => CallError::Backend {
+            CallError::Backend {
+                backend,
+                message,
+                transient,
+            } => CallError::Backend {
                 backend,
                 message: self.scrub(message),
+                transient,
             },
             e => e,
         }
@@ -329,12 +335,22 @@ impl Provider {
         } else {
             format!("failed: {e}")
         };
-        fail(format!("the provider at {} {what}", self.shown))
+        let message = format!("the provider at {} {what}", self.shown);
+        if e.is_timeout() || e.is_connect() {
+            unavailable(message)
+        } else {
+            fail(message)
+        }
     }
 }
 
 fn fail(message: String) -> CallError {
     CallError::backend("provider", message)
+}
+
+/// A failure another model might not have: overloaded, unreachable, too slow, cut off.
+fn unavailable(message: String) -> CallError {
+    CallError::unavailable("provider", message)
 }
 
 /// The wait an answer asks for before a retry (`Retry-After` in seconds).

@@ -116,6 +116,7 @@ pub struct Settings {
 }
 
 /// The retry fields of a `tools/call`.
+#[derive(Clone, Copy)]
 pub struct Retry<'a> {
     pub arguments: &'a Map<String, Value>,
     pub request_state: Option<&'a str>,
@@ -123,16 +124,19 @@ pub struct Retry<'a> {
 }
 
 /// The `sampling/createMessage` parameters for one attempt.
-pub fn sampling_params(attempt: &Attempt<'_>) -> CreateMessageRequestParams {
+/// `hints` are the model hints sent (none: the caller's `model`).
+pub fn sampling_params(attempt: &Attempt<'_>, hints: &[String]) -> CreateMessageRequestParams {
     let req = &attempt.call.request;
     let messages: Vec<SamplingMessage> = attempt
         .turns()
         .map(|t| mcp::message(t, attempt.tool_content))
         .collect();
     let mut params = CreateMessageRequestParams::new(messages, req.max_tokens)
-        .with_model_preferences(
-            ModelPreferences::new().with_hints(vec![ModelHint::new(req.model.clone())]),
-        );
+        .with_model_preferences(ModelPreferences::new().with_hints(if hints.is_empty() {
+            vec![ModelHint::new(req.model.clone())]
+        } else {
+            hints.iter().map(|h| ModelHint::new(h.clone())).collect()
+        }));
     if let Some(s) = &attempt.system {
         params = params.with_system_prompt(s.clone());
     }

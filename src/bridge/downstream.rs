@@ -85,7 +85,7 @@ impl Downstream {
         params: CreateMessageRequestParams,
         ctx: &RequestContext<RoleClient>,
     ) -> Result<CreateMessageResult, ErrorData> {
-        let model = &self.shared.model;
+        let model = self.model_for(&params);
         let request = host::request(&params, &self.shared.limits)
             .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?;
         let reporter = Reporter::start(ctx.meta.get_progress_token(), &ctx.peer);
@@ -153,6 +153,20 @@ impl Downstream {
 }
 
 impl Downstream {
+    /// The model that answers a sampling request: with a models file, the one its model
+    /// preferences pick (hints, then priorities against the file's scores; a `host` model's
+    /// first direct fallback, as the host cannot sample here); else the bridge's `--with`.
+    fn model_for(
+        &self,
+        params: &CreateMessageRequestParams,
+    ) -> &Arc<dyn crate::backends::direct::Model> {
+        self.shared
+            .models
+            .as_ref()
+            .and_then(|models| models.prefer_direct(params.model_preferences.as_ref()))
+            .unwrap_or(&self.shared.model)
+    }
+
     /// A request to the host, bounded by the bridge's timeout, its errors as the host's.
     async fn ask_host<T>(
         &self,

@@ -49,7 +49,10 @@ type Connecting = std::pin::Pin<
 /// when the host cannot, the limits, and the current downstream connection.
 pub struct Shared {
     host: RwLock<Option<Peer<RoleServer>>>,
+    /// Answers the downstream's sampling when the host cannot (`--with`).
     model: Arc<dyn Model>,
+    /// A models file's models: a sampling request's model preferences pick among them.
+    models: Option<crate::routing::Backends>,
     limits: Arc<Limits>,
     link: RwLock<Link>,
     timeout: Duration,
@@ -297,7 +300,11 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(15);
 pub async fn run(config: &Config, args: &BridgeArgs) -> Result<(), String> {
     let shared = Arc::new(Shared {
         host: RwLock::new(None),
-        model: crate::server::start(config, args.with)?,
+        model: crate::routing::start(config, args.with)?,
+        models: match &config.models {
+            Some(_) => Some(crate::routing::Backends::from_config(config)?),
+            None => None,
+        },
         limits: Arc::new(config.limits.clone()),
         link: RwLock::new(Link::Down("the downstream server is starting".into())),
         timeout: Duration::from_secs(args.timeout_secs),

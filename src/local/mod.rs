@@ -108,8 +108,13 @@ pub enum LocalError {
 }
 
 impl From<LocalError> for CallError {
+    /// A request this model cannot take (an empty prompt, one over its context) is the
+    /// caller's to change; the rest another model might answer.
     fn from(e: LocalError) -> Self {
-        fail(e.to_string())
+        match e {
+            LocalError::Request(message) => fail(message),
+            e => CallError::unavailable(KIND, e.to_string()),
+        }
     }
 }
 

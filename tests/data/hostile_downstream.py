@@ -12,6 +12,8 @@ import sys
 
 pending = {}
 outside_answer = None
+# A call of `outside` that came before its sampling request was answered waits for the answer.
+outside_waiting = None
 
 
 def send(message):
@@ -36,7 +38,7 @@ def result(request_id, text):
 
 
 def handle(message):
-    global outside_answer
+    global outside_answer, outside_waiting
     method = message.get("method")
     request_id = message.get("id")
     if method == "initialize":
@@ -47,13 +49,17 @@ def handle(message):
         outside_answer = ask("outside", {
             "messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}],
             "maxTokens": 5})
+        if outside_waiting is not None:
+            result(outside_waiting, json.dumps(outside_answer))
     elif method == "tools/list":
         tools = [{"name": name, "inputSchema": {"type": "object"}}
                  for name in ("outside", "big", "flood", "huge")]
         send({"jsonrpc": "2.0", "id": request_id, "result": {"tools": tools}})
     elif method == "tools/call":
         name = message["params"]["name"]
-        if name == "outside":
+        if name == "outside" and outside_answer is None:
+            outside_waiting = request_id
+        elif name == "outside":
             result(request_id, json.dumps(outside_answer))
         elif name == "big":
             messages = [{"role": "user", "content": {"type": "text", "text": "x"}}] * 1001

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const MASTER_KEY: &str = "sk-litellm-test-master-key-0123456789";
+pub const MASTER_KEY: &str = "sk-litellm-test-master-key-0123456789";
 
 const CONFIG: &str = r#"model_list:
   - model_name: mock-text
@@ -22,7 +22,7 @@ const CONFIG: &str = r#"model_list:
       mock_response: '{"city": "Paris", "country": "France"}'
 "#;
 
-fn start(port: u16) -> Killed {
+pub fn start(port: u16) -> Killed {
     let dir = std::env::temp_dir().join(format!("aam-litellm-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let config = dir.join("config.yaml");
@@ -42,7 +42,7 @@ fn start(port: u16) -> Killed {
     Killed(child)
 }
 
-async fn wait_until_up(port: u16) {
+pub async fn wait_until_up(port: u16) {
     let deadline = Instant::now() + Duration::from_secs(180);
     while Instant::now() < deadline {
         if tokio::net::TcpStream::connect(("127.0.0.1", port))

@@ -40,6 +40,7 @@ mod properties;
 mod provider;
 mod provider_limits;
 mod rich;
+mod routing;
 mod streaming;
 mod structured;
 mod tools;

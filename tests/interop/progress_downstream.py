@@ -1,8 +1,10 @@
 """A downstream MCP server built on the official MCP Python SDK (PyPI `mcp`), for the bridge's
-progress test. Its tool `ask` sends its client (the bridge) a sampling request with a progress
-callback, which puts a progress token in the request's `_meta`, and returns one JSON object:
-the answer's text, every progress notification that came for the request (seconds since it was
-sent, progress, total, message) and when the answer came. Run by tests/e2e/streaming.rs.
+tests. Its tool `ask` sends its client (the bridge) a sampling request with a progress
+callback, which puts a progress token in the request's `_meta`, and with the model preferences
+given (hints, cost/speed/intelligence priorities), and returns one JSON object: the answer's
+text, every progress notification that came for the request (seconds since it was sent,
+progress, total, message) and when the answer came. Run by tests/e2e/streaming.rs and
+tests/e2e/routing.rs.
 
 Usage: progress_downstream.py   (stdio)"""
 
@@ -18,7 +20,9 @@ server = MCPServer("progress-downstream")
 
 
 @server.tool()
-async def ask(question: str, max_tokens: int, ctx: Context) -> str:
+async def ask(question: str, max_tokens: int, ctx: Context, hints: list[str] | None = None,
+              cost: float | None = None, speed: float | None = None,
+              intelligence: float | None = None) -> str:
     """Asks the client's model `question` and reports the progress the client sent."""
     seen = []
     started = time.monotonic()
@@ -31,6 +35,9 @@ async def ask(question: str, max_tokens: int, ctx: Context) -> str:
         messages=[types.SamplingMessage(role="user",
                                         content=types.TextContent(type="text", text=question))],
         max_tokens=max_tokens,
+        model_preferences=types.ModelPreferences(
+            hints=[types.ModelHint(name=h) for h in hints] if hints else None,
+            cost_priority=cost, speed_priority=speed, intelligence_priority=intelligence),
     ))
     result = await ctx.session.send_request(request, types.CreateMessageResult,
                                             progress_callback=progress)

@@ -1,0 +1,437 @@
+//! Which model answers a call. The server has an ordered set of named models, each answered
+//! by the host's sampling, the local model or a provider: from `--backend`/`--fallback` (one or
+//! two entries), or from a models file (`--models`, see [`file`]). A call's `model` argument
+//! picks an entry by name or alias; without one the default answers; an entry that cannot
+//! answer (a host that does not sample) or fails for a reason worth retrying elsewhere hands
+//! the call to its fallbacks, in order.
+
+#![allow(deprecated)] // modelPreferences belong to MCP sampling, deprecated by SEP-2577.
+
+pub mod file;
+
+use crate::backends::direct::Model;
+use crate::backends::sampling::Host;
+use crate::config::{Backend, Config, Direct, Fallback};
+use crate::error::{CallError, CallResult};
+use crate::shapes::DEFAULT_MODEL;
+use file::{Answer, Models, Scores};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// Who answers an entry.
+#[derive(Clone)]
+pub enum Answerer {
+    /// The host's model through MCP sampling, when the host samples; `hints` are sent as the
+    /// request's model hints (else the caller's `model`).
+    Host { hints: Vec<String> },
+    /// A model this server calls itself: it always can.
+    Model(Arc<dyn Model>),
+}
+
+/// One named model.
+pub struct Entry {
+    pub name: String,
+    pub aliases: Vec<String>,
+    pub answerer: Answerer,
+    /// Entries tried in order when this one cannot answer.
+    fallbacks: Vec<usize>,
+    scores: Scores,
+    /// Calls in flight at once, and the permits.
+    cap: Option<(u32, Arc<Semaphore>)>,
+}
+
+impl Entry {
+    /// `host`, `local` or `provider`.
+    pub fn backend(&self) -> &'static str {
+        match &self.answerer {
+            Answerer::Host { .. } => "host",
+            Answerer::Model(model) => model.kind(),
+        }
+    }
+
+    /// Waits (at most `wait`) for room under this entry's cap; the permit is held for the call.
+    pub async fn admit(&self, wait: Duration) -> CallResult<Option<OwnedSemaphorePermit>> {
+        let Some((cap, permits)) = &self.cap else {
+            return Ok(None);
+        };
+        match tokio::time::timeout(wait, permits.clone().acquire_owned()).await {
+            Ok(Ok(permit)) => Ok(Some(permit)),
+            _ => Err(CallError::unavailable(
+                self.backend(),
+                format!(
+                    "the model {:?} is answering {cap} calls, its max_in_flight, and none ended \
+                     within {} s; retry shortly",
+                    self.name,
+                    wait.as_secs()
+                ),
+            )),
+        }
+    }
+}
+
+/// The models this server answers with.
+pub struct Backends {
+    entries: Vec<Entry>,
+    default: usize,
+    /// Named by a models file: a call's `model` must name an entry (or reach a sampling host
+    /// as a hint). From the flags, `model` is only a hint, as in the original.
+    named: bool,
+    /// Longest wait for room under an entry's cap.
+    pub queue_timeout: Duration,
+}
+
+impl Default for Backends {
+    /// The host's model alone, as the original server.
+    fn default() -> Self {
+        Backends {
+            entries: vec![entry("host", Answerer::Host { hints: Vec::new() })],
+            default: 0,
+            named: false,
+            queue_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+fn entry(name: &str, answerer: Answerer) -> Entry {
+    Entry {
+        name: name.to_owned(),
+        aliases: Vec::new(),
+        answerer,
+        fallbacks: Vec::new(),
+        scores: Scores::default(),
+        cap: None,
+    }
+}
+
+/// A direct backend, started: the embedded model (it begins loading at once) or the configured
+/// provider.
+pub fn start(config: &Config, which: Direct) -> Result<Arc<dyn Model>, String> {
+    match which {
+        Direct::Local => {
+            let settings = crate::local::LocalSettings::from_config(config)?;
+            let local = crate::local::Local::start(settings).map_err(|e| e.to_string())?;
+            Ok(Arc::new(local))
+        }
+        Direct::Provider => {
+            let settings = crate::backends::provider::ProviderSettings::from_config(config)?;
+            Ok(Arc::new(crate::backends::provider::Provider::new(
+                settings,
+            )?))
+        }
+    }
+}
+
+impl Backends {
+    /// The models file when one is given, else `--backend` (one entry that answers every call)
+    /// and `--fallback` (answers for a host that cannot sample). Direct backends start now.
+    pub fn from_config(config: &Config) -> Result<Self, String> {
+        let mut backends = match &config.models {
+            Some(path) => {
+                let models = Models::read(path, |var| std::env::var(var).ok())?;
+                Backends::from_file(&models, config)?
+            }
+            None => Backends::from_flags(config)?,
+        };
+        backends.queue_timeout = Duration::from_secs(config.queue_timeout_secs);
+        Ok(backends)
+    }
+
+    fn from_flags(config: &Config) -> Result<Self, String> {
+        let direct = |which: Direct| -> Result<Entry, String> {
+            let name = match which {
+                Direct::Local => "local",
+                Direct::Provider => "provider",
+            };
+            Ok(entry(name, Answerer::Model(start(config, which)?)))
+        };
+        let host = || entry("host", Answerer::Host { hints: Vec::new() });
+        let mut entries = match (config.backend, config.fallback) {
+            (Backend::Local, _) => vec![direct(Direct::Local)?],
+            (Backend::Provider, _) => vec![direct(Direct::Provider)?],
+            (Backend::Host, Fallback::None) => vec![host()],
+            (Backend::Host, Fallback::Local) => vec![host(), direct(Direct::Local)?],
+            (Backend::Host, Fallback::Provider) => vec![host(), direct(Direct::Provider)?],
+        };
+        if let Some(first) = entries
+            .first_mut()
+            .filter(|_| config.fallback != Fallback::None)
+        {
+            first.fallbacks = vec![1];
+        }
+        Ok(Backends {
+            entries,
+            ..Backends::default()
+        })
+    }
+
+    fn from_file(models: &Models, config: &Config) -> Result<Self, String> {
+        let index = |name: &str| models.entries.iter().position(|e| e.name == name);
+        let mut entries = Vec::with_capacity(models.entries.len());
+        for spec in &models.entries {
+            let answerer = match &spec.answer {
+                Answer::Host { hints } => Answerer::Host {
+                    hints: hints.clone(),
+                },
+                Answer::Local { model_file } => Answerer::Model(local(config, model_file)?),
+                Answer::Provider(p) => Answerer::Model(provider(config, p)?),
+            };
+            entries.push(Entry {
+                name: spec.name.clone(),
+                aliases: spec.aliases.clone(),
+                answerer,
+                fallbacks: spec.fallbacks.iter().filter_map(|f| index(f)).collect(),
+                scores: spec.scores,
+                cap: spec
+                    .max_in_flight
+                    .map(|n| (n, Arc::new(Semaphore::new(n as usize)))),
+            });
+        }
+        Ok(Backends {
+            entries,
+            default: index(&models.default).unwrap_or(0),
+            named: true,
+            ..Backends::default()
+        })
+    }
+
+    /// Whether a models file names the models.
+    pub fn named(&self) -> bool {
+        self.named
+    }
+
+    /// The entries that may answer a call for `model`, in order: the one it names (or the
+    /// default) and its fallbacks, without host entries when the host cannot sample (unless
+    /// nothing else is left, so that the call gets the host's -32021).
+    pub fn route(&self, model: &str, host: &Host) -> CallResult<Vec<&Entry>> {
+        let chosen = self.choose(model, host)?;
+        let mut chain: Vec<&Entry> = Vec::new();
+        for i in std::iter::once(chosen).chain(self.fallbacks_of(chosen)) {
+            if let Some(e) = self.entries.get(i)
+                && !chain.iter().any(|c| std::ptr::eq(*c, e))
+            {
+                chain.push(e);
+            }
+        }
+        let usable: Vec<&Entry> = chain
+            .iter()
+            .copied()
+            .filter(|e| host.sampling || !matches!(e.answerer, Answerer::Host { .. }))
+            .collect();
+        Ok(if usable.is_empty() {
+            chain.into_iter().take(1).collect()
+        } else {
+            usable
+        })
+    }
+
+    fn fallbacks_of(&self, i: usize) -> impl Iterator<Item = usize> + '_ {
+        self.entries
+            .get(i)
+            .into_iter()
+            .flat_map(|e| e.fallbacks.iter().copied())
+    }
+
+    /// The entry `model` names: by name or alias; the default without one (or from the flags);
+    /// an unknown name goes to a sampling host as a hint, else is refused with the names.
+    fn choose(&self, model: &str, host: &Host) -> CallResult<usize> {
+        let model = model.trim();
+        if !self.named || model.is_empty() || model == DEFAULT_MODEL {
+            return Ok(self.default);
+        }
+        if let Some(i) = self.find(model) {
+            return Ok(i);
+        }
+        let host_entry = self
+            .entries
+            .iter()
+            .position(|e| matches!(e.answerer, Answerer::Host { .. }));
+        match host_entry {
+            Some(i) if host.sampling => Ok(i),
+            _ => Err(CallError::at(
+                "model",
+                format!(
+                    "{:?} names no model of this server; it has {}",
+                    crate::error::clip(model),
+                    self.names()
+                ),
+            )),
+        }
+    }
+
+    fn find(&self, name: &str) -> Option<usize> {
+        self.entries
+            .iter()
+            .position(|e| e.name == name || e.aliases.iter().any(|a| a == name))
+    }
+
+    /// Every name, with its aliases.
+    fn names(&self) -> String {
+        let names: Vec<String> = self
+            .entries
+            .iter()
+            .map(|e| {
+                if e.aliases.is_empty() {
+                    e.name.clone()
+                } else {
+                    format!("{} (also {})", e.name, e.aliases.join(", "))
+                }
+            })
+            .collect();
+        names.join(", ")
+    }
+
+    /// The entry a sampling request's model preferences pick: the first hint that a name or
+    /// alias contains (or that contains one), else the entry whose scores best meet the
+    /// priorities, else the default.
+    pub fn prefer(&self, preferences: Option<&rmcp::model::ModelPreferences>) -> Option<&Entry> {
+        let pick = preferences.and_then(|p| {
+            let by_hint = p.hints.iter().flatten().find_map(|hint| {
+                let hint = hint.name.as_deref()?.trim();
+                (!hint.is_empty()).then_some(())?;
+                self.entries.iter().position(|e| {
+                    std::iter::once(&e.name)
+                        .chain(&e.aliases)
+                        .any(|n| n.contains(hint) || hint.contains(n.as_str()))
+                })
+            });
+            by_hint.or_else(|| self.by_priorities(p))
+        });
+        self.entries.get(pick.unwrap_or(self.default))
+    }
+
+    /// The model a sampling request's preferences pick where the host cannot answer: the
+    /// [`Backends::prefer`]red entry's own model, or its first fallback that has one.
+    pub fn prefer_direct(
+        &self,
+        preferences: Option<&rmcp::model::ModelPreferences>,
+    ) -> Option<&Arc<dyn Model>> {
+        let entry = self.prefer(preferences)?;
+        let i = self.entries.iter().position(|e| std::ptr::eq(e, entry))?;
+        std::iter::once(i)
+            .chain(self.fallbacks_of(i))
+            .filter_map(|i| self.entries.get(i))
+            .find_map(|e| match &e.answerer {
+                Answerer::Model(model) => Some(model),
+                Answerer::Host { .. } => None,
+            })
+    }
+
+    fn by_priorities(&self, p: &rmcp::model::ModelPreferences) -> Option<usize> {
+        let weights = [
+            p.cost_priority.unwrap_or(0.0),
+            p.speed_priority.unwrap_or(0.0),
+            p.intelligence_priority.unwrap_or(0.0),
+        ];
+        if weights.iter().all(|w| *w <= 0.0) {
+            return None;
+        }
+        let value = |s: &Scores| {
+            [s.cost, s.speed, s.intelligence]
+                .iter()
+                .zip(weights)
+                .map(|(score, w)| f64::from(w) * score.unwrap_or(0.5))
+                .sum::<f64>()
+        };
+        let mut best: Option<(usize, f64)> = None;
+        for (i, e) in self.entries.iter().enumerate() {
+            let v = value(&e.scores);
+            if best.is_none_or(|(_, b)| v > b) {
+                best = Some((i, v));
+            }
+        }
+        best.map(|(i, _)| i)
+    }
+
+    /// Whether the host's model answers any call.
+    pub fn host_answers(&self) -> bool {
+        self.entries
+            .iter()
+            .any(|e| matches!(e.answerer, Answerer::Host { .. }))
+    }
+
+    /// The direct backends, each with its role: `backend` when it answers every call,
+    /// `fallback` when it answers for a host that cannot sample (the flags' roles).
+    pub fn direct(&self) -> impl Iterator<Item = (&'static str, &Arc<dyn Model>)> {
+        let role = if self.host_answers() {
+            "fallback"
+        } else {
+            "backend"
+        };
+        self.entries.iter().filter_map(move |e| match &e.answerer {
+            Answerer::Host { .. } => None,
+            Answerer::Model(model) => Some((role, model)),
+        })
+    }
+
+    /// The `list_models` entries of a models file: each model with its aliases, backend, what
+    /// it supports and its status (no URL credentials, no keys).
+    pub fn listing(&self) -> Vec<Value> {
+        self.entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| {
+                let mut item = match &e.answerer {
+                    Answerer::Host { hints } => json!({
+                        "owned_by": "host-agent",
+                        "description": "The connected host agent's own model, through MCP \
+                                        sampling (when the host samples).",
+                        "hints": hints,
+                    }),
+                    Answerer::Model(model) => model.describe(),
+                };
+                if let Some(o) = item.as_object_mut() {
+                    o.insert("id".into(), json!(e.name));
+                    o.insert("aliases".into(), json!(e.aliases));
+                    o.insert("backend".into(), json!(e.backend()));
+                    o.insert("default".into(), json!(i == self.default));
+                    let fallbacks: Vec<&str> = self
+                        .fallbacks_of(i)
+                        .filter_map(|f| self.entries.get(f).map(|e| e.name.as_str()))
+                        .collect();
+                    o.insert("fallbacks".into(), json!(fallbacks));
+                    if let Some((cap, permits)) = &e.cap {
+                        o.insert(
+                            "in_flight".into(),
+                            json!({"max": cap, "now": cap.saturating_sub(permits.available_permits() as u32)}),
+                        );
+                    }
+                }
+                item
+            })
+            .collect()
+    }
+}
+
+/// A local entry's model: the command line's, or the entry's own file.
+fn local(
+    config: &Config,
+    model_file: &Option<std::path::PathBuf>,
+) -> Result<Arc<dyn Model>, String> {
+    let mut settings = crate::local::LocalSettings::from_config(config)?;
+    if let Some(path) = model_file {
+        settings.source = crate::local::Source::File(path.clone());
+    }
+    let local = crate::local::Local::start(settings).map_err(|e| e.to_string())?;
+    Ok(Arc::new(local))
+}
+
+/// A provider entry: its own URL, model and key, the command line's other settings.
+fn provider(config: &Config, p: &file::ProviderSpec) -> Result<Arc<dyn Model>, String> {
+    use crate::backends::provider::{Provider, ProviderSettings};
+    let flags = &config.provider;
+    let settings = ProviderSettings {
+        base_url: p.url.clone(),
+        model: p.model.clone(),
+        key: p.key.clone(),
+        tools: p.tools.unwrap_or(flags.provider_tools),
+        json_schema: p.json_schema.unwrap_or(flags.provider_json_schema),
+        timeout: Duration::from_secs(p.timeout_secs.unwrap_or(flags.provider_timeout_secs)),
+        retries: p.retries.unwrap_or(flags.provider_retries),
+        max_retry_after: Duration::from_secs(60),
+        max_response: usize::try_from(flags.provider_max_response_bytes).unwrap_or(usize::MAX),
+        stream: p.stream.unwrap_or(flags.provider_stream),
+    };
+    Ok(Arc::new(Provider::new(settings)?))
+}

@@ -1,0 +1,471 @@
+//! Many models behind one server: a models file (`--models`) names two scripted
+//! OpenAI-compatible providers, LiteLLM's proxy, the embedded model and the host; a call's
+//! `model` argument reaches the one it names on every shape and both eras, aliases and the
+//! default work, a failing provider falls back to the next and the result says so, a model at
+//! its cap refuses with "retry", bad files are refused with their line, and keys appear in no
+//! result, listing or log line.
+
+use crate::common::openai::{Reply, Scripted, completion};
+use crate::common::*;
+use serde_json::{Value, json};
+use std::path::PathBuf;
+
+const BIN: &str = env!("CARGO_BIN_EXE_agent-as-model");
+const KEY: &str = "sk-route-secret-0123456789abcdef";
+
+const SHAPES: [&str; 5] = [
+    "chat_complete",
+    "messages_create",
+    "responses_create",
+    "generate",
+    "generate_content",
+];
+
+/// One question in `tool`'s own shape, for `model` (none: the argument is left out).
+fn question(tool: &str, model: Option<&str>) -> Value {
+    let q = "What is the capital of France? Answer in one word.";
+    let mut args = match tool {
+        "generate" => json!({"prompt": q, "max_tokens": 16}),
+        "responses_create" => json!({"input": q, "max_output_tokens": 16}),
+        "generate_content" => json!({"contents": [{"role": "user", "parts": [{"text": q}]}],
+                                     "generationConfig": {"maxOutputTokens": 16}}),
+        _ => json!({"messages": [{"role": "user", "content": q}], "max_tokens": 16}),
+    };
+    if let (Some(model), Some(o)) = (model, args.as_object_mut()) {
+        o.insert("model".into(), json!(model));
+    }
+    args
+}
+
+/// A models file in a fresh directory.
+fn models_file(name: &str, text: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("aam-routing-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("models.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn server(path: &PathBuf) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(BIN);
+    cmd.arg("--models")
+        .arg(path)
+        .env("ROUTE_KEY", KEY)
+        .env("RUST_LOG", "info");
+    cmd
+}
+
+/// Two scripted providers, `fast` (alias `gpt-4o-mini`, the default) and `smart`.
+async fn two_providers() -> (Scripted, Scripted, String) {
+    let fast = Scripted::start(vec![Reply::json(200, &completion("Paris (fast)."))]).await;
+    let smart = Scripted::start(vec![Reply::json(200, &completion("Paris (smart)."))]).await;
+    let file = format!(
+        r#"default = "fast"
+
+[[models]]
+name = "fast"
+aliases = ["gpt-4o-mini"]
+backend = "provider"
+url = "{}"
+model = "upstream-fast"
+key_env = "ROUTE_KEY"
+retries = 0
+
+[[models]]
+name = "smart"
+backend = "provider"
+url = "{}"
+model = "upstream-smart"
+retries = 0
+"#,
+        fast.url, smart.url
+    );
+    (fast, smart, file)
+}
+
+#[tokio::test]
+async fn the_model_argument_reaches_the_model_it_names_on_every_shape_and_both_eras() {
+    let (fast, smart, file) = two_providers().await;
+    let path = models_file("names", &file);
+    for era in ERAS {
+        let host = Host::text("the host must not be asked");
+        let client = connect_command(host.clone(), era, server(&path)).await;
+        for tool in SHAPES {
+            for (model, entry, answer) in [
+                (Some("smart"), "smart", "Paris (smart)."),
+                (Some("gpt-4o-mini"), "fast", "Paris (fast)."),
+                (Some("fast"), "fast", "Paris (fast)."),
+                (None, "fast", "Paris (fast)."),
+            ] {
+                let r = call(&client, tool, question(tool, model)).await;
+                assert!(!is_error(&r), "{tool} {model:?}: {}", text(&r));
+                assert!(text(&r).contains(answer), "{tool} {model:?}: {}", text(&r));
+                let route = &structured(&r)["route"];
+                assert_eq!(route["model"], entry, "{tool} {model:?}: {route}");
+                assert_eq!(route["backend"], "provider", "{tool}: {route}");
+                assert_eq!(route["fell_back_from"], json!([]), "{tool}: {route}");
+                assert_conforms(&client, tool, &r).await;
+            }
+        }
+        assert!(host.seen().is_empty(), "the host was not sampled");
+        client.cancel().await.unwrap();
+    }
+    // Each provider got its own upstream model name, and only `fast` the key.
+    let (f, s) = (fast.seen(), smart.seen());
+    assert_eq!(f.len(), 2 * 5 * 3);
+    assert_eq!(s.len(), 2 * 5);
+    assert!(f.iter().all(|r| r.body["model"] == "upstream-fast"));
+    assert!(s.iter().all(|r| r.body["model"] == "upstream-smart"));
+    assert_eq!(
+        f[0].header("authorization"),
+        Some(&*format!("Bearer {KEY}"))
+    );
+    assert_eq!(s[0].header("authorization"), None);
+}
+
+#[tokio::test]
+async fn an_unknown_model_is_refused_with_the_names_unless_a_sampling_host_takes_the_hint() {
+    let (_fast, _smart, file) = two_providers().await;
+    let path = models_file("unknown", &file);
+    let client = connect_command(Host::text("host"), Era::Legacy, server(&path)).await;
+    let e = err_text(
+        &client,
+        "chat_complete",
+        question("chat_complete", Some("gpt-5")),
+    )
+    .await;
+    assert!(
+        e.contains("`model`")
+            && e.contains("\"gpt-5\" names no model")
+            && e.contains("fast (also gpt-4o-mini), smart"),
+        "{e}"
+    );
+    client.cancel().await.unwrap();
+    // With a host entry, a host that samples gets the unknown name as its hint.
+    let with_host = format!("{file}\n[[models]]\nname = \"agent\"\nbackend = \"host\"\n");
+    let path = models_file("hint", &with_host);
+    for era in ERAS {
+        let host = Host::text("Paris (host).");
+        let client = connect_command(host.clone(), era, server(&path)).await;
+        let r = call(
+            &client,
+            "chat_complete",
+            question("chat_complete", Some("gpt-5")),
+        )
+        .await;
+        assert_eq!(text(&r), "Paris (host).", "{r:?}");
+        assert_eq!(structured(&r)["route"]["model"], "agent");
+        assert_eq!(structured(&r)["route"]["backend"], "host");
+        let seen = host.seen_json();
+        assert_eq!(seen[0]["modelPreferences"]["hints"][0]["name"], "gpt-5");
+        client.cancel().await.unwrap();
+        // A host that cannot sample gets the refusal.
+        let client = connect_command(Host::text("x").without_sampling(), era, server(&path)).await;
+        let e = err_text(
+            &client,
+            "chat_complete",
+            question("chat_complete", Some("gpt-5")),
+        )
+        .await;
+        assert!(e.contains("names no model"), "{e}");
+        client.cancel().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_failing_provider_falls_back_to_the_next_and_the_result_says_so() {
+    let down = Scripted::start(vec![Reply::json(
+        503,
+        &json!({"error": {"message": "overloaded"}}),
+    )])
+    .await;
+    let refusing = Scripted::start(vec![Reply::json(
+        400,
+        &json!({"error": {"message": "bad request"}}),
+    )])
+    .await;
+    let backup = Scripted::start(vec![Reply::json(200, &completion("Paris (backup)."))]).await;
+    let file = format!(
+        r#"[[models]]
+name = "primary"
+backend = "provider"
+url = "{}"
+model = "m"
+retries = 1
+fallbacks = ["closed", "backup"]
+
+[[models]]
+name = "closed"
+backend = "provider"
+url = "http://127.0.0.1:{}/v1"
+model = "m"
+retries = 0
+
+[[models]]
+name = "picky"
+backend = "provider"
+url = "{}"
+model = "m"
+retries = 0
+fallbacks = ["backup"]
+
+[[models]]
+name = "backup"
+backend = "provider"
+url = "{}"
+model = "m"
+key_env = "ROUTE_KEY"
+"#,
+        down.url,
+        free_port(),
+        refusing.url,
+        backup.url
+    );
+    let path = models_file("fallback", &file);
+    let log = path.with_file_name("server.log");
+    for era in ERAS {
+        // The server's log, at its most detailed, goes to a file that is searched for the key.
+        let mut cmd = tokio::process::Command::new("sh");
+        cmd.arg("-c")
+            .arg(format!("exec \"$0\" \"$@\" 2>>'{}'", log.display()))
+            .arg(BIN)
+            .arg("--models")
+            .arg(&path)
+            .env("ROUTE_KEY", KEY)
+            .env("RUST_LOG", "debug");
+        let client = connect_command(Host::text("no"), era, cmd).await;
+        let r = call(&client, "chat_complete", question("chat_complete", None)).await;
+        assert!(!is_error(&r), "{}", text(&r));
+        assert_eq!(text(&r), "Paris (backup).");
+        let route = &structured(&r)["route"];
+        assert_eq!(route["model"], "backup", "{route}");
+        let from = route["fell_back_from"].as_array().unwrap();
+        assert_eq!(from.len(), 2, "{route}");
+        assert_eq!(from[0]["model"], "primary");
+        assert!(
+            from[0]["error"].as_str().unwrap().contains("503"),
+            "{route}"
+        );
+        assert_eq!(from[1]["model"], "closed");
+        assert!(
+            from[1]["error"]
+                .as_str()
+                .unwrap()
+                .contains("could not be reached"),
+            "{route}"
+        );
+        assert!(!route.to_string().contains(KEY));
+        assert_conforms(&client, "chat_complete", &r).await;
+        // A 4xx about the request is the caller's: no fallback.
+        let e = err_text(
+            &client,
+            "chat_complete",
+            question("chat_complete", Some("picky")),
+        )
+        .await;
+        assert!(e.contains("400") && e.contains("bad request"), "{e}");
+        client.cancel().await.unwrap();
+    }
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(logged.contains("falling back"), "{logged}");
+    assert!(!logged.contains(KEY), "the key is in the log");
+    assert_eq!(down.seen().len(), 2 * 2, "one try and one retry per era");
+    assert_eq!(refusing.seen().len(), 2);
+    assert_eq!(backup.seen().len(), 2);
+}
+
+#[tokio::test]
+async fn the_embedded_model_and_litellm_answer_by_name_and_list_models_shows_every_entry() {
+    assert!(
+        crate::local::first_try().status.success(),
+        "the model could not be fetched"
+    );
+    let port = free_port();
+    let _litellm = crate::litellm::start(port);
+    crate::litellm::wait_until_up(port).await;
+    let file = format!(
+        r#"default = "proxy"
+
+[[models]]
+name = "proxy"
+aliases = ["mock-text"]
+backend = "provider"
+url = "http://127.0.0.1:{port}/v1"
+model = "mock-text"
+key_env = "ROUTE_KEY"
+cost = 0.2
+
+[[models]]
+name = "private"
+backend = "local"
+max_in_flight = 2
+"#
+    );
+    let path = models_file("real", &file);
+    let mut cmd = server(&path);
+    cmd.env("ROUTE_KEY", crate::litellm::MASTER_KEY);
+    let client = connect_command(Host::text("no").without_sampling(), Era::Modern, cmd).await;
+    let r = call(&client, "chat_complete", question("chat_complete", None)).await;
+    assert!(!is_error(&r), "{}", text(&r));
+    assert_eq!(text(&r), "The capital of France is Paris.");
+    assert_eq!(structured(&r)["route"]["model"], "proxy");
+    let r = call(&client, "generate", question("generate", Some("private"))).await;
+    assert!(!is_error(&r), "{}", text(&r));
+    assert!(text(&r).contains("Paris"), "{}", text(&r));
+    assert_eq!(structured(&r)["route"]["backend"], "local");
+    let listed = call(&client, "list_models", json!({})).await;
+    let models: Value = serde_json::from_str(&text(&listed)).unwrap();
+    let names: Vec<&str> = models
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["proxy", "private"]);
+    assert_eq!(models[0]["aliases"], json!(["mock-text"]));
+    assert_eq!(models[0]["backend"], "provider");
+    assert_eq!(models[0]["default"], true);
+    assert_eq!(models[1]["backend"], "local");
+    assert_eq!(models[1]["in_flight"]["max"], 2);
+    assert!(
+        !text(&listed).contains(crate::litellm::MASTER_KEY),
+        "{}",
+        text(&listed)
+    );
+    assert_conforms(&client, "list_models", &listed).await;
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_model_at_its_cap_refuses_with_retry_after_a_bounded_wait() {
+    let slow = Scripted::start(vec![Reply::Silence]).await;
+    let file = format!(
+        "[[models]]\nname = \"slow\"\nbackend = \"provider\"\nurl = \"{}\"\nmodel = \"m\"\n\
+         retries = 0\ntimeout_secs = 4\nmax_in_flight = 1\n",
+        slow.url
+    );
+    let path = models_file("cap", &file);
+    let mut cmd = server(&path);
+    cmd.env("AGENT_AS_MODEL_QUEUE_TIMEOUT_SECS", "1");
+    let client = std::sync::Arc::new(connect_command(Host::text("no"), Era::Modern, cmd).await);
+    let first = {
+        let client = client.clone();
+        tokio::spawn(async move { err_text(&client, "generate", question("generate", None)).await })
+    };
+    // The first holds the only place; the second waits a second and is refused.
+    while slow.seen().is_empty() {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let e = err_text(&client, "generate", question("generate", None)).await;
+    assert!(e.contains("max_in_flight") && e.contains("retry"), "{e}");
+    let first = first.await.unwrap();
+    assert!(first.contains("did not answer within 4 s"), "{first}");
+    assert_eq!(slow.seen().len(), 1, "the refused call sent nothing");
+}
+
+#[test]
+fn bad_files_are_refused_at_start_with_their_line() {
+    for (name, text, expected) in [
+        (
+            "unknown",
+            "[[models]]\nname = \"a\"\nbackend = \"local\"\ncolour = 1\n",
+            ":4: unknown field `colour`",
+        ),
+        (
+            "duplicate",
+            "[[models]]\nname = \"a\"\nbackend = \"local\"\n\n[[models]]\nname = \"a\"\nbackend = \"local\"\n",
+            ":6: \"a\" names two models",
+        ),
+        (
+            "key",
+            "[[models]]\nname = \"p\"\nbackend = \"provider\"\nurl = \"http://x/v1\"\nmodel = \"m\"\nkey_env = \"NO_SUCH_ROUTE_KEY\"\n",
+            ":6: model \"p\": the variable \"NO_SUCH_ROUTE_KEY\"",
+        ),
+        (
+            "default",
+            "default = \"b\"\n[[models]]\nname = \"a\"\nbackend = \"local\"\n",
+            ":1: default \"b\" names no model",
+        ),
+    ] {
+        let path = models_file(name, text);
+        let out = std::process::Command::new(BIN)
+            .arg("--models")
+            .arg(&path)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{name}: {stderr}");
+        assert!(
+            stderr.contains(&format!("{}{expected}", path.display())),
+            "{name}: {stderr}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_bridged_servers_model_preferences_choose_among_the_models() {
+    // The downstream (the official Python SDK) asks the bridge for completions with model
+    // preferences; the host cannot sample, so the bridge answers with the model they pick.
+    let cheap = Scripted::start(vec![Reply::json(200, &completion("Paris (cheap)."))]).await;
+    let clever = Scripted::start(vec![Reply::json(200, &completion("Paris (clever)."))]).await;
+    let file = format!(
+        r#"default = "cheap"
+
+[[models]]
+name = "cheap"
+backend = "provider"
+url = "{}"
+model = "m"
+cost = 0.9
+intelligence = 0.2
+
+[[models]]
+name = "clever"
+aliases = ["claude-opus"]
+backend = "provider"
+url = "{}"
+model = "m"
+cost = 0.1
+intelligence = 0.95
+"#,
+        cheap.url, clever.url
+    );
+    let path = models_file("prefs", &file);
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/interop/progress_downstream.py"
+    );
+    let python = peer("AGENT_AS_MODEL_PYTHON", &venv_bin("python"));
+    let mut cmd = tokio::process::Command::new(BIN);
+    cmd.args([
+        "bridge",
+        "--downstream-era",
+        "legacy",
+        "--",
+        &python,
+        script,
+    ])
+    .env("AGENT_AS_MODEL_MODELS", &path)
+    .env("RUST_LOG", "error");
+    let client = connect_command(Host::text("no").without_sampling(), Era::Legacy, cmd).await;
+    for (prefs, answer) in [
+        (json!({"hints": ["claude-opus"]}), "Paris (clever)."),
+        (json!({"hints": ["gpt-unknown", "cheap"]}), "Paris (cheap)."),
+        (json!({"intelligence": 0.9, "cost": 0.1}), "Paris (clever)."),
+        (json!({"cost": 1.0}), "Paris (cheap)."),
+        (json!({}), "Paris (cheap)."),
+    ] {
+        let mut args = json!({"question": "Capital of France?", "max_tokens": 16});
+        args.as_object_mut()
+            .unwrap()
+            .extend(prefs.as_object().unwrap().clone());
+        let r = call(&client, "ask", args).await;
+        assert!(!is_error(&r), "{prefs}: {r:?}");
+        let report: Value = serde_json::from_str(&text(&r)).unwrap();
+        assert_eq!(report["answer"], answer, "{prefs}: {report}");
+    }
+    assert_eq!(cheap.seen().len(), 3);
+    assert_eq!(clever.seen().len(), 2);
+    client.cancel().await.unwrap();
+}
