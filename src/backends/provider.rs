@@ -78,6 +78,8 @@ pub struct Provider {
     shown: String,
     /// What must never reach a caller: the key, and the URL's password and query values.
     secrets: Vec<String>,
+    /// The last call's failure (redacted), shown by `list_models` until a call succeeds.
+    last_error: std::sync::Mutex<Option<String>>,
 }
 
 /// A URL as it may be shown: scheme, host, port and path, without credentials or query.
@@ -137,6 +139,7 @@ impl Provider {
             client,
             endpoint,
             secrets,
+            last_error: std::sync::Mutex::default(),
         })
     }
 
@@ -419,6 +422,7 @@ impl Model for Provider {
             ),
             "supports": {"tools": self.settings.tools, "json_schema": self.settings.json_schema,
                          "images": true, "stop_sequences": true},
+            "last_error": *self.last_error.lock().unwrap_or_else(std::sync::PoisonError::into_inner),
         })
     }
 
@@ -433,11 +437,17 @@ impl Model for Provider {
                 fields.insert("stream".into(), json!(true));
                 fields.insert("stream_options".into(), json!({"include_usage": true}));
             }
-            let answer = self
-                .call(&body, live.as_deref())
-                .await
-                .map_err(|e| self.redact(e))?;
-            completion(&answer, &self.settings.model).map_err(|e| self.redact(e))
+            let answer = match self.call(&body, live.as_deref()).await {
+                Ok(answer) => completion(&answer, &self.settings.model),
+                Err(e) => Err(e),
+            }
+            .map_err(|e| self.redact(e));
+            *self
+                .last_error
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) =
+                answer.as_ref().err().map(ToString::to_string);
+            answer
         })
     }
 }

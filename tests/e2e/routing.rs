@@ -256,6 +256,15 @@ key_env = "ROUTE_KEY"
         );
         assert!(!route.to_string().contains(KEY));
         assert_conforms(&client, "chat_complete", &r).await;
+        // The listing shows which model is failing, and why.
+        let listed = call(&client, "list_models", json!({})).await;
+        let models: Value = serde_json::from_str(&text(&listed)).unwrap();
+        assert!(
+            models[0]["last_error"].as_str().unwrap().contains("503"),
+            "{models}"
+        );
+        assert_eq!(models[3]["last_error"], Value::Null, "{models}");
+        assert!(!text(&listed).contains(KEY));
         // A 4xx about the request is the caller's: no fallback.
         let e = err_text(
             &client,
