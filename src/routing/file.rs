@@ -3,7 +3,7 @@
 //! and what is wrong, and a key is named by its variable only.
 
 use serde::Deserialize;
-use std::collections::HashMap;
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use toml::Spanned;
 
@@ -127,12 +127,21 @@ pub struct Models {
     pub entries: Vec<Spec>,
 }
 
-/// A problem with the file, at a line.
-fn at(path: &Path, text: &str, offset: usize, problem: impl std::fmt::Display) -> String {
-    let line = text
-        .get(..offset)
-        .map_or(1, |before| before.matches('\n').count() + 1);
-    format!("{}:{line}: {problem}", path.display())
+/// A problem with the file, at a byte offset of it.
+struct Problem(usize, String);
+
+impl Problem {
+    fn at(offset: usize, problem: impl std::fmt::Display) -> Self {
+        Problem(offset, problem.to_string())
+    }
+
+    /// `FILE:LINE: problem`.
+    fn shown(self, path: &Path, text: &str) -> String {
+        let line = text
+            .get(..self.0)
+            .map_or(1, |before| before.matches('\n').count() + 1);
+        format!("{}:{line}: {}", path.display(), self.1)
+    }
 }
 
 impl Models {
@@ -149,120 +158,75 @@ impl Models {
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Models, String> {
         let raw: Raw = toml::from_str(text).map_err(|e| {
-            let offset = e.span().map_or(0, |s| s.start);
-            at(path, text, offset, e.message())
+            Problem::at(e.span().map_or(0, |s| s.start), e.message()).shown(path, text)
         })?;
-        let Some(first) = raw.models.first() else {
-            return Err(at(path, text, 0, "no [[models]] entry: name at least one"));
-        };
-        let first_name = first.get_ref().name.get_ref().clone();
-        let mut seen: HashMap<String, usize> = HashMap::new();
-        let mut entries = Vec::with_capacity(raw.models.len());
-        for entry in &raw.models {
-            let e = entry.get_ref();
-            for name in std::iter::once(&e.name).chain(&e.aliases) {
-                let n = name.get_ref().trim();
-                if n.is_empty() {
-                    return Err(at(
-                        path,
-                        text,
-                        name.span().start,
-                        "a name or alias is empty",
-                    ));
-                }
-                if seen.insert(n.to_owned(), name.span().start).is_some() {
-                    return Err(at(
-                        path,
-                        text,
-                        name.span().start,
-                        format!("{n:?} names two models (names and aliases must be unique)"),
-                    ));
-                }
+        Models::check(&raw, &env).map_err(|p| p.shown(path, text))
+    }
+
+    fn check(raw: &Raw, env: &impl Fn(&str) -> Option<String>) -> Result<Models, Problem> {
+        unique_names(&raw.models)?;
+        let entries = raw
+            .models
+            .iter()
+            .map(|entry| spec(entry, env))
+            .collect::<Result<Vec<Spec>, Problem>>()?;
+        let known = |name: &Spanned<String>, what: &str| {
+            if entries.iter().any(|e| &e.name == name.get_ref()) {
+                Ok(name.get_ref().clone())
+            } else {
+                Err(Problem::at(
+                    name.span().start,
+                    format!("{what} {:?} names no model of the file", name.get_ref()),
+                ))
             }
-            entries.push(spec(path, text, entry, &env)?);
-        }
+        };
         for (entry, raw) in entries.iter().zip(&raw.models) {
             for fallback in &raw.get_ref().fallbacks {
-                let name = fallback.get_ref();
-                if !entries.iter().any(|e| &e.name == name) {
-                    return Err(at(
-                        path,
-                        text,
-                        fallback.span().start,
-                        format!("fallback {name:?} names no model of the file"),
-                    ));
-                }
-                if name == &entry.name {
-                    return Err(at(
-                        path,
-                        text,
+                if known(fallback, "fallback")? == entry.name {
+                    return Err(Problem::at(
                         fallback.span().start,
                         "a model cannot fall back to itself",
                     ));
                 }
             }
         }
-        let default = match raw.default {
-            Some(d) => {
-                let name = d.get_ref();
-                if !entries.iter().any(|e| &e.name == name) {
-                    return Err(at(
-                        path,
-                        text,
-                        d.span().start,
-                        format!("default {name:?} names no model of the file"),
-                    ));
-                }
-                name.clone()
+        let default = match (&raw.default, entries.first()) {
+            (Some(d), _) => known(d, "default")?,
+            (None, Some(first)) => first.name.clone(),
+            (None, None) => {
+                return Err(Problem::at(0, "no [[models]] entry: name at least one"));
             }
-            None => first_name,
         };
         Ok(Models { default, entries })
     }
 }
 
+/// Every name and alias is non-empty and names one model.
+fn unique_names(models: &[Spanned<RawEntry>]) -> Result<(), Problem> {
+    let mut seen: HashSet<String> = HashSet::new();
+    for entry in models {
+        let e = entry.get_ref();
+        for name in std::iter::once(&e.name).chain(&e.aliases) {
+            let n = name.get_ref().trim();
+            if n.is_empty() {
+                return Err(Problem::at(name.span().start, "a name or alias is empty"));
+            }
+            if !seen.insert(n.to_owned()) {
+                return Err(Problem::at(
+                    name.span().start,
+                    format!("{n:?} names two models (names and aliases must be unique)"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// One entry checked: the keys its backend takes, the key's variable set, scores in 0..=1.
-fn spec(
-    path: &Path,
-    text: &str,
-    entry: &Spanned<RawEntry>,
-    env: &impl Fn(&str) -> Option<String>,
-) -> Result<Spec, String> {
+fn spec(entry: &Spanned<RawEntry>, env: &impl Fn(&str) -> Option<String>) -> Result<Spec, Problem> {
     let e = entry.get_ref();
-    let here = entry.span().start;
-    let refuse = |offset: usize, problem: String| Err(at(path, text, offset, problem));
     let name = e.name.get_ref().trim().to_owned();
-    let given = |key: &str, present: bool, allowed: &[Kind]| {
-        if present && !allowed.contains(&e.backend) {
-            Some(format!(
-                "model {name:?}: `{key}` is not a setting of a {} model",
-                e.backend.as_str()
-            ))
-        } else {
-            None
-        }
-    };
-    let provider_only = [
-        ("url", e.url.is_some()),
-        ("model", e.model.is_some()),
-        ("key_env", e.key_env.is_some()),
-        ("timeout_secs", e.timeout_secs.is_some()),
-        ("retries", e.retries.is_some()),
-        ("tools", e.tools.is_some()),
-        ("json_schema", e.json_schema.is_some()),
-        ("stream", e.stream.is_some()),
-    ];
-    for (key, present) in provider_only {
-        if let Some(problem) = given(key, present, &[Kind::Provider]) {
-            return refuse(here, problem);
-        }
-    }
-    if let Some(problem) = given("model_file", e.model_file.is_some(), &[Kind::Local]) {
-        return refuse(here, problem);
-    }
-    if let Some(problem) = given("hints", e.hints.is_some(), &[Kind::Host]) {
-        return refuse(here, problem);
-    }
+    settings_of_its_backend(e, &name).map_err(|p| Problem::at(entry.span().start, p))?;
     let answer = match e.backend {
         Kind::Host => Answer::Host {
             hints: e.hints.clone().unwrap_or_default(),
@@ -270,58 +234,24 @@ fn spec(
         Kind::Local => Answer::Local {
             model_file: e.model_file.clone(),
         },
-        Kind::Provider => {
-            let (Some(url), Some(model)) = (&e.url, &e.model) else {
-                return refuse(
-                    here,
-                    format!("model {name:?}: a provider model needs `url` and `model`"),
-                );
-            };
-            let key = match &e.key_env {
-                Some(var) => match env(var.get_ref()).filter(|k| !k.is_empty()) {
-                    Some(key) => Some(key),
-                    None => {
-                        return refuse(
-                            var.span().start,
-                            format!(
-                                "model {name:?}: the variable {:?} that should hold its key is \
-                                 not set",
-                                var.get_ref()
-                            ),
-                        );
-                    }
-                },
-                None => None,
-            };
-            Answer::Provider(ProviderSpec {
-                url: url.clone(),
-                model: model.clone(),
-                key,
-                timeout_secs: e.timeout_secs,
-                retries: e.retries,
-                tools: e.tools,
-                json_schema: e.json_schema,
-                stream: e.stream,
-            })
-        }
+        Kind::Provider => Answer::Provider(provider(e, &name, env).map_err(|p| match p {
+            Problem(0, problem) => Problem::at(entry.span().start, problem),
+            located => located,
+        })?),
     };
-    let score = |s: &Option<Spanned<f64>>, key: &str| -> Result<Option<f64>, String> {
-        match s {
-            Some(v) if !(0.0..=1.0).contains(v.get_ref()) => Err(at(
-                path,
-                text,
-                v.span().start,
-                format!("model {name:?}: `{key}` is a score from 0 to 1"),
-            )),
-            Some(v) => Ok(Some(*v.get_ref())),
-            None => Ok(None),
-        }
+    let score = |s: &Option<Spanned<f64>>, key: &str| match s {
+        Some(v) if !(0.0..=1.0).contains(v.get_ref()) => Err(Problem::at(
+            v.span().start,
+            format!("model {name:?}: `{key}` is a score from 0 to 1"),
+        )),
+        Some(v) => Ok(Some(*v.get_ref())),
+        None => Ok(None),
     };
     if let Some(cap) = e.max_in_flight.as_ref().filter(|c| *c.get_ref() == 0) {
-        return refuse(
+        return Err(Problem::at(
             cap.span().start,
             format!("model {name:?}: `max_in_flight` must be at least 1"),
-        );
+        ));
     }
     Ok(Spec {
         aliases: e
@@ -338,6 +268,73 @@ fn spec(
         },
         max_in_flight: e.max_in_flight.as_ref().map(|c| *c.get_ref()),
         name,
+    })
+}
+
+/// Refuses a setting another backend's entries take (`url` on a local model, ...).
+fn settings_of_its_backend(e: &RawEntry, name: &str) -> Result<(), String> {
+    let keys = [
+        ("url", e.url.is_some(), Kind::Provider),
+        ("model", e.model.is_some(), Kind::Provider),
+        ("key_env", e.key_env.is_some(), Kind::Provider),
+        ("timeout_secs", e.timeout_secs.is_some(), Kind::Provider),
+        ("retries", e.retries.is_some(), Kind::Provider),
+        ("tools", e.tools.is_some(), Kind::Provider),
+        ("json_schema", e.json_schema.is_some(), Kind::Provider),
+        ("stream", e.stream.is_some(), Kind::Provider),
+        ("model_file", e.model_file.is_some(), Kind::Local),
+        ("hints", e.hints.is_some(), Kind::Host),
+    ];
+    match keys
+        .iter()
+        .find(|(_, given, kind)| *given && *kind != e.backend)
+    {
+        Some((key, ..)) => Err(format!(
+            "model {name:?}: `{key}` is not a setting of a {} model",
+            e.backend.as_str()
+        )),
+        None => Ok(()),
+    }
+}
+
+/// A provider entry's settings, its key read from the variable it names. A problem at offset
+/// 0 belongs to the entry as a whole.
+fn provider(
+    e: &RawEntry,
+    name: &str,
+    env: &impl Fn(&str) -> Option<String>,
+) -> Result<ProviderSpec, Problem> {
+    let (Some(url), Some(model)) = (&e.url, &e.model) else {
+        return Err(Problem::at(
+            0,
+            format!("model {name:?}: a provider model needs `url` and `model`"),
+        ));
+    };
+    let key = match &e.key_env {
+        Some(var) => Some(
+            env(var.get_ref())
+                .filter(|k| !k.is_empty())
+                .ok_or_else(|| {
+                    Problem::at(
+                        var.span().start,
+                        format!(
+                            "model {name:?}: the variable {:?} that should hold its key is not set",
+                            var.get_ref()
+                        ),
+                    )
+                })?,
+        ),
+        None => None,
+    };
+    Ok(ProviderSpec {
+        url: url.clone(),
+        model: model.clone(),
+        key,
+        timeout_secs: e.timeout_secs,
+        retries: e.retries,
+        tools: e.tools,
+        json_schema: e.json_schema,
+        stream: e.stream,
     })
 }
 

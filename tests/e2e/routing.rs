@@ -441,22 +441,9 @@ intelligence = 0.95
         cheap.url, clever.url
     );
     let path = models_file("prefs", &file);
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/interop/progress_downstream.py"
-    );
-    let python = peer("AGENT_AS_MODEL_PYTHON", &venv_bin("python"));
-    let mut cmd = tokio::process::Command::new(BIN);
-    cmd.args([
-        "bridge",
-        "--downstream-era",
-        "legacy",
-        "--",
-        &python,
-        script,
-    ])
-    .env("AGENT_AS_MODEL_MODELS", &path)
-    .env("RUST_LOG", "error");
+    let mut cmd = crate::common::bridge_to_sdk_downstream();
+    cmd.env("AGENT_AS_MODEL_MODELS", &path)
+        .env("RUST_LOG", "error");
     let client = connect_command(Host::text("no").without_sampling(), Era::Legacy, cmd).await;
     for (prefs, answer) in [
         (json!({"hints": ["claude-opus"]}), "Paris (clever)."),

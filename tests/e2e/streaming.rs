@@ -310,21 +310,8 @@ async fn a_sampling_request_the_bridge_answers_itself_streams_to_the_downstream(
         first_try().status.success(),
         "the model could not be fetched"
     );
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/interop/progress_downstream.py"
-    );
-    let python = peer("AGENT_AS_MODEL_PYTHON", &venv_bin("python"));
-    let mut cmd = tokio::process::Command::new(BIN);
-    cmd.args([
-        "bridge",
-        "--downstream-era",
-        "legacy",
-        "--",
-        &python,
-        script,
-    ])
-    .env("RUST_LOG", "error");
+    let mut cmd = crate::common::bridge_to_sdk_downstream();
+    cmd.env("RUST_LOG", "error");
     let host = crate::common::Host::echo().without_sampling();
     let client = crate::common::connect_command(host, crate::common::Era::Legacy, cmd).await;
     let result = crate::common::call(

@@ -394,3 +394,24 @@ pub fn fuzz_seed(default: u64) -> u64 {
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
 }
+
+/// The bridge in front of the official Python SDK's test downstream
+/// (`tests/interop/progress_downstream.py`), on the legacy era (its sampling travels during the
+/// call), as a host would start it.
+pub fn bridge_to_sdk_downstream() -> tokio::process::Command {
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/interop/progress_downstream.py"
+    );
+    let python = peer("AGENT_AS_MODEL_PYTHON", &venv_bin("python"));
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_agent-as-model"));
+    cmd.args([
+        "bridge",
+        "--downstream-era",
+        "legacy",
+        "--",
+        &python,
+        script,
+    ]);
+    cmd
+}
