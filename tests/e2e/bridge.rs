@@ -6,7 +6,7 @@
 
 use crate::common::*;
 use crate::local::{TURN, first_try};
-use serde_json::{Value, json};
+use serde_json::json;
 
 const BIN: &str = env!("CARGO_BIN_EXE_agent-as-model");
 
@@ -21,21 +21,9 @@ fn bridge(downstream: &[&str], extra: &[&str]) -> tokio::process::Command {
     cmd
 }
 
-/// One question in each tool's own shape.
-fn question(tool: &str) -> Value {
-    let q = "What is the capital of France? Answer in one word.";
-    match tool {
-        "generate" => json!({"prompt": q, "max_tokens": 16}),
-        "responses_create" => json!({"input": q, "max_output_tokens": 16}),
-        "generate_content" => json!({"contents": [{"role": "user", "parts": [{"text": q}]}],
-                                     "generationConfig": {"maxOutputTokens": 16}}),
-        _ => json!({"messages": [{"role": "user", "content": q}], "max_tokens": 16}),
-    }
-}
-
 /// Asks `tool` the question and expects the embedded model's answer.
 async fn expect_paris(client: &Client, tool: &str, label: &str) {
-    let result = call(client, tool, question(tool)).await;
+    let result = call(client, tool, question(tool, None)).await;
     assert!(!is_error(&result), "{label} {tool}: {result:?}");
     assert!(
         text(&result).contains("Paris"),
@@ -43,14 +31,6 @@ async fn expect_paris(client: &Client, tool: &str, label: &str) {
         text(&result)
     );
 }
-
-const SHAPES: [&str; 5] = [
-    "chat_complete",
-    "messages_create",
-    "responses_create",
-    "generate",
-    "generate_content",
-];
 
 #[tokio::test]
 async fn a_host_without_sampling_uses_this_server_through_the_bridge_on_both_eras() {

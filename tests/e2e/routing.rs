@@ -13,30 +13,6 @@ use std::path::PathBuf;
 const BIN: &str = env!("CARGO_BIN_EXE_agent-as-model");
 const KEY: &str = "sk-route-secret-0123456789abcdef";
 
-const SHAPES: [&str; 5] = [
-    "chat_complete",
-    "messages_create",
-    "responses_create",
-    "generate",
-    "generate_content",
-];
-
-/// One question in `tool`'s own shape, for `model` (none: the argument is left out).
-fn question(tool: &str, model: Option<&str>) -> Value {
-    let q = "What is the capital of France? Answer in one word.";
-    let mut args = match tool {
-        "generate" => json!({"prompt": q, "max_tokens": 16}),
-        "responses_create" => json!({"input": q, "max_output_tokens": 16}),
-        "generate_content" => json!({"contents": [{"role": "user", "parts": [{"text": q}]}],
-                                     "generationConfig": {"maxOutputTokens": 16}}),
-        _ => json!({"messages": [{"role": "user", "content": q}], "max_tokens": 16}),
-    };
-    if let (Some(model), Some(o)) = (model, args.as_object_mut()) {
-        o.insert("model".into(), json!(model));
-    }
-    args
-}
-
 /// A models file in a fresh directory.
 fn models_file(name: &str, text: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("aam-routing-{}-{name}", std::process::id()));

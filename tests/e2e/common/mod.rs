@@ -415,3 +415,28 @@ pub fn bridge_to_sdk_downstream() -> tokio::process::Command {
     ]);
     cmd
 }
+
+/// The completion tools.
+pub const SHAPES: [&str; 5] = [
+    "chat_complete",
+    "messages_create",
+    "responses_create",
+    "generate",
+    "generate_content",
+];
+
+/// One question in `tool`'s own shape, for `model` (none: the argument is left out).
+pub fn question(tool: &str, model: Option<&str>) -> Value {
+    let q = "What is the capital of France? Answer in one word.";
+    let mut args = match tool {
+        "generate" => json!({"prompt": q, "max_tokens": 16}),
+        "responses_create" => json!({"input": q, "max_output_tokens": 16}),
+        "generate_content" => json!({"contents": [{"role": "user", "parts": [{"text": q}]}],
+                                     "generationConfig": {"maxOutputTokens": 16}}),
+        _ => json!({"messages": [{"role": "user", "content": q}], "max_tokens": 16}),
+    };
+    if let (Some(model), Some(o)) = (model, args.as_object_mut()) {
+        o.insert("model".into(), json!(model));
+    }
+    args
+}
