@@ -441,3 +441,40 @@ intelligence = 0.95
     assert_eq!(clever.seen().len(), 2);
     client.cancel().await.unwrap();
 }
+
+#[tokio::test]
+async fn model_hints_of_this_server_behind_the_bridge_choose_on_both_eras() {
+    // This server behind the bridge asks for completions with the caller's `model` as its
+    // hint: during the call on the legacy era, in an input-required round on 2026-07-28. The
+    // host cannot sample, so the bridge answers with the model of its file the hint names.
+    let cheap = Scripted::start(vec![Reply::json(200, &completion("Paris (cheap)."))]).await;
+    let clever = Scripted::start(vec![Reply::json(200, &completion("Paris (clever)."))]).await;
+    let file = format!(
+        "default = \"cheap\"\n\n[[models]]\nname = \"cheap\"\nbackend = \"provider\"\n\
+         url = \"{}\"\nmodel = \"m\"\n\n[[models]]\nname = \"clever\"\n\
+         aliases = [\"claude-opus\"]\nbackend = \"provider\"\nurl = \"{}\"\nmodel = \"m\"\n",
+        cheap.url, clever.url
+    );
+    let path = models_file("hints", &file);
+    for down in ["legacy", "modern"] {
+        // The file is the bridge's (a flag, not the environment its downstream inherits).
+        let mut cmd = tokio::process::Command::new(BIN);
+        cmd.arg("--models")
+            .arg(&path)
+            .args(["bridge", "--downstream-era", down, "--", BIN])
+            .env("RUST_LOG", "error");
+        let client = connect_command(Host::text("no").without_sampling(), Era::Legacy, cmd).await;
+        for (model, answer) in [
+            (Some("claude-opus-4"), "Paris (clever)."),
+            (Some("something-else"), "Paris (cheap)."),
+            (None, "Paris (cheap)."),
+        ] {
+            let r = call(&client, "chat_complete", question("chat_complete", model)).await;
+            assert!(!is_error(&r), "{down} {model:?}: {}", text(&r));
+            assert_eq!(text(&r), answer, "{down} {model:?}");
+        }
+        client.cancel().await.unwrap();
+    }
+    assert_eq!(clever.seen().len(), 2);
+    assert_eq!(cheap.seen().len(), 4);
+}
