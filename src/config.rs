@@ -309,6 +309,11 @@ pub struct LocalArgs {
     #[arg(long, env = "AGENT_AS_MODEL_LOCAL_THREADS",
           value_parser = clap::value_parser!(u64).range(1..=256))]
     pub local_threads: Option<u64>,
+
+    /// The seed of the local model's sampled answers when a call gives none, so that they
+    /// repeat [default: a new one for each call]
+    #[arg(long, env = "AGENT_AS_MODEL_LOCAL_SEED")]
+    pub local_seed: Option<u64>,
 }
 
 /// The OpenAI-compatible provider.

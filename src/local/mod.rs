@@ -52,6 +52,8 @@ pub struct LocalSettings {
     pub slots: usize,
     /// CPU threads for llama.cpp.
     pub threads: usize,
+    /// The seed of a sampled answer whose call gives none (none: a new one each time).
+    pub seed: Option<u64>,
 }
 
 impl LocalSettings {
@@ -67,6 +69,7 @@ impl LocalSettings {
                 .local_threads
                 .and_then(|n| usize::try_from(n).ok())
                 .unwrap_or_else(engine::physical_cores),
+            seed: config.local.local_seed,
         })
     }
 }
@@ -430,7 +433,7 @@ impl Worker {
             live,
             reply,
         } = job;
-        let parts = Self::parts(model, &request);
+        let parts = Self::parts(model, &request, self.settings.seed);
         match parts {
             Ok((prompt, sampler, params, budget)) => Some(Call {
                 prompt,
@@ -454,6 +457,7 @@ impl Worker {
     fn parts(
         model: &engine::Model,
         request: &ModelRequest,
+        seed: Option<u64>,
     ) -> Result<(Vec<LlamaToken>, LlamaSampler, Params, usize), LocalError> {
         let tools = offered(request);
         let messages = openai::messages(
@@ -489,6 +493,7 @@ impl Worker {
                 .tuning
                 .seed
                 .and_then(|s| u64::try_from(s).ok())
+                .or(seed)
                 .unwrap_or_else(random_seed),
             stop: request.stop.clone(),
         };

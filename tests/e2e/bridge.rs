@@ -165,12 +165,10 @@ async fn the_reference_everything_server_is_passed_through_and_its_sampling_answ
     let everything =
         peer_path("npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
     let host = Host::text("the host cannot sample").without_sampling();
-    let client = connect_command(
-        host,
-        Era::Legacy,
-        bridge(&["node", &everything, "stdio"], &[]),
-    )
-    .await;
+    // The everything server samples at temperature 0.7: a fixed seed makes the answer repeat.
+    let mut cmd = bridge(&["node", &everything, "stdio"], &[]);
+    cmd.env("AGENT_AS_MODEL_LOCAL_SEED", "7");
+    let client = connect_command(host, Era::Legacy, cmd).await;
     // Its tools register once it knows the client samples (the bridge declares it).
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     let tools = loop {

@@ -239,6 +239,7 @@ async fn an_emulated_tool_call_comes_back_from_a_host_that_cannot_take_tools() {
         queue: 4,
         slots: 2,
         threads: 2,
+        seed: None,
     };
     let model = Local::start(settings).unwrap();
     model.ready().await.unwrap();
@@ -366,4 +367,37 @@ async fn a_damaged_cached_model_is_detected_removed_and_not_shown() {
     assert!(!e.contains(cache.to_str().unwrap()), "{e}");
     client.cancel().await.unwrap();
     let _ = std::fs::remove_dir_all(&cache);
+}
+
+#[tokio::test]
+async fn sampled_answers_repeat_with_a_seed_and_top_k_narrows_the_draw() {
+    let _turn = TURN.lock().await;
+    let _ = first_try();
+    let story = json!({"prompt": "Once upon a time", "max_tokens": 24, "temperature": 1.5});
+    // top_k 1 (Anthropic's spelling) keeps only the most likely token, so two servers seeded
+    // differently give the same answer at a high temperature; each asks first, with nothing
+    // cached, so both read the prompt alike.
+    let narrow = json!({"messages": [user("Tell me a story.")], "max_tokens": 24,
+                        "temperature": 1.5, "top_k": 1});
+    let server = |seed: &'static str| {
+        let env = [
+            ("AGENT_AS_MODEL_BACKEND", "local"),
+            ("AGENT_AS_MODEL_LOCAL_SEED", seed),
+        ];
+        async move { connect_with_env(Host::text("no"), Era::Legacy, &env).await }
+    };
+    let eleven = server("11").await;
+    let narrow_11 = ok_text(&eleven, "messages_create", narrow.clone()).await;
+    // AGENT_AS_MODEL_LOCAL_SEED seeds the calls that give no seed: the same answer twice.
+    let first = ok_text(&eleven, "generate", story.clone()).await;
+    let second = ok_text(&eleven, "generate", story.clone()).await;
+    assert_eq!(first, second);
+    eleven.cancel().await.unwrap();
+    let twelve = server("12").await;
+    let narrow_12 = ok_text(&twelve, "messages_create", narrow).await;
+    assert_eq!(narrow_11, narrow_12);
+    // Another seed draws another answer where the draw is wide.
+    let other = ok_text(&twelve, "generate", story).await;
+    assert_ne!(other, first);
+    twelve.cancel().await.unwrap();
 }
