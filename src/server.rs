@@ -336,6 +336,12 @@ impl ServerHandler for Server {
             ))
             .with_instructions(
                 match (self.backends.host_answers(), self.backends.direct().next()) {
+                    _ if self.backends.named() => {
+                        "Model-shaped tools (chat_complete, messages_create, responses_create, \
+                     generate, generate_content) answered by several models: pass `model` with \
+                     a name or alias that list_models lists (without one, the default answers); \
+                     each result's structuredContent.route says which model answered."
+                    }
                     (false, _) => {
                         "Model-shaped tools (chat_complete, messages_create, responses_create, \
                      generate, generate_content) answered by a model this server runs or calls \

@@ -66,6 +66,8 @@ async fn the_model_argument_reaches_the_model_it_names_on_every_shape_and_both_e
     for era in ERAS {
         let host = Host::text("the host must not be asked");
         let client = connect_command(host.clone(), era, server(&path)).await;
+        let told = client.peer_info().and_then(|i| i.instructions.clone());
+        assert!(told.unwrap_or_default().contains("pass `model`"));
         for tool in SHAPES {
             for (model, entry, answer) in [
                 (Some("smart"), "smart", "Paris (smart)."),
