@@ -1,5 +1,6 @@
 //! The MCP handler: lists the tools and routes each `tools/call` to its shape in the registry,
-//! then to the backend, then back to the shape to render. It holds no per-connection state;
+//! then to the models [`crate::routing`] names for it (in order, on to the next after a
+//! transient failure), then back to the shape to render. It holds no per-connection state;
 //! everything a call needs arrives with the call.
 
 use crate::backends::driver::{Driver, Outcome};

@@ -1,7 +1,7 @@
 //! Direct backends: a model this server talks to itself — the embedded local model or an
-//! OpenAI-compatible provider — instead of the host's model through MCP sampling. They drive
-//! the same fulfilment [`Machine`] as sampling; each only declares what its model can take and
-//! answers one neutral [`ModelRequest`] at a time.
+//! OpenAI-compatible provider — instead of the host's model through MCP sampling. The one
+//! [`super::driver`] runs the fulfilment machine on them as on sampling; each only declares
+//! what its model can take and answers one neutral [`ModelRequest`] at a time.
 
 use crate::call::{Block, Completion, ToolChoice, Tuning, Turn};
 use crate::error::{CallError, CallResult};
