@@ -1,6 +1,6 @@
 //! Which model answers a call. The server has an ordered set of named models, each answered
 //! by the host's sampling, the local model or a provider: from `--backend`/`--fallback` (one or
-//! two entries), or from a models file (`--models`, see [`file`]). A call's `model` argument
+//! two entries), or from a models file (`--models`, see [`file`](mod@file)). A call's `model` argument
 //! picks an entry by name or alias; without one the default answers; an entry that cannot
 //! answer (a host that does not sample) or fails for a reason worth retrying elsewhere hands
 //! the call to its fallbacks, in order.
