@@ -45,7 +45,9 @@ pub fn request(params: &CreateMessageRequestParams, limits: &Limits) -> CallResu
             top_k: given("top_k", "topK")
                 .and_then(|v| v.as_u64())
                 .and_then(|k| u32::try_from(k).ok()),
-            seed: given("seed", "seed").and_then(|v| v.as_i64()),
+            seed: metadata
+                .and_then(|m| m.get("seed"))
+                .and_then(|v| v.as_i64()),
         },
         stop: params.stop_sequences.clone().unwrap_or_default(),
         tools: params

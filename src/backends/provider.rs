@@ -45,10 +45,18 @@ impl ProviderSettings {
                     .into(),
             );
         };
-        Ok(ProviderSettings {
-            base_url: base_url.clone(),
-            model: model.clone(),
-            key: p.provider_key.clone().filter(|k| !k.is_empty()),
+        let key = p.provider_key.clone().filter(|k| !k.is_empty());
+        Ok(ProviderSettings::at(config, base_url, model, key))
+    }
+
+    /// A provider at `base_url` answering as `model`, with the command line's other settings
+    /// (a models file's entry overrides some of them).
+    pub fn at(config: &Config, base_url: &str, model: &str, key: Option<String>) -> Self {
+        let p = &config.provider;
+        ProviderSettings {
+            base_url: base_url.to_owned(),
+            model: model.to_owned(),
+            key,
             tools: p.provider_tools,
             json_schema: p.provider_json_schema,
             timeout: Duration::from_secs(p.provider_timeout_secs),
@@ -56,7 +64,7 @@ impl ProviderSettings {
             max_retry_after: Duration::from_secs(60),
             max_response: usize::try_from(p.provider_max_response_bytes).unwrap_or(usize::MAX),
             stream: p.provider_stream,
-        })
+        }
     }
 }
 

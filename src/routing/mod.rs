@@ -109,11 +109,7 @@ fn entry(name: &str, answerer: Answerer) -> Entry {
 /// provider.
 pub fn start(config: &Config, which: Direct) -> Result<Arc<dyn Model>, String> {
     match which {
-        Direct::Local => {
-            let settings = crate::local::LocalSettings::from_config(config)?;
-            let local = crate::local::Local::start(settings).map_err(|e| e.to_string())?;
-            Ok(Arc::new(local))
-        }
+        Direct::Local => local(config, &None),
         Direct::Provider => {
             let settings = crate::backends::provider::ProviderSettings::from_config(config)?;
             Ok(Arc::new(crate::backends::provider::Provider::new(
@@ -285,7 +281,7 @@ impl Backends {
     /// The entry a sampling request's model preferences pick: the first hint that a name or
     /// alias contains (or that contains one), else the entry whose scores best meet the
     /// priorities, else the default.
-    pub fn prefer(&self, preferences: Option<&rmcp::model::ModelPreferences>) -> Option<&Entry> {
+    fn preferred(&self, preferences: Option<&rmcp::model::ModelPreferences>) -> usize {
         let pick = preferences.and_then(|p| {
             let by_hint = p.hints.iter().flatten().find_map(|hint| {
                 let hint = hint.name.as_deref()?.trim();
@@ -298,17 +294,16 @@ impl Backends {
             });
             by_hint.or_else(|| self.by_priorities(p))
         });
-        self.entries.get(pick.unwrap_or(self.default))
+        pick.unwrap_or(self.default)
     }
 
     /// The model a sampling request's preferences pick where the host cannot answer: the
-    /// [`Backends::prefer`]red entry's own model, or its first fallback that has one.
+    /// [`Backends::preferred`] entry's own model, or its first fallback that has one.
     pub fn prefer_direct(
         &self,
         preferences: Option<&rmcp::model::ModelPreferences>,
     ) -> Option<&Arc<dyn Model>> {
-        let entry = self.prefer(preferences)?;
-        let i = self.entries.iter().position(|e| std::ptr::eq(e, entry))?;
+        let i = self.preferred(preferences);
         std::iter::once(i)
             .chain(self.fallbacks_of(i))
             .filter_map(|i| self.entries.get(i))
@@ -420,18 +415,13 @@ fn local(
 /// A provider entry: its own URL, model and key, the command line's other settings.
 fn provider(config: &Config, p: &file::ProviderSpec) -> Result<Arc<dyn Model>, String> {
     use crate::backends::provider::{Provider, ProviderSettings};
-    let flags = &config.provider;
-    let settings = ProviderSettings {
-        base_url: p.url.clone(),
-        model: p.model.clone(),
-        key: p.key.clone(),
-        tools: p.tools.unwrap_or(flags.provider_tools),
-        json_schema: p.json_schema.unwrap_or(flags.provider_json_schema),
-        timeout: Duration::from_secs(p.timeout_secs.unwrap_or(flags.provider_timeout_secs)),
-        retries: p.retries.unwrap_or(flags.provider_retries),
-        max_retry_after: Duration::from_secs(60),
-        max_response: usize::try_from(flags.provider_max_response_bytes).unwrap_or(usize::MAX),
-        stream: p.stream.unwrap_or(flags.provider_stream),
-    };
+    let mut settings = ProviderSettings::at(config, &p.url, &p.model, p.key.clone());
+    settings.tools = p.tools.unwrap_or(settings.tools);
+    settings.json_schema = p.json_schema.unwrap_or(settings.json_schema);
+    settings.stream = p.stream.unwrap_or(settings.stream);
+    settings.retries = p.retries.unwrap_or(settings.retries);
+    if let Some(secs) = p.timeout_secs {
+        settings.timeout = Duration::from_secs(secs);
+    }
     Ok(Arc::new(Provider::new(settings)?))
 }
