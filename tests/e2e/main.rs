@@ -18,6 +18,7 @@ mod common;
 
 mod bridge;
 mod bridge_limits;
+mod build;
 mod cli;
 mod conformance;
 mod cursors;
