@@ -361,6 +361,11 @@ pub struct ProviderArgs {
     #[arg(long, env = "AGENT_AS_MODEL_PROVIDER_MAX_RESPONSE_BYTES", default_value_t = 8 * 1024 * 1024,
           value_parser = clap::value_parser!(u64).range(1024..))]
     pub provider_max_response_bytes: u64,
+
+    /// Most tool calls read from one provider answer; an answer with more fails the call
+    #[arg(long, env = "AGENT_AS_MODEL_PROVIDER_MAX_TOOL_CALLS", default_value_t = 128,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub provider_max_tool_calls: u64,
 }
 
 impl Config {

@@ -30,6 +30,8 @@ pub struct ProviderSettings {
     pub max_retry_after: Duration,
     /// The largest answer read, in bytes.
     pub max_response: usize,
+    /// The most tool calls read from one answer.
+    pub max_tool_calls: usize,
     /// Ask for the answer as a stream of events (`stream: true`), read as it is made.
     pub stream: bool,
 }
@@ -63,6 +65,7 @@ impl ProviderSettings {
             retries: p.provider_retries,
             max_retry_after: Duration::from_secs(60),
             max_response: usize::try_from(p.provider_max_response_bytes).unwrap_or(usize::MAX),
+            max_tool_calls: usize::try_from(p.provider_max_tool_calls).unwrap_or(usize::MAX),
             stream: p.provider_stream,
         }
     }
@@ -88,6 +91,31 @@ pub struct Provider {
     secrets: Vec<String>,
     /// The last call's failure (redacted), shown by `list_models` until a call succeeds.
     last_error: std::sync::Mutex<Option<String>>,
+}
+
+/// What must never reach a caller: the key, the URL's password and query values, each as
+/// written (percent-escapes, `+`) and decoded, longest first so that no part of one is left.
+fn secrets(key: Option<&str>, url: &reqwest::Url) -> Vec<String> {
+    let mut secrets: Vec<String> = key.iter().map(|k| (*k).to_owned()).collect();
+    if let Some(password) = url.password() {
+        secrets.push(password.to_owned());
+        secrets.extend(
+            reqwest::Url::parse(&format!("http://x/?p={password}"))
+                .ok()
+                .and_then(|u| u.query_pairs().next().map(|(_, v)| v.into_owned())),
+        );
+    }
+    secrets.extend(url.query_pairs().map(|(_, v)| v.into_owned()));
+    secrets.extend(
+        url.query()
+            .unwrap_or_default()
+            .split('&')
+            .filter_map(|pair| pair.split_once('=').map(|(_, v)| v.to_owned())),
+    );
+    secrets.retain(|s| s.len() >= 4);
+    secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    secrets.dedup();
+    secrets
 }
 
 /// A URL as it may be shown: scheme, host, port and path, without credentials or query.
@@ -121,10 +149,7 @@ impl Provider {
         // `/chat/completions` goes after the path; a query string stays a query string.
         let path = format!("{}/chat/completions", endpoint.path().trim_end_matches('/'));
         endpoint.set_path(&path);
-        let mut secrets: Vec<String> = settings.key.iter().cloned().collect();
-        secrets.extend(endpoint.password().map(str::to_owned));
-        secrets.extend(endpoint.query_pairs().map(|(_, v)| v.into_owned()));
-        secrets.retain(|s| s.len() >= 4);
+        let secrets = secrets(settings.key.as_deref(), &endpoint);
         // Redirects are followed only within the provider's own origin: the prompt (and the
         // key) never go to another host.
         let origin = endpoint.origin();
@@ -159,6 +184,44 @@ impl Provider {
         self.secrets
             .iter()
             .fold(text, |t, s| t.replace(s.as_str(), "[redacted]"))
+    }
+
+    /// A parsed answer with every secret replaced in its decoded strings too (a key written
+    /// with `\u` escapes is whole only once decoded).
+    fn scrub_decoded(&self, answer: Value) -> CallResult<Value> {
+        let text = answer.to_string();
+        if !self.secrets.iter().any(|s| text.contains(s.as_str())) {
+            return Ok(answer);
+        }
+        serde_json::from_str(&self.scrub(text))
+            .map_err(|e| fail(format!("the provider's answer: {e}")))
+    }
+
+    /// The text of a stream that may be shown now: `held` and `text` scrubbed, less an end that
+    /// could still become a secret with the next delta (kept in `held`).
+    fn release(&self, held: &mut String, text: &str) -> String {
+        held.push_str(text);
+        let scrubbed = self.scrub(std::mem::take(held));
+        let keep = self
+            .secrets
+            .iter()
+            .filter_map(|secret| {
+                (1..secret.len()).rev().find(|n| {
+                    secret
+                        .get(..*n)
+                        .is_some_and(|start| scrubbed.ends_with(start))
+                })
+            })
+            .max()
+            .unwrap_or(0);
+        let cut = scrubbed.len().saturating_sub(keep);
+        match (scrubbed.get(..cut), scrubbed.get(cut..)) {
+            (Some(shown), Some(rest)) => {
+                *held = rest.to_owned();
+                shown.to_owned()
+            }
+            _ => scrubbed,
+        }
     }
 
     /// The answer's body, at most `max_response` bytes (a declared longer one is refused before
@@ -208,13 +271,14 @@ impl Provider {
                     }
                     let text = self.read(response).await?;
                     if status.is_success() {
-                        return serde_json::from_str(&text).map_err(|e| {
+                        let answer = serde_json::from_str(&text).map_err(|e| {
                             fail(format!(
                                 "the provider answered {status} with a body that is not JSON \
                                  ({e}): {}",
                                 clip(&text)
                             ))
-                        });
+                        })?;
+                        return self.scrub_decoded(answer);
                     }
                     let retryable = status.as_u16() == 429 || status.is_server_error();
                     if !retryable || attempt >= self.settings.retries {
@@ -250,8 +314,9 @@ impl Provider {
         live: Option<&Live>,
     ) -> CallResult<Value> {
         let max = self.settings.max_response;
-        let mut assembly = super::stream::Assembly::default();
+        let mut assembly = super::stream::Assembly::new(self.settings.max_tool_calls);
         let mut read = 0usize;
+        let mut held = String::new();
         while let Some(chunk) = response.chunk().await.map_err(|e| self.failure(e))? {
             read = read.saturating_add(chunk.len());
             if read > max {
@@ -261,6 +326,8 @@ impl Provider {
                 )));
             }
             let added = assembly.feed(&chunk).map_err(fail)?;
+            // A large chunk is work: let the other calls (and this call's timeout) run.
+            tokio::task::yield_now().await;
             if let Some(live) = live.filter(|_| added.any) {
                 for name in &added.calls {
                     live.event(Event::ToolCall {
@@ -270,9 +337,15 @@ impl Provider {
                 }
                 live.event(Event::Delta {
                     tokens: assembly.deltas,
-                    text: &self.scrub(added.text),
+                    text: &self.release(&mut held, &added.text),
                 });
             }
+        }
+        if let Some(live) = live.filter(|_| !held.is_empty()) {
+            live.event(Event::Delta {
+                tokens: assembly.deltas,
+                text: &self.scrub(held),
+            });
         }
         let answer = assembly.finish().map_err(unavailable)?;
         let text = self.scrub(answer.to_string());
@@ -446,7 +519,9 @@ impl Model for Provider {
                 fields.insert("stream_options".into(), json!({"include_usage": true}));
             }
             let answer = match self.call(&body, live.as_deref()).await {
-                Ok(answer) => completion(&answer, &self.settings.model),
+                Ok(answer) => {
+                    completion(&answer, &self.settings.model, self.settings.max_tool_calls)
+                }
                 Err(e) => Err(e),
             }
             .map_err(|e| self.redact(e));
@@ -497,7 +572,7 @@ pub fn body(model: &str, request: &ModelRequest) -> Value {
 }
 
 /// The provider's answer in neutral form.
-pub fn completion(answer: &Value, model: &str) -> CallResult<Completion> {
+pub fn completion(answer: &Value, model: &str, max_tool_calls: usize) -> CallResult<Completion> {
     let bad = |what: &str| {
         fail(format!(
             "the provider's answer is not a chat completion: {what}; it was {}",
@@ -510,20 +585,21 @@ pub fn completion(answer: &Value, model: &str) -> CallResult<Completion> {
     let message = choice
         .get("message")
         .ok_or_else(|| bad("choices[0].message is missing"))?;
+    let calls = message
+        .get("tool_calls")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    if calls.len() > max_tool_calls {
+        return Err(too_many_calls(max_tool_calls));
+    }
     let mut blocks = Vec::new();
     if let Some(text) = message.get("content").and_then(Value::as_str)
         && !text.is_empty()
     {
         blocks.push(Block::Text(text.to_owned()));
     }
-    for (i, call) in message
-        .get("tool_calls")
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or_default()
-        .iter()
-        .enumerate()
-    {
+    for (i, call) in calls.iter().enumerate() {
         blocks.push(tool_call(i, call).map_err(|what| bad(&what))?);
     }
     if blocks.is_empty() {
@@ -544,6 +620,11 @@ pub fn completion(answer: &Value, model: &str) -> CallResult<Completion> {
         finish,
         usage,
     })
+}
+
+/// The error for an answer with more tool calls than this server reads.
+pub(super) fn too_many_calls(max: usize) -> CallError {
+    fail(super::stream::too_many_calls(max))
 }
 
 /// One of the answer's `tool_calls` as a tool use; `Err` says what is wrong with it.
@@ -674,15 +755,15 @@ mod tests {
             "message": {"content": null, "tool_calls": [{"id": "x", "type": "function",
             "function": {"name": "f", "arguments": "{\"a\": 1}"}}]}}],
             "usage": {"prompt_tokens": 12, "completion_tokens": 3}});
-        let c = completion(&answer, "fallback").unwrap();
+        let c = completion(&answer, "fallback", 128).unwrap();
         assert_eq!(c.model, "m1");
         assert_eq!(c.finish, Finish::ToolUse);
         assert_eq!(c.usage.map(|u| (u.prompt, u.completion)), Some((12, 3)));
         assert!(matches!(&c.blocks[0], Block::ToolUse { name, .. } if name == "f"));
         let broken = json!({"choices": [{"message": {"tool_calls": [
             {"function": {"name": "f", "arguments": "{oops"}}]}}]});
-        let e = completion(&broken, "m").unwrap_err().to_string();
+        let e = completion(&broken, "m", 128).unwrap_err().to_string();
         assert!(e.contains("tool_calls[0].function.arguments"), "{e}");
-        assert!(completion(&json!({"error": "x"}), "m").is_err());
+        assert!(completion(&json!({"error": "x"}), "m", 128).is_err());
     }
 }

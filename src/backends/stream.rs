@@ -6,6 +6,15 @@
 
 use crate::wire::openai::{Message, Speaker, ToolCall};
 use serde_json::{Value, json};
+use std::collections::HashMap;
+
+/// The error for an answer with more tool calls than this server reads.
+pub fn too_many_calls(max: usize) -> String {
+    format!(
+        "the provider's answer has more than {max} tool calls, the most this server reads \
+         (AGENT_AS_MODEL_PROVIDER_MAX_TOOL_CALLS)"
+    )
+}
 
 /// A tool call being assembled from its deltas.
 #[derive(Debug, Default)]
@@ -16,15 +25,23 @@ struct PartialCall {
     arguments: String,
 }
 
-/// What the events so far add up to.
+/// What the events so far add up to. Each byte is looked at once and each delta finds its
+/// tool call by index in constant time, so a hostile stream costs time in proportion to its
+/// length.
 #[derive(Debug, Default)]
 pub struct Assembly {
-    /// Bytes of an event not yet complete.
+    /// Bytes of a line not yet complete.
     pending: Vec<u8>,
+    /// How much of `pending` is known to hold no line end.
+    scanned: usize,
     /// The `data:` lines of the event being read.
     data: Vec<String>,
     content: String,
     calls: Vec<PartialCall>,
+    /// Where each tool call index is in `calls`.
+    positions: HashMap<u64, usize>,
+    /// The most tool calls read (0: the default, 128).
+    max_calls: usize,
     finish: Option<String>,
     model: Option<String>,
     usage: Option<Value>,
@@ -45,24 +62,50 @@ pub struct Added {
 }
 
 impl Assembly {
+    /// An assembly that reads at most `max_calls` tool calls.
+    pub fn new(max_calls: usize) -> Self {
+        Assembly {
+            max_calls,
+            ..Assembly::default()
+        }
+    }
+
     /// Reads more of the stream; `Err` when the provider sent an error event or something
     /// that is not a chat completion chunk.
     pub fn feed(&mut self, bytes: &[u8]) -> Result<Added, String> {
         self.pending.extend_from_slice(bytes);
         let mut added = Added::default();
-        while let Some(end) = self.pending.iter().position(|b| *b == b'\n') {
-            let line: Vec<u8> = self.pending.drain(..=end).collect();
-            let line = String::from_utf8_lossy(&line);
-            let line = line.trim_end_matches(['\n', '\r']);
-            if line.is_empty() {
-                self.dispatch(&mut added)?;
-            } else if let Some(data) = line.strip_prefix("data:") {
-                self.data
-                    .push(data.strip_prefix(' ').unwrap_or(data).to_owned());
+        let mut start = 0;
+        let pending = std::mem::take(&mut self.pending);
+        let mut outcome = Ok(());
+        while let Some(offset) = pending
+            .get(self.scanned.max(start)..)
+            .and_then(|rest| rest.iter().position(|b| *b == b'\n'))
+        {
+            let end = self.scanned.max(start) + offset;
+            let line = String::from_utf8_lossy(pending.get(start..end).unwrap_or_default());
+            start = end + 1;
+            outcome = self.line(line.trim_end_matches('\r'), &mut added);
+            if outcome.is_err() {
+                break;
             }
-            // Comments (`:`), `event:`, `id:` and `retry:` lines carry nothing for us.
         }
-        Ok(added)
+        self.pending = pending;
+        self.pending.drain(..start.min(self.pending.len()));
+        self.scanned = self.pending.len();
+        outcome.map(|()| added)
+    }
+
+    /// One line of the stream.
+    fn line(&mut self, line: &str, added: &mut Added) -> Result<(), String> {
+        if line.is_empty() {
+            self.dispatch(added)?;
+        } else if let Some(data) = line.strip_prefix("data:") {
+            self.data
+                .push(data.strip_prefix(' ').unwrap_or(data).to_owned());
+        }
+        // Comments (`:`), `event:`, `id:` and `retry:` lines carry nothing for us.
+        Ok(())
     }
 
     /// One complete event.
@@ -113,7 +156,7 @@ impl Assembly {
             .map(Vec::as_slice)
             .unwrap_or_default()
         {
-            if let Some(name) = self.tool_call_delta(call) {
+            if let Some(name) = self.tool_call_delta(call)? {
                 added.calls.push(name);
             }
             added.any = true;
@@ -135,23 +178,34 @@ impl Assembly {
     }
 
     /// A part of a tool call: the first names it, the rest carry argument fragments. Returns
-    /// the call's name when this part began it.
-    fn tool_call_delta(&mut self, delta: &Value) -> Option<String> {
+    /// the call's name when this part began it; `Err` when it would begin one call too many.
+    fn tool_call_delta(&mut self, delta: &Value) -> Result<Option<String>, String> {
         let index = delta
             .get("index")
             .and_then(Value::as_u64)
             .unwrap_or_else(|| self.calls.last().map_or(0, |c| c.index));
-        let position = match self.calls.iter().position(|c| c.index == index) {
-            Some(p) => p,
+        let position = match self.positions.get(&index) {
+            Some(p) => *p,
             None => {
+                let max = if self.max_calls == 0 {
+                    128
+                } else {
+                    self.max_calls
+                };
+                if self.calls.len() >= max {
+                    return Err(too_many_calls(max));
+                }
                 self.calls.push(PartialCall {
                     index,
                     ..PartialCall::default()
                 });
+                self.positions.insert(index, self.calls.len() - 1);
                 self.calls.len() - 1
             }
         };
-        let call = self.calls.get_mut(position)?;
+        let Some(call) = self.calls.get_mut(position) else {
+            return Ok(None);
+        };
         let began = call.name.is_empty();
         if let Some(id) = delta.get("id").and_then(Value::as_str) {
             call.id = Some(id.to_owned());
@@ -162,7 +216,7 @@ impl Assembly {
         if let Some(part) = delta.pointer("/function/arguments").and_then(Value::as_str) {
             call.arguments.push_str(part);
         }
-        (began && !call.name.is_empty()).then(|| call.name.clone())
+        Ok((began && !call.name.is_empty()).then(|| call.name.clone()))
     }
 
     /// The chat completion the stream made; `Err` when it broke off before its end (no
@@ -242,6 +296,32 @@ mod tests {
         assert_eq!(call["function"]["name"], "get_weather");
         assert_eq!(call["function"]["arguments"], "{\"city\": \"Paris\"}");
         assert_eq!(done["usage"]["completion_tokens"], 7);
+    }
+
+    #[test]
+    fn too_many_tool_calls_are_refused_and_long_lines_are_read_once() {
+        let calls: Vec<Value> = (0..200)
+            .map(|i| json!({"index": i, "function": {"name": "f", "arguments": "{}"}}))
+            .collect();
+        let mut assembly = Assembly::new(128);
+        let e = assembly
+            .feed(event(json!({"choices": [{"delta": {"tool_calls": calls}}]})).as_bytes())
+            .unwrap_err();
+        assert!(e.contains("more than 128 tool calls"), "{e}");
+        // A long event fed a byte at a time assembles like one fed whole.
+        let text = "x".repeat(20_000);
+        let whole =
+            event(json!({"choices": [{"delta": {"content": text}, "finish_reason": "stop"}]}));
+        let mut trickled = Assembly::new(128);
+        let mut got = String::new();
+        for b in whole.as_bytes().chunks(1) {
+            got.push_str(&trickled.feed(b).unwrap().text);
+        }
+        assert_eq!(got, text);
+        assert_eq!(
+            trickled.finish().unwrap()["choices"][0]["message"]["content"],
+            text
+        );
     }
 
     #[test]

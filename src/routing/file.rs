@@ -297,6 +297,16 @@ fn settings_of_its_backend(e: &RawEntry, name: &str) -> Result<(), String> {
     }
 }
 
+/// Whether `s` can be an environment variable's name (what else it is, maybe a key, is never
+/// shown).
+fn is_variable_name(s: &str) -> bool {
+    let mut chars = s.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
 /// A provider entry's settings, its key read from the variable it names. A problem at offset
 /// 0 belongs to the entry as a whole.
 fn provider(
@@ -311,6 +321,16 @@ fn provider(
         ));
     };
     let key = match &e.key_env {
+        Some(var) if !is_variable_name(var.get_ref()) => {
+            return Err(Problem::at(
+                var.span().start,
+                format!(
+                    "model {name:?}: key_env must name an environment variable (letters, digits \
+                     and _), and what it holds is not one (not shown: is it the key itself? put \
+                     the key in a variable and name that)"
+                ),
+            ));
+        }
         Some(var) => Some(
             env(var.get_ref())
                 .filter(|k| !k.is_empty())
@@ -405,6 +425,11 @@ backend = "local"
                 FILE.replace("TEST_KEY", "MISSING_KEY"),
                 9,
                 "\"MISSING_KEY\" that should hold its key is not set",
+            ),
+            (
+                FILE.replace("\"TEST_KEY\"", "\"sk-secret-typed-here\""),
+                9,
+                "key_env must name an environment variable",
             ),
             (
                 FILE.replace("default = \"fast\"", "default = \"slow\""),

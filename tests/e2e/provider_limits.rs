@@ -185,3 +185,139 @@ async fn the_key_is_redacted_wherever_the_provider_echoes_it() {
     assert_eq!(model, "[redacted]");
     client.cancel().await.unwrap();
 }
+
+/// One event opening 200,000 tool calls (3.4 MB, under the answer cap): the call fails at the
+/// tool-call cap, and another call on the same connection is answered meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_with_too_many_tool_calls_fails_and_the_server_keeps_answering() {
+    let calls: Vec<Value> = (0..200_000).map(|i| json!({"index": i})).collect();
+    let flood = json!({"choices": [{"delta": {"tool_calls": calls}}]}).to_string();
+    let many: Vec<Value> = (0..200)
+        .map(|i| {
+            json!({"id": format!("c{i}"), "type": "function",
+                        "function": {"name": "f", "arguments": "{}"}})
+        })
+        .collect();
+    let plain = json!({"object": "chat.completion", "model": "gpt-test", "choices": [{"index": 0,
+        "message": {"role": "assistant", "content": null, "tool_calls": many},
+        "finish_reason": "tool_calls"}]});
+    for reply in [
+        Reply::Events(vec![flood, "[DONE]".into()], Duration::from_millis(1)),
+        Reply::json(200, &plain),
+    ] {
+        let provider = Scripted::start(vec![reply]).await;
+        let mut raw = Raw::legacy(
+            &env(
+                &provider.url,
+                &[("AGENT_AS_MODEL_PROVIDER_MAX_TOOL_CALLS", "128")],
+            ),
+            json!({}),
+        );
+        raw.send(&tools_call(
+            json!(1),
+            "generate",
+            json!({"prompt": "flood"}),
+        ));
+        raw.send(&tools_call(json!(2), "list_models", json!({})));
+        let mut skipped = Vec::new();
+        let listed = raw
+            .recv_matching(Duration::from_secs(15), &mut skipped, |v| v["id"] == 2)
+            .unwrap_or_else(|| panic!("list_models waited; the server said: {}", raw.stderr()));
+        assert!(listed["result"].is_object(), "{listed}");
+        let reply = match skipped.into_iter().find(|v| v["id"] == 1) {
+            Some(v) => v,
+            None => raw
+                .recv_id(&json!(1), Duration::from_secs(15))
+                .unwrap_or_else(|| panic!("no answer; the server said: {}", raw.stderr())),
+        };
+        let r = &reply["result"];
+        assert_eq!(r["isError"], true, "{reply}");
+        let message = r["content"][0]["text"].as_str().unwrap();
+        assert!(
+            message.contains("more than 128 tool calls")
+                && message.contains("AGENT_AS_MODEL_PROVIDER_MAX_TOOL_CALLS"),
+            "{message}"
+        );
+    }
+}
+
+/// Secrets in the forms that slipped past redaction: a URL query key with `+` and `/` echoed
+/// as written and decoded, the key in `\u` escapes in a JSON answer, and the key split across
+/// two stream deltas as the progress messages show them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_are_redacted_as_written_decoded_escaped_and_split() {
+    const RAW: &str = "AbC+dEf/GhI=";
+    const DECODED: &str = "AbC dEf/GhI=";
+    let echo = format!("bad request to /v1/chat/completions?api-key={RAW} ({DECODED})");
+    let provider =
+        Scripted::start(vec![Reply::json(400, &json!({"error": {"message": echo}}))]).await;
+    let address = provider.url.trim_start_matches("http://").to_owned();
+    let url = format!("http://{address}?api-key={RAW}");
+    let client = connect_with_env(Host::text("unused"), Era::Legacy, &env(&url, &[])).await;
+    let e = err_text(&client, "generate", json!({"prompt": "hi"})).await;
+    assert!(
+        !e.contains(RAW) && !e.contains(DECODED),
+        "the query key leaked: {e}"
+    );
+    assert!(e.contains("[redacted]"), "{e}");
+    client.cancel().await.unwrap();
+
+    // The key written with \u escapes in a JSON answer.
+    let escaped: String = KEY
+        .chars()
+        .map(|c| format!("\\u{:04x}", c as u32))
+        .collect();
+    let body = completion("KEYHERE")
+        .to_string()
+        .replace("KEYHERE", &escaped);
+    let provider = Scripted::start(vec![Reply::Answer(200, Vec::new(), body)]).await;
+    let client =
+        connect_with_env(Host::text("unused"), Era::Modern, &env(&provider.url, &[])).await;
+    let r = call(&client, "generate", json!({"prompt": "hi"})).await;
+    let everything = serde_json::to_string(&r).unwrap();
+    assert!(
+        !everything.contains(KEY),
+        "the escaped key came back decoded: {everything}"
+    );
+    client.cancel().await.unwrap();
+
+    // The key split across two deltas of a stream, followed with a progress token.
+    let (head, tail) = KEY.split_at(KEY.len() / 2);
+    let delta = |t: &str| json!({"choices": [{"delta": {"content": t}}]}).to_string();
+    let events = vec![
+        delta("the key is "),
+        delta(head),
+        delta(tail),
+        delta(" and more text after it"),
+        json!({"choices": [{"delta": {}, "finish_reason": "stop"}]}).to_string(),
+        "[DONE]".to_owned(),
+    ];
+    let provider = Scripted::start(vec![Reply::Events(events, Duration::from_millis(150))]).await;
+    let mut raw = Raw::legacy(&env(&provider.url, &[]), json!({}));
+    raw.send(
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "generate", "arguments": {"prompt": "hi"}, "_meta": {"progressToken": "p1"}}}),
+    );
+    let mut skipped = Vec::new();
+    let reply = raw
+        .recv_matching(Duration::from_secs(15), &mut skipped, |v| v["id"] == 1)
+        .unwrap_or_else(|| panic!("no answer; the server said: {}", raw.stderr()));
+    let progress: Vec<&Value> = skipped
+        .iter()
+        .filter(|v| v["method"] == "notifications/progress")
+        .collect();
+    assert!(
+        !progress.is_empty(),
+        "no progress was reported: {skipped:?}"
+    );
+    for shown in progress
+        .iter()
+        .map(|v| v.to_string())
+        .chain([reply.to_string()])
+    {
+        assert!(
+            !shown.contains(KEY),
+            "the split key reached a message whole: {shown}"
+        );
+    }
+}
