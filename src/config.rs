@@ -141,6 +141,18 @@ pub struct Config {
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub body_timeout_secs: u64,
 
+    /// Seconds a whole HTTP request body may take to arrive, however steadily; past it the
+    /// request is answered 408
+    #[arg(long, env = "AGENT_AS_MODEL_BODY_DEADLINE_SECS", default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub body_deadline_secs: u64,
+
+    /// Most bytes of request bodies held at once over HTTP, across every connection; a body
+    /// that would go past it is answered 503 with Retry-After
+    #[arg(long, env = "AGENT_AS_MODEL_MAX_BODY_BUFFER_BYTES", default_value_t = 256 * 1024 * 1024,
+          value_parser = clap::value_parser!(u64).range(1024..))]
+    pub max_body_buffer_bytes: u64,
+
     /// Log lines as text, or as JSON objects (one a line, each tool call with its request id
     /// and duration; the default level becomes info)
     #[arg(long, env = "AGENT_AS_MODEL_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]

@@ -56,8 +56,10 @@ pub struct HttpSettings {
     pub header_timeout: Duration,
     /// How long a request body may go without a byte arriving.
     pub body_timeout: Duration,
-    /// With the default `Host` allow-list, the port a `Host` may name (the listening one).
-    pub pinned_port: Option<u16>,
+    /// How long a whole request body may take.
+    pub body_deadline: Duration,
+    /// Most bytes of request bodies held at once, across every connection.
+    pub max_body_buffer: usize,
 }
 
 type Body = BoxBody<Bytes, Infallible>;
@@ -129,7 +131,13 @@ fn front(server: Server, settings: &HttpSettings, stop: &CancellationToken) -> F
         token,
         max_body: settings.max_body,
         body_timeout: settings.body_timeout,
-        pinned_port: settings.pinned_port,
+        body_deadline: settings.body_deadline,
+        buffered: Arc::new(tokio::sync::Semaphore::new(
+            settings
+                .max_body_buffer
+                .min(tokio::sync::Semaphore::MAX_PERMITS),
+        )),
+        max_body_buffer: settings.max_body_buffer,
     }
 }
 
@@ -276,7 +284,10 @@ struct Front {
     token: Option<[u8; 32]>,
     max_body: usize,
     body_timeout: Duration,
-    pinned_port: Option<u16>,
+    body_deadline: Duration,
+    /// The bytes of request bodies that may still be held (one permit a byte).
+    buffered: Arc<tokio::sync::Semaphore>,
+    max_body_buffer: usize,
 }
 
 /// One request, logged with its id and duration; the id is echoed as `X-Request-Id`.
@@ -327,7 +338,7 @@ async fn route(request: Request<Incoming>, front: Front) -> Response<Body> {
     match request.uri().path() {
         "/healthz" => plain(StatusCode::OK, "ok\n"),
         "/mcp" => {
-            if let Err((status, why)) = check_authority(&request, front.pinned_port) {
+            if let Err((status, why)) = check_authority(&request) {
                 return refuse(request, plain(status, why));
             }
             if front.token.is_some_and(|t| !authorized(&request, &t)) {
@@ -338,9 +349,20 @@ async fn route(request: Request<Incoming>, front: Front) -> Response<Body> {
                 );
                 return refuse(request, r);
             }
-            let (parts, body) = match read_body(request, &front).await {
-                Ok(read) => read,
-                Err(refusal) => return refusal,
+            let read = tokio::time::timeout(front.body_deadline, read_body(request, &front));
+            let (parts, body, _held) = match read.await {
+                Ok(Ok(read)) => read,
+                Ok(Err(refusal)) => return refusal,
+                Err(_) => {
+                    return plain_owned(
+                        StatusCode::REQUEST_TIMEOUT,
+                        format!(
+                            "request timeout: the body took longer than {} s to arrive \
+                             (AGENT_AS_MODEL_BODY_DEADLINE_SECS)\n",
+                            front.body_deadline.as_secs()
+                        ),
+                    );
+                }
             };
             if parts.method == hyper::Method::POST
                 && let Some(reply) = crate::transport::refuse_malformed_call(&body)
@@ -359,12 +381,10 @@ async fn route(request: Request<Incoming>, front: Front) -> Response<Body> {
 }
 
 /// The request's authority checks rmcp does not make: one `Host` header only; an absolute-form
-/// target (`POST http://host/mcp`) judged by its own authority, which must agree with `Host`;
-/// and with the default allow-list, a port that is the listening one.
-fn check_authority<B>(
-    request: &Request<B>,
-    pinned_port: Option<u16>,
-) -> Result<(), (StatusCode, &'static str)> {
+/// target (`POST http://host/mcp`) judged by its own authority, which must agree with `Host`.
+/// Loopback names are accepted on any port (a reverse proxy passes its own), as the official
+/// MCP SDKs' defaults do; rmcp checks the names.
+fn check_authority<B>(request: &Request<B>) -> Result<(), (StatusCode, &'static str)> {
     let hosts = request.headers().get_all(hyper::header::HOST);
     if hosts.iter().count() > 1 {
         return Err((
@@ -386,26 +406,39 @@ fn check_authority<B>(
             "bad request: the request target's authority and the Host header differ\n",
         ));
     }
-    let port = target
-        .or(host.as_ref())
-        .and_then(hyper::http::uri::Authority::port_u16);
-    match (pinned_port, port) {
-        (Some(pinned), Some(port)) if port != pinned => Err((
-            StatusCode::FORBIDDEN,
-            "forbidden: the Host header names another port (set AGENT_AS_MODEL_ALLOWED_HOSTS \
-             to accept it)\n",
-        )),
-        _ => Ok(()),
-    }
+    Ok(())
 }
 
 /// The request's head and its body read whole: a declared length over the limit is 413 before a byte
 /// is read, a body that grows past it is 413, one that stops arriving for the body timeout is
-/// 408, and a malformed one (a bad chunk size) is 400.
+/// 408, and a malformed one (a bad chunk size) is 400. The body's bytes are counted against the
+/// buffer all connections share, held until the request is answered; past it, 503.
 async fn read_body(
     request: Request<Incoming>,
     front: &Front,
-) -> Result<(hyper::http::request::Parts, Bytes), Response<Body>> {
+) -> Result<
+    (
+        hyper::http::request::Parts,
+        Bytes,
+        Option<tokio::sync::OwnedSemaphorePermit>,
+    ),
+    Response<Body>,
+> {
+    let busy = || {
+        let mut r = plain_owned(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "busy: request bodies already hold {} bytes, the most this server buffers \
+                 (AGENT_AS_MODEL_MAX_BODY_BUFFER_BYTES); retry shortly\n",
+                front.max_body_buffer
+            ),
+        );
+        r.headers_mut().insert(
+            hyper::header::RETRY_AFTER,
+            hyper::header::HeaderValue::from_static("1"),
+        );
+        r
+    };
     let too_large = || {
         plain_owned(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -427,6 +460,7 @@ async fn read_body(
     }
     let (parts, mut body) = request.into_parts();
     let mut whole = bytes::BytesMut::new();
+    let mut held: Option<tokio::sync::OwnedSemaphorePermit> = None;
     loop {
         let frame = match tokio::time::timeout(front.body_timeout, body.frame()).await {
             Err(_) => {
@@ -449,10 +483,21 @@ async fn read_body(
                 linger(body);
                 return Err(too_large());
             }
+            let n = u32::try_from(data.len()).unwrap_or(u32::MAX);
+            match front.buffered.clone().try_acquire_many_owned(n) {
+                Ok(permit) => match held.as_mut() {
+                    Some(h) => h.merge(permit),
+                    None => held = Some(permit),
+                },
+                Err(_) => {
+                    linger(body);
+                    return Err(busy());
+                }
+            }
             whole.extend_from_slice(&data);
         }
     }
-    Ok((parts, whole.freeze()))
+    Ok((parts, whole.freeze(), held))
 }
 
 /// `/mcp` once the body is in: the session cap and the session's existence, then rmcp's
@@ -630,7 +675,8 @@ impl HttpSettings {
             config
                 .allowed_hosts
                 .iter()
-                .map(|h| h.trim().to_owned())
+                // `name:*` is the name on any port, as rmcp takes a name without one.
+                .map(|h| h.trim().trim_end_matches(":*").to_owned())
                 .collect()
         };
         if config.allowed_hosts.is_empty() {
@@ -655,7 +701,8 @@ impl HttpSettings {
                 }),
             header_timeout: Duration::from_secs(config.header_timeout_secs),
             body_timeout: Duration::from_secs(config.body_timeout_secs),
-            pinned_port: config.allowed_hosts.is_empty().then_some(bind.port()),
+            body_deadline: Duration::from_secs(config.body_deadline_secs),
+            max_body_buffer: usize::try_from(config.max_body_buffer_bytes).unwrap_or(usize::MAX),
         })
     }
 }

@@ -270,9 +270,18 @@ fn host_and_authorization_headers_are_read_as_the_rfcs_say() {
         request("/mcp", &format!("{host}Host: evil.example\r\n{auth}")),
         400
     );
-    // The default allow-list pins the listening port.
+    // Loopback names on any port (a reverse proxy passing its own, nginx's `$http_host`), as
+    // the official MCP SDKs' defaults; another name is refused.
     assert_eq!(
-        request("/mcp", &format!("Host: 127.0.0.1:1\r\n{auth}")),
+        request("/mcp", &format!("Host: 127.0.0.1:8080\r\n{auth}")),
+        200
+    );
+    assert_eq!(
+        request("/mcp", &format!("Host: localhost:1\r\n{auth}")),
+        200
+    );
+    assert_eq!(
+        request("/mcp", &format!("Host: evil.example:{port}\r\n{auth}")),
         403
     );
     assert_eq!(request("/mcp", &format!("Host: 127.0.0.1\r\n{auth}")), 200);
@@ -455,4 +464,88 @@ fn a_seeded_mix_of_hostile_connections_leaves_the_server_serving() {
     );
     let (status, text) = exchange(&address, &tools_list_request(), 5).expect("an answer");
     assert_eq!(status, 200, "seed {seed}: {text}");
+}
+
+/// `--allowed-hosts` takes `name:*`, the name on any port.
+#[test]
+fn an_allowed_host_may_name_any_port() {
+    let (_child, address) = start_limited(
+        1024,
+        &[("AGENT_AS_MODEL_ALLOWED_HOSTS", "proxy.internal:*,127.0.0.1")],
+    );
+    let request = |host: &str| {
+        let text = format!(
+            "POST /mcp HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n\
+             Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\n\
+             Mcp-Method: tools/list\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{TOOLS_LIST}",
+            TOOLS_LIST.len()
+        );
+        exchange(&address, text.as_bytes(), 3).expect("an answer").0
+    };
+    assert_eq!(request("proxy.internal:9443"), 200);
+    assert_eq!(request("proxy.internal"), 200);
+    assert_eq!(request("other.internal:9443"), 403);
+}
+
+/// Bodies held across connections are bounded (a setting), and a body that keeps trickling in
+/// under the idle timeout still meets an overall deadline (a setting).
+#[test]
+fn request_bodies_share_a_memory_bound_and_meet_a_deadline() {
+    let (_child, address) = start_limited(
+        1024,
+        &[
+            ("AGENT_AS_MODEL_MAX_BODY_BUFFER_BYTES", "4194304"),
+            ("AGENT_AS_MODEL_BODY_DEADLINE_SECS", "3"),
+            ("AGENT_AS_MODEL_BODY_TIMEOUT_SECS", "10"),
+        ],
+    );
+    let started = Instant::now();
+    // Ten bodies declared at 8 MB, each sending 1 MiB and then trickling.
+    let chunk = vec![b' '; 1024 * 1024];
+    let mut held: Vec<TcpStream> = (0..10)
+        .map(|_| {
+            let mut s = TcpStream::connect(&address).unwrap();
+            s.write_all(
+                b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+                  Accept: application/json, text/event-stream\r\n\
+                  Content-Length: 8000000\r\n\r\n",
+            )
+            .unwrap();
+            let _ = s.write_all(&chunk);
+            s.set_read_timeout(Some(Duration::from_secs(8))).unwrap();
+            s
+        })
+        .collect();
+    // A byte a second, under the idle timeout.
+    for _ in 0..2 {
+        std::thread::sleep(Duration::from_secs(1));
+        for s in &mut held {
+            let _ = s.write_all(b" ");
+        }
+    }
+    let mut statuses = Vec::new();
+    for stream in &mut held {
+        let (status, text) = read_response(stream).expect("an answer to a trickling body");
+        match status {
+            503 => assert!(
+                text.contains("AGENT_AS_MODEL_MAX_BODY_BUFFER_BYTES"),
+                "{text}"
+            ),
+            408 => assert!(text.contains("AGENT_AS_MODEL_BODY_DEADLINE_SECS"), "{text}"),
+            _ => panic!("{status}: {text}"),
+        }
+        statuses.push(status);
+    }
+    assert!(
+        statuses.contains(&503),
+        "no body was refused for the shared bound: {statuses:?}"
+    );
+    assert!(
+        statuses.contains(&408),
+        "no body met the deadline: {statuses:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(9));
+    // The bound is released: a small request is answered.
+    let (status, _) = exchange(&address, &tools_list_request(), 3).expect("an answer");
+    assert_eq!(status, 200);
 }
