@@ -34,6 +34,9 @@ pub struct Server {
     backends: Arc<Backends>,
     /// Caps on calls in flight, over HTTP (stdio's transport counts its own).
     gate: Option<Gate>,
+    /// The progress tokens of the calls in flight on this connection (or HTTP session): two
+    /// calls may not report under one.
+    progress_tokens: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
     /// Told, with the request's id, when a call's work has ended (answered, failed or stopped
     /// after a cancellation): stdio's transport frees the call's slot then.
     on_done: Option<OnDone>,
@@ -76,6 +79,7 @@ impl Server {
             tools: Arc::new(tools),
             backends: Arc::new(backends),
             gate: None,
+            progress_tokens: Arc::default(),
             on_done: None,
         })
     }
@@ -84,6 +88,7 @@ impl Server {
     pub fn with_gate(&self, gate: Gate) -> Server {
         Server {
             gate: Some(gate),
+            progress_tokens: Arc::default(),
             ..self.clone()
         }
     }
@@ -115,43 +120,124 @@ impl Server {
                 input_responses: request.input_responses.as_ref(),
             };
             let chain = self.backends.route(&call.request.model, &host)?;
-            let started = Instant::now();
-            let mut fell_back_from = Vec::new();
-            for (i, entry) in chain.iter().enumerate() {
-                let outcome = match self.answer(entry, &call, &host, retry, &ctx).await {
-                    Ok(outcome) => outcome,
-                    // Worth another model, one is left, and there is time for it.
-                    Err(e)
-                        if e.is_transient()
-                            && i + 1 < chain.len()
-                            && started.elapsed() < self.settings.sampling_timeout =>
-                    {
-                        tracing::warn!(model = %entry.name, error = %e, "falling back");
-                        fell_back_from.push(json!({"model": entry.name, "error": e.to_string()}));
-                        continue;
-                    }
-                    Err(e) => return Err(e),
-                };
-                return match outcome {
-                    Outcome::Ask(ask) => Ok(CallToolResponse::InputRequired(ask)),
-                    Outcome::Done(done) => {
-                        let route = Route {
-                            entry,
-                            fell_back_from,
-                            named: self.backends.named(),
-                        };
-                        finish(shape, &call, done, &route).map(CallToolResponse::Complete)
-                    }
-                };
+            // One reporter for the whole call, across fallbacks and repairs, so progress only
+            // goes forward under the call's token.
+            let _token = self.claim_progress_token(&ctx)?;
+            let reporter = Reporter::start(ctx.meta.get_progress_token(), &ctx.peer);
+            let live = reporter.as_ref().map(|r| r.live.clone());
+            let outcome = self
+                .fulfil(shape, &call, &chain, &host, retry, &ctx, live)
+                .await;
+            if let Some(reporter) = reporter {
+                reporter.stop().await;
             }
-            Err(CallError::Invalid("no model can answer this call".into()))
+            outcome
         }
         .await;
         result.or_else(|e| edge(shape.name(), e))
     }
 }
 
+/// A progress token held by a call in flight; let go when the call ends.
+struct Claimed {
+    tokens: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+    key: String,
+}
+
+impl Drop for Claimed {
+    fn drop(&mut self) {
+        self.tokens
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&self.key);
+    }
+}
+
 impl Server {
+    /// The call's progress token, checked: a string or an integer (MCP), not one a call in
+    /// flight reports under.
+    fn claim_progress_token(
+        &self,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<Option<Claimed>, CallError> {
+        let Some(token) = ctx.meta.0.get("progressToken") else {
+            return Ok(None);
+        };
+        let key = match token {
+            Value::String(_) => token.to_string(),
+            Value::Number(n) if n.is_i64() || n.is_u64() => token.to_string(),
+            _ => {
+                return Err(CallError::Invalid(format!(
+                    "_meta.progressToken must be a string or an integer, got {}",
+                    clip(&token.to_string())
+                )));
+            }
+        };
+        let mut tokens = self
+            .progress_tokens
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !tokens.insert(key.clone()) {
+            return Err(CallError::Invalid(format!(
+                "_meta.progressToken {} is already used by a call in flight; give each \
+                 request its own",
+                clip(&key)
+            )));
+        }
+        Ok(Some(Claimed {
+            tokens: self.progress_tokens.clone(),
+            key,
+        }))
+    }
+
+    /// The call answered by the first model of `chain` that can, on to the next after a
+    /// transient failure while there is time.
+    #[allow(clippy::too_many_arguments)]
+    async fn fulfil(
+        &self,
+        shape: &'static dyn Shape,
+        call: &Call,
+        chain: &[&Entry],
+        host: &Host,
+        retry: Retry<'_>,
+        ctx: &RequestContext<RoleServer>,
+        live: Option<Arc<crate::fulfil::live::Live>>,
+    ) -> Result<CallToolResponse, CallError> {
+        let started = Instant::now();
+        let mut fell_back_from = Vec::new();
+        for (i, entry) in chain.iter().enumerate() {
+            let outcome = match self
+                .answer(entry, call, host, retry, ctx, live.as_ref())
+                .await
+            {
+                Ok(outcome) => outcome,
+                // Worth another model, one is left, and there is time for it.
+                Err(e)
+                    if e.is_transient()
+                        && i + 1 < chain.len()
+                        && started.elapsed() < self.settings.sampling_timeout =>
+                {
+                    tracing::warn!(model = %entry.name, error = %e, "falling back");
+                    fell_back_from.push(json!({"model": entry.name, "error": e.to_string()}));
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            return match outcome {
+                Outcome::Ask(ask) => Ok(CallToolResponse::InputRequired(ask)),
+                Outcome::Done(done) => {
+                    let route = Route {
+                        entry,
+                        fell_back_from,
+                        named: self.backends.named(),
+                    };
+                    finish(shape, call, done, &route).map(CallToolResponse::Complete)
+                }
+            };
+        }
+        Err(CallError::Invalid("no model can answer this call".into()))
+    }
+
     /// One entry's answer to the call: under its cap, on its driver, with progress reported
     /// when the call asked for it and the backend makes its answer where this server sees it.
     async fn answer(
@@ -161,6 +247,7 @@ impl Server {
         host: &Host,
         retry: Retry<'_>,
         ctx: &RequestContext<RoleServer>,
+        live: Option<&Arc<crate::fulfil::live::Live>>,
     ) -> Result<Outcome, CallError> {
         let _permit = entry.admit(self.backends.queue_timeout).await?;
         let driver = match &entry.answerer {
@@ -172,15 +259,7 @@ impl Server {
                 Driver::sampling(call, host, ctx, retry, &self.settings, &self.limits, hints)
             }
         };
-        let reporter = driver
-            .streams()
-            .then(|| Reporter::start(ctx.meta.get_progress_token(), &ctx.peer))
-            .flatten();
-        let outcome = driver.run(call, reporter.as_ref().map(|r| &r.live)).await;
-        if let Some(reporter) = reporter {
-            reporter.stop().await;
-        }
-        outcome
+        driver.run(call, live.filter(|_| driver.streams())).await
     }
 }
 

@@ -124,9 +124,7 @@ impl<'a> Driver<'a> {
                 }
             }
         };
-        if let Some(live) = events {
-            live.event(Event::Finished);
-        }
+        // The end is told by whoever follows the whole call (one reporter across fallbacks).
         Ok(outcome)
     }
 

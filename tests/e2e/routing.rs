@@ -480,3 +480,105 @@ async fn model_hints_of_this_server_behind_the_bridge_choose_on_both_eras() {
     assert_eq!(clever.seen().len(), 2);
     assert_eq!(cheap.seen().len(), 4);
 }
+
+/// Progress under one token only goes forward: a streamed answer that breaks off falls back to
+/// the next model, whose progress continues from where the first stopped and whose messages
+/// do not show the abandoned text. Two calls in flight may not share a token, and a token that
+/// is neither a string nor an integer is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_goes_forward_across_a_fallback_and_tokens_are_checked() {
+    use crate::common::raw::Raw;
+    use std::time::Duration;
+    let delta = |t: &str| json!({"choices": [{"delta": {"content": t}}]}).to_string();
+    // The first provider streams some words and breaks off (no end): a transient failure.
+    let first: Vec<String> = (0..6).map(|i| delta(&format!("abandoned{i} "))).collect();
+    let mut second: Vec<String> = (0..4).map(|i| delta(&format!("kept{i} "))).collect();
+    second.push(json!({"choices": [{"delta": {}, "finish_reason": "stop"}]}).to_string());
+    second.push("[DONE]".into());
+    let gap = Duration::from_millis(150);
+    let broken = Scripted::start(vec![Reply::Events(first, gap)]).await;
+    let good = Scripted::start(vec![Reply::Events(second, gap)]).await;
+    let file = models_file(
+        "progress",
+        &format!(
+            r#"default = "broken"
+
+[[models]]
+name = "broken"
+backend = "provider"
+url = "{}"
+model = "m1"
+retries = 0
+fallbacks = ["good"]
+
+[[models]]
+name = "good"
+backend = "provider"
+url = "{}"
+model = "m2"
+retries = 0
+"#,
+            broken.url, good.url
+        ),
+    );
+    let path = file.to_str().unwrap().to_owned();
+    let mut raw = Raw::legacy(&[("AGENT_AS_MODEL_MODELS", path.as_str())], json!({}));
+    let call = |id: i64, token: Value| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+            "name": "generate", "arguments": {"prompt": "hi"}, "_meta": {"progressToken": token}}})
+    };
+    raw.send(&call(1, json!("p1")));
+    // A second call under the same token while the first is in flight.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    raw.send(&call(2, json!("p1")));
+    raw.send(&call(3, json!({"not": "a token"})));
+    let mut seen = Vec::new();
+    let answer = raw
+        .recv_matching(Duration::from_secs(20), &mut seen, |v| v["id"] == 1)
+        .unwrap_or_else(|| panic!("no answer; the server said: {}", raw.stderr()));
+    assert!(
+        answer["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("kept3"),
+        "{answer}"
+    );
+    for (id, expected) in [
+        (2, "already used by a call in flight"),
+        (3, "string or an integer"),
+    ] {
+        let reply = seen
+            .iter()
+            .find(|v| v["id"] == id)
+            .unwrap_or_else(|| panic!("no answer to call {id}: {seen:?}"));
+        assert!(reply.to_string().contains(expected), "{reply}");
+    }
+    let progress: Vec<&Value> = seen
+        .iter()
+        .filter(|v| v["method"] == "notifications/progress")
+        .map(|v| &v["params"])
+        .collect();
+    assert!(progress.len() >= 3, "too little progress: {progress:?}");
+    let values: Vec<f64> = progress
+        .iter()
+        .map(|p| p["progress"].as_f64().unwrap())
+        .collect();
+    assert!(
+        values.windows(2).all(|w| w[0] < w[1]),
+        "progress went back: {values:?}"
+    );
+    let after: Vec<&&Value> = progress
+        .iter()
+        .filter(|p| p["message"].as_str().unwrap().contains("kept"))
+        .collect();
+    assert!(
+        !after.is_empty(),
+        "no progress from the second model: {progress:?}"
+    );
+    for p in after {
+        assert!(
+            !p["message"].as_str().unwrap().contains("abandoned"),
+            "the abandoned text is shown: {p}"
+        );
+    }
+}
