@@ -335,10 +335,13 @@ impl<'a> Machine<'a> {
         warnings
     }
 
-    /// Prompted tool calls always get one repair ("required" with no call, or a malformed
-    /// call); structured output gets `max_retries`.
+    /// Tool calls always get one repair ("required" with no call, a call to a tool not
+    /// offered, or arguments that break its schema); structured output gets `max_retries`.
     fn repair_budget(&self) -> u8 {
-        if self.strategy == Strategy::ToolsByPrompt {
+        if matches!(
+            self.strategy,
+            Strategy::ToolsByPrompt | Strategy::ToolsNative
+        ) {
             self.call.max_retries.max(1)
         } else {
             self.call.max_retries
@@ -455,6 +458,10 @@ fn repair_instruction(problem: &str, strategy: Strategy) -> String {
         }
         Strategy::ToolsByPrompt => "Reply again with only the fenced JSON block of tool calls, \
                                     with arguments that satisfy each tool's input schema."
+            .to_owned(),
+        Strategy::ToolsNative => "Answer again, calling only the tools offered, with arguments \
+                                  that satisfy each tool's input schema, or in text if no tool \
+                                  may be called."
             .to_owned(),
         _ => "Reply again with only the corrected JSON object.".to_owned(),
     };

@@ -32,8 +32,16 @@ pub fn interpret(call: &Call, strategy: Strategy, completion: &Completion) -> Ca
         })
         .collect();
     match (strategy, &call.mode) {
-        (Strategy::ToolsNative | Strategy::ToolsByPrompt, _) if !calls.is_empty() => {
-            Ok(Verdict::Accepted(Answer::ToolCalls { text, calls }))
+        (Strategy::ToolsNative | Strategy::ToolsByPrompt, Mode::Tools { defs, choice })
+            if !calls.is_empty() =>
+        {
+            Ok(native_calls(text, calls, defs, *choice))
+        }
+        (Strategy::ToolsNative, Mode::Tools { choice, .. }) if *choice == ToolChoice::Required => {
+            Ok(Verdict::Violation {
+                answer: text,
+                problem: "no tool call came back, but tool_choice requires one".to_owned(),
+            })
         }
         (Strategy::ToolsByPrompt, Mode::Tools { defs, choice }) => {
             Ok(prompted_tools(text, defs, *choice))
@@ -51,6 +59,60 @@ pub fn interpret(call: &Call, strategy: Strategy, completion: &Completion) -> Ca
         )),
         _ => Ok(Verdict::Accepted(Answer::Text(text))),
     }
+}
+
+/// Tool calls the backend made natively, held to what was offered as prompted ones are: no call
+/// under `tool_choice: "none"`, only tools offered, arguments that satisfy their schema.
+fn native_calls(
+    text: String,
+    calls: Vec<ToolCall>,
+    defs: &[ToolDef],
+    choice: ToolChoice,
+) -> Verdict {
+    let shown = || {
+        let calls: Vec<Value> = calls
+            .iter()
+            .map(|c| serde_json::json!({"name": c.name, "arguments": c.input}))
+            .collect();
+        let calls = pyjson::dumps(&serde_json::json!({ "tool_calls": calls }), Style::SORTED);
+        if text.is_empty() {
+            calls
+        } else {
+            format!("{text}\n{calls}")
+        }
+    };
+    if choice == ToolChoice::None {
+        let names: Vec<&str> = calls.iter().map(|c| c.name.as_str()).collect();
+        return Verdict::Violation {
+            answer: shown(),
+            problem: format!(
+                "tool_choice is \"none\", but the answer calls {names:?}; answer in text"
+            ),
+        };
+    }
+    for c in &calls {
+        let problem = match defs.iter().find(|d| d.name == c.name) {
+            None => {
+                let names: Vec<&str> = defs.iter().map(|d| d.name.as_str()).collect();
+                format!(
+                    "the answer calls a tool named {:?}, but the tools are {names:?}",
+                    c.name
+                )
+            }
+            Some(def) => match def.schema.check(&Value::Object(c.input.clone())) {
+                Ok(()) => continue,
+                Err(e) => format!(
+                    "the arguments of the call to {:?} violate its input schema {e}",
+                    c.name
+                ),
+            },
+        };
+        return Verdict::Violation {
+            answer: shown(),
+            problem,
+        };
+    }
+    Verdict::Accepted(Answer::ToolCalls { text, calls })
 }
 
 /// Tool calls written in the text by a model that was offered tools in the prompt.

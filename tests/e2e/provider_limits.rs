@@ -321,3 +321,57 @@ async fn secrets_are_redacted_as_written_decoded_escaped_and_split() {
         );
     }
 }
+
+fn tool_answer(name: &str, arguments: &str) -> Value {
+    json!({"object": "chat.completion", "model": "gpt-test", "choices": [{"index": 0,
+        "message": {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1",
+            "type": "function", "function": {"name": name, "arguments": arguments}}]},
+        "finish_reason": "tool_calls"}]})
+}
+
+/// A provider's native tool calls are held to what was offered, as prompted ones are: a tool
+/// never offered and arguments that break the schema are repaired, and under
+/// `tool_choice: "none"` no call comes back.
+#[tokio::test]
+async fn native_tool_calls_are_checked_like_emulated_ones() {
+    let weather = json!([{"name": "get_weather",
+        "input_schema": {"type": "object", "properties": {"city": {"type": "string"}},
+                         "required": ["city"]}}]);
+    let ask = |choice: &str| json!({"messages": [user("Weather in Paris?")], "tools": weather, "tool_choice": choice});
+    for bad in [
+        tool_answer("delete_all_files", "{}"),
+        tool_answer("get_weather", "{\"city\": 42}"),
+    ] {
+        let provider = Scripted::start(vec![
+            Reply::json(200, &bad),
+            Reply::json(200, &tool_answer("get_weather", "{\"city\": \"Paris\"}")),
+        ])
+        .await;
+        let client =
+            connect_with_env(Host::text("unused"), Era::Modern, &env(&provider.url, &[])).await;
+        let r = call(&client, "chat_complete", ask("auto")).await;
+        assert!(!is_error(&r), "{}", text(&r));
+        let calls = &structured(&r)["chat_completion"]["choices"][0]["message"]["tool_calls"];
+        assert_eq!(calls.as_array().unwrap().len(), 1, "{calls}");
+        assert_eq!(calls[0]["function"]["name"], "get_weather");
+        let seen = provider.seen();
+        assert_eq!(seen.len(), 2, "the bad call was not repaired");
+        let repair = seen[1].body.to_string();
+        assert!(
+            repair.contains("delete_all_files") || repair.contains("violate its input schema"),
+            "{repair}"
+        );
+        client.cancel().await.unwrap();
+    }
+    // tool_choice "none": a call is not returned, however often the provider makes one.
+    let provider = Scripted::start(vec![Reply::json(
+        200,
+        &tool_answer("get_weather", "{\"city\": \"Paris\"}"),
+    )])
+    .await;
+    let client =
+        connect_with_env(Host::text("unused"), Era::Legacy, &env(&provider.url, &[])).await;
+    let e = err_text(&client, "chat_complete", ask("none")).await;
+    assert!(e.contains("tool_choice is \"none\""), "{e}");
+    client.cancel().await.unwrap();
+}
