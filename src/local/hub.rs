@@ -2,7 +2,9 @@
 //! resolve URL (`{HF_ENDPOINT}/OWNER/REPO/resolve/main/FILE`) the way its own client does: a
 //! first request without following redirects reads the file's size and digest (`X-Linked-Size`,
 //! `X-Linked-Etag`) and where it is stored, then the file is downloaded from there, resumed after
-//! a break, and checked. `HF_TOKEN` is sent to the Hub only, never to a storage host it
+//! a break, and checked. No byte is written past the size the Hub states (or the length storage
+//! states, or [`fetch::MAX_DOWNLOAD_BYTES`]), and processes sharing the cache fetch one file at
+//! a time under a lock. `HF_TOKEN` is sent to the Hub only, never to a storage host it
 //! redirects to. Once cached the model is used offline.
 
 use super::fetch::{self, Progress};
@@ -151,6 +153,12 @@ pub async fn fetch(
         std::fs::create_dir_all(dir)
             .map_err(|e| format!("cannot create the cache directory {}: {e}", dir.display()))?;
     }
+    // One process fetches the file at a time (the partial download is one file): the others
+    // wait here, then find it fetched.
+    let _lock = fetch::lock(&path, &source.to_string(), progress).await?;
+    if fetch::sealed(&path).is_some() {
+        return Ok(path);
+    }
     let started = Instant::now();
     progress.line(&format!(
         "agent-as-model: fetching {source} from {} (once) into {}",
@@ -165,9 +173,17 @@ pub async fn fetch(
         .token
         .as_deref()
         .filter(|_| same_origin(&url, &access.endpoint));
-    fetch::download_resuming(&client, &url, token, &partial, source.name(), progress)
-        .await
-        .map_err(|e| format!("{source}: {e}"))?;
+    fetch::download_resuming(
+        &client,
+        &url,
+        token,
+        &partial,
+        metadata.size,
+        source.name(),
+        progress,
+    )
+    .await
+    .map_err(|e| format!("{source}: {e}"))?;
     check(source, &metadata, &partial, &path)?;
     progress.line(&format!(
         "agent-as-model: {source} ready in {:.1} s",

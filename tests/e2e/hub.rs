@@ -2,7 +2,9 @@
 //! (`HF_ENDPOINT`, `HF_TOKEN`), against a scripted server with the Hub's URL layout: the
 //! resolve URL answers a redirect to storage with the file's size and digest, storage breaks
 //! off the first download half-way, and the client resumes it. The Gemma 3 file is served, so
-//! the model that comes out of the cache must answer.
+//! the model that comes out of the cache must answer. Hostile and racing storage too: a body
+//! far past the stated size is stopped at it, and two processes fetching one file at once do
+//! not write the same partial download.
 
 use crate::common::raw::{Raw, tools_call};
 use crate::engine::{LONG, few_shot_paris, gemma};
@@ -11,7 +13,10 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 const TOKEN: &str = "hf_scripted_token_0123456789";
 const REPO: &str = "acme/gemma-3-270m-GGUF";
@@ -27,6 +32,33 @@ struct Seen {
     range: Option<String>,
 }
 
+/// How storage sends the file.
+#[derive(Clone)]
+enum Script {
+    /// The first download breaks off half-way, as a dropped connection does; a resumed one
+    /// gets the rest.
+    BreakOffOnce,
+    /// The file and then junk, endlessly (up to [`FLOOD`]), with no length stated: the Hub's
+    /// `X-Linked-Size` is the only bound. After each write the largest file under `watch` is
+    /// recorded in `largest`, and the bytes sent in `sent`.
+    Flood {
+        watch: std::path::PathBuf,
+        largest: Arc<AtomicU64>,
+        sent: Arc<AtomicU64>,
+    },
+    /// Two clients fetching at once, the way they overlap: the Hub states no digest (only the
+    /// size, as for a file outside Git LFS); the first download sends half the file, waits (up
+    /// to 5 s) for a second download to begin, then sends the rest; any later download is
+    /// answered in full (a server may ignore `Range`) but its body is held until 5 s after
+    /// the first ended.
+    Racing {
+        first_done: Arc<Mutex<Option<Instant>>>,
+    },
+}
+
+/// What a flooding storage host sends at most.
+const FLOOD: u64 = 256 << 20;
+
 /// A Hub on loopback that serves one file from `/REPO/resolve/main/FILE`.
 struct Hub {
     endpoint: String,
@@ -35,6 +67,10 @@ struct Hub {
 
 impl Hub {
     fn start(file: Vec<u8>) -> Hub {
+        Hub::scripted(file, Script::BreakOffOnce)
+    }
+
+    fn scripted(file: Vec<u8>, script: Script) -> Hub {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let seen = Arc::new(Mutex::new(Vec::new()));
@@ -43,8 +79,9 @@ impl Hub {
         let log = seen.clone();
         std::thread::spawn(move || {
             for stream in listener.incoming().flatten() {
-                let (file, log, digest) = (file.clone(), log.clone(), digest.clone());
-                std::thread::spawn(move || serve(stream, port, &file, &digest, &log));
+                let (file, log, digest, script) =
+                    (file.clone(), log.clone(), digest.clone(), script.clone());
+                std::thread::spawn(move || serve(stream, port, &file, &digest, &log, &script));
             }
         });
         Hub {
@@ -58,7 +95,14 @@ impl Hub {
     }
 }
 
-fn serve(stream: TcpStream, port: u16, file: &[u8], digest: &str, log: &Mutex<Vec<Seen>>) {
+fn serve(
+    stream: TcpStream,
+    port: u16,
+    file: &[u8],
+    digest: &str,
+    log: &Mutex<Vec<Seen>>,
+    script: &Script,
+) {
     let mut reader = BufReader::new(stream.try_clone().unwrap());
     let mut out = stream;
     loop {
@@ -100,13 +144,33 @@ fn serve(stream: TcpStream, port: u16, file: &[u8], digest: &str, log: &Mutex<Ve
             } else {
                 // As the Hub does for a file in Git LFS: a redirect to storage on another
                 // host, with the file's size and SHA-256.
+                let etag = if matches!(script, Script::Racing { .. }) {
+                    String::new()
+                } else {
+                    format!("x-linked-etag: \"{digest}\"\r\n")
+                };
                 format!(
                     "HTTP/1.1 302 Found\r\nlocation: http://localhost:{port}/storage/{digest}?{SIGNATURE}\r\n\
-                     x-linked-etag: \"{digest}\"\r\nx-linked-size: {}\r\ncontent-length: 0\r\n\r\n",
+                     {etag}x-linked-size: {}\r\ncontent-length: 0\r\n\r\n",
                     file.len()
                 )
             }
         } else if target.starts_with("/storage/") && !head {
+            match script {
+                Script::BreakOffOnce => {}
+                Script::Flood {
+                    watch,
+                    largest,
+                    sent,
+                } => {
+                    flood(&mut out, file, watch, largest, sent);
+                    return;
+                }
+                Script::Racing { first_done } => {
+                    racing(&mut out, file, log, first_done);
+                    return;
+                }
+            }
             let from: usize = range
                 .as_deref()
                 .and_then(|r| r.strip_prefix("bytes="))
@@ -148,6 +212,94 @@ fn serve(stream: TcpStream, port: u16, file: &[u8], digest: &str, log: &Mutex<Ve
             return;
         }
     }
+}
+
+/// [`Script::Flood`]: a body delimited by closing the connection, so nothing bounds it but the
+/// size the Hub stated.
+fn flood(out: &mut TcpStream, file: &[u8], watch: &Path, largest: &AtomicU64, sent: &AtomicU64) {
+    if out
+        .write_all(b"HTTP/1.1 200 OK\r\nconnection: close\r\n\r\n")
+        .is_err()
+    {
+        return;
+    }
+    let junk = vec![b'x'; 64 << 10];
+    let mut first = true;
+    while sent.load(Ordering::SeqCst) < FLOOD {
+        let chunk = if first { file } else { &junk };
+        first = false;
+        if out.write_all(chunk).is_err() {
+            return;
+        }
+        sent.fetch_add(chunk.len() as u64, Ordering::SeqCst);
+        largest.fetch_max(largest_file(watch), Ordering::SeqCst);
+    }
+    let _ = out.shutdown(std::net::Shutdown::Both);
+}
+
+/// The size of the largest file under `dir`.
+fn largest_file(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => largest_file(&e.path()),
+            _ => e.metadata().map_or(0, |m| m.len()),
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// [`Script::Racing`].
+fn racing(
+    out: &mut TcpStream,
+    file: &[u8],
+    log: &Mutex<Vec<Seen>>,
+    first_done: &Mutex<Option<Instant>>,
+) {
+    let downloads = || {
+        log.lock()
+            .unwrap()
+            .iter()
+            .filter(|s| s.method == "GET" && s.target.starts_with("/storage/"))
+            .count()
+    };
+    let first = downloads() == 1;
+    let headers = format!(
+        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        file.len()
+    );
+    if out.write_all(headers.as_bytes()).is_err() {
+        return;
+    }
+    let waited = Instant::now();
+    if first {
+        let (head, tail) = file.split_at(file.len() / 2);
+        if out.write_all(head).is_err() {
+            return;
+        }
+        while downloads() < 2 && waited.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // Let the second client take its answer's headers first.
+        std::thread::sleep(Duration::from_millis(500));
+        let _ = out.write_all(tail);
+        *first_done.lock().unwrap() = Some(Instant::now());
+    } else {
+        loop {
+            let done = *first_done.lock().unwrap();
+            if done.is_some_and(|t| t.elapsed() > Duration::from_secs(5))
+                || waited.elapsed() > Duration::from_secs(60)
+            {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = out.write_all(file);
+    }
+    let _ = out.shutdown(std::net::Shutdown::Write);
 }
 
 fn server(hub: &str, model: &str, token: Option<&str>, cache: &std::path::Path) -> Raw {
@@ -219,6 +371,111 @@ fn a_hub_model_is_fetched_resumed_checked_cached_and_answers() {
     assert!(few_shot_paris(&mut raw).contains("Paris"));
     drop(raw);
     assert_eq!(hub.seen().len(), seen.len(), "the Hub was asked again");
+    let _ = std::fs::remove_dir_all(&cache);
+}
+
+#[test]
+fn a_hub_download_stops_at_the_size_the_hub_states() {
+    // The Hub states 1 KiB; storage sends that and then junk until the connection closes.
+    let cache = std::env::temp_dir().join(format!("aam-hub-flood-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&cache);
+    let mut file = b"GGUF".to_vec();
+    file.resize(1024, 0);
+    let (largest, sent) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let hub = Hub::scripted(
+        file,
+        Script::Flood {
+            watch: cache.clone(),
+            largest: largest.clone(),
+            sent: sent.clone(),
+        },
+    );
+    let source = format!("hf:{REPO}/{FILE}");
+    let mut raw = server(&hub.endpoint, &source, Some(TOKEN), &cache);
+    raw.send(&tools_call(
+        json!(1),
+        "generate",
+        json!({"prompt": "Hi", "max_tokens": 2}),
+    ));
+    let reply = raw.recv_id(&json!(1), LONG).expect("answered");
+    assert_eq!(reply["result"]["isError"], true, "{reply}");
+    let text = reply["result"]["content"][0]["text"].as_str().unwrap();
+    let stderr = raw.stderr();
+    drop(raw);
+    std::thread::sleep(Duration::from_millis(200));
+    let (largest, sent) = (largest.load(Ordering::SeqCst), sent.load(Ordering::SeqCst));
+    assert!(
+        largest <= 1024,
+        "the download grew to {largest} bytes on disk; the Hub stated 1024 ({text})"
+    );
+    assert!(
+        sent < FLOOD / 4,
+        "the client read on: {sent} bytes sent of at most {FLOOD} ({text})"
+    );
+    assert!(text.contains(&source), "{text}");
+    assert!(text.contains("more than 1024 bytes"), "{text}");
+    // Nothing is kept (the lock file, if any, is empty), and the flood is not resumed: one
+    // download for each fetch (the worker fetches at start and again for the call).
+    assert_eq!(largest_file(&cache), 0);
+    assert!(!cache.join("models/hf").join(REPO).join(FILE).exists());
+    let seen = hub.seen();
+    let count = |what: &str| seen.iter().filter(|s| s.target.contains(what)).count();
+    assert_eq!(count("/storage/"), count("/resolve/"), "{seen:?}");
+    assert!(!stderr.contains("resuming"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&cache);
+}
+
+#[test]
+fn two_processes_fetching_one_hub_model_at_once_both_load_a_good_file() {
+    let _turn = TURN.blocking_lock();
+    let bytes = std::fs::read(gemma()).unwrap();
+    let (size, digest) = (bytes.len() as u64, hex::encode(Sha256::digest(&bytes)));
+    let first_done = Arc::new(Mutex::new(None));
+    let hub = Hub::scripted(bytes, Script::Racing { first_done });
+    let cache = std::env::temp_dir().join(format!("aam-hub-race-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&cache);
+    let source = format!("hf:{REPO}/{FILE}");
+    let start = || {
+        let mut raw = server(&hub.endpoint, &source, Some(TOKEN), &cache);
+        let text = few_shot_paris(&mut raw);
+        (text, raw.stderr())
+    };
+    let answers: Vec<(String, String)> = std::thread::scope(|scope| {
+        let first = scope.spawn(start);
+        // The second process starts while the first holds half the file (its download is held
+        // there until the second one's begins, or 5 s pass).
+        let waited = Instant::now();
+        while largest_file(&cache) < size / 2 && waited.elapsed() < Duration::from_secs(60) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let second = scope.spawn(start);
+        vec![first.join().unwrap(), second.join().unwrap()]
+    });
+    for (text, stderr) in &answers {
+        assert!(text.contains("Paris"), "{text}\n{stderr}");
+    }
+    // The second waited for the first rather than writing the same partial download.
+    assert!(
+        answers
+            .iter()
+            .any(|(_, stderr)| stderr.contains("another process is fetching")),
+        "{answers:?}"
+    );
+    let cached = cache.join("models/hf").join(REPO).join(FILE);
+    let kept = std::fs::read(&cached).unwrap();
+    assert_eq!(hex::encode(Sha256::digest(&kept)), digest);
+    let left: Vec<String> = std::fs::read_dir(cached.parent().unwrap())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.contains(".part"))
+        .collect();
+    assert!(left.is_empty(), "partial downloads left: {left:?}");
+
+    // The file was sealed as it is: the next start answers from the cache, asking no Hub.
+    let mut raw = server("http://127.0.0.1:9", &source, None, &cache);
+    assert!(few_shot_paris(&mut raw).contains("Paris"));
+    drop(raw);
     let _ = std::fs::remove_dir_all(&cache);
 }
 
