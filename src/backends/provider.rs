@@ -34,6 +34,9 @@ pub struct ProviderSettings {
     pub max_tool_calls: usize,
     /// Ask for the answer as a stream of events (`stream: true`), read as it is made.
     pub stream: bool,
+    /// Where the timeout was set, as an error names it: the environment variable, or a models
+    /// file's setting.
+    pub timeout_source: String,
 }
 
 impl ProviderSettings {
@@ -67,6 +70,7 @@ impl ProviderSettings {
             max_response: usize::try_from(p.provider_max_response_bytes).unwrap_or(usize::MAX),
             max_tool_calls: usize::try_from(p.provider_max_tool_calls).unwrap_or(usize::MAX),
             stream: p.provider_stream,
+            timeout_source: "AGENT_AS_MODEL_PROVIDER_TIMEOUT_SECS".to_owned(),
         }
     }
 }
@@ -411,8 +415,9 @@ impl Provider {
         let e = e.without_url();
         let what = if e.is_timeout() {
             format!(
-                "did not answer within {} s (AGENT_AS_MODEL_PROVIDER_TIMEOUT_SECS)",
-                self.settings.timeout.as_secs()
+                "did not answer within {} s ({})",
+                self.settings.timeout.as_secs(),
+                self.settings.timeout_source
             )
         } else if e.is_connect() {
             "could not be reached (is it running, and is the URL right?)".to_owned()

@@ -41,11 +41,11 @@ struct RawEntry {
     #[serde(default)]
     aliases: Vec<Spanned<String>>,
     backend: Kind,
-    url: Option<String>,
+    url: Option<Spanned<String>>,
     model: Option<String>,
     key_env: Option<Spanned<String>>,
-    timeout_secs: Option<u64>,
-    retries: Option<u32>,
+    timeout_secs: Option<Spanned<u64>>,
+    retries: Option<Spanned<u32>>,
     tools: Option<bool>,
     json_schema: Option<bool>,
     stream: Option<bool>,
@@ -71,6 +71,8 @@ pub struct Scores {
 /// A provider entry's own settings; absent ones come from the command line.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ProviderSpec {
+    /// The entry's name, for errors about its settings.
+    pub name: String,
     pub url: String,
     pub model: String,
     /// The key itself, read from the variable the file names.
@@ -127,6 +129,12 @@ pub struct Models {
     pub entries: Vec<Spec>,
 }
 
+/// The largest models file read (a special file such as /dev/zero never ends).
+const MAX_FILE_BYTES: u64 = 4 << 20;
+
+/// The most retries a provider entry may ask for (each waits longer than the last).
+const MAX_RETRIES: u32 = 10;
+
 /// A problem with the file, at a byte offset of it.
 struct Problem(usize, String);
 
@@ -147,8 +155,22 @@ impl Problem {
 impl Models {
     /// Reads and checks the file; `env` looks up the variables that hold keys.
     pub fn read(path: &Path, env: impl Fn(&str) -> Option<String>) -> Result<Models, String> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("{}: cannot read the models file: {e}", path.display()))?;
+        use std::io::Read as _;
+        let cannot =
+            |e: std::io::Error| format!("{}: cannot read the models file: {e}", path.display());
+        let mut text = String::new();
+        std::fs::File::open(path)
+            .map_err(cannot)?
+            .take(MAX_FILE_BYTES + 1)
+            .read_to_string(&mut text)
+            .map_err(cannot)?;
+        if text.len() as u64 > MAX_FILE_BYTES {
+            return Err(format!(
+                "{}: the models file is larger than {} MiB, the most this server reads",
+                path.display(),
+                MAX_FILE_BYTES >> 20
+            ));
+        }
         Models::parse(path, &text, env)
     }
 
@@ -165,14 +187,19 @@ impl Models {
 
     fn check(raw: &Raw, env: &impl Fn(&str) -> Option<String>) -> Result<Models, Problem> {
         unique_names(&raw.models)?;
-        let entries = raw
+        let mut entries = raw
             .models
             .iter()
             .map(|entry| spec(entry, env))
             .collect::<Result<Vec<Spec>, Problem>>()?;
+        // A name or an alias, as the entry's name.
         let known = |name: &Spanned<String>, what: &str| {
-            if entries.iter().any(|e| &e.name == name.get_ref()) {
-                Ok(name.get_ref().clone())
+            let n = name.get_ref().trim();
+            if let Some(e) = entries
+                .iter()
+                .find(|e| e.name == n || e.aliases.iter().any(|a| a == n))
+            {
+                Ok(e.name.clone())
             } else {
                 Err(Problem::at(
                     name.span().start,
@@ -180,15 +207,20 @@ impl Models {
                 ))
             }
         };
+        let mut resolved = Vec::with_capacity(entries.len());
         for (entry, raw) in entries.iter().zip(&raw.models) {
+            let mut fallbacks = Vec::new();
             for fallback in &raw.get_ref().fallbacks {
-                if known(fallback, "fallback")? == entry.name {
+                let name = known(fallback, "fallback")?;
+                if name == entry.name {
                     return Err(Problem::at(
                         fallback.span().start,
                         "a model cannot fall back to itself",
                     ));
                 }
+                fallbacks.push(name);
             }
+            resolved.push(fallbacks);
         }
         let default = match (&raw.default, entries.first()) {
             (Some(d), _) => known(d, "default")?,
@@ -197,6 +229,9 @@ impl Models {
                 return Err(Problem::at(0, "no [[models]] entry: name at least one"));
             }
         };
+        for (entry, fallbacks) in entries.iter_mut().zip(resolved) {
+            entry.fallbacks = fallbacks;
+        }
         Ok(Models { default, entries })
     }
 }
@@ -320,6 +355,36 @@ fn provider(
             format!("model {name:?}: a provider model needs `url` and `model`"),
         ));
     };
+    // The URL itself is not shown: it may carry a password or a key.
+    match reqwest::Url::parse(url.get_ref().trim()) {
+        Ok(u) if matches!(u.scheme(), "http" | "https") && u.host_str().is_some() => {}
+        Ok(_) => {
+            return Err(Problem::at(
+                url.span().start,
+                format!(
+                    "model {name:?}: `url` must start with http:// or https:// and name a host"
+                ),
+            ));
+        }
+        Err(e) => {
+            return Err(Problem::at(
+                url.span().start,
+                format!("model {name:?}: `url` is not a URL ({e})"),
+            ));
+        }
+    }
+    if let Some(t) = e.timeout_secs.as_ref().filter(|t| *t.get_ref() == 0) {
+        return Err(Problem::at(
+            t.span().start,
+            format!("model {name:?}: `timeout_secs` must be at least 1"),
+        ));
+    }
+    if let Some(r) = e.retries.as_ref().filter(|r| *r.get_ref() > MAX_RETRIES) {
+        return Err(Problem::at(
+            r.span().start,
+            format!("model {name:?}: `retries` may be at most {MAX_RETRIES}"),
+        ));
+    }
     let key = match &e.key_env {
         Some(var) if !is_variable_name(var.get_ref()) => {
             return Err(Problem::at(
@@ -347,11 +412,12 @@ fn provider(
         None => None,
     };
     Ok(ProviderSpec {
-        url: url.clone(),
+        name: name.to_owned(),
+        url: url.get_ref().trim().to_owned(),
         model: model.clone(),
         key,
-        timeout_secs: e.timeout_secs,
-        retries: e.retries,
+        timeout_secs: e.timeout_secs.as_ref().map(|t| *t.get_ref()),
+        retries: e.retries.as_ref().map(|r| *r.get_ref()),
         tools: e.tools,
         json_schema: e.json_schema,
         stream: e.stream,
@@ -404,6 +470,18 @@ backend = "local"
     }
 
     #[test]
+    fn a_fallback_may_name_an_alias_and_a_huge_file_is_not_read() {
+        let text = FILE.replace("fallbacks = [\"local\"]", "").replace(
+            "backend = \"local\"",
+            "backend = \"local\"\naliases = [\"here\"]\nfallbacks = [\"gpt-4o-mini\"]",
+        );
+        let m = parse(&text).unwrap();
+        assert_eq!(m.entries[1].fallbacks, ["fast"]);
+        let e = Models::read(Path::new("/dev/zero"), |_| None).unwrap_err();
+        assert!(e.contains("larger than 4 MiB"), "{e}");
+    }
+
+    #[test]
     fn problems_are_refused_with_their_line() {
         for (text, line, problem) in [
             (
@@ -425,6 +503,26 @@ backend = "local"
                 FILE.replace("TEST_KEY", "MISSING_KEY"),
                 9,
                 "\"MISSING_KEY\" that should hold its key is not set",
+            ),
+            (
+                FILE.replace("cost = 0.2", "timeout_secs = 0"),
+                11,
+                "`timeout_secs` must be at least 1",
+            ),
+            (
+                FILE.replace("cost = 0.2", "retries = 4294967295"),
+                11,
+                "`retries` may be at most 10",
+            ),
+            (
+                FILE.replace("http://127.0.0.1:4000/v1", "http://[bad host/v1"),
+                7,
+                "`url` is not a URL",
+            ),
+            (
+                FILE.replace("http://127.0.0.1:4000/v1", "ftp://127.0.0.1/v1"),
+                7,
+                "`url` must start with http:// or https://",
             ),
             (
                 FILE.replace("\"TEST_KEY\"", "\"sk-secret-typed-here\""),

@@ -119,6 +119,9 @@ pub fn start(config: &Config, which: Direct) -> Result<Arc<dyn Model>, String> {
     }
 }
 
+/// Most model names an error lists.
+const NAMES_SHOWN: usize = 20;
+
 impl Backends {
     /// The models file when one is given, else `--backend` (one entry that answers every call)
     /// and `--fallback` (answers for a host that cannot sample). Direct backends start now.
@@ -262,11 +265,14 @@ impl Backends {
             .position(|e| e.name == name || e.aliases.iter().any(|a| a == name))
     }
 
-    /// Every name, with its aliases.
+    /// The names, with their aliases: the first [`NAMES_SHOWN`], then how many more
+    /// `list_models` lists.
     fn names(&self) -> String {
+        let more = self.entries.len().saturating_sub(NAMES_SHOWN);
         let names: Vec<String> = self
             .entries
             .iter()
+            .take(NAMES_SHOWN)
             .map(|e| {
                 if e.aliases.is_empty() {
                     e.name.clone()
@@ -275,7 +281,14 @@ impl Backends {
                 }
             })
             .collect();
-        names.join(", ")
+        if more > 0 {
+            format!(
+                "{} and {more} more (list_models lists them all)",
+                names.join(", ")
+            )
+        } else {
+            names.join(", ")
+        }
     }
 
     /// The entry a sampling request's model preferences pick: the first hint that a name or
@@ -422,6 +435,7 @@ fn provider(config: &Config, p: &file::ProviderSpec) -> Result<Arc<dyn Model>, S
     settings.retries = p.retries.unwrap_or(settings.retries);
     if let Some(secs) = p.timeout_secs {
         settings.timeout = Duration::from_secs(secs);
+        settings.timeout_source = format!("the models file's timeout_secs of {:?}", p.name);
     }
     Ok(Arc::new(Provider::new(settings)?))
 }

@@ -373,6 +373,26 @@ fn bad_files_are_refused_at_start_with_their_line() {
             "default = \"b\"\n[[models]]\nname = \"a\"\nbackend = \"local\"\n",
             ":1: default \"b\" names no model",
         ),
+        (
+            "timeout",
+            "[[models]]\nname = \"p\"\nbackend = \"provider\"\nurl = \"http://x/v1\"\nmodel = \"m\"\ntimeout_secs = 0\n",
+            ":6: model \"p\": `timeout_secs` must be at least 1",
+        ),
+        (
+            "retries",
+            "[[models]]\nname = \"p\"\nbackend = \"provider\"\nurl = \"http://x/v1\"\nmodel = \"m\"\nretries = 4294967295\n",
+            ":6: model \"p\": `retries` may be at most 10",
+        ),
+        (
+            "url",
+            "[[models]]\nname = \"p\"\nbackend = \"provider\"\nurl = \"http://[oops/v1?key=sk-typed-in\"\nmodel = \"m\"\n",
+            ":4: model \"p\": `url` is not a URL",
+        ),
+        (
+            "key-in-key-env",
+            "[[models]]\nname = \"p\"\nbackend = \"provider\"\nurl = \"http://x/v1\"\nmodel = \"m\"\nkey_env = \"sk-typed-in-0123\"\n",
+            ":6: model \"p\": key_env must name an environment variable",
+        ),
     ] {
         let path = models_file(name, text);
         let out = std::process::Command::new(BIN)
@@ -387,7 +407,40 @@ fn bad_files_are_refused_at_start_with_their_line() {
             stderr.contains(&format!("{}{expected}", path.display())),
             "{name}: {stderr}"
         );
+        assert!(
+            !stderr.contains("sk-typed-in"),
+            "{name}: a key is echoed: {stderr}"
+        );
     }
+    // A special file that never ends is not read to the end.
+    let out = std::process::Command::new(BIN)
+        .args(["--models", "/dev/zero"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("larger than 4 MiB"), "{stderr}");
+}
+
+/// A timeout set in the models file is named as the file's setting, not the environment's.
+#[tokio::test]
+async fn a_timeout_from_the_models_file_is_named_as_its_setting() {
+    let silent = Scripted::start(vec![Reply::Silence]).await;
+    let path = models_file(
+        "timeout-source",
+        &format!(
+            "[[models]]\nname = \"slow\"\nbackend = \"provider\"\nurl = \"{}\"\nmodel = \"m\"\ntimeout_secs = 1\nretries = 0\n",
+            silent.url
+        ),
+    );
+    let client = connect_command(Host::text("unused"), Era::Modern, server(&path)).await;
+    let e = err_text(&client, "generate", json!({"prompt": "hi"})).await;
+    assert!(
+        e.contains("did not answer within 1 s (the models file's timeout_secs of \"slow\")"),
+        "{e}"
+    );
+    client.cancel().await.unwrap();
 }
 
 #[tokio::test]
