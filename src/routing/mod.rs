@@ -166,14 +166,30 @@ impl Backends {
     }
 
     fn from_file(models: &Models, config: &Config) -> Result<Self, String> {
-        let index = |name: &str| models.entries.iter().position(|e| e.name == name);
+        let positions: std::collections::HashMap<&str, usize> = models
+            .entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (e.name.as_str(), i))
+            .collect();
+        let index = |name: &str| positions.get(name).copied();
+        // Entries naming the same model file share one engine (its weights and slots).
+        let mut engines: std::collections::HashMap<Option<std::path::PathBuf>, Arc<dyn Model>> =
+            std::collections::HashMap::new();
         let mut entries = Vec::with_capacity(models.entries.len());
         for spec in &models.entries {
             let answerer = match &spec.answer {
                 Answer::Host { hints } => Answerer::Host {
                     hints: hints.clone(),
                 },
-                Answer::Local { model_file } => Answerer::Model(local(config, model_file)?),
+                Answer::Local { model_file } => Answerer::Model(match engines.get(model_file) {
+                    Some(engine) => engine.clone(),
+                    None => {
+                        let engine = local(config, model_file)?;
+                        engines.insert(model_file.clone(), engine.clone());
+                        engine
+                    }
+                }),
                 Answer::Provider(p) => Answerer::Model(provider(config, p)?),
             };
             entries.push(Entry {

@@ -635,3 +635,69 @@ retries = 0
         );
     }
 }
+
+fn resident_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+/// Entries naming the same model file share one engine: four local entries hold about what
+/// one does, and each answers.
+#[tokio::test]
+async fn local_entries_of_one_model_file_share_an_engine() {
+    assert!(
+        crate::local::first_try().status.success(),
+        "the model could not be fetched"
+    );
+    let one = "[[models]]\nname = \"a\"\nbackend = \"local\"\n".to_owned();
+    let four: String = ["a", "b", "c", "d"]
+        .iter()
+        .map(|n| format!("[[models]]\nname = \"{n}\"\nbackend = \"local\"\n\n"))
+        .collect();
+    let mut resident = Vec::new();
+    for (label, file, names) in [
+        ("one", one, vec!["a"]),
+        ("four", four, vec!["a", "b", "c", "d"]),
+    ] {
+        let path = models_file(&format!("share-{label}"), &file);
+        let mut cmd = server(&path);
+        cmd.env("AGENT_AS_MODEL_LOCAL_SLOTS", "1");
+        let client = connect_command(Host::text("no").without_sampling(), Era::Modern, cmd).await;
+        for name in &names {
+            let r = call(&client, "generate", question("generate", Some(name))).await;
+            assert!(!is_error(&r), "{name}: {}", text(&r));
+            assert!(text(&r).contains("Paris"), "{name}: {}", text(&r));
+        }
+        // The server is the process whose command line names this models file.
+        resident.push(
+            std::process::Command::new("pgrep")
+                .args(["-f", &format!("{}", path.display())])
+                .output()
+                .ok()
+                .and_then(|o| {
+                    String::from_utf8_lossy(&o.stdout)
+                        .lines()
+                        .next()
+                        .map(str::to_owned)
+                })
+                .and_then(|p| p.trim().parse::<u32>().ok())
+                .map(resident_kib)
+                .unwrap(),
+        );
+        client.cancel().await.unwrap();
+    }
+    eprintln!(
+        "resident: one local entry {} KiB, four {} KiB",
+        resident[0], resident[1]
+    );
+    assert!(
+        resident[1] < resident[0] + resident[0] / 2,
+        "four entries of one file hold {} KiB, one holds {} KiB",
+        resident[1],
+        resident[0]
+    );
+}
