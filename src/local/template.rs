@@ -4,9 +4,30 @@
 use crate::pyjson::{self, Style};
 use crate::wire::openai::{Message, Tool};
 use serde_json::json;
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, mpsc};
+use std::time::Duration;
 
 /// ChatML, for a model that carries no template.
 const CHATML: &str = "{% for message in messages %}<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+
+// A GGUF's chat template is a program from whoever published the file, run on every call:
+// it runs within limits. Real templates (Qwen, Llama, Gemma, DeepSeek) take some 30 to 60
+// steps and a few dozen bytes besides the text for each message; the limits are over a
+// hundred times that, and grow with the conversation.
+
+/// The steps (minijinja's fuel) any prompt may take …
+const FUEL: u64 = 1_000_000;
+/// … and the steps each message or tool adds.
+const FUEL_PER_ITEM: u64 = 10_000;
+/// The bytes any prompt may come to …
+const OUTPUT: usize = 1 << 20;
+/// … and how many times the bytes of the messages and tools it may add.
+const OUTPUT_PER_BYTE: usize = 4;
+/// How long a template may run: fuel counts steps, but a single step can take long (a
+/// string repeated to 100 MB), so the clock bounds them too.
+const DEADLINE: Duration = Duration::from_secs(10);
 
 /// The prompt of a base model (one without a chat template that knows no ChatML): the
 /// messages' texts, one after the other, for the model to continue.
@@ -19,13 +40,130 @@ pub fn plain(messages: &[Message]) -> String {
         .join("\n\n")
 }
 
-/// Renders the prompt, ending with the start of the assistant's turn.
+/// Renders the prompt, ending with the start of the assistant's turn. A template that takes
+/// too many steps, runs too long or writes too much fails the call, saying so.
 pub fn render(
     template: Option<&str>,
     messages: &[Message],
     tools: &[Tool],
 ) -> Result<String, String> {
+    let tools = (!tools.is_empty()).then_some(tools);
+    let context = json!({"messages": messages, "tools": tools, "add_generation_prompt": true});
+    let bytes = serde_json::to_vec(&context).map_or(0, |v| v.len());
+    let items = messages
+        .len()
+        .saturating_add(tools.map_or(0, <[Tool]>::len));
+    let limits = Limits::scaled(items, bytes);
+    guarded(template.unwrap_or(CHATML), context, limits, &LATE)
+}
+
+/// What one rendering may take.
+#[derive(Debug, Clone, Copy)]
+struct Limits {
+    fuel: u64,
+    output: usize,
+    deadline: Duration,
+}
+
+impl Limits {
+    /// The limits for a prompt of `items` messages and tools, `bytes` long in JSON.
+    fn scaled(items: usize, bytes: usize) -> Self {
+        let items = u64::try_from(items).unwrap_or(u64::MAX);
+        Limits {
+            fuel: FUEL.saturating_add(FUEL_PER_ITEM.saturating_mul(items)),
+            output: OUTPUT.saturating_add(OUTPUT_PER_BYTE.saturating_mul(bytes)),
+            deadline: DEADLINE,
+        }
+    }
+}
+
+/// Whether a rendering that ran past its deadline is still running (the thread cannot be
+/// stopped; its fuel ends it in time). Until it ends, no other rendering starts, so that a
+/// template that keeps running late does not pile up threads.
+static LATE: AtomicBool = AtomicBool::new(false);
+
+/// A rendering's state, shared by the caller and the thread that runs it.
+const RUNNING: u8 = 0;
+const DONE: u8 = 1;
+const ABANDONED: u8 = 2;
+
+/// Renders on a thread of its own, waiting at most the deadline for it.
+fn guarded(
+    template: &str,
+    context: serde_json::Value,
+    limits: Limits,
+    late: &'static AtomicBool,
+) -> Result<String, String> {
+    if late.load(Ordering::Acquire) {
+        return Err(format!(
+            "the model's chat template is still running from an earlier call that ran over \
+             {:?}; try again later or use another model",
+            limits.deadline
+        ));
+    }
+    let template = template.to_owned();
+    let state = Arc::new(AtomicU8::new(RUNNING));
+    let (tx, rx) = mpsc::sync_channel(1);
+    let shared = Arc::clone(&state);
+    std::thread::Builder::new()
+        .name("chat-template".into())
+        .stack_size(8 << 20)
+        .spawn(move || {
+            let _ending = Ending {
+                state: shared,
+                late,
+            };
+            let _ = tx.send(run(&template, context, limits));
+        })
+        .map_err(|e| format!("the model's chat template could not be run: {e}"))?;
+    match rx.recv_timeout(limits.deadline) {
+        Ok(result) => result,
+        Err(mpsc::RecvTimeoutError::Timeout) => {
+            if state
+                .compare_exchange(RUNNING, ABANDONED, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                late.store(true, Ordering::Release);
+                Err(format!(
+                    "the model's chat template ran too long (over {:?})",
+                    limits.deadline
+                ))
+            } else {
+                // It finished just now, its result already sent.
+                rx.recv().unwrap_or_else(|_| Err(FAILED.to_owned()))
+            }
+        }
+        Err(mpsc::RecvTimeoutError::Disconnected) => Err(FAILED.to_owned()),
+    }
+}
+
+const FAILED: &str = "the model's chat template failed";
+
+/// Marks a rendering done as its thread ends (a panic too); if the caller gave up on it,
+/// others may run again.
+struct Ending {
+    state: Arc<AtomicU8>,
+    late: &'static AtomicBool,
+}
+
+impl Drop for Ending {
+    fn drop(&mut self) {
+        if self
+            .state
+            .compare_exchange(RUNNING, DONE, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            self.late.store(false, Ordering::Release);
+        }
+    }
+}
+
+/// Renders with fuel, into output that refuses to grow past the cap. Text written into a
+/// block (`{% set x %}…{% endset %}`) does not reach the output: the formatter counts what
+/// every `{{ … }}` writes, wherever it goes, against the same cap.
+fn run(template: &str, context: serde_json::Value, limits: Limits) -> Result<String, String> {
     let mut env = minijinja::Environment::new();
+    env.set_fuel(Some(limits.fuel));
     env.add_filter("tojson", |value: minijinja::Value| {
         serde_json::to_value(&value)
             .map(|v| pyjson::dumps(&v, Style::PLAIN))
@@ -39,10 +177,89 @@ pub fn render(
             message,
         ))
     });
-    let tools = (!tools.is_empty()).then_some(tools);
-    let context = json!({"messages": messages, "tools": tools, "add_generation_prompt": true});
-    env.render_str(template.unwrap_or(CHATML), context)
-        .map_err(|e| format!("the model's chat template failed: {e}"))
+    let count = AtomicUsize::new(0);
+    let over = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&over);
+    let cap = limits.output;
+    env.set_formatter(move |out, state, value| {
+        let size = match value.as_str() {
+            Some(s) => s.len(),
+            None => {
+                let mut meter = Meter { left: cap, used: 0 };
+                let _ = std::fmt::Write::write_fmt(&mut meter, format_args!("{value}"));
+                meter.used
+            }
+        };
+        let total = count
+            .fetch_add(size, Ordering::Relaxed)
+            .saturating_add(size);
+        if total > cap {
+            flag.store(true, Ordering::Relaxed);
+            return Err(minijinja::Error::new(
+                minijinja::ErrorKind::InvalidOperation,
+                "output over the cap",
+            ));
+        }
+        minijinja::escape_formatter(out, state, value)
+    });
+    let too_much = || format!("the model's chat template produced more than {cap} bytes");
+    let mut output = Capped {
+        bytes: Vec::new(),
+        cap,
+        over: false,
+    };
+    let rendered = env
+        .template_from_str(template)
+        .and_then(|t| t.render_captured_to(context, &mut output).map(drop));
+    if output.over || over.load(Ordering::Relaxed) {
+        return Err(too_much());
+    }
+    match rendered {
+        Ok(()) => String::from_utf8(output.bytes).map_err(|_| FAILED.to_owned()),
+        Err(e) if e.kind() == minijinja::ErrorKind::OutOfFuel => Err(format!(
+            "the model's chat template ran too long (over {} steps)",
+            limits.fuel
+        )),
+        Err(e) => Err(format!("{FAILED}: {e}")),
+    }
+}
+
+/// The output, refusing a write that would take it past the cap.
+struct Capped {
+    bytes: Vec<u8>,
+    cap: usize,
+    over: bool,
+}
+
+impl io::Write for Capped {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if self.bytes.len().saturating_add(buf.len()) > self.cap {
+            self.over = true;
+            return Err(io::Error::other("output over the cap"));
+        }
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Measures what a value writes, stopping past `left` bytes rather than holding them.
+struct Meter {
+    left: usize,
+    used: usize,
+}
+
+impl std::fmt::Write for Meter {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.used = self.used.saturating_add(s.len());
+        if self.used > self.left {
+            return Err(std::fmt::Error);
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -71,5 +288,87 @@ mod tests {
             render(Some(t), &m, &[Tool::function("f", None, &params)]).unwrap(),
             "{\"a\": [1, \"\\u00e9\"]}"
         );
+    }
+
+    /// A user turn.
+    fn hi() -> Vec<Message> {
+        use crate::call::{Role, Turn};
+        use crate::wire::openai::{Reader, messages};
+        messages(None, &[Turn::text(Role::User, "hi")], Reader::Template)
+    }
+
+    #[test]
+    fn a_template_that_loops_forever_runs_out_of_fuel() {
+        // 10^10 steps that write nothing: without fuel, the worker never comes back.
+        let t = "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}";
+        let started = std::time::Instant::now();
+        let e = render(Some(t), &hi(), &[]).unwrap_err();
+        assert!(e.contains("chat template ran too long"), "{e}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    }
+
+    #[test]
+    fn a_template_that_writes_too_much_is_stopped_at_the_cap() {
+        // 64 × 100 MB: without a cap, the process aborts allocating 6.4 GB.
+        let t = "{% for i in range(64) %}{{ 'x' * 100000000 }}{% endfor %}";
+        let e = render(Some(t), &hi(), &[]).unwrap_err();
+        assert!(e.contains("chat template produced more than"), "{e}");
+        // Written into a block rather than out: counted all the same.
+        let t = "{% set s %}{% for i in range(64) %}{{ 'x' * (100000000 - i) }}{% endfor %}{% endset %}";
+        let e = render(Some(t), &hi(), &[]).unwrap_err();
+        assert!(e.contains("chat template produced more than"), "{e}");
+        // Raw text, many times over.
+        let t = format!(
+            "{{% for i in range(100000) %}}{}{{% endfor %}}",
+            "y".repeat(100_000)
+        );
+        let e = render(Some(&t), &hi(), &[]).unwrap_err();
+        assert!(e.contains("chat template produced more than"), "{e}");
+    }
+
+    #[test]
+    fn a_template_whose_steps_are_slow_is_stopped_by_the_clock() {
+        // Few steps, each repeating a string to 10 MB: fuel alone lets it run for long.
+        static LATE: AtomicBool = AtomicBool::new(false);
+        let t = "{% for a in range(100000) %}{% set x = 'x' * (10000000 - a) %}{% endfor %}";
+        let limits = Limits {
+            fuel: 10_000,
+            output: 1 << 20,
+            deadline: Duration::from_millis(100),
+        };
+        let started = std::time::Instant::now();
+        let e = guarded(t, json!({}), limits, &LATE).unwrap_err();
+        assert!(e.contains("chat template ran too long (over 100ms)"), "{e}");
+        assert!(started.elapsed() < Duration::from_secs(5));
+        // While it runs on, no other rendering starts …
+        let e = guarded("hi", json!({}), limits, &LATE).unwrap_err();
+        assert!(e.contains("still running from an earlier call"), "{e}");
+        // … and once its fuel ends it, they do again.
+        while LATE.load(Ordering::Acquire) {
+            assert!(started.elapsed() < Duration::from_secs(120), "never ended");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert_eq!(guarded("hi", json!({}), limits, &LATE).unwrap(), "hi");
+    }
+
+    #[test]
+    fn long_conversations_render_within_the_limits() {
+        use crate::call::{Role, Turn};
+        use crate::wire::openai::{Reader, messages};
+        let turns: Vec<Turn> = (0..2_000)
+            .map(|i| {
+                Turn::text(
+                    if i % 2 == 0 {
+                        Role::User
+                    } else {
+                        Role::Assistant
+                    },
+                    "word ".repeat(50),
+                )
+            })
+            .collect();
+        let m = messages(Some("sys"), &turns, Reader::Template);
+        let prompt = render(None, &m, &[]).unwrap();
+        assert!(prompt.len() > 2_000 * 250, "{}", prompt.len());
     }
 }

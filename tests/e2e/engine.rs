@@ -205,3 +205,147 @@ fn gemma_3_a_second_architecture_answers_a_few_shot_prompt() {
         "{entry}"
     );
 }
+
+/// A model file in a directory of its own, removed with it (a failed test too).
+struct Templated(std::path::PathBuf);
+
+impl Drop for Templated {
+    fn drop(&mut self) {
+        if let Some(dir) = self.0.parent() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+/// A copy of Gemma's GGUF (which carries no chat template) with `template` added as its
+/// `tokenizer.chat_template`, as a GGUF from anyone may carry one; the tensor data is moved
+/// along, realigned.
+fn gemma_with_template(name: &str, template: &str) -> Templated {
+    let bytes = std::fs::read(gemma()).unwrap();
+    let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
+    let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()) as usize;
+    assert_eq!(&bytes[..4], b"GGUF");
+    assert_eq!(u32_at(4), 3, "GGUF version");
+    let (tensors, kvs) = (u64_at(8), u64_at(16));
+    // The end of a value of type `kind` that starts at `at`.
+    fn skip(
+        kind: u32,
+        at: usize,
+        u32_at: &dyn Fn(usize) -> u32,
+        u64_at: &dyn Fn(usize) -> usize,
+    ) -> usize {
+        match kind {
+            0 | 1 | 7 => at + 1,
+            2 | 3 => at + 2,
+            4..=6 => at + 4,
+            10..=12 => at + 8,
+            8 => at + 8 + u64_at(at),
+            9 => {
+                let (inner, n) = (u32_at(at), u64_at(at + 4));
+                (0..n).fold(at + 12, |at, _| skip(inner, at, u32_at, u64_at))
+            }
+            _ => panic!("GGUF value type {kind}"),
+        }
+    }
+    let mut at = 24;
+    for _ in 0..kvs {
+        let key_end = at + 8 + u64_at(at);
+        let key = std::str::from_utf8(&bytes[at + 8..key_end]).unwrap();
+        assert!(
+            key != "tokenizer.chat_template" && key != "general.alignment",
+            "{key}"
+        );
+        at = skip(u32_at(key_end), key_end + 4, &u32_at, &u64_at);
+    }
+    let kv_end = at;
+    for _ in 0..tensors {
+        at += 8 + u64_at(at);
+        let dims = u32_at(at) as usize;
+        at += 4 + 8 * dims + 4 + 8;
+    }
+    let (infos_end, align) = (at, 32);
+    let data = infos_end.div_ceil(align) * align;
+    let mut out = bytes[..16].to_vec();
+    out.extend_from_slice(&(kvs as u64 + 1).to_le_bytes());
+    out.extend_from_slice(&bytes[24..kv_end]);
+    let key = b"tokenizer.chat_template";
+    out.extend_from_slice(&(key.len() as u64).to_le_bytes());
+    out.extend_from_slice(key);
+    out.extend_from_slice(&8u32.to_le_bytes());
+    out.extend_from_slice(&(template.len() as u64).to_le_bytes());
+    out.extend_from_slice(template.as_bytes());
+    out.extend_from_slice(&bytes[kv_end..infos_end]);
+    out.resize(out.len().div_ceil(align) * align, 0);
+    out.extend_from_slice(&bytes[data..]);
+    let dir = std::env::temp_dir().join(format!("aam-template-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("gemma-3-270m-templated.gguf");
+    let templated = Templated(path);
+    std::fs::write(&templated.0, out).unwrap();
+    templated
+}
+
+#[test]
+fn a_models_runaway_chat_template_fails_the_call_and_the_model_answers_on() {
+    let _turn = TURN.blocking_lock();
+    // First a template that works, to show the copy is read and its template used: Gemma's
+    // turns, written out by the template.
+    let turns = "{% for m in messages %}<start_of_turn>{{ 'model' if m.role == 'assistant' \
+                 else m.role }}\n{{ m.content }}<end_of_turn>\n{% endfor %}\
+                 <start_of_turn>model\n";
+    let cases = [
+        // 10^10 steps writing nothing: without fuel the call never came back.
+        (
+            "loop",
+            "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}",
+            "the model's chat template ran too long",
+        ),
+        // 64 × 100 MB: without a cap the process aborted, allocating 6.4 GB.
+        (
+            "output",
+            "{% for i in range(64) %}{{ 'x' * 100000000 }}{% endfor %}",
+            "the model's chat template produced more than",
+        ),
+    ];
+    let good = gemma_with_template("good", turns);
+    let mut raw = Raw::legacy(
+        &[
+            ("AGENT_AS_MODEL_BACKEND", "local"),
+            ("AGENT_AS_MODEL_MODEL_FILE", good.0.to_str().unwrap()),
+        ],
+        json!({}),
+    );
+    raw.send(&generate("good", "Say hi.", 3));
+    let reply = raw.recv_id(&json!("good"), LONG).expect("answered");
+    assert_eq!(reply["result"]["isError"], false, "{reply}");
+    drop(raw);
+    for (name, template, expected) in cases {
+        let path = gemma_with_template(name, template);
+        let mut raw = Raw::legacy(
+            &[
+                ("AGENT_AS_MODEL_BACKEND", "local"),
+                ("AGENT_AS_MODEL_MODEL_FILE", path.0.to_str().unwrap()),
+            ],
+            json!({}),
+        );
+        // Twice: the call fails, and the model's thread is free for the next one.
+        for id in ["first", "second"] {
+            let started = std::time::Instant::now();
+            raw.send(&generate(id, "Say hi.", 3));
+            let reply = raw
+                .recv_id(&json!(id), LONG)
+                .unwrap_or_else(|| panic!("{name}: no answer; stderr: {}", raw.stderr()));
+            assert_eq!(reply["result"]["isError"], true, "{name}: {reply}");
+            let text = reply["result"]["content"][0]["text"].as_str().unwrap();
+            assert!(text.contains(expected), "{name}: {text}");
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "{name}: took {:?}",
+                started.elapsed()
+            );
+        }
+        let entry = local_entry(&mut raw, "models");
+        assert_eq!(entry["status"], "ready", "{name}: {entry}");
+        drop(raw);
+    }
+}
