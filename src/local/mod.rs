@@ -395,6 +395,19 @@ impl Worker {
                     "(the cached default model, removed: it is fetched again on the next call)",
                 ));
             }
+            // Likewise an `hf:` file that passed the Hub's checks but will not load: it is
+            // removed, so "download it again" is what the next call does.
+            Err(e) if matches!(self.settings.source, Source::Hub(..)) => {
+                fetch::forget(&path);
+                let file = match &self.settings.source {
+                    Source::Hub(file, _) => file.to_string(),
+                    _ => String::new(),
+                };
+                return Err(e.replace(
+                    &path.display().to_string(),
+                    &format!("(the cached {file}, removed: it is fetched again on the next call)"),
+                ));
+            }
             Err(e) => return Err(e),
         };
         tracing::info!(

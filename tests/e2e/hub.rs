@@ -530,3 +530,46 @@ fn a_malformed_hub_source_is_refused_at_start() {
         "{stderr}"
     );
 }
+
+/// A cached `hf:` file that passed the Hub's checks but will not load is removed, so the next
+/// call fetches it again, and the caller is not shown the user's cache path.
+#[test]
+fn a_hub_file_that_will_not_load_is_fetched_again_and_its_path_not_shown() {
+    let mut junk = b"GGUF".to_vec();
+    junk.extend(std::iter::repeat_n(0x5a_u8, 64 * 1024));
+    let hub = Hub::start(junk);
+    let cache = std::env::temp_dir().join(format!("aam-hub-junk-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&cache);
+    let source = format!("hf:{REPO}/{FILE}");
+    let mut raw = server(&hub.endpoint, &source, Some(TOKEN), &cache);
+    let downloads = || {
+        hub.seen()
+            .iter()
+            .filter(|s| s.target.starts_with("/storage/") && s.range.is_none())
+            .count()
+    };
+    let mut fetched = Vec::new();
+    for id in 1..=2 {
+        raw.send(&tools_call(json!(id), "generate", json!({"prompt": "hi"})));
+        let reply = raw
+            .recv_id(&json!(id), Duration::from_secs(60))
+            .unwrap_or_else(|| panic!("no answer; the server said: {}", raw.stderr()));
+        let message = reply.to_string();
+        assert!(
+            message.contains("fetched again on the next call"),
+            "{message}"
+        );
+        assert!(
+            !message.contains(cache.to_str().unwrap()),
+            "the cache path is shown: {message}"
+        );
+        fetched.push(downloads());
+    }
+    // Each failed load removed the file, so the next load fetched it again.
+    assert!(
+        fetched[0] >= 1 && fetched[1] > fetched[0],
+        "downloads after each call: {fetched:?}"
+    );
+    drop(raw);
+    let _ = std::fs::remove_dir_all(&cache);
+}
