@@ -97,6 +97,32 @@ pub struct Provider {
     last_error: std::sync::Mutex<Option<String>>,
 }
 
+/// The HTTP client every provider shares (a models file may name thousands: one client each
+/// held its own connection pool and TLS settings). Each request carries its provider's timeout.
+/// Redirects are followed only within the origin of the request's first URL, at most 5: the
+/// prompt (and the key) never go to another host.
+fn shared_client() -> Result<reqwest::Client, String> {
+    static CLIENT: std::sync::OnceLock<Result<reqwest::Client, String>> =
+        std::sync::OnceLock::new();
+    CLIENT
+        .get_or_init(|| {
+            reqwest::Client::builder()
+                .connect_timeout(Duration::from_secs(10))
+                .user_agent(concat!("agent-as-model/", env!("CARGO_PKG_VERSION")))
+                .redirect(reqwest::redirect::Policy::custom(|attempt| {
+                    let first = attempt.previous().first().map(reqwest::Url::origin);
+                    if attempt.previous().len() >= 5 || first != Some(attempt.url().origin()) {
+                        attempt.stop()
+                    } else {
+                        attempt.follow()
+                    }
+                }))
+                .build()
+                .map_err(|e| format!("cannot start the HTTP client: {e}"))
+        })
+        .clone()
+}
+
 /// What must never reach a caller: the key, the URL's password and query values, each as
 /// written (percent-escapes, `+`) and decoded, longest first so that no part of one is left.
 fn secrets(key: Option<&str>, url: &reqwest::Url) -> Vec<String> {
@@ -154,22 +180,7 @@ impl Provider {
         let path = format!("{}/chat/completions", endpoint.path().trim_end_matches('/'));
         endpoint.set_path(&path);
         let secrets = secrets(settings.key.as_deref(), &endpoint);
-        // Redirects are followed only within the provider's own origin: the prompt (and the
-        // key) never go to another host.
-        let origin = endpoint.origin();
-        let client = reqwest::Client::builder()
-            .timeout(settings.timeout)
-            .connect_timeout(settings.timeout.min(Duration::from_secs(10)))
-            .user_agent(concat!("agent-as-model/", env!("CARGO_PKG_VERSION")))
-            .redirect(reqwest::redirect::Policy::custom(move |attempt| {
-                if attempt.previous().len() >= 5 || attempt.url().origin() != origin {
-                    attempt.stop()
-                } else {
-                    attempt.follow()
-                }
-            }))
-            .build()
-            .map_err(|e| format!("cannot start the HTTP client: {e}"))?;
+        let client = shared_client()?;
         Ok(Provider {
             shown: shown_url(&settings.base_url),
             settings,
@@ -257,6 +268,7 @@ impl Provider {
             let mut request = self
                 .client
                 .post(self.endpoint.clone())
+                .timeout(self.settings.timeout)
                 .header(reqwest::header::CONTENT_TYPE, "application/json")
                 .body(body.to_string());
             if let Some(key) = &self.settings.key {

@@ -701,3 +701,41 @@ async fn local_entries_of_one_model_file_share_an_engine() {
         resident[0]
     );
 }
+
+/// A models file of 10,000 providers starts in bounded memory (they share one HTTP client), and
+/// an unknown model's error lists a few names, not all.
+#[tokio::test]
+async fn ten_thousand_models_start_lean_and_an_unknown_name_gets_a_short_error() {
+    use std::fmt::Write as _;
+    let mut file = String::from("default = \"m0\"\n");
+    for i in 0..10_000 {
+        let _ = write!(
+            file,
+            "[[models]]\nname = \"m{i}\"\nbackend = \"provider\"\nurl = \"http://127.0.0.1:9/v1\"\n\
+             model = \"x{i}\"\nfallbacks = [\"m{}\"]\n\n",
+            (i + 1) % 10_000
+        );
+    }
+    let path = models_file("ten-thousand", &file);
+    let path = path.to_str().unwrap().to_owned();
+    let mut raw =
+        crate::common::raw::Raw::legacy(&[("AGENT_AS_MODEL_MODELS", path.as_str())], json!({}));
+    let rss = resident_kib(raw.child.id());
+    eprintln!("resident with 10,000 models: {rss} KiB");
+    assert!(rss < 300 * 1024, "resident {rss} KiB with 10,000 models");
+    raw.send(&crate::common::raw::tools_call(
+        json!(1),
+        "generate",
+        json!({"prompt": "hi", "model": "no-such-model"}),
+    ));
+    let reply = raw
+        .recv_id(&json!(1), std::time::Duration::from_secs(30))
+        .unwrap_or_else(|| panic!("no answer; the server said: {}", raw.stderr()));
+    let message = reply.to_string();
+    assert!(
+        message.contains("and 9980 more"),
+        "{}",
+        &message[..message.len().min(2000)]
+    );
+    assert!(message.len() < 4096, "an error of {} bytes", message.len());
+}
