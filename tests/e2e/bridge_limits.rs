@@ -53,15 +53,6 @@ fn call_text(raw: &mut Raw, id: u64, tool: &str, arguments: Value) -> String {
         .to_owned()
 }
 
-fn resident_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap()
-}
-
 #[test]
 fn sampling_outside_a_call_and_oversized_sampling_are_refused() {
     let mut raw = start();
@@ -93,13 +84,13 @@ fn a_flood_of_notifications_leaves_the_bridge_bounded() {
     // The host reads nothing while the downstream floods; then the call's answer still comes.
     raw.send(&tools_call(json!(1), "flood", json!({"n": 100000})));
     std::thread::sleep(Duration::from_secs(3));
-    let peak = resident_kib(pid);
+    let peak = crate::common::resident_kib(pid);
     let mut skipped = Vec::new();
     let done = raw
         .recv_matching(Duration::from_secs(120), &mut skipped, |v| v["id"] == 1)
         .expect("the flood call answered");
     assert_eq!(done["result"]["content"][0]["text"], "done", "{done}");
-    let peak = peak.max(resident_kib(pid));
+    let peak = peak.max(crate::common::resident_kib(pid));
     eprintln!("bridge resident peak during the flood: {peak} KiB");
     assert!(
         peak < 200 * 1024,
@@ -252,7 +243,7 @@ fn a_seeded_mix_of_hostile_traffic_leaves_the_bridge_answering() {
             expected.push((keyed.then_some(id), what, check));
         }
         std::thread::sleep(Duration::from_millis(300));
-        peak = peak.max(resident_kib(pid));
+        peak = peak.max(crate::common::resident_kib(pid));
         let mut replies = Vec::new();
         let wanted = expected.len();
         while replies.len() < wanted {

@@ -22,15 +22,6 @@ fn env<'a>(url: &'a str, extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)
     env
 }
 
-fn resident_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_call_closes_its_provider_request_before_its_slot_is_free() {
     let provider = Scripted::start(vec![Reply::Silence]).await;
@@ -99,7 +90,7 @@ async fn answers_are_bounded_by_a_setting() {
                 && message.contains("AGENT_AS_MODEL_PROVIDER_MAX_RESPONSE_BYTES"),
             "{message}"
         );
-        let rss = resident_kib(raw.child.id());
+        let rss = crate::common::resident_kib(raw.child.id());
         eprintln!("resident after an oversized answer: {} KiB", rss);
         assert!(
             rss < 100 * 1024,

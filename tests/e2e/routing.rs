@@ -636,15 +636,6 @@ retries = 0
     }
 }
 
-fn resident_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap()
-}
-
 /// Entries naming the same model file share one engine: four local entries hold about what
 /// one does, and each answers.
 #[tokio::test]
@@ -720,7 +711,7 @@ async fn ten_thousand_models_start_lean_and_an_unknown_name_gets_a_short_error()
     let path = path.to_str().unwrap().to_owned();
     let mut raw =
         crate::common::raw::Raw::legacy(&[("AGENT_AS_MODEL_MODELS", path.as_str())], json!({}));
-    let rss = resident_kib(raw.child.id());
+    let rss = crate::common::resident_kib(raw.child.id());
     eprintln!("resident with 10,000 models: {rss} KiB");
     assert!(rss < 300 * 1024, "resident {rss} KiB with 10,000 models");
     raw.send(&crate::common::raw::tools_call(

@@ -440,3 +440,13 @@ pub fn question(tool: &str, model: Option<&str>) -> Value {
     }
     args
 }
+
+/// A process's resident memory, in KiB (Linux).
+pub fn resident_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
