@@ -121,9 +121,13 @@ impl Server {
             };
             let chain = self.backends.route(&call.request.model, &host)?;
             // One reporter for the whole call, across fallbacks and repairs, so progress only
-            // goes forward under the call's token.
+            // goes forward under the call's token; none when no model it may reach streams.
             let _token = self.claim_progress_token(&ctx)?;
-            let reporter = Reporter::start(ctx.meta.get_progress_token(), &ctx.peer);
+            let reporter = chain
+                .iter()
+                .any(|e| e.streams())
+                .then(|| Reporter::start(ctx.meta.get_progress_token(), &ctx.peer))
+                .flatten();
             let live = reporter.as_ref().map(|r| r.live.clone());
             let outcome = self
                 .fulfil(shape, &call, &chain, &host, retry, &ctx, live)
@@ -259,7 +263,7 @@ impl Server {
                 Driver::sampling(call, host, ctx, retry, &self.settings, &self.limits, hints)
             }
         };
-        driver.run(call, live.filter(|_| driver.streams())).await
+        driver.run(call, live.filter(|_| entry.streams())).await
     }
 }
 

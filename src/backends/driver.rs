@@ -90,15 +90,6 @@ impl<'a> Driver<'a> {
         }
     }
 
-    /// Whether the backend makes its answer token by token here, so that a caller following
-    /// the call's progress has something to see.
-    pub fn streams(&self) -> bool {
-        match self {
-            Driver::Sampling(_) => false,
-            Driver::Direct { model, .. } => model.capabilities().streams,
-        }
-    }
-
     /// Fulfils one call: the machine's attempts, answered in turn, each told to `events`.
     pub async fn run(&self, call: &Call, events: Option<&Arc<Live>>) -> CallResult<Outcome> {
         let machine = Machine::new(call, self.capabilities()?);

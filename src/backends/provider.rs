@@ -162,20 +162,24 @@ pub fn shown_url(url: &str) -> String {
     }
 }
 
+/// `url` parsed as a provider's base URL; `Err` says what is wrong without repeating it (it may
+/// carry a password or a key).
+pub fn http_url(url: &str) -> Result<reqwest::Url, String> {
+    match reqwest::Url::parse(url.trim()) {
+        Ok(u) if matches!(u.scheme(), "http" | "https") && u.host_str().is_some() => Ok(u),
+        Ok(_) => Err("must start with http:// or https:// and name a host".to_owned()),
+        Err(e) => Err(format!("is not a URL ({e})")),
+    }
+}
+
 impl Provider {
     pub fn new(settings: ProviderSettings) -> Result<Self, String> {
-        let mut endpoint = reqwest::Url::parse(settings.base_url.trim()).map_err(|e| {
+        let mut endpoint = http_url(&settings.base_url).map_err(|problem| {
             format!(
-                "the provider URL is not a URL ({e}): {}",
+                "the provider URL {problem}: {}",
                 shown_url(&settings.base_url)
             )
         })?;
-        if !matches!(endpoint.scheme(), "http" | "https") || endpoint.host_str().is_none() {
-            return Err(format!(
-                "the provider URL must start with http:// or https:// and name a host, got {}",
-                shown_url(&settings.base_url)
-            ));
-        }
         // `/chat/completions` goes after the path; a query string stays a query string.
         let path = format!("{}/chat/completions", endpoint.path().trim_end_matches('/'));
         endpoint.set_path(&path);

@@ -25,10 +25,10 @@ struct PartialCall {
     arguments: String,
 }
 
-/// What the events so far add up to. Each byte is looked at once and each delta finds its
+/// What the events so far add up to (made by [`Assembly::new`]). Each byte is looked at once and each delta finds its
 /// tool call by index in constant time, so a hostile stream costs time in proportion to its
 /// length.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Assembly {
     /// Bytes of a line not yet complete.
     pending: Vec<u8>,
@@ -40,7 +40,7 @@ pub struct Assembly {
     calls: Vec<PartialCall>,
     /// Where each tool call index is in `calls`.
     positions: HashMap<u64, usize>,
-    /// The most tool calls read (0: the default, 128).
+    /// The most tool calls read.
     max_calls: usize,
     finish: Option<String>,
     model: Option<String>,
@@ -65,8 +65,18 @@ impl Assembly {
     /// An assembly that reads at most `max_calls` tool calls.
     pub fn new(max_calls: usize) -> Self {
         Assembly {
+            pending: Vec::new(),
+            scanned: 0,
+            data: Vec::new(),
+            content: String::new(),
+            calls: Vec::new(),
+            positions: HashMap::new(),
             max_calls,
-            ..Assembly::default()
+            finish: None,
+            model: None,
+            usage: None,
+            done: false,
+            deltas: 0,
         }
     }
 
@@ -187,13 +197,8 @@ impl Assembly {
         let position = match self.positions.get(&index) {
             Some(p) => *p,
             None => {
-                let max = if self.max_calls == 0 {
-                    128
-                } else {
-                    self.max_calls
-                };
-                if self.calls.len() >= max {
-                    return Err(too_many_calls(max));
+                if self.calls.len() >= self.max_calls {
+                    return Err(too_many_calls(self.max_calls));
                 }
                 self.calls.push(PartialCall {
                     index,
@@ -275,7 +280,7 @@ mod tests {
             "data: [DONE]\n\n".to_owned(),
         ]
         .concat();
-        let mut assembly = Assembly::default();
+        let mut assembly = Assembly::new(128);
         let mut text = String::new();
         let mut began = Vec::new();
         // Fed in pieces that cut events and characters' lines anywhere.
@@ -326,14 +331,14 @@ mod tests {
 
     #[test]
     fn a_cut_stream_and_an_error_event_are_errors() {
-        let mut cut = Assembly::default();
+        let mut cut = Assembly::new(128);
         cut.feed(event(json!({"choices": [{"delta": {"content": "Hi"}}]})).as_bytes())
             .unwrap();
         cut.feed(b"data: {\"choices\": [{\"delta\": {\"cont")
             .unwrap();
         let e = cut.finish().unwrap_err();
         assert!(e.contains("broke off before its end, after 1 part"), "{e}");
-        let mut error = Assembly::default();
+        let mut error = Assembly::new(128);
         let e = error
             .feed(event(json!({"error": {"message": "rate limited"}})).as_bytes())
             .unwrap_err();

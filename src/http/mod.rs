@@ -409,46 +409,19 @@ fn check_authority<B>(request: &Request<B>) -> Result<(), (StatusCode, &'static 
     Ok(())
 }
 
+/// A request's head and whole body, with the share of the body buffer it holds until the
+/// request is answered.
+type ReadBody = (
+    hyper::http::request::Parts,
+    Bytes,
+    Option<tokio::sync::OwnedSemaphorePermit>,
+);
+
 /// The request's head and its body read whole: a declared length over the limit is 413 before a byte
 /// is read, a body that grows past it is 413, one that stops arriving for the body timeout is
 /// 408, and a malformed one (a bad chunk size) is 400. The body's bytes are counted against the
 /// buffer all connections share, held until the request is answered; past it, 503.
-async fn read_body(
-    request: Request<Incoming>,
-    front: &Front,
-) -> Result<
-    (
-        hyper::http::request::Parts,
-        Bytes,
-        Option<tokio::sync::OwnedSemaphorePermit>,
-    ),
-    Response<Body>,
-> {
-    let busy = || {
-        let mut r = plain_owned(
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!(
-                "busy: request bodies already hold {} bytes, the most this server buffers \
-                 (AGENT_AS_MODEL_MAX_BODY_BUFFER_BYTES); retry shortly\n",
-                front.max_body_buffer
-            ),
-        );
-        r.headers_mut().insert(
-            hyper::header::RETRY_AFTER,
-            hyper::header::HeaderValue::from_static("1"),
-        );
-        r
-    };
-    let too_large = || {
-        plain_owned(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!(
-                "payload too large: a request body may hold at most {} bytes \
-                 (AGENT_AS_MODEL_MAX_REQUEST_BYTES)\n",
-                front.max_body
-            ),
-        )
-    };
+async fn read_body(request: Request<Incoming>, front: &Front) -> Result<ReadBody, Response<Body>> {
     let declared = request
         .headers()
         .get(hyper::header::CONTENT_LENGTH)
@@ -456,7 +429,7 @@ async fn read_body(
         .and_then(|v| v.trim().parse::<u64>().ok());
     if declared.is_some_and(|n| n > front.max_body as u64) {
         linger(request.into_body());
-        return Err(too_large());
+        return Err(too_large(front));
     }
     let (parts, mut body) = request.into_parts();
     let mut whole = bytes::BytesMut::new();
@@ -481,23 +454,58 @@ async fn read_body(
         if let Ok(data) = frame.into_data() {
             if whole.len().saturating_add(data.len()) > front.max_body {
                 linger(body);
-                return Err(too_large());
+                return Err(too_large(front));
             }
-            let n = u32::try_from(data.len()).unwrap_or(u32::MAX);
-            match front.buffered.clone().try_acquire_many_owned(n) {
-                Ok(permit) => match held.as_mut() {
-                    Some(h) => h.merge(permit),
-                    None => held = Some(permit),
-                },
-                Err(_) => {
-                    linger(body);
-                    return Err(busy());
-                }
+            if !hold(front, &mut held, data.len()) {
+                linger(body);
+                return Err(busy(front));
             }
             whole.extend_from_slice(&data);
         }
     }
     Ok((parts, whole.freeze(), held))
+}
+
+/// Takes `n` more bytes of the shared body buffer into `held`; `false` when it has no room.
+fn hold(front: &Front, held: &mut Option<tokio::sync::OwnedSemaphorePermit>, n: usize) -> bool {
+    let n = u32::try_from(n).unwrap_or(u32::MAX);
+    let Ok(permit) = front.buffered.clone().try_acquire_many_owned(n) else {
+        return false;
+    };
+    match held.as_mut() {
+        Some(h) => h.merge(permit),
+        None => *held = Some(permit),
+    }
+    true
+}
+
+/// 413: the body is over the request limit.
+fn too_large(front: &Front) -> Response<Body> {
+    plain_owned(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        format!(
+            "payload too large: a request body may hold at most {} bytes \
+             (AGENT_AS_MODEL_MAX_REQUEST_BYTES)\n",
+            front.max_body
+        ),
+    )
+}
+
+/// 503 with Retry-After: the bodies being read hold the whole shared buffer.
+fn busy(front: &Front) -> Response<Body> {
+    let mut r = plain_owned(
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!(
+            "busy: request bodies already hold {} bytes, the most this server buffers \
+             (AGENT_AS_MODEL_MAX_BODY_BUFFER_BYTES); retry shortly\n",
+            front.max_body_buffer
+        ),
+    );
+    r.headers_mut().insert(
+        hyper::header::RETRY_AFTER,
+        hyper::header::HeaderValue::from_static("1"),
+    );
+    r
 }
 
 /// `/mcp` once the body is in: the session cap and the session's existence, then rmcp's

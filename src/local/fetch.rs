@@ -309,18 +309,10 @@ async fn download_once(
     label: &str,
     progress: &mut Progress,
 ) -> Result<(), Failure> {
-    use tokio::io::AsyncWriteExt;
-    let mut have = std::fs::metadata(partial).map_or(0, |m| m.len());
-    if let Some(size) = size {
-        if have > size {
-            // Longer than the file: not a part of it (an earlier, unbounded download).
-            discard(partial);
-            have = 0;
-        } else if have == size && have > 0 {
-            // Complete: the caller checks it.
-            return Ok(());
-        }
-    }
+    let Some(have) = held_part(partial, size) else {
+        // Complete: the caller checks it.
+        return Ok(());
+    };
     let mut request = client.get(url);
     if have > 0 {
         request = request.header(reqwest::header::RANGE, format!("bytes={have}-"));
@@ -341,44 +333,9 @@ async fn download_once(
     if !status.is_success() {
         return Err(format!("downloading {url} answered {status}").into());
     }
-    // The whole file's length as this answer states it.
-    let stated = if resumed {
-        let Some((first, total)) = content_range(response.headers()) else {
-            discard(partial);
-            return Err(format!("{url} answered a range without a Content-Range").into());
-        };
-        if first != have {
-            discard(partial);
-            return Err(
-                format!("{url} answered from byte {first}, not {have}; starting over").into(),
-            );
-        }
-        total.or_else(|| response.content_length().map(|n| have.saturating_add(n)))
-    } else {
-        response.content_length()
-    };
-    let (limit, bound) = match (size, stated) {
-        (Some(size), Some(stated)) if stated > size => {
-            discard(partial);
-            return Err(Failure::fatal(format!(
-                "{url} states {stated} bytes, more than the {size} expected; nothing was kept"
-            )));
-        }
-        (Some(size), _) => (size, "the file's stated size"),
-        (None, Some(stated)) if stated > MAX_DOWNLOAD_BYTES => {
-            discard(partial);
-            return Err(Failure::fatal(format!(
-                "{url} states {stated} bytes, more than the {MAX_DOWNLOAD_BYTES} a download \
-                 may be; nothing was kept"
-            )));
-        }
-        (None, Some(stated)) => (stated, "the length the server stated"),
-        (None, None) => (
-            MAX_DOWNLOAD_BYTES,
-            "the most a download of a file of unstated size may be",
-        ),
-    };
-    let mut file = tokio::fs::OpenOptions::new()
+    let stated = stated_length(&response, resumed, have, url, partial)?;
+    let (limit, bound) = download_limit(size, stated, url, partial)?;
+    let file = tokio::fs::OpenOptions::new()
         .create(true)
         .write(true)
         .append(resumed)
@@ -386,32 +343,137 @@ async fn download_once(
         .open(partial)
         .await
         .map_err(|e| format!("cannot write {}: {e}", partial.display()))?;
-    let mut done = if resumed { have } else { 0 };
+    let start = if resumed { have } else { 0 };
     let total = stated.or(size).unwrap_or(0);
-    while let Some(chunk) = response
-        .chunk()
-        .await
-        .map_err(|e| format!("downloading {url} broke off: {e}"))?
-    {
-        let after = done.saturating_add(chunk.len() as u64);
-        if after > limit {
-            drop(file);
+    let written = Written {
+        url,
+        partial,
+        start,
+        limit,
+        bound,
+        label,
+        total,
+    };
+    written.copy(&mut response, file, progress).await
+}
+
+/// The bytes of the file `partial` already holds, from which the download resumes; `None`
+/// when it holds the whole `size`. A part longer than the file is not a part of it (an earlier,
+/// unbounded download) and is discarded.
+fn held_part(partial: &Path, size: Option<u64>) -> Option<u64> {
+    let have = std::fs::metadata(partial).map_or(0, |m| m.len());
+    match size {
+        Some(size) if have > size => {
             discard(partial);
-            return Err(Failure::fatal(format!(
-                "{url} sent more than {limit} bytes ({bound}); the download was stopped and \
-                 discarded"
-            )));
+            Some(0)
         }
-        file.write_all(&chunk)
+        Some(size) if have == size && have > 0 => None,
+        _ => Some(have),
+    }
+}
+
+/// A download's body as it is written: from byte `start` of the file, at most `limit` bytes in
+/// all (`bound` says why), with its progress shown out of `total`.
+struct Written<'a> {
+    url: &'a str,
+    partial: &'a Path,
+    start: u64,
+    limit: u64,
+    bound: &'static str,
+    label: &'a str,
+    total: u64,
+}
+
+impl Written<'_> {
+    /// Writes the body into `file`; a byte past the limit discards the download.
+    async fn copy(
+        &self,
+        response: &mut reqwest::Response,
+        mut file: tokio::fs::File,
+        progress: &mut Progress,
+    ) -> Result<(), Failure> {
+        use tokio::io::AsyncWriteExt;
+        let (url, partial, limit) = (self.url, self.partial, self.limit);
+        let mut done = self.start;
+        while let Some(chunk) = response
+            .chunk()
+            .await
+            .map_err(|e| format!("downloading {url} broke off: {e}"))?
+        {
+            let after = done.saturating_add(chunk.len() as u64);
+            if after > limit {
+                drop(file);
+                discard(partial);
+                return Err(Failure::fatal(format!(
+                    "{url} sent more than {limit} bytes ({}); the download was stopped and \
+                     discarded",
+                    self.bound
+                )));
+            }
+            file.write_all(&chunk)
+                .await
+                .map_err(|e| format!("cannot write {}: {e}", partial.display()))?;
+            done = after;
+            progress.bytes(self.label, done, self.total);
+        }
+        file.flush()
             .await
             .map_err(|e| format!("cannot write {}: {e}", partial.display()))?;
-        done = after;
-        progress.bytes(label, done, total);
+        Ok(())
     }
-    file.flush()
-        .await
-        .map_err(|e| format!("cannot write {}: {e}", partial.display()))?;
-    Ok(())
+}
+
+/// The whole file's length as the answer states it; a resumed answer must continue at `have`.
+fn stated_length(
+    response: &reqwest::Response,
+    resumed: bool,
+    have: u64,
+    url: &str,
+    partial: &Path,
+) -> Result<Option<u64>, Failure> {
+    if !resumed {
+        return Ok(response.content_length());
+    }
+    let Some((first, total)) = content_range(response.headers()) else {
+        discard(partial);
+        return Err(format!("{url} answered a range without a Content-Range").into());
+    };
+    if first != have {
+        discard(partial);
+        return Err(format!("{url} answered from byte {first}, not {have}; starting over").into());
+    }
+    Ok(total.or_else(|| response.content_length().map(|n| have.saturating_add(n))))
+}
+
+/// The most bytes the file may have, and why: the expected `size`, else the `stated` length,
+/// else [`MAX_DOWNLOAD_BYTES`]; a stated length over the expected one is refused at once.
+fn download_limit(
+    size: Option<u64>,
+    stated: Option<u64>,
+    url: &str,
+    partial: &Path,
+) -> Result<(u64, &'static str), Failure> {
+    match (size, stated) {
+        (Some(size), Some(stated)) if stated > size => {
+            discard(partial);
+            Err(Failure::fatal(format!(
+                "{url} states {stated} bytes, more than the {size} expected; nothing was kept"
+            )))
+        }
+        (Some(size), _) => Ok((size, "the file's stated size")),
+        (None, Some(stated)) if stated > MAX_DOWNLOAD_BYTES => {
+            discard(partial);
+            Err(Failure::fatal(format!(
+                "{url} states {stated} bytes, more than the {MAX_DOWNLOAD_BYTES} a download \
+                 may be; nothing was kept"
+            )))
+        }
+        (None, Some(stated)) => Ok((stated, "the length the server stated")),
+        (None, None) => Ok((
+            MAX_DOWNLOAD_BYTES,
+            "the most a download of a file of unstated size may be",
+        )),
+    }
 }
 
 fn discard(partial: &Path) {

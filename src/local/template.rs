@@ -158,10 +158,38 @@ impl Drop for Ending {
     }
 }
 
-/// Renders with fuel, into output that refuses to grow past the cap. Text written into a
-/// block (`{% set x %}…{% endset %}`) does not reach the output: the formatter counts what
-/// every `{{ … }}` writes, wherever it goes, against the same cap.
+/// Renders with fuel, into output that refuses to grow past the cap.
 fn run(template: &str, context: serde_json::Value, limits: Limits) -> Result<String, String> {
+    let cap = limits.output;
+    let (env, over) = environment(limits);
+    let mut output = Capped {
+        bytes: Vec::new(),
+        cap,
+        over: false,
+    };
+    let rendered = env
+        .template_from_str(template)
+        .and_then(|t| t.render_captured_to(context, &mut output).map(drop));
+    if output.over || over.load(Ordering::Relaxed) {
+        return Err(format!(
+            "the model's chat template produced more than {cap} bytes"
+        ));
+    }
+    match rendered {
+        Ok(()) => String::from_utf8(output.bytes).map_err(|_| FAILED.to_owned()),
+        Err(e) if e.kind() == minijinja::ErrorKind::OutOfFuel => Err(format!(
+            "the model's chat template ran too long (over {} steps)",
+            limits.fuel
+        )),
+        Err(e) => Err(format!("{FAILED}: {e}")),
+    }
+}
+
+/// The environment templates run in: the model tooling's `tojson` and `raise_exception`,
+/// `limits.fuel` steps, and a formatter that counts what every `{{ … }}` writes against the
+/// output cap, wherever it goes (text written into `{% set x %}…{% endset %}` does not reach
+/// the output). The flag says the formatter stopped the rendering at the cap.
+fn environment(limits: Limits) -> (minijinja::Environment<'static>, Arc<AtomicBool>) {
     let mut env = minijinja::Environment::new();
     env.set_fuel(Some(limits.fuel));
     env.add_filter("tojson", |value: minijinja::Value| {
@@ -202,26 +230,7 @@ fn run(template: &str, context: serde_json::Value, limits: Limits) -> Result<Str
         }
         minijinja::escape_formatter(out, state, value)
     });
-    let too_much = || format!("the model's chat template produced more than {cap} bytes");
-    let mut output = Capped {
-        bytes: Vec::new(),
-        cap,
-        over: false,
-    };
-    let rendered = env
-        .template_from_str(template)
-        .and_then(|t| t.render_captured_to(context, &mut output).map(drop));
-    if output.over || over.load(Ordering::Relaxed) {
-        return Err(too_much());
-    }
-    match rendered {
-        Ok(()) => String::from_utf8(output.bytes).map_err(|_| FAILED.to_owned()),
-        Err(e) if e.kind() == minijinja::ErrorKind::OutOfFuel => Err(format!(
-            "the model's chat template ran too long (over {} steps)",
-            limits.fuel
-        )),
-        Err(e) => Err(format!("{FAILED}: {e}")),
-    }
+    (env, over)
 }
 
 /// The output, refusing a write that would take it past the cap.

@@ -356,23 +356,25 @@ fn provider(
         ));
     };
     // The URL itself is not shown: it may carry a password or a key.
-    match reqwest::Url::parse(url.get_ref().trim()) {
-        Ok(u) if matches!(u.scheme(), "http" | "https") && u.host_str().is_some() => {}
-        Ok(_) => {
-            return Err(Problem::at(
-                url.span().start,
-                format!(
-                    "model {name:?}: `url` must start with http:// or https:// and name a host"
-                ),
-            ));
-        }
-        Err(e) => {
-            return Err(Problem::at(
-                url.span().start,
-                format!("model {name:?}: `url` is not a URL ({e})"),
-            ));
-        }
-    }
+    crate::backends::provider::http_url(url.get_ref()).map_err(|problem| {
+        Problem::at(url.span().start, format!("model {name:?}: `url` {problem}"))
+    })?;
+    check_limits(e, name)?;
+    Ok(ProviderSpec {
+        name: name.to_owned(),
+        url: url.get_ref().trim().to_owned(),
+        model: model.clone(),
+        key: key(e, name, env)?,
+        timeout_secs: e.timeout_secs.as_ref().map(|t| *t.get_ref()),
+        retries: e.retries.as_ref().map(|r| *r.get_ref()),
+        tools: e.tools,
+        json_schema: e.json_schema,
+        stream: e.stream,
+    })
+}
+
+/// A provider entry's timeout is at least a second, and its retries at most [`MAX_RETRIES`].
+fn check_limits(e: &RawEntry, name: &str) -> Result<(), Problem> {
     if let Some(t) = e.timeout_secs.as_ref().filter(|t| *t.get_ref() == 0) {
         return Err(Problem::at(
             t.span().start,
@@ -385,43 +387,41 @@ fn provider(
             format!("model {name:?}: `retries` may be at most {MAX_RETRIES}"),
         ));
     }
-    let key = match &e.key_env {
-        Some(var) if !is_variable_name(var.get_ref()) => {
-            return Err(Problem::at(
+    Ok(())
+}
+
+/// The key read from the variable `key_env` names; what `key_env` holds is never shown unless
+/// it is a variable's name.
+fn key(
+    e: &RawEntry,
+    name: &str,
+    env: &impl Fn(&str) -> Option<String>,
+) -> Result<Option<String>, Problem> {
+    let Some(var) = &e.key_env else {
+        return Ok(None);
+    };
+    if !is_variable_name(var.get_ref()) {
+        return Err(Problem::at(
+            var.span().start,
+            format!(
+                "model {name:?}: key_env must name an environment variable (letters, digits \
+                 and _), and what it holds is not one (not shown: is it the key itself? put \
+                 the key in a variable and name that)"
+            ),
+        ));
+    }
+    env(var.get_ref())
+        .filter(|k| !k.is_empty())
+        .map(Some)
+        .ok_or_else(|| {
+            Problem::at(
                 var.span().start,
                 format!(
-                    "model {name:?}: key_env must name an environment variable (letters, digits \
-                     and _), and what it holds is not one (not shown: is it the key itself? put \
-                     the key in a variable and name that)"
+                    "model {name:?}: the variable {:?} that should hold its key is not set",
+                    var.get_ref()
                 ),
-            ));
-        }
-        Some(var) => Some(
-            env(var.get_ref())
-                .filter(|k| !k.is_empty())
-                .ok_or_else(|| {
-                    Problem::at(
-                        var.span().start,
-                        format!(
-                            "model {name:?}: the variable {:?} that should hold its key is not set",
-                            var.get_ref()
-                        ),
-                    )
-                })?,
-        ),
-        None => None,
-    };
-    Ok(ProviderSpec {
-        name: name.to_owned(),
-        url: url.get_ref().trim().to_owned(),
-        model: model.clone(),
-        key,
-        timeout_secs: e.timeout_secs.as_ref().map(|t| *t.get_ref()),
-        retries: e.retries.as_ref().map(|r| *r.get_ref()),
-        tools: e.tools,
-        json_schema: e.json_schema,
-        stream: e.stream,
-    })
+            )
+        })
 }
 
 #[cfg(test)]

@@ -43,6 +43,15 @@ pub struct Entry {
 }
 
 impl Entry {
+    /// Whether this entry's model makes its answer token by token here (not through a host's
+    /// sampling), so that a caller following the call's progress has something to see.
+    pub fn streams(&self) -> bool {
+        match &self.answerer {
+            Answerer::Model(model) => model.capabilities().streams,
+            Answerer::Host { .. } => false,
+        }
+    }
+
     /// `host`, `local` or `provider`.
     pub fn backend(&self) -> &'static str {
         match &self.answerer {
