@@ -29,24 +29,19 @@
 
 pub mod args;
 pub mod backends;
-pub mod bridge;
 pub mod call;
 pub mod config;
 pub mod contract;
 pub mod error;
 pub mod fulfil;
-pub mod gate;
-pub mod host;
 pub mod http;
 pub mod limits;
 pub mod local;
 pub mod logging;
+pub mod mcp;
 pub mod pyjson;
 pub mod routing;
-pub mod server;
 pub mod shapes;
-pub mod transport;
-pub mod try_command;
 pub mod wire;
 
 /// Installs rustls's crypto provider (ring) for the process, once, before any HTTP client is

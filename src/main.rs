@@ -1,14 +1,14 @@
 //! The `agent-as-model` binary: reads its configuration, logs to stderr, serves MCP (or runs
 //! `try`).
 
-use agent_as_model::backends::mrtr::Sealer;
-use agent_as_model::backends::sampling::Settings;
 use agent_as_model::config::{Command, Config, Transport};
 use agent_as_model::http::HttpSettings;
 use agent_as_model::local::LocalSettings;
+use agent_as_model::mcp::mrtr::Sealer;
+use agent_as_model::mcp::sampling::Settings;
+use agent_as_model::mcp::server::Server;
+use agent_as_model::mcp::stdio::{Framing, serve_stdio};
 use agent_as_model::routing::Backends;
-use agent_as_model::server::Server;
-use agent_as_model::transport::{Framing, serve_stdio};
 use clap::Parser;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -40,9 +40,11 @@ fn main() -> ExitCode {
     };
     let outcome = match &config.command {
         Some(Command::Try(args)) => {
-            runtime.block_on(agent_as_model::try_command::run(&config, args))
+            runtime.block_on(agent_as_model::mcp::try_command::run(&config, args))
         }
-        Some(Command::Bridge(args)) => runtime.block_on(agent_as_model::bridge::run(&config, args)),
+        Some(Command::Bridge(args)) => {
+            runtime.block_on(agent_as_model::mcp::bridge::run(&config, args))
+        }
         None => match Sealer::new(&config.state_keys(), config.state_ttl()) {
             Ok((sealer, source)) => {
                 tracing::info!(?source, "requestState sealing key chosen");

@@ -8,15 +8,15 @@
 #![allow(deprecated)] // MCP sampling is deprecated by SEP-2577, and it is what this server is.
 
 use super::direct::{Model, ModelRequest};
-use super::legacy;
-use super::mrtr::{self, Binding};
-use super::sampling::{self, Host, Retry, Settings};
 use crate::call::{Call, Completion};
 use crate::error::{CallError, CallResult};
 use crate::fulfil::live::{Event, Live};
 use crate::fulfil::{Attempt, Capabilities, Fulfilled, Machine, Progress, Step};
 use crate::limits::Limits;
-use crate::wire::mcp;
+use crate::mcp::legacy;
+use crate::mcp::mrtr::{self, Binding};
+use crate::mcp::sampling::{self, Host, Retry, Settings};
+use crate::mcp::wire;
 use rmcp::model::InputRequiredResult;
 use rmcp::service::{RequestContext, RoleServer};
 use std::sync::Arc;
@@ -147,7 +147,7 @@ impl<'a> Driver<'a> {
             return Ok(Default::default());
         };
         let answer = match responses.and_then(|r| r.get(mrtr::SAMPLE_KEY)) {
-            Some(value) => Some(mcp::to_completion(
+            Some(value) => Some(wire::to_completion(
                 sampling::parse_response(value)?,
                 s.limits,
             )?),
@@ -175,7 +175,7 @@ impl<'a> Driver<'a> {
                         .map(Sent::Asked);
                 }
                 let result = legacy::sample(s.ctx, params, s.settings.sampling_timeout).await?;
-                mcp::to_completion(result, s.limits).map(Sent::Answered)
+                wire::to_completion(result, s.limits).map(Sent::Answered)
             }
             Driver::Direct { model, ctx } => {
                 let request = ModelRequest::from_attempt(attempt);

@@ -11,9 +11,5 @@
 
 pub mod direct;
 pub mod driver;
-pub mod legacy;
-pub mod mrtr;
-pub mod progress;
 pub mod provider;
-pub mod sampling;
 pub mod stream;

@@ -5,14 +5,14 @@
 //! session's server-to-client stream. In front of it: bearer-token auth (compared in constant
 //! time), `Host` and `Origin` allow-lists (DNS rebinding), the body limit, and a graceful stop
 //! on SIGTERM or Ctrl-C. Legacy sessions are capped and expire when idle ([`sessions`]); tool
-//! calls are capped per session and in all ([`crate::gate`]); every request gets an id
+//! calls are capped per session and in all ([`crate::mcp::gate`]); every request gets an id
 //! (`X-Request-Id`, kept from a proxy or made here) that the call's log line carries.
 
 mod sessions;
 
 use crate::config::Config;
-use crate::gate::GlobalCap;
-use crate::server::Server;
+use crate::mcp::gate::GlobalCap;
+use crate::mcp::server::Server;
 use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
@@ -365,7 +365,7 @@ async fn route(request: Request<Incoming>, front: Front) -> Response<Body> {
                 }
             };
             if parts.method == hyper::Method::POST
-                && let Some(reply) = crate::transport::refuse_malformed_call(&body)
+                && let Some(reply) = crate::mcp::stdio::refuse_malformed_call(&body)
             {
                 let mut r = plain_owned(StatusCode::OK, reply.to_string());
                 r.headers_mut().insert(
@@ -612,7 +612,7 @@ fn exact_in_frame(data: Bytes) -> Bytes {
         };
         match serde_json::from_str::<serde_json::Value>(json) {
             Ok(mut message) if json.starts_with('{') => {
-                crate::transport::exact_temperatures(&mut message);
+                crate::mcp::stdio::exact_temperatures(&mut message);
                 out.push_str(prefix);
                 out.push_str(&message.to_string());
             }

@@ -10,9 +10,9 @@
 pub mod file;
 
 use crate::backends::direct::Model;
-use crate::backends::sampling::Host;
 use crate::config::{Backend, Config, Direct, Fallback};
 use crate::error::{CallError, CallResult};
+use crate::mcp::sampling::Host;
 use crate::shapes::DEFAULT_MODEL;
 use file::{Answer, Models, Scores};
 use serde_json::{Value, json};

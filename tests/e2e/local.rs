@@ -224,8 +224,8 @@ fn cached_model() -> std::path::PathBuf {
 
 #[tokio::test]
 async fn an_emulated_tool_call_comes_back_from_a_host_that_cannot_take_tools() {
-    use agent_as_model::host;
     use agent_as_model::local::{Local, LocalSettings};
+    use agent_as_model::mcp::host;
     use rmcp::ServiceExt;
     use rmcp::transport::{ConfigureCommandExt, TokioChildProcess};
     use std::sync::Arc;

@@ -4,7 +4,7 @@
 //! once with an error saying why (the host's call is answered instead of waiting out the
 //! timeout), and a request of the downstream's that is too long is refused to it.
 
-use crate::transport::{head_id, read_line};
+use crate::mcp::stdio::{head_id, read_line};
 use rmcp::service::{RoleClient, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use serde_json::{Value, json};

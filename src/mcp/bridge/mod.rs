@@ -21,7 +21,7 @@ mod upstream;
 use crate::backends::direct::Model;
 use crate::config::{BridgeArgs, Config, DownstreamEra};
 use crate::limits::Limits;
-use crate::transport::Framing;
+use crate::mcp::stdio::Framing;
 use downstream::Downstream;
 use rmcp::model::ServerPeerInfo as ServerInfo;
 use rmcp::service::{
@@ -320,7 +320,7 @@ pub async fn run(config: &Config, args: &BridgeArgs) -> Result<(), String> {
     shared.set_link(Link::Up(Arc::new(client)));
     let supervisor = tokio::spawn(supervise(args.clone(), shared.clone(), ended));
     // The host's side is framed and bounded as the server's own stdio is.
-    let served = crate::transport::serve_stdio(
+    let served = crate::mcp::stdio::serve_stdio(
         |done| upstream::Upstream::new(shared.clone(), info, done),
         Framing::from_config(config),
     )

@@ -14,7 +14,7 @@ use super::mrtr;
 use crate::call::ToolChoice;
 use crate::error::{CallError, CallResult};
 use crate::fulfil::{Attempt, Capabilities, Strategy};
-use crate::wire::mcp;
+use crate::mcp::wire;
 use rmcp::ErrorData;
 use rmcp::model::{
     ClientCapabilities, CreateMessageRequestParams, CreateMessageResult, ErrorCode, ModelHint,
@@ -129,7 +129,7 @@ pub fn sampling_params(attempt: &Attempt<'_>, hints: &[String]) -> CreateMessage
     let req = &attempt.call.request;
     let messages: Vec<SamplingMessage> = attempt
         .turns()
-        .map(|t| mcp::message(t, attempt.tool_content))
+        .map(|t| wire::message(t, attempt.tool_content))
         .collect();
     let mut params = CreateMessageRequestParams::new(messages, req.max_tokens)
         .with_model_preferences(ModelPreferences::new().with_hints(if hints.is_empty() {

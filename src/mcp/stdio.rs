@@ -22,7 +22,7 @@
 
 use crate::config::Config;
 use crate::error::clip;
-use crate::server::OnDone;
+use crate::mcp::server::OnDone;
 use rmcp::ServiceExt;
 use rmcp::model::{InputRequest, JsonRpcMessage, ServerRequest, ServerResult};
 use rmcp::service::{RoleServer, RxJsonRpcMessage, TxJsonRpcMessage};

@@ -6,9 +6,9 @@
 #![allow(deprecated)] // Sampling, roots and logging are deprecated by SEP-2577; this bridges them.
 
 use super::Shared;
-use crate::backends::progress::Reporter;
 use crate::fulfil::live::Event;
-use crate::host;
+use crate::mcp::host;
+use crate::mcp::progress::Reporter;
 use rmcp::ErrorData;
 use rmcp::model::{
     CancelledNotificationParam, ClientCapabilities, ClientConfig, ClientResult,
@@ -112,7 +112,7 @@ impl Downstream {
             .map_err(|e| {
                 ErrorData::internal_error(format!("the {} model failed: {e}", model.kind()), None)
             })?;
-        Ok(crate::wire::mcp::result(completion))
+        Ok(crate::mcp::wire::result(completion))
     }
 }
 

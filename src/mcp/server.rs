@@ -4,18 +4,18 @@
 //! everything a call needs arrives with the call.
 
 use crate::backends::driver::{Driver, Outcome};
-use crate::backends::progress::Reporter;
-use crate::backends::sampling::{Host, Retry, Settings};
 use crate::call::{Call, Reply};
 use crate::contract::cursor;
 use crate::error::{CallError, StartError, clip};
 use crate::fulfil::Fulfilled;
-use crate::gate::Gate;
 use crate::limits::Limits;
+use crate::mcp::gate::Gate;
+use crate::mcp::progress::Reporter;
+use crate::mcp::sampling::{Host, Retry, Settings};
+use crate::mcp::wire;
 use crate::pyjson::{self, Style};
 use crate::routing::{Answerer, Backends, Entry};
 use crate::shapes::{self, Shape};
-use crate::wire::mcp;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
@@ -367,7 +367,7 @@ fn finish(
     }
     tracing::debug!(tool = call.tool, attempts = done.attempts, "call completed");
     let mut content = vec![ContentBlock::text(rendered.text)];
-    content.extend(done.media.into_iter().map(mcp::into_content));
+    content.extend(done.media.into_iter().map(wire::into_content));
     let mut result = CallToolResult::success(content);
     result.structured_content = Some(Value::Object(structured));
     Ok(result)

@@ -6,7 +6,7 @@
 #![allow(deprecated)] // Logging and resource subscriptions are deprecated by SEP-2577.
 
 use super::Shared;
-use crate::server::{Done, OnDone};
+use crate::mcp::server::{Done, OnDone};
 use rmcp::ErrorData;
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResponse, CallToolResult,

@@ -8,7 +8,7 @@ use crate::backends::direct::{Model, ModelRequest, ModelTool};
 use crate::call::{ToolChoice, Tuning, Turn};
 use crate::error::{CallError, CallResult};
 use crate::limits::Limits;
-use crate::wire::mcp;
+use crate::mcp::wire;
 use rmcp::model::{
     ClientCapabilities, ClientConfig, ContentBlock, CreateMessageRequestParams,
     CreateMessageResult, ErrorData, Implementation, ProtocolVersion, ToolChoiceMode,
@@ -23,7 +23,7 @@ pub fn request(params: &CreateMessageRequestParams, limits: &Limits) -> CallResu
         .messages
         .iter()
         .enumerate()
-        .map(|(i, message)| mcp::turn(i, message, limits))
+        .map(|(i, message)| wire::turn(i, message, limits))
         .collect::<CallResult<Vec<Turn>>>()?;
     let metadata = params.metadata.as_ref();
     let given =
@@ -107,7 +107,7 @@ impl rmcp::ClientHandler for Host {
             self.model.complete(request, self.live.clone()).await
         }
         .await;
-        answer.map(mcp::result).map_err(|e: CallError| {
+        answer.map(wire::result).map_err(|e: CallError| {
             ErrorData::internal_error(format!("the {} model failed: {e}", self.model.kind()), None)
         })
     }

@@ -1,0 +1,17 @@
+//! The MCP front: every file that speaks MCP through rmcp. The handler ([`server`]) parses a
+//! `tools/call` and hands it to the completion service; stdio framing ([`stdio`]); the host's
+//! sampling on both protocol eras ([`sampling`], [`legacy`], [`mrtr`]); progress notifications
+//! ([`progress`]); MCP content ([`wire`]); the per-session call cap ([`gate`]); the reference
+//! host and `try` ([`host`], [`try_command`]); the bridge ([`bridge`]).
+
+pub mod bridge;
+pub mod gate;
+pub mod host;
+pub mod legacy;
+pub mod mrtr;
+pub mod progress;
+pub mod sampling;
+pub mod server;
+pub mod stdio;
+pub mod try_command;
+pub mod wire;
