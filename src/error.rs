@@ -1,8 +1,7 @@
 //! Typed errors. A call's error carries what went wrong and where (the argument path); it is
-//! rendered to text only at the edge (`server.rs`), as an `isError` result or a JSON-RPC error.
-//! Every message names the field or location and what was expected.
+//! rendered only at a front's edge: by the MCP handler as an `isError` result or a JSON-RPC
+//! error. Every message names the field or location and what was expected.
 
-use rmcp::ErrorData;
 use serde_json::Value;
 
 #[derive(Debug, thiserror::Error)]
@@ -30,9 +29,60 @@ pub enum CallError {
     /// The host answered, but the answer breaks the call's contract (schema, persona).
     #[error("completion rejected: {0}")]
     Rejected(String),
-    /// A protocol-level failure, answered as a JSON-RPC error (sealed state, capabilities).
+    /// A fault in how the call was made rather than in what it asks (a sealed state that does
+    /// not open, a client capability missing): the MCP front answers it as a JSON-RPC error.
     #[error("{}", .0.message)]
-    Protocol(ErrorData),
+    Protocol(Fault),
+}
+
+/// See [`CallError::Protocol`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fault {
+    pub kind: FaultKind,
+    pub message: String,
+    /// Machine-readable detail (the capabilities required).
+    pub data: Option<Value>,
+}
+
+/// The kinds of [`Fault`], each one JSON-RPC error code at the MCP edge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultKind {
+    /// The request's parameters cannot be used (`-32602`).
+    InvalidParams,
+    /// This server could not do its part (`-32603`).
+    Internal,
+    /// The client lacks a capability the call needs (`-32021`).
+    MissingCapability,
+}
+
+impl CallError {
+    /// A [`CallError::Protocol`] fault.
+    pub fn fault(kind: FaultKind, message: impl Into<String>) -> Self {
+        CallError::Protocol(Fault {
+            kind,
+            message: message.into(),
+            data: None,
+        })
+    }
+}
+
+/// Who answered an attempt: whose failure an answer nobody can use is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Blame {
+    /// The host's model, through MCP sampling.
+    Host,
+    /// A backend this server calls itself (`local`, `provider`).
+    Backend(&'static str),
+}
+
+impl Blame {
+    /// The failure of whoever answered.
+    pub fn failed(self, message: impl Into<String>) -> CallError {
+        match self {
+            Blame::Host => CallError::Host(message.into()),
+            Blame::Backend(backend) => CallError::backend(backend, message),
+        }
+    }
 }
 
 pub type CallResult<T> = Result<T, CallError>;

@@ -41,6 +41,7 @@ pub mod logging;
 pub mod mcp;
 pub mod pyjson;
 pub mod routing;
+pub mod service;
 pub mod shapes;
 pub mod wire;
 

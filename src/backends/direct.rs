@@ -5,13 +5,12 @@
 
 use crate::call::{Block, Completion, ToolChoice, Tuning, Turn};
 use crate::error::{CallError, CallResult};
-use crate::fulfil::live::Live;
+use crate::fulfil::live::Events;
 use crate::fulfil::{Attempt, Capabilities};
 use crate::wire::openai;
 use serde_json::{Map, Value};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 
 /// A boxed future, so backends can be chosen at run time.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -100,7 +99,7 @@ pub trait Model: Send + Sync {
     fn complete(
         &self,
         request: ModelRequest,
-        live: Option<Arc<Live>>,
+        live: Option<Events>,
     ) -> BoxFuture<'_, CallResult<Completion>>;
 }
 

@@ -10,6 +10,5 @@
 //! with [`stream`]), [`crate::local`] the embedded model.
 
 pub mod direct;
-pub mod driver;
 pub mod provider;
 pub mod stream;

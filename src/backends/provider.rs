@@ -9,10 +9,9 @@ use crate::call::{Block, Completion, Usage};
 use crate::config::Config;
 use crate::error::{CallError, CallResult, clip};
 use crate::fulfil::Capabilities;
-use crate::fulfil::live::{Event, Live};
+use crate::fulfil::live::{Event, Events, Sink};
 use crate::wire::openai::{self, Reader};
 use serde_json::{Map, Value, json};
-use std::sync::Arc;
 use std::time::Duration;
 
 /// How to reach the provider.
@@ -266,7 +265,7 @@ impl Provider {
         Ok(self.scrub(String::from_utf8_lossy(&body).into_owned()))
     }
 
-    async fn call(&self, body: &Value, live: Option<&Live>) -> CallResult<Value> {
+    async fn call(&self, body: &Value, live: Option<&dyn Sink>) -> CallResult<Value> {
         let mut attempt = 0;
         loop {
             let mut request = self
@@ -331,7 +330,7 @@ impl Provider {
     async fn stream(
         &self,
         mut response: reqwest::Response,
-        live: Option<&Live>,
+        live: Option<&dyn Sink>,
     ) -> CallResult<Value> {
         let max = self.settings.max_response;
         let mut assembly = super::stream::Assembly::new(self.settings.max_tool_calls);
@@ -531,7 +530,7 @@ impl Model for Provider {
     fn complete(
         &self,
         request: ModelRequest,
-        live: Option<Arc<Live>>,
+        live: Option<Events>,
     ) -> BoxFuture<'_, CallResult<Completion>> {
         Box::pin(async move {
             let mut body = body(&self.settings.model, &request);

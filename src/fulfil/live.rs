@@ -1,7 +1,8 @@
-//! What a caller sees of an answer while it is made: the backend reports tokens and the
-//! machine's attempts here, and a reporter (the MCP adapter's `notifications/progress`) reads
-//! the latest state when it is ready to send, so a fast model never queues more than one
-//! update and memory stays bounded by the clipped text.
+//! What a caller sees of an answer while it is made. The driver tells each attempt and the
+//! backend every piece of the answer, in order, to the call's [`Sink`]. [`Live`] is the lossy
+//! consumer: a reporter (the MCP front's `notifications/progress`) reads the latest state when
+//! it is ready to send, so a fast model never queues more than one update and memory stays
+//! bounded by the clipped text.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use tokio::sync::Notify;
@@ -25,6 +26,20 @@ pub enum Event<'a> {
     ToolCall { tokens: usize, name: &'a str },
     /// Nothing follows: the reporter ends after what it is sending.
     Finished,
+}
+
+/// Where a call's events go, in order, as they happen.
+pub trait Sink: Send + Sync {
+    fn event(&self, event: Event<'_>);
+}
+
+/// A call's sink, shared by the driver and the backend.
+pub type Events = Arc<dyn Sink>;
+
+impl Sink for Live {
+    fn event(&self, event: Event<'_>) {
+        Live::event(self, event);
+    }
 }
 
 /// Appends to the tail and keeps its last [`TAIL_CHARS`] characters.

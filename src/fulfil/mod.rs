@@ -1,12 +1,12 @@
 //! Fulfilment as a pure state machine: given the call and the answers so far, it says "send
 //! this request" or "done" (or fails). It owns the repair policy and the emulation strategy,
 //! which it decides from the backend's declared [`Capabilities`]. It does no I/O and knows no
-//! protocol era: the drivers in [`crate::backends`] send what it asks for (a sampling request
+//! protocol era: the driver in [`crate::service`] sends what it asks for (a sampling request
 //! during the tool call, an `InputRequiredResult` round, a provider's HTTP call) and feed the
 //! answer back.
 //!
 //! ```text
-//! let machine = Machine::new(&call, backend_capabilities);
+//! let machine = Machine::new(&call, backend_capabilities, Blame::Host);
 //! let mut answer = None;
 //! loop {
 //!     match machine.step(&mut progress, answer.take())? {
@@ -20,7 +20,7 @@ pub mod live;
 pub mod output;
 
 use crate::call::{Answer, Block, Call, Completion, Finish, Mode, ToolChoice, ToolDef, Turn};
-use crate::error::{CallError, CallResult};
+use crate::error::{Blame, CallError, CallResult};
 use crate::pyjson::{self, Style};
 use output::Verdict;
 use serde::{Deserialize, Serialize};
@@ -254,14 +254,17 @@ pub struct Machine<'a> {
     call: &'a Call,
     caps: Capabilities,
     strategy: Strategy,
+    /// Whose failure an unusable answer is.
+    blame: Blame,
 }
 
 impl<'a> Machine<'a> {
-    pub fn new(call: &'a Call, caps: Capabilities) -> Self {
+    pub fn new(call: &'a Call, caps: Capabilities, blame: Blame) -> Self {
         Machine {
             call,
             caps,
             strategy: Strategy::for_call(call, caps),
+            blame,
         }
     }
 
@@ -285,7 +288,12 @@ impl<'a> Machine<'a> {
             completion.enforce_stop(&self.call.request.stop);
         }
         let attempts = progress.repairs.len() + 1;
-        match self.persona_check(output::interpret(self.call, self.strategy, &completion)?) {
+        match self.persona_check(output::interpret(
+            self.call,
+            self.strategy,
+            &completion,
+            self.blame,
+        )?) {
             Verdict::Accepted(answer) => Ok(Step::Done(Fulfilled {
                 answer,
                 strategy: self.strategy,
@@ -487,7 +495,7 @@ mod tests {
     #[test]
     fn the_machine_asks_repairs_within_budget_then_fails() {
         let call = structured_call();
-        let m = Machine::new(&call, Capabilities::sampling(false));
+        let m = Machine::new(&call, Capabilities::sampling(false), Blame::Host);
         assert_eq!(m.strategy(), Strategy::StructuredByPrompt);
         let mut progress = Progress::default();
         let Step::Send(first) = m.step(&mut progress, None).unwrap() else {
@@ -514,7 +522,7 @@ mod tests {
     #[test]
     fn a_backend_with_tools_gets_the_structured_tool() {
         let call = structured_call();
-        let m = Machine::new(&call, Capabilities::sampling(true));
+        let m = Machine::new(&call, Capabilities::sampling(true), Blame::Host);
         let Step::Send(a) = m.step(&mut Progress::default(), None).unwrap() else {
             panic!()
         };
@@ -533,7 +541,7 @@ mod tests {
             top_k: true,
             streams: true,
         };
-        let m = Machine::new(&call, caps);
+        let m = Machine::new(&call, caps, Blame::Host);
         assert_eq!(m.strategy(), Strategy::StructuredNative);
         let Step::Send(a) = m.step(&mut Progress::default(), None).unwrap() else {
             panic!()

@@ -5,7 +5,7 @@
 use super::{STRUCTURED_TOOL, Strategy};
 use crate::call::{Answer, Call, Completion, Mode, ToolCall, ToolChoice, ToolDef, new_id};
 use crate::contract::schema::Schema;
-use crate::error::{CallError, CallResult};
+use crate::error::{Blame, CallResult};
 use crate::pyjson::{self, Style};
 use serde_json::Value;
 
@@ -21,7 +21,12 @@ pub enum Verdict {
 }
 
 /// Interprets one answer for the call's mode under `strategy`.
-pub fn interpret(call: &Call, strategy: Strategy, completion: &Completion) -> CallResult<Verdict> {
+pub fn interpret(
+    call: &Call,
+    strategy: Strategy,
+    completion: &Completion,
+    blame: Blame,
+) -> CallResult<Verdict> {
     let text = completion.text();
     let calls: Vec<ToolCall> = completion
         .tool_uses()
@@ -52,10 +57,9 @@ pub fn interpret(call: &Call, strategy: Strategy, completion: &Completion) -> Ca
         (Strategy::StructuredByPrompt | Strategy::StructuredNative, Mode::Structured(schema)) => {
             Ok(structured_by_prompt(text, schema))
         }
-        _ if !calls.is_empty() => Err(CallError::Host(
+        _ if !calls.is_empty() => Err(blame.failed(
             "the model answered with tool_use content, but no tools were offered to it; \
-             expected text"
-                .to_owned(),
+             expected text",
         )),
         _ => Ok(Verdict::Accepted(Answer::Text(text))),
     }

@@ -15,7 +15,7 @@ use crate::call::{Block, Completion, Finish, ToolChoice, Usage, new_id};
 use crate::config::Config;
 use crate::error::{CallError, CallResult};
 use crate::fulfil::Capabilities;
-use crate::fulfil::live::{Event, Live};
+use crate::fulfil::live::{Event, Events};
 use crate::wire::openai;
 use engine::{Output, Params};
 use llama_cpp_2::sampling::LlamaSampler;
@@ -124,7 +124,7 @@ impl From<LocalError> for CallError {
 struct Job {
     request: ModelRequest,
     /// Told the answer's tokens as they are made, when the caller follows its progress.
-    live: Option<Arc<Live>>,
+    live: Option<Events>,
     reply: oneshot::Sender<Result<Output, LocalError>>,
 }
 
@@ -258,7 +258,7 @@ impl Model for Local {
     fn complete(
         &self,
         request: ModelRequest,
-        live: Option<Arc<Live>>,
+        live: Option<Events>,
     ) -> BoxFuture<'_, CallResult<Completion>> {
         Box::pin(async move {
             direct::text_only(&request, KIND)?;

@@ -104,7 +104,12 @@ impl rmcp::ClientHandler for Host {
     ) -> Result<CreateMessageResult, ErrorData> {
         let answer = async {
             let request = request(&params, &self.limits)?;
-            self.model.complete(request, self.live.clone()).await
+            self.model
+                .complete(
+                    request,
+                    self.live.clone().map(|l| l as crate::fulfil::live::Events),
+                )
+                .await
         }
         .await;
         answer.map(wire::result).map_err(|e: CallError| {

@@ -9,10 +9,9 @@
 
 #![allow(deprecated)] // MCP sampling is deprecated by SEP-2577, and it is what this server is.
 
-use crate::error::{CallError, StartError};
+use crate::error::{CallError, FaultKind, StartError};
 use crate::fulfil::Progress;
 use crate::pyjson::{self, Style};
-use rmcp::ErrorData;
 use rmcp::model::{
     CreateMessageRequest, CreateMessageRequestParams, InputRequest, InputRequests,
     InputRequiredResult, RequestStateCodec, SealOptions,
@@ -105,10 +104,10 @@ impl Sealer {
                     .ttl(self.ttl),
             )
             .map_err(|e| {
-                CallError::Protocol(ErrorData::internal_error(
+                CallError::fault(
+                    FaultKind::Internal,
                     format!("could not seal requestState: {e}"),
-                    None,
-                ))
+                )
             })?;
         let mut requests = InputRequests::new();
         requests.insert(
@@ -128,36 +127,36 @@ impl Sealer {
     ) -> Result<Option<Progress>, CallError> {
         let Some(state) = state else {
             if has_responses {
-                return Err(CallError::Protocol(ErrorData::invalid_params(
+                return Err(CallError::fault(
+                    FaultKind::InvalidParams,
                     "inputResponses were sent without requestState: echo the requestState of \
                      the InputRequiredResult they answer",
-                    None,
-                )));
+                ));
             }
             return Ok(None);
         };
         if state.len() > MAX_STATE_BYTES {
-            return Err(CallError::Protocol(ErrorData::invalid_params(
+            return Err(CallError::fault(
+                FaultKind::InvalidParams,
                 format!(
                     "requestState rejected: {} bytes is more than this server ever issues \
                      ({MAX_STATE_BYTES})",
                     state.len()
                 ),
-                None,
-            )));
+            ));
         }
         self.codec
             .open_json_with::<Progress>(state, binding.0.as_bytes())
             .map(Some)
             .map_err(|e| {
-                CallError::Protocol(ErrorData::invalid_params(
+                CallError::fault(
+                    FaultKind::InvalidParams,
                     format!(
                         "requestState rejected ({e}): it must be echoed unchanged, for the same \
                          tool and arguments, before it expires; start the call again without \
                          requestState"
                     ),
-                    None,
-                ))
+                )
             })
     }
 }

@@ -2,28 +2,33 @@
 //! protocol era. This is the one place that looks at protocol versions and client
 //! capabilities.
 //!
-//! [`super::driver`] runs the fulfilment machine on it: on the legacy era each attempt is sent
-//! as `sampling/createMessage` and awaited (bounded, see [`super::legacy`]); on 2026-07-28 the
-//! answer is read from the retry's `inputResponses`, or the driver stops and returns an
-//! `InputRequiredResult` carrying the request and the sealed progress (see [`super::mrtr`]).
-//! Here: what the host can take, and sampling messages to and from neutral turns.
+//! The completion service's driver runs the fulfilment machine on it ([`Caller`] is the
+//! service's [`HostModel`]): on the legacy era each attempt is sent as `sampling/createMessage`
+//! and awaited (bounded, see [`super::legacy`]); on 2026-07-28 the answer is read from the
+//! retry's `inputResponses`, or the call stops and returns an `InputRequiredResult` carrying
+//! the request and the sealed progress (see [`super::mrtr`]). Here too: what the host can take,
+//! and the sampling request for an attempt.
 
 #![allow(deprecated)] // MCP sampling is deprecated by SEP-2577, and it is what this server is.
 
-use super::mrtr;
-use crate::call::ToolChoice;
-use crate::error::{CallError, CallResult};
-use crate::fulfil::{Attempt, Capabilities, Strategy};
+use super::{legacy, mrtr};
+use crate::backends::direct::BoxFuture;
+use crate::call::{Call, Completion, ToolChoice};
+use crate::error::{CallError, CallResult, Fault, FaultKind};
+use crate::fulfil::{Attempt, Capabilities, Progress, Strategy};
+use crate::limits::Limits;
 use crate::mcp::wire;
-use rmcp::ErrorData;
+use crate::service::HostModel;
+use crate::service::driver::{Sampler, Sent};
 use rmcp::model::{
-    ClientCapabilities, CreateMessageRequestParams, CreateMessageResult, ErrorCode, ModelHint,
-    ModelPreferences, ProtocolVersion, SamplingMessage, Tool, ToolChoice as McpToolChoice,
+    ClientCapabilities, CreateMessageRequestParams, CreateMessageResult, InputRequiredResult,
+    ModelHint, ModelPreferences, ProtocolVersion, SamplingMessage, Tool,
+    ToolChoice as McpToolChoice,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use serde::Deserialize as _;
 use serde_json::{Map, Value};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// What the server knows about the client on this request.
@@ -92,8 +97,9 @@ impl Host {
         }
         let mut required = ClientCapabilities::default();
         required.sampling = Some(Default::default());
-        Err(CallError::Protocol(ErrorData::new(
-            ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY,
+        Err(CallError::Protocol(Fault {
+            kind: FaultKind::MissingCapability,
+            message:
             "Missing required client capability: sampling. agent-as-model answers every call \
              with the host's own model through MCP sampling, and this client did not declare \
              the sampling capability. Use a host that samples (VS Code with GitHub Copilot, \
@@ -101,9 +107,10 @@ impl Host {
              Code: MCP: List Servers > agent-as-model > Configure Model Access). Claude Code, \
              Cursor, Claude Desktop, Goose, Codex, Zed and Gemini CLI do not sample: there, start this \
              server with --fallback local (an embedded model, fetched once, no key) or \
-             --fallback provider (an OpenAI-compatible API), or set AGENT_AS_MODEL_FALLBACK.",
-            Some(serde_json::json!({"requiredCapabilities": required})),
-        )))
+             --fallback provider (an OpenAI-compatible API), or set AGENT_AS_MODEL_FALLBACK."
+                .to_owned(),
+            data: Some(serde_json::json!({"requiredCapabilities": required})),
+        }))
     }
 }
 
@@ -191,4 +198,119 @@ pub(crate) fn parse_response(value: &Value) -> CallResult<CreateMessageResult> {
              \"assistant\", \"content\": ..., \"model\": ...}}"
         ))
     })
+}
+
+/// The client of one tool call, as the completion service sees its host: whether it samples,
+/// and its sampling for the call's attempts on the request's era.
+pub struct Caller<'a> {
+    pub host: Host,
+    ctx: &'a RequestContext<RoleServer>,
+    retry: Retry<'a>,
+    settings: &'a Settings,
+    limits: &'a Limits,
+    /// The question of a 2026-07-28 round, once asked: the tool call's answer.
+    asked: Mutex<Option<InputRequiredResult>>,
+}
+
+impl<'a> Caller<'a> {
+    pub fn new(
+        ctx: &'a RequestContext<RoleServer>,
+        retry: Retry<'a>,
+        settings: &'a Settings,
+        limits: &'a Limits,
+    ) -> Self {
+        Caller {
+            host: Host::of(ctx),
+            ctx,
+            retry,
+            settings,
+            limits,
+            asked: Mutex::new(None),
+        }
+    }
+
+    /// The input-required round the call ended on, if it did.
+    pub fn take_asked(&self) -> Option<InputRequiredResult> {
+        self.asked
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+    }
+}
+
+impl HostModel for Caller<'_> {
+    fn samples(&self) -> bool {
+        self.host.sampling
+    }
+
+    fn sampler<'b>(&'b self, call: &'b Call, hints: &'b [String]) -> Box<dyn Sampler + 'b> {
+        let binding = self
+            .host
+            .modern
+            .then(|| mrtr::Sealer::binding(call.tool, self.retry.arguments));
+        Box::new(Sampling {
+            caller: self,
+            hints,
+            binding,
+        })
+    }
+}
+
+/// The host's sampling for one call: a request during the call (legacy) or an input-required
+/// round (2026-07-28).
+struct Sampling<'a> {
+    caller: &'a Caller<'a>,
+    /// The model hints sent (none: the caller's `model`).
+    hints: &'a [String],
+    /// What the sealed state of a 2026-07-28 round is bound to (the tool and its arguments).
+    binding: Option<mrtr::Binding>,
+}
+
+impl Sampler for Sampling<'_> {
+    fn capabilities(&self) -> CallResult<Capabilities> {
+        self.caller.host.require_sampling()?;
+        Ok(self.caller.host.capabilities())
+    }
+
+    /// On a 2026-07-28 retry, the sealed progress and the host's answer to the last round.
+    fn resume(&self) -> CallResult<(Progress, Option<Completion>)> {
+        let Some(binding) = &self.binding else {
+            return Ok(Default::default());
+        };
+        let c = self.caller;
+        let responses = c.retry.input_responses;
+        let opened = c
+            .settings
+            .sealer
+            .open(binding, c.retry.request_state, responses.is_some())?;
+        let Some(progress) = opened else {
+            return Ok(Default::default());
+        };
+        let answer = match responses.and_then(|r| r.get(mrtr::SAMPLE_KEY)) {
+            Some(value) => Some(wire::to_completion(parse_response(value)?, c.limits)?),
+            // A retry without the "sample" answer: ask again.
+            None => None,
+        };
+        Ok((progress, answer))
+    }
+
+    fn send<'b>(
+        &'b self,
+        attempt: &'b Attempt<'_>,
+        progress: &'b Progress,
+    ) -> BoxFuture<'b, CallResult<Sent>> {
+        Box::pin(async move {
+            let c = self.caller;
+            let params = sampling_params(attempt, self.hints);
+            if let Some(binding) = &self.binding {
+                let ask = c.settings.sealer.ask(binding, progress, params)?;
+                *c.asked
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(ask);
+                return Ok(Sent::Asked);
+            }
+            let result = legacy::sample(c.ctx, params, c.settings.sampling_timeout).await?;
+            wire::to_completion(result, c.limits).map(Sent::Answered)
+        })
+    }
 }

@@ -1,37 +1,36 @@
-//! The MCP handler: lists the tools and routes each `tools/call` to its shape in the registry,
-//! then to the models [`crate::routing`] names for it (in order, on to the next after a
-//! transient failure), then back to the shape to render. It holds no per-connection state;
-//! everything a call needs arrives with the call.
+//! The MCP handler: lists the tools, parses each `tools/call` with its shape in the registry,
+//! hands the call to the completion service ([`crate::service`]) with the client as its host,
+//! and renders what comes back as the tool's result (the shape's API object with this
+//! server's own keys around it) or a JSON-RPC error. It holds no per-connection state beyond
+//! the progress tokens in flight; everything a call needs arrives with the call.
 
-use crate::backends::driver::{Driver, Outcome};
-use crate::call::{Call, Reply};
-use crate::contract::cursor;
-use crate::error::{CallError, StartError, clip};
-use crate::fulfil::Fulfilled;
+use crate::error::{CallError, FaultKind, StartError, clip};
+use crate::fulfil::live::Events;
 use crate::limits::Limits;
 use crate::mcp::gate::Gate;
 use crate::mcp::progress::Reporter;
-use crate::mcp::sampling::{Host, Retry, Settings};
+use crate::mcp::sampling::{Caller, Host, Retry, Settings};
 use crate::mcp::wire;
 use crate::pyjson::{self, Style};
-use crate::routing::{Answerer, Backends, Entry};
-use crate::shapes::{self, Shape};
+use crate::routing::Backends;
+use crate::service::{Answered, Origin, Served, Service};
+use crate::shapes::{self, Placement, Shape};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorCode,
+    Implementation, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
+    Tool,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler};
 use serde_json::{Map, Value, json};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 #[derive(Clone)]
 pub struct Server {
     settings: Arc<Settings>,
-    limits: Arc<Limits>,
+    service: Arc<Service>,
     tools: Arc<Vec<Tool>>,
-    backends: Arc<Backends>,
     /// Caps on calls in flight, over HTTP (stdio's transport counts its own).
     gate: Option<Gate>,
     /// The progress tokens of the calls in flight on this connection (or HTTP session): two
@@ -73,11 +72,11 @@ impl Server {
             tools.push(definition(shape.name(), shape.definition())?);
         }
         tools.push(definition("list_models", shapes::LIST_MODELS)?);
+        let service = Service::new(limits, backends, settings.sampling_timeout);
         Ok(Server {
             settings: Arc::new(settings),
-            limits: Arc::new(limits),
+            service: Arc::new(service),
             tools: Arc::new(tools),
-            backends: Arc::new(backends),
             gate: None,
             progress_tokens: Arc::default(),
             on_done: None,
@@ -103,6 +102,11 @@ impl Server {
         &self.tools
     }
 
+    /// The completion service the tools are answered by, for other fronts.
+    pub fn service(&self) -> Arc<Service> {
+        self.service.clone()
+    }
+
     async fn complete(
         &self,
         shape: &'static dyn Shape,
@@ -110,32 +114,50 @@ impl Server {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let arguments = request.arguments.unwrap_or_default();
-        let host = Host::of(&ctx);
         let result = async {
-            check_size(&arguments, self.limits.max_request_bytes)?;
-            let call = shapes::parse(shape, &arguments, &self.limits)?;
+            let call = self.service.parse(shape, &arguments)?;
             let retry = Retry {
                 arguments: &arguments,
                 request_state: request.request_state.as_deref(),
                 input_responses: request.input_responses.as_ref(),
             };
-            let chain = self.backends.route(&call.request.model, &host)?;
-            // One reporter for the whole call, across fallbacks and repairs, so progress only
-            // goes forward under the call's token; none when no model it may reach streams.
+            let caller = Caller::new(&ctx, retry, &self.settings, self.service.limits());
             let _token = self.claim_progress_token(&ctx)?;
-            let reporter = chain
-                .iter()
-                .any(|e| e.streams())
-                .then(|| Reporter::start(ctx.meta.get_progress_token(), &ctx.peer))
-                .flatten();
-            let live = reporter.as_ref().map(|r| r.live.clone());
-            let outcome = self
-                .fulfil(shape, &call, &chain, &host, retry, &ctx, live)
-                .await;
-            if let Some(reporter) = reporter {
+            // One reporter for the whole call, across fallbacks and repairs, so progress only
+            // goes forward under the call's token; started only when the service opens the
+            // call's events (a model it may reach makes its answer here).
+            let reporter: Mutex<Option<Reporter>> = Mutex::new(None);
+            let open = || {
+                let started = Reporter::start(ctx.meta.get_progress_token(), &ctx.peer)?;
+                let live: Events = started.live.clone();
+                *reporter.lock().unwrap_or_else(PoisonError::into_inner) = Some(started);
+                Some(live)
+            };
+            let origin = Origin {
+                host: Some(&caller),
+                cancel: &ctx.ct,
+                events: &open,
+            };
+            let served = self.service.complete(shape, &call, &origin).await;
+            let started = reporter
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take();
+            if let Some(reporter) = started {
                 reporter.stop().await;
             }
-            outcome
+            match served? {
+                Served::Answered(answered) => Ok(tool_result(shape, *answered).into()),
+                Served::Asked => caller
+                    .take_asked()
+                    .map(CallToolResponse::InputRequired)
+                    .ok_or_else(|| {
+                        CallError::fault(
+                            FaultKind::Internal,
+                            "the call stopped for an input-required round that was not made",
+                        )
+                    }),
+            }
         }
         .await;
         result.or_else(|e| edge(shape.name(), e))
@@ -193,111 +215,6 @@ impl Server {
             key,
         }))
     }
-
-    /// The call answered by the first model of `chain` that can, on to the next after a
-    /// transient failure while there is time.
-    #[allow(clippy::too_many_arguments)]
-    async fn fulfil(
-        &self,
-        shape: &'static dyn Shape,
-        call: &Call,
-        chain: &[&Entry],
-        host: &Host,
-        retry: Retry<'_>,
-        ctx: &RequestContext<RoleServer>,
-        live: Option<Arc<crate::fulfil::live::Live>>,
-    ) -> Result<CallToolResponse, CallError> {
-        let started = Instant::now();
-        let mut fell_back_from = Vec::new();
-        for (i, entry) in chain.iter().enumerate() {
-            let outcome = match self
-                .answer(entry, call, host, retry, ctx, live.as_ref())
-                .await
-            {
-                Ok(outcome) => outcome,
-                // Worth another model, one is left, and there is time for it.
-                Err(e)
-                    if e.is_transient()
-                        && i + 1 < chain.len()
-                        && started.elapsed() < self.settings.sampling_timeout =>
-                {
-                    tracing::warn!(model = %entry.name, error = %e, "falling back");
-                    fell_back_from.push(json!({"model": entry.name, "error": e.to_string()}));
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
-            return match outcome {
-                Outcome::Ask(ask) => Ok(CallToolResponse::InputRequired(ask)),
-                Outcome::Done(done) => {
-                    let route = Route {
-                        entry,
-                        fell_back_from,
-                        named: self.backends.named(),
-                    };
-                    finish(shape, call, done, &route).map(CallToolResponse::Complete)
-                }
-            };
-        }
-        Err(CallError::Invalid("no model can answer this call".into()))
-    }
-
-    /// One entry's answer to the call: under its cap, on its driver, with progress reported
-    /// when the call asked for it and the backend makes its answer where this server sees it.
-    async fn answer(
-        &self,
-        entry: &Entry,
-        call: &Call,
-        host: &Host,
-        retry: Retry<'_>,
-        ctx: &RequestContext<RoleServer>,
-        live: Option<&Arc<crate::fulfil::live::Live>>,
-    ) -> Result<Outcome, CallError> {
-        let _permit = entry.admit(self.backends.queue_timeout).await?;
-        let driver = match &entry.answerer {
-            Answerer::Model(model) => Driver::Direct {
-                model: model.as_ref(),
-                ctx,
-            },
-            Answerer::Host { hints } => {
-                Driver::sampling(call, host, ctx, retry, &self.settings, &self.limits, hints)
-            }
-        };
-        driver.run(call, live.filter(|_| entry.streams())).await
-    }
-}
-
-/// Which model answered a call, for its result.
-struct Route<'a> {
-    entry: &'a Entry,
-    /// The models that failed before it, with their errors.
-    fell_back_from: Vec<Value>,
-    /// A models file names the models: every result says which answered.
-    named: bool,
-}
-
-/// Refuses arguments larger than the limit, counting their JSON size without building it.
-fn check_size(arguments: &Map<String, Value>, max: usize) -> Result<(), CallError> {
-    struct Counter(usize);
-    impl std::io::Write for Counter {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0 += buf.len();
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut counter = Counter(0);
-    let _ = serde_json::to_writer(&mut counter, arguments);
-    if counter.0 > max {
-        return Err(CallError::Invalid(format!(
-            "the arguments are {} bytes of JSON, over the limit of {max} \
-             (AGENT_AS_MODEL_MAX_REQUEST_BYTES)",
-            counter.0
-        )));
-    }
-    Ok(())
 }
 
 /// Turns a call error into what the client sees: JSON-RPC errors for protocol faults, an
@@ -305,110 +222,72 @@ fn check_size(arguments: &Map<String, Value>, max: usize) -> Result<(), CallErro
 fn edge(tool: &str, e: CallError) -> Result<CallToolResponse, ErrorData> {
     tracing::debug!(tool, kind = e.kind(), "call failed");
     match e {
-        CallError::Protocol(err) => Err(err),
+        CallError::Protocol(fault) => {
+            let code = match fault.kind {
+                FaultKind::InvalidParams => ErrorCode::INVALID_PARAMS,
+                FaultKind::Internal => ErrorCode::INTERNAL_ERROR,
+                FaultKind::MissingCapability => ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY,
+            };
+            Err(ErrorData::new(code, fault.message, fault.data))
+        }
         other => Ok(CallToolResult::error(vec![ContentBlock::text(other.to_string())]).into()),
     }
 }
 
-/// The cursor, the shape's rendering, and
-/// what every result reports (warnings, how tools and structured output were obtained, media,
-/// and which backend answered when it was not the host's sampling).
-fn finish(
-    shape: &dyn Shape,
-    call: &Call,
-    done: Fulfilled,
-    route: &Route<'_>,
-) -> Result<CallToolResult, CallError> {
-    let completion = done.answer.completion_text();
-    let minted = call.chain.is_on().then(|| {
-        cursor::mint(
-            &call.request.model,
-            call.tool,
-            &call.transcript,
-            &completion,
-        )
-    });
-    let reply = Reply {
-        call,
-        answer: &done.answer,
-        completion: &completion,
-        finish: &done.finish,
-        host_model: &done.host_model,
-        cursor: minted.as_deref(),
-        measured: done.usage,
-        media: &done.media,
-    };
-    let rendered = shape.render(&reply);
-    let mut structured = rendered.structured;
-    let mut warnings = call.warnings.clone();
-    warnings.extend(done.warnings);
-    if let Some(via) = done.strategy.tools_via() {
+/// The tool result of an answered call: the text (and any media) as content; as structured
+/// content the shape's API object where the shape puts it, with what this server reports
+/// beside it (warnings, how tools and structured output were obtained, which backend and
+/// model answered when it was not the host's sampling).
+fn tool_result(shape: &dyn Shape, answered: Answered) -> CallToolResult {
+    let Answered {
+        rendered,
+        report,
+        media,
+    } = answered;
+    let mut structured = Map::new();
+    match shape.placement() {
+        Placement::Under(key) => {
+            structured.insert("result".into(), json!(rendered.text));
+            structured.insert(key.into(), Value::Object(rendered.object));
+        }
+        Placement::Beside => {
+            structured.insert("result".into(), json!(rendered.text));
+            structured.extend(rendered.object);
+        }
+        Placement::Whole => structured = rendered.object,
+    }
+    if shape.reports_host_model() {
+        structured.insert("host_model".into(), json!(report.host_model));
+    }
+    if let Some(via) = report.tool_calls_via {
         structured.insert("tool_calls_via".into(), json!(via));
     }
-    if !warnings.is_empty() {
-        structured.insert("warnings".into(), json!(warnings));
+    if !report.warnings.is_empty() {
+        structured.insert("warnings".into(), json!(report.warnings));
     }
-    let backend = route.entry.backend();
-    if backend != "host" {
-        structured.insert("backend".into(), json!(backend));
+    if report.backend != "host" {
+        structured.insert("backend".into(), json!(report.backend));
     }
-    if route.named || !route.fell_back_from.is_empty() {
-        structured.insert(
-            "route".into(),
-            json!({"model": route.entry.name, "backend": backend,
-                   "fell_back_from": route.fell_back_from}),
-        );
+    if let Some(route) = report.route {
+        structured.insert("route".into(), route);
     }
-    if let Some(via) = done.strategy.structured_via() {
-        structured.insert(
-            "structured_output".into(),
-            json!({"via": via, "attempts": done.attempts}),
-        );
+    if let Some(how) = report.structured_output {
+        structured.insert("structured_output".into(), how);
     }
-    tracing::debug!(tool = call.tool, attempts = done.attempts, "call completed");
     let mut content = vec![ContentBlock::text(rendered.text)];
-    content.extend(done.media.into_iter().map(wire::into_content));
+    content.extend(media.into_iter().map(wire::into_content));
     let mut result = CallToolResult::success(content);
     result.structured_content = Some(Value::Object(structured));
-    Ok(result)
+    result
 }
 
-/// `list_models`: the models of the models file, or the host's model (unless another backend
-/// answers every call) and the configured direct backends' models; and what the server knows
-/// of the host.
+/// `list_models`: the models calls may name, and what the server knows of the host.
 fn list_models(host: &Host, backends: &Backends) -> CallToolResult {
-    let models = if backends.named() {
-        backends.listing()
-    } else {
-        flag_models(backends)
-    };
-    let models = Value::Array(models);
+    let models = Value::Array(backends.models());
     let text = pyjson::dumps(&models, Style::PLAIN);
     let mut result = CallToolResult::success(vec![ContentBlock::text(text.clone())]);
     result.structured_content = Some(json!({ "result": text, "host": host.report() }));
     result
-}
-
-/// The models of `--backend` and `--fallback`, as the original listed the host's.
-fn flag_models(backends: &Backends) -> Vec<Value> {
-    let mut models = Vec::new();
-    if backends.host_answers() {
-        models.push(json!({
-            "id": shapes::DEFAULT_MODEL,
-            "owned_by": "host-agent",
-            "description": "The connected host agent's own model, reached through MCP sampling. \
-                            The host decides which model answers; a model name passed to the \
-                            other tools is only a hint.",
-        }));
-    }
-    for (role, model) in backends.direct() {
-        let mut entry = model.describe();
-        if let Some(o) = entry.as_object_mut() {
-            o.insert("role".into(), json!(role));
-        }
-        models.push(entry);
-    }
-    models
 }
 
 impl ServerHandler for Server {
@@ -419,8 +298,11 @@ impl ServerHandler for Server {
                 env!("CARGO_PKG_VERSION"),
             ))
             .with_instructions(
-                match (self.backends.host_answers(), self.backends.direct().next()) {
-                    _ if self.backends.named() => {
+                match (
+                    self.service.backends().host_answers(),
+                    self.service.backends().direct().next(),
+                ) {
+                    _ if self.service.backends().named() => {
                         "Model-shaped tools (chat_complete, messages_create, responses_create, \
                      generate, generate_content) answered by several models: pass `model` with \
                      a name or alias that list_models lists (without one, the default answers); \
@@ -512,7 +394,7 @@ impl Server {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         if request.name == "list_models" {
-            return Ok(list_models(&Host::of(&ctx), &self.backends).into());
+            return Ok(list_models(&Host::of(&ctx), self.service.backends()).into());
         }
         match shapes::find(&request.name) {
             Some(shape) => self.complete(shape, request, ctx).await,

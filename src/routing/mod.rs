@@ -5,14 +5,11 @@
 //! answer (a host that does not sample) or fails for a reason worth retrying elsewhere hands
 //! the call to its fallbacks, in order.
 
-#![allow(deprecated)] // modelPreferences belong to MCP sampling, deprecated by SEP-2577.
-
 pub mod file;
 
 use crate::backends::direct::Model;
 use crate::config::{Backend, Config, Direct, Fallback};
 use crate::error::{CallError, CallResult};
-use crate::mcp::sampling::Host;
 use crate::shapes::DEFAULT_MODEL;
 use file::{Answer, Models, Scores};
 use serde_json::{Value, json};
@@ -28,6 +25,16 @@ pub enum Answerer {
     Host { hints: Vec<String> },
     /// A model this server calls itself: it always can.
     Model(Arc<dyn Model>),
+}
+
+/// A sampling request's model preferences: hints (names, most preferred first) and the
+/// priorities, each from 0 to 1.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Preferences {
+    pub hints: Vec<String>,
+    pub cost: Option<f32>,
+    pub speed: Option<f32>,
+    pub intelligence: Option<f32>,
 }
 
 /// One named model.
@@ -228,8 +235,8 @@ impl Backends {
     /// The entries that may answer a call for `model`, in order: the one it names (or the
     /// default) and its fallbacks, without host entries when the host cannot sample (unless
     /// nothing else is left, so that the call gets the host's -32021).
-    pub fn route(&self, model: &str, host: &Host) -> CallResult<Vec<&Entry>> {
-        let chosen = self.choose(model, host)?;
+    pub fn route(&self, model: &str, host_samples: bool) -> CallResult<Vec<&Entry>> {
+        let chosen = self.choose(model, host_samples)?;
         let mut chain: Vec<&Entry> = Vec::new();
         for i in std::iter::once(chosen).chain(self.fallbacks_of(chosen)) {
             if let Some(e) = self.entries.get(i)
@@ -241,7 +248,7 @@ impl Backends {
         let usable: Vec<&Entry> = chain
             .iter()
             .copied()
-            .filter(|e| host.sampling || !matches!(e.answerer, Answerer::Host { .. }))
+            .filter(|e| host_samples || !matches!(e.answerer, Answerer::Host { .. }))
             .collect();
         Ok(if usable.is_empty() {
             chain.into_iter().take(1).collect()
@@ -259,7 +266,7 @@ impl Backends {
 
     /// The entry `model` names: by name or alias; the default without one (or from the flags);
     /// an unknown name goes to a sampling host as a hint, else is refused with the names.
-    fn choose(&self, model: &str, host: &Host) -> CallResult<usize> {
+    fn choose(&self, model: &str, host_samples: bool) -> CallResult<usize> {
         let model = model.trim();
         if !self.named || model.is_empty() || model == DEFAULT_MODEL {
             return Ok(self.default);
@@ -272,7 +279,7 @@ impl Backends {
             .iter()
             .position(|e| matches!(e.answerer, Answerer::Host { .. }));
         match host_entry {
-            Some(i) if host.sampling => Ok(i),
+            Some(i) if host_samples => Ok(i),
             _ => Err(CallError::at(
                 "model",
                 format!(
@@ -319,10 +326,10 @@ impl Backends {
     /// The entry a sampling request's model preferences pick: the first hint that a name or
     /// alias contains (or that contains one), else the entry whose scores best meet the
     /// priorities, else the default.
-    fn preferred(&self, preferences: Option<&rmcp::model::ModelPreferences>) -> usize {
+    fn preferred(&self, preferences: Option<&Preferences>) -> usize {
         let pick = preferences.and_then(|p| {
-            let by_hint = p.hints.iter().flatten().find_map(|hint| {
-                let hint = hint.name.as_deref()?.trim();
+            let by_hint = p.hints.iter().find_map(|hint| {
+                let hint = hint.trim();
                 (!hint.is_empty()).then_some(())?;
                 self.entries.iter().position(|e| {
                     std::iter::once(&e.name)
@@ -337,10 +344,7 @@ impl Backends {
 
     /// The model a sampling request's preferences pick where the host cannot answer: the
     /// [`Backends::preferred`] entry's own model, or its first fallback that has one.
-    pub fn prefer_direct(
-        &self,
-        preferences: Option<&rmcp::model::ModelPreferences>,
-    ) -> Option<&Arc<dyn Model>> {
+    pub fn prefer_direct(&self, preferences: Option<&Preferences>) -> Option<&Arc<dyn Model>> {
         let i = self.preferred(preferences);
         std::iter::once(i)
             .chain(self.fallbacks_of(i))
@@ -351,11 +355,11 @@ impl Backends {
             })
     }
 
-    fn by_priorities(&self, p: &rmcp::model::ModelPreferences) -> Option<usize> {
+    fn by_priorities(&self, p: &Preferences) -> Option<usize> {
         let weights = [
-            p.cost_priority.unwrap_or(0.0),
-            p.speed_priority.unwrap_or(0.0),
-            p.intelligence_priority.unwrap_or(0.0),
+            p.cost.unwrap_or(0.0),
+            p.speed.unwrap_or(0.0),
+            p.intelligence.unwrap_or(0.0),
         ];
         if weights.iter().all(|w| *w <= 0.0) {
             return None;
@@ -398,9 +402,36 @@ impl Backends {
         })
     }
 
+    /// The models a call may name: a models file's, or the host's model (unless another
+    /// backend answers every call) and the direct backends of `--backend` and `--fallback`,
+    /// each with its role, as the original listed the host's.
+    pub fn models(&self) -> Vec<Value> {
+        if self.named {
+            return self.listing();
+        }
+        let mut models = Vec::new();
+        if self.host_answers() {
+            models.push(json!({
+                "id": DEFAULT_MODEL,
+                "owned_by": "host-agent",
+                "description": "The connected host agent's own model, reached through MCP \
+                                sampling. The host decides which model answers; a model name \
+                                passed to the other tools is only a hint.",
+            }));
+        }
+        for (role, model) in self.direct() {
+            let mut entry = model.describe();
+            if let Some(o) = entry.as_object_mut() {
+                o.insert("role".into(), json!(role));
+            }
+            models.push(entry);
+        }
+        models
+    }
+
     /// The `list_models` entries of a models file: each model with its aliases, backend, what
     /// it supports and its status (no URL credentials, no keys).
-    pub fn listing(&self) -> Vec<Value> {
+    fn listing(&self) -> Vec<Value> {
         self.entries
             .iter()
             .enumerate()

@@ -7,7 +7,7 @@
 use super::common::{
     Common, Env, Format, Hooks, Msg, Parts, Spelling, flatten_text, message_objects, render_text,
 };
-use super::{Rendered, Shape};
+use super::{Placement, Rendered, Shape, object_of};
 use crate::args::{self, Obj, as_object, one_of};
 use crate::call::{Answer, Block, Call, Finish, Reply, Role};
 use crate::contract::cursor::Entry;
@@ -47,9 +47,14 @@ impl Shape for MessagesCreate {
     }
 
     fn render(&self, reply: &Reply<'_>) -> Rendered {
-        let mut r = render_text(reply.completion, reply.cursor);
-        r.structured.insert("message".into(), message_object(reply));
-        r
+        Rendered {
+            text: render_text(reply.completion, reply.cursor),
+            object: object_of(message_object(reply)),
+        }
+    }
+
+    fn placement(&self) -> Placement {
+        Placement::Under("message")
     }
 }
 

@@ -802,17 +802,14 @@ pub fn message_objects<'a>(
 
 /// Renders the result of a text tool (`chat_complete`, `messages_create`, `generate`): the
 /// completion text (or the cursor envelope) and `{"result": text}` as structured content.
-pub fn render_text(completion: &str, cursor: Option<&str>) -> super::Rendered {
-    let text = match cursor {
+pub fn render_text(completion: &str, cursor: Option<&str>) -> String {
+    match cursor {
         Some(c) => pyjson::dumps(
             &json!({"completion": completion, "response_id": c}),
             Style::SORTED,
         ),
         None => completion.to_owned(),
-    };
-    let mut structured = Map::new();
-    structured.insert("result".into(), Value::String(text.clone()));
-    super::Rendered { text, structured }
+    }
 }
 
 /// Parsing a shape's arguments in unit tests, with default limits.
@@ -832,9 +829,8 @@ mod tests {
 
     #[test]
     fn cursor_envelope_wraps_the_completion() {
-        let r = render_text("hi", Some("cur_x"));
-        assert_eq!(r.text, r#"{"completion": "hi", "response_id": "cur_x"}"#);
-        assert_eq!(r.structured["result"], json!(r.text));
+        let text = render_text("hi", Some("cur_x"));
+        assert_eq!(text, r#"{"completion": "hi", "response_id": "cur_x"}"#);
     }
 
     #[test]

@@ -14,7 +14,7 @@
 use super::common::{
     self, Common, Env, Format, Hooks, Msg, Parts, Spelling, Structured, flatten_text, render_text,
 };
-use super::{Rendered, Shape, params};
+use super::{Placement, Rendered, Shape, params};
 use crate::args::{self, Obj, as_object, non_empty_array};
 use crate::call::{Answer, Block, Call, Finish, Reply, Role, ToolChoice, ToolDef};
 use crate::contract::cursor::Entry;
@@ -102,9 +102,14 @@ impl Shape for GenerateContent {
     }
 
     fn render(&self, reply: &Reply<'_>) -> Rendered {
-        let mut r = render_text(reply.completion, reply.cursor);
-        r.structured.extend(response_object(reply));
-        r
+        Rendered {
+            text: render_text(reply.completion, reply.cursor),
+            object: response_object(reply),
+        }
+    }
+
+    fn placement(&self) -> Placement {
+        Placement::Beside
     }
 }
 

@@ -22,11 +22,32 @@ use serde_json::{Map, Value};
 use std::collections::HashSet;
 use std::sync::OnceLock;
 
-/// What a shape renders: the text content block and the structured content.
+/// What a shape renders: the answer as text (the MCP result's text content and `result`) and
+/// the API object (`ChatCompletion`, `Message`, `Response`, `GenerateContentResponse`; for
+/// `generate`, its finish reason), which is an HTTP response's body.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rendered {
     pub text: String,
-    pub structured: Map<String, Value>,
+    pub object: Map<String, Value>,
+}
+
+/// Where a tool result's structured content puts the shape's API object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placement {
+    /// Under this key, beside `result`.
+    Under(&'static str),
+    /// Its keys beside `result`.
+    Beside,
+    /// Its keys alone: the object is the result (`responses_create`).
+    Whole,
+}
+
+/// An object's map (an empty one for any other value).
+pub(crate) fn object_of(v: Value) -> Map<String, Value> {
+    match v {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    }
 }
 
 /// One product API's tool.
@@ -40,8 +61,16 @@ pub trait Shape: Sync {
     /// Parses the tool's arguments into a checked [`Call`]; nothing has been sent yet.
     fn parse(&self, args: &Obj<'_>, env: &Env<'_>) -> CallResult<Call>;
 
-    /// Renders a finished answer as the tool's result.
+    /// Renders a finished answer: its text and the API object.
     fn render(&self, reply: &Reply<'_>) -> Rendered;
+
+    /// Where the tool result puts the API object.
+    fn placement(&self) -> Placement;
+
+    /// Whether the tool result says which model the host or backend reports (`host_model`).
+    fn reports_host_model(&self) -> bool {
+        false
+    }
 }
 
 /// Every completion shape, in the order `tools/list` shows them.

@@ -9,7 +9,7 @@
 use super::common::{
     Common, Env, Format, Hooks, Msg, Parts, Spelling, flatten_text, message_objects, render_text,
 };
-use super::{Rendered, Shape};
+use super::{Placement, Rendered, Shape, object_of};
 use crate::args::{self, Obj, as_object};
 use crate::call::{Answer, Block, Call, Reply, Role};
 use crate::contract::cursor::Entry;
@@ -57,10 +57,14 @@ impl Shape for ChatComplete {
     }
 
     fn render(&self, reply: &Reply<'_>) -> Rendered {
-        let mut r = render_text(reply.completion, reply.cursor);
-        r.structured
-            .insert("chat_completion".into(), completion_object(reply));
-        r
+        Rendered {
+            text: render_text(reply.completion, reply.cursor),
+            object: object_of(completion_object(reply)),
+        }
+    }
+
+    fn placement(&self) -> Placement {
+        Placement::Under("chat_completion")
     }
 }
 

@@ -1,7 +1,7 @@
 //! `generate`: a raw prompt sent as one user message, with no system prompt and no tools.
 
 use super::common::{Common, Env, Format, Hooks, Msg, Parts, Spelling, render_text};
-use super::{Rendered, Shape};
+use super::{Placement, Rendered, Shape};
 use crate::args::Obj;
 use crate::call::{Block, Call, Reply, Role};
 use crate::contract::cursor::Entry;
@@ -56,12 +56,20 @@ impl Shape for Generate {
     }
 
     fn render(&self, reply: &Reply<'_>) -> Rendered {
-        let mut r = render_text(reply.completion, reply.cursor);
-        r.structured
-            .insert("finish_reason".into(), json!(finish_reason(reply.finish)));
-        r.structured
-            .insert("host_model".into(), json!(reply.host_model));
-        r
+        let mut object = Map::new();
+        object.insert("finish_reason".into(), json!(finish_reason(reply.finish)));
+        Rendered {
+            text: render_text(reply.completion, reply.cursor),
+            object,
+        }
+    }
+
+    fn placement(&self) -> Placement {
+        Placement::Beside
+    }
+
+    fn reports_host_model(&self) -> bool {
+        true
     }
 }
 

@@ -8,7 +8,7 @@
 //! Responses object.
 
 use super::common::{Common, Env, Format, Hooks, Msg, Parts, Spelling, flatten_text};
-use super::{Rendered, Shape};
+use super::{Placement, Rendered, Shape, object_of};
 use crate::args::{self, Obj, as_object, non_empty_array};
 use crate::call::{Answer, Block, Call, Finish, Reply, Role};
 use crate::contract::cursor::Entry;
@@ -54,12 +54,17 @@ impl Shape for ResponsesCreate {
         let id = reply.response_id("resp_");
         let object = response_object(reply.answer, &reply.call.request.model, id);
         let text = render(&object);
-        let mut structured = match object {
-            Value::Object(m) => m,
-            _ => Map::new(),
-        };
-        structured.extend(status_fields(reply));
-        Rendered { text, structured }
+        let mut object = object_of(object);
+        object.extend(status_fields(reply));
+        Rendered { text, object }
+    }
+
+    fn placement(&self) -> Placement {
+        Placement::Whole
+    }
+
+    fn reports_host_model(&self) -> bool {
+        true
     }
 }
 
@@ -241,8 +246,8 @@ pub fn render(object: &Value) -> String {
     pyjson::dumps(object, Style::PRETTY)
 }
 
-/// What structuredContent adds to the Responses object: `status`, `incomplete_details`, the
-/// host's model and an estimated `usage`.
+/// What the Responses object has beside its output: `status`, `incomplete_details` and the
+/// `usage` (estimated when the backend did not count).
 pub fn status_fields(out: &Reply<'_>) -> Map<String, Value> {
     let incomplete = matches!(out.finish, Finish::MaxTokens);
     let usage = out.usage();
@@ -263,7 +268,6 @@ pub fn status_fields(out: &Reply<'_>) -> Map<String, Value> {
             Value::Null
         },
     );
-    m.insert("host_model".into(), json!(out.host_model));
     m.insert(
         "usage".into(),
         json!({"input_tokens": usage.prompt, "output_tokens": usage.completion,

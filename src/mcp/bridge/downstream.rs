@@ -6,7 +6,7 @@
 #![allow(deprecated)] // Sampling, roots and logging are deprecated by SEP-2577; this bridges them.
 
 use super::Shared;
-use crate::fulfil::live::Event;
+use crate::fulfil::live::{Event, Events};
 use crate::mcp::host;
 use crate::mcp::progress::Reporter;
 use rmcp::ErrorData;
@@ -97,8 +97,11 @@ impl Downstream {
                 budget: usize::try_from(request.max_tokens).ok(),
             });
         }
-        let completion =
-            tokio::time::timeout(self.shared.timeout, model.complete(request, live)).await;
+        let completion = tokio::time::timeout(
+            self.shared.timeout,
+            model.complete(request, live.map(|l| l as Events)),
+        )
+        .await;
         if let Some(reporter) = reporter {
             reporter.stop().await;
         }
@@ -152,6 +155,21 @@ impl Downstream {
     }
 }
 
+/// MCP's model preferences, for routing.
+fn preferences(p: &rmcp::model::ModelPreferences) -> crate::routing::Preferences {
+    crate::routing::Preferences {
+        hints: p
+            .hints
+            .iter()
+            .flatten()
+            .filter_map(|h| h.name.clone())
+            .collect(),
+        cost: p.cost_priority,
+        speed: p.speed_priority,
+        intelligence: p.intelligence_priority,
+    }
+}
+
 impl Downstream {
     /// The model that answers a sampling request: with a models file, the one its model
     /// preferences pick (hints, then priorities against the file's scores; a `host` model's
@@ -163,7 +181,10 @@ impl Downstream {
         self.shared
             .models
             .as_ref()
-            .and_then(|models| models.prefer_direct(params.model_preferences.as_ref()))
+            .and_then(|models| {
+                let preferences = params.model_preferences.as_ref().map(preferences);
+                models.prefer_direct(preferences.as_ref())
+            })
             .unwrap_or(&self.shared.model)
     }
 

@@ -1,0 +1,262 @@
+//! The completion service: one path from a parsed call to its fulfilled answer, under every
+//! front (the MCP tools; the HTTP model APIs). A front parses its request with a shape, says
+//! where the call came from ([`Origin`]: the caller's host if it can sample, a cancellation
+//! token, an event sink), and renders what comes back; routing, caps, fallbacks, the driver and
+//! the answer's assembly are here, and nothing here knows a protocol.
+
+pub mod driver;
+
+use crate::call::{Block, Call, Reply};
+use crate::contract::cursor;
+use crate::error::{CallError, CallResult};
+use crate::fulfil::Fulfilled;
+use crate::fulfil::live::Events;
+use crate::limits::Limits;
+use crate::routing::{Answerer, Backends, Entry};
+use crate::shapes::{self, Rendered, Shape};
+use driver::{Driver, Outcome, Sampler};
+use serde_json::{Map, Value, json};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+/// The caller's host, when it can answer with its own model.
+pub trait HostModel: Sync {
+    /// Whether the host samples at all.
+    fn samples(&self) -> bool;
+    /// The host's sampling for one call, with `hints` as the model hints (none: the call's
+    /// `model`).
+    fn sampler<'a>(&'a self, call: &'a Call, hints: &'a [String]) -> Box<dyn Sampler + 'a>;
+}
+
+/// Where a call came from.
+pub struct Origin<'a> {
+    /// The caller's host (MCP); none over plain HTTP.
+    pub host: Option<&'a dyn HostModel>,
+    /// Cancelled when the caller gives up: the work stops.
+    pub cancel: &'a CancellationToken,
+    /// Opens the call's event sink, asked once the route is known and only when a model that
+    /// may answer makes its answer here; `None`: nobody follows the call.
+    pub events: &'a (dyn Fn() -> Option<Events> + Sync),
+}
+
+/// How a call ends.
+pub enum Served {
+    Answered(Box<Answered>),
+    /// The host's sampler handed an attempt to the caller (MCP 2026-07-28): its front holds
+    /// the question.
+    Asked,
+}
+
+/// A fulfilled call: the shape's rendering and what every front may report beside it.
+pub struct Answered {
+    pub rendered: Rendered,
+    pub report: Report,
+    /// Images and audio in the answer, besides its text.
+    pub media: Vec<Block>,
+}
+
+/// What a front reports beside the API object.
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    /// What was not honoured as asked.
+    pub warnings: Vec<String>,
+    /// How tool calls were obtained, when the call offered tools.
+    pub tool_calls_via: Option<&'static str>,
+    /// `host`, `local` or `provider`.
+    pub backend: &'static str,
+    /// Which model answered, when a models file names them or a fallback answered.
+    pub route: Option<Value>,
+    /// How structured output was obtained, and in how many attempts.
+    pub structured_output: Option<Value>,
+    /// The model the host or backend says answered.
+    pub host_model: String,
+}
+
+/// The completion service.
+pub struct Service {
+    limits: Arc<Limits>,
+    backends: Arc<Backends>,
+    /// How long after a call began a fallback may still start.
+    fallback_window: Duration,
+}
+
+impl Service {
+    pub fn new(limits: Limits, backends: Backends, fallback_window: Duration) -> Self {
+        Service {
+            limits: Arc::new(limits),
+            backends: Arc::new(backends),
+            fallback_window,
+        }
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    pub fn backends(&self) -> &Backends {
+        &self.backends
+    }
+
+    /// Parses `arguments` for `shape`: refused when larger than the request limit.
+    pub fn parse(&self, shape: &dyn Shape, arguments: &Map<String, Value>) -> CallResult<Call> {
+        check_size(arguments, self.limits.max_request_bytes)?;
+        shapes::parse(shape, arguments, &self.limits)
+    }
+
+    /// The call answered by the first model its route names that can, on to the next after a
+    /// transient failure while there is time, and rendered by `shape`.
+    pub async fn complete(
+        &self,
+        shape: &dyn Shape,
+        call: &Call,
+        origin: &Origin<'_>,
+    ) -> CallResult<Served> {
+        let samples = origin.host.is_some_and(|h| h.samples());
+        let chain = self.backends.route(&call.request.model, samples)?;
+        // One sink for the whole call, across fallbacks and repairs; none when no model it may
+        // reach makes its answer here.
+        let events = if chain.iter().any(|e| e.streams()) {
+            (origin.events)()
+        } else {
+            None
+        };
+        let started = Instant::now();
+        let mut fell_back_from = Vec::new();
+        for (i, entry) in chain.iter().enumerate() {
+            let outcome = match self.answer(entry, call, origin, events.as_ref()).await {
+                Ok(outcome) => outcome,
+                // Worth another model, one is left, and there is time for it.
+                Err(e)
+                    if e.is_transient()
+                        && i + 1 < chain.len()
+                        && started.elapsed() < self.fallback_window =>
+                {
+                    tracing::warn!(model = %entry.name, error = %e, "falling back");
+                    fell_back_from.push(json!({"model": entry.name, "error": e.to_string()}));
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            return Ok(match outcome {
+                Outcome::Asked => Served::Asked,
+                Outcome::Done(done) => {
+                    let route = Route {
+                        entry,
+                        fell_back_from,
+                        named: self.backends.named(),
+                    };
+                    Served::Answered(Box::new(finish(shape, call, *done, &route)))
+                }
+            });
+        }
+        Err(CallError::Invalid("no model can answer this call".into()))
+    }
+
+    /// One entry's answer to the call: under its cap, on its driver.
+    async fn answer(
+        &self,
+        entry: &Entry,
+        call: &Call,
+        origin: &Origin<'_>,
+        events: Option<&Events>,
+    ) -> CallResult<Outcome> {
+        let _permit = entry.admit(self.backends.queue_timeout).await?;
+        let driver = match (&entry.answerer, origin.host) {
+            (Answerer::Model(model), _) => Driver::Direct {
+                model: model.as_ref(),
+                cancel: origin.cancel,
+            },
+            (Answerer::Host { hints }, Some(host)) => Driver::Host(host.sampler(call, hints)),
+            (Answerer::Host { .. }, None) => {
+                return Err(CallError::Host(format!(
+                    "the model {:?} is the host's own model through MCP sampling, and this call \
+                     did not come from an MCP host; give the server a local or provider backend",
+                    entry.name
+                )));
+            }
+        };
+        driver.run(call, events.filter(|_| entry.streams())).await
+    }
+}
+
+/// Which model answered a call, for its result.
+struct Route<'a> {
+    entry: &'a Entry,
+    /// The models that failed before it, with their errors.
+    fell_back_from: Vec<Value>,
+    /// A models file names the models: every result says which answered.
+    named: bool,
+}
+
+/// Refuses arguments larger than the limit, counting their JSON size without building it.
+fn check_size(arguments: &Map<String, Value>, max: usize) -> CallResult<()> {
+    struct Counter(usize);
+    impl std::io::Write for Counter {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counter = Counter(0);
+    let _ = serde_json::to_writer(&mut counter, arguments);
+    if counter.0 > max {
+        return Err(CallError::Invalid(format!(
+            "the arguments are {} bytes of JSON, over the limit of {max} \
+             (AGENT_AS_MODEL_MAX_REQUEST_BYTES)",
+            counter.0
+        )));
+    }
+    Ok(())
+}
+
+/// The cursor, the shape's rendering, and what every result reports (warnings, how tools and
+/// structured output were obtained, which model answered).
+fn finish(shape: &dyn Shape, call: &Call, done: Fulfilled, route: &Route<'_>) -> Answered {
+    let completion = done.answer.completion_text();
+    let minted = call.chain.is_on().then(|| {
+        cursor::mint(
+            &call.request.model,
+            call.tool,
+            &call.transcript,
+            &completion,
+        )
+    });
+    let reply = Reply {
+        call,
+        answer: &done.answer,
+        completion: &completion,
+        finish: &done.finish,
+        host_model: &done.host_model,
+        cursor: minted.as_deref(),
+        measured: done.usage,
+        media: &done.media,
+    };
+    let rendered = shape.render(&reply);
+    let mut warnings = call.warnings.clone();
+    warnings.extend(done.warnings);
+    let backend = route.entry.backend();
+    let report = Report {
+        warnings,
+        tool_calls_via: done.strategy.tools_via(),
+        backend,
+        route: (route.named || !route.fell_back_from.is_empty()).then(|| {
+            json!({"model": route.entry.name, "backend": backend,
+                   "fell_back_from": route.fell_back_from})
+        }),
+        structured_output: done
+            .strategy
+            .structured_via()
+            .map(|via| json!({"via": via, "attempts": done.attempts})),
+        host_model: done.host_model,
+    };
+    tracing::debug!(tool = call.tool, attempts = done.attempts, "call completed");
+    Answered {
+        rendered,
+        report,
+        media: done.media,
+    }
+}
