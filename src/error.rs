@@ -10,6 +10,9 @@ pub enum CallError {
     /// `messages[2].content`.
     #[error("invalid argument `{path}`: {problem}")]
     Argument { path: String, problem: String },
+    /// The call's `model` names no model of this server.
+    #[error("invalid argument `model`: {name:?} names no model of this server; it has {known}")]
+    UnknownModel { name: String, known: String },
     /// The arguments are wrong as a whole (two that conflict, a size over a limit); nothing was
     /// sent.
     #[error("invalid argument {0}")]
@@ -142,7 +145,9 @@ impl CallError {
     /// A short name of the kind of failure, for logs.
     pub fn kind(&self) -> &'static str {
         match self {
-            CallError::Argument { .. } | CallError::Invalid(_) => "invalid arguments",
+            CallError::Argument { .. } | CallError::Invalid(_) | CallError::UnknownModel { .. } => {
+                "invalid arguments"
+            }
             CallError::Host(_) => "host failure",
             CallError::Backend { .. } => "backend failure",
             CallError::Rejected(_) => "completion rejected",

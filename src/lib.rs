@@ -27,6 +27,7 @@
 //! exactly as the original Python server did, so byte comparisons and cursors agree across the
 //! two.
 
+pub mod api;
 pub mod args;
 pub mod backends;
 pub mod call;

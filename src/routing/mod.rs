@@ -280,14 +280,10 @@ impl Backends {
             .position(|e| matches!(e.answerer, Answerer::Host { .. }));
         match host_entry {
             Some(i) if host_samples => Ok(i),
-            _ => Err(CallError::at(
-                "model",
-                format!(
-                    "{:?} names no model of this server; it has {}",
-                    crate::error::clip(model),
-                    self.names()
-                ),
-            )),
+            _ => Err(CallError::UnknownModel {
+                name: crate::error::clip(model).into_owned(),
+                known: self.names(),
+            }),
         }
     }
 

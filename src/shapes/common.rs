@@ -719,19 +719,34 @@ pub struct ToolSpec<'a> {
 }
 
 /// `{name, description?, input_schema}`: the tool definition of the OpenAI- and
-/// Anthropic-shaped tools.
+/// Anthropic-shaped tools; also as the APIs themselves spell it: OpenAI chat's
+/// `{type: "function", function: {name, description?, parameters}}` and Responses'
+/// `{type: "function", name, description?, parameters}`.
 fn tool_specs<'a>(items: &'a [Value], path: &str) -> CallResult<Vec<ToolSpec<'a>>> {
     items
         .iter()
         .enumerate()
         .map(|(i, item)| {
             let item_path = args::index(path, i);
-            let obj = Obj::new(as_object(item, &item_path)?, item_path.as_str());
+            let outer = as_object(item, &item_path)?;
+            let (def, def_path) = match outer.get("function") {
+                Some(inner) if outer.get("type").and_then(Value::as_str) == Some("function") => {
+                    let inner_path = format!("{item_path}.function");
+                    (as_object(inner, &inner_path)?, inner_path)
+                }
+                _ => (outer, item_path.clone()),
+            };
+            let obj = Obj::new(def, def_path.as_str());
+            let key = if obj.get("input_schema").is_none() && obj.get("parameters").is_some() {
+                "parameters"
+            } else {
+                "input_schema"
+            };
             Ok(ToolSpec {
                 name: obj.required_str("name")?,
                 description: obj.opt_str("description")?,
-                schema: Cow::Borrowed(obj.required("input_schema")?),
-                schema_path: obj.path("input_schema"),
+                schema: Cow::Borrowed(obj.required(key)?),
+                schema_path: obj.path(key),
                 path: item_path,
             })
         })

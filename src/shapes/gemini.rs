@@ -228,7 +228,7 @@ fn response_schema<'a>(config: &Obj<'a>, limits: &Limits) -> CallResult<Option<S
         let path = config.path("responseJsonSchema");
         found.push(Structured {
             raw: None,
-            schema: schema::compile(s, &path, limits)?,
+            schema: schema::compile(&uppercase_types_lowered(s), &path, limits)?,
             source: "generationConfig.responseJsonSchema",
         });
     }
@@ -291,6 +291,29 @@ pub fn openapi_to_json_schema(v: &Value) -> Value {
     }
 }
 
+/// A JSON Schema as Gemini clients send it: Gemini CLI writes `responseJsonSchema` and
+/// `parametersJsonSchema` with OpenAPI's uppercase types (`OBJECT`, `STRING`); such a schema
+/// is converted as `responseSchema` is, any other taken as it is.
+fn uppercase_types_lowered(v: &Value) -> Cow<'_, Value> {
+    fn uppercase(v: &Value) -> bool {
+        match v {
+            Value::Object(m) => m.iter().any(|(k, x)| {
+                (k == "type"
+                    && x.as_str()
+                        .is_some_and(|t| t.chars().any(|c| c.is_ascii_uppercase())))
+                    || uppercase(x)
+            }),
+            Value::Array(items) => items.iter().any(uppercase),
+            _ => false,
+        }
+    }
+    if uppercase(v) {
+        Cow::Owned(openapi_to_json_schema(v))
+    } else {
+        Cow::Borrowed(v)
+    }
+}
+
 /// `tools: [{functionDeclarations: [...]}]` flattened into one checked list.
 fn declarations(list: &[Value], path: &str, limits: &Limits) -> CallResult<Vec<ToolDef>> {
     let mut specs = Vec::new();
@@ -324,7 +347,7 @@ fn declaration(path: String, d: &Value) -> CallResult<common::ToolSpec<'_>> {
                 "`parameters` and `parametersJsonSchema` both describe the arguments; pass one",
             ));
         }
-        (Some(s), None) => (Cow::Borrowed(s), obj.path("parametersJsonSchema")),
+        (Some(s), None) => (uppercase_types_lowered(s), obj.path("parametersJsonSchema")),
         (None, Some(s)) => (
             Cow::Owned(openapi_to_json_schema(s)),
             obj.path("parameters"),

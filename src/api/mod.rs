@@ -1,0 +1,445 @@
+//! The model APIs (OpenAI chat completions and Responses, Anthropic messages, Gemini
+//! `generateContent`) as a base URL, without the HTTP: a request body becomes the arguments
+//! of the tool of the same shape (what a client sends that a tool has no use for is set aside
+//! here: `stream`, a system turn inside Anthropic `messages`, hosted tools no backend here
+//! runs), is parsed and answered by the completion service exactly as the tool is, and the
+//! shape's API object is the response body. [`stream`] renders an answer as each API's stream
+//! of events; errors take each API's envelope ([`ApiError`]).
+//!
+//! These calls come from no MCP host, so they are answered by the direct backends (the
+//! embedded model, providers, the models file's entries), never by sampling.
+
+pub mod stream;
+
+use crate::call::{Call, Mode};
+use crate::error::CallError;
+use crate::service::{Answered, Origin, Served, Service};
+use crate::shapes::{self, Shape};
+use serde_json::{Map, Value, json};
+use tokio_util::sync::CancellationToken;
+
+/// The API a request speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    /// `POST /v1/chat/completions`.
+    Chat,
+    /// `POST /v1/responses`.
+    Responses,
+    /// `POST /v1/messages`.
+    Messages,
+    /// `POST /v1beta/models/{model}:generateContent` (and `/v1/models/…`).
+    Gemini,
+}
+
+impl Dialect {
+    /// The tool whose arguments this API's request body is.
+    pub fn shape(self) -> &'static dyn Shape {
+        match self {
+            Dialect::Chat => &shapes::openai_chat::ChatComplete,
+            Dialect::Responses => &shapes::responses::ResponsesCreate,
+            Dialect::Messages => &shapes::anthropic::MessagesCreate,
+            Dialect::Gemini => &shapes::gemini::GenerateContent,
+        }
+    }
+}
+
+/// A request body made ready for its tool.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Prepared {
+    pub arguments: Map<String, Value>,
+    /// The client asked for a stream of events.
+    pub stream: bool,
+    /// OpenAI chat: `stream_options.include_usage`, a last chunk with the usage.
+    pub include_usage: bool,
+    /// What was set aside, said in the `x-agent-as-model-warnings` header.
+    pub warnings: Vec<String>,
+}
+
+/// Makes `body` the arguments of `dialect`'s tool. `model` is the one a Gemini path names;
+/// `stream` whether the path asks for a stream (Gemini's `:streamGenerateContent`).
+pub fn prepare(
+    dialect: Dialect,
+    mut body: Map<String, Value>,
+    model: Option<&str>,
+    stream: bool,
+) -> Prepared {
+    let mut warnings = Vec::new();
+    let asked_stream = matches!(body.remove("stream"), Some(Value::Bool(true)));
+    let include_usage = body
+        .remove("stream_options")
+        .and_then(|o| o.get("include_usage").and_then(Value::as_bool))
+        .unwrap_or(false);
+    match dialect {
+        Dialect::Messages => system_messages(&mut body),
+        Dialect::Responses => responses_tools(&mut body, &mut warnings),
+        Dialect::Gemini => {
+            if let Some(model) = model {
+                body.insert("model".into(), json!(model));
+            }
+        }
+        Dialect::Chat => {}
+    }
+    Prepared {
+        arguments: body,
+        stream: stream || asked_stream,
+        include_usage,
+        warnings,
+    }
+}
+
+/// Anthropic: `role: "system"` messages (Claude Code sends one) join the `system` prompt, in
+/// order, after what `system` already says.
+fn system_messages(body: &mut Map<String, Value>) {
+    let Some(Value::Array(messages)) = body.get_mut("messages") else {
+        return;
+    };
+    let mut system = Vec::new();
+    messages.retain(|m| {
+        if m.get("role").and_then(Value::as_str) != Some("system") {
+            return true;
+        }
+        match m.get("content") {
+            Some(Value::String(text)) => system.push(json!({"type": "text", "text": text})),
+            Some(Value::Array(blocks)) => system.extend(blocks.iter().cloned()),
+            _ => {}
+        }
+        false
+    });
+    if system.is_empty() {
+        return;
+    }
+    let mut blocks = match body.remove("system") {
+        Some(Value::String(text)) => vec![json!({"type": "text", "text": text})],
+        Some(Value::Array(blocks)) => blocks,
+        _ => Vec::new(),
+    };
+    blocks.extend(system);
+    body.insert("system".into(), Value::Array(blocks));
+}
+
+/// Responses: a `namespace` tool's functions are offered as functions; a hosted tool no
+/// backend here can run (`web_search`, `file_search`, …) is left out, with a warning.
+fn responses_tools(body: &mut Map<String, Value>, warnings: &mut Vec<String>) {
+    let Some(Value::Array(tools)) = body.get_mut("tools") else {
+        return;
+    };
+    let mut kept = Vec::with_capacity(tools.len());
+    for tool in tools.drain(..) {
+        match tool.get("type").and_then(Value::as_str) {
+            Some("function") | None => kept.push(tool),
+            Some("namespace") => {
+                if let Some(Value::Array(inner)) = tool.get("tools") {
+                    kept.extend(
+                        inner
+                            .iter()
+                            .filter(|t| t.get("type").and_then(Value::as_str) == Some("function"))
+                            .cloned(),
+                    );
+                }
+            }
+            Some(other) => warnings.push(format!(
+                "the hosted tool {:?} was left out: no backend of this server runs it",
+                crate::error::clip(other)
+            )),
+        }
+    }
+    *tools = kept;
+    if tools.is_empty() {
+        body.remove("tools");
+        body.remove("tool_choice");
+    }
+}
+
+/// What an API error says, rendered in each dialect's envelope.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiError {
+    pub status: u16,
+    pub kind: ErrorKind,
+    pub message: String,
+    /// The request field at fault, when one is.
+    pub param: Option<String>,
+    /// Seconds to wait before a retry (429, 503).
+    pub retry_after: Option<u64>,
+}
+
+/// The kinds of failure the APIs tell apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    InvalidRequest,
+    Authentication,
+    NotFound,
+    RateLimit,
+    Overloaded,
+    Api,
+}
+
+impl ApiError {
+    pub fn new(status: u16, kind: ErrorKind, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            kind,
+            message: message.into(),
+            param: None,
+            retry_after: None,
+        }
+    }
+
+    /// A request whose body is not what the API takes.
+    pub fn invalid(message: impl Into<String>) -> Self {
+        ApiError::new(400, ErrorKind::InvalidRequest, message)
+    }
+
+    /// The error body in `dialect`'s envelope.
+    pub fn body(&self, dialect: Dialect) -> Value {
+        match dialect {
+            Dialect::Chat | Dialect::Responses => json!({"error": {
+                "message": self.message,
+                "type": match self.kind {
+                    ErrorKind::InvalidRequest | ErrorKind::NotFound => "invalid_request_error",
+                    ErrorKind::Authentication => "authentication_error",
+                    ErrorKind::RateLimit => "rate_limit_error",
+                    ErrorKind::Overloaded | ErrorKind::Api => "server_error",
+                },
+                "param": self.param,
+                "code": match self.kind {
+                    ErrorKind::NotFound => json!("model_not_found"),
+                    ErrorKind::Authentication => json!("invalid_api_key"),
+                    _ => Value::Null,
+                },
+            }}),
+            Dialect::Messages => json!({"type": "error", "error": {
+                "type": match self.kind {
+                    ErrorKind::InvalidRequest => "invalid_request_error",
+                    ErrorKind::Authentication => "authentication_error",
+                    ErrorKind::NotFound => "not_found_error",
+                    ErrorKind::RateLimit => "rate_limit_error",
+                    ErrorKind::Overloaded => "overloaded_error",
+                    ErrorKind::Api => "api_error",
+                },
+                "message": self.message,
+            }}),
+            Dialect::Gemini => json!({"error": {
+                "code": self.status,
+                "message": self.message,
+                "status": match self.kind {
+                    ErrorKind::InvalidRequest => "INVALID_ARGUMENT",
+                    ErrorKind::Authentication => "UNAUTHENTICATED",
+                    ErrorKind::NotFound => "NOT_FOUND",
+                    ErrorKind::RateLimit => "RESOURCE_EXHAUSTED",
+                    ErrorKind::Overloaded => "UNAVAILABLE",
+                    ErrorKind::Api => "INTERNAL",
+                },
+            }}),
+        }
+    }
+}
+
+impl From<CallError> for ApiError {
+    fn from(e: CallError) -> Self {
+        let message = e.to_string();
+        match e {
+            CallError::UnknownModel { .. } => ApiError {
+                param: Some("model".into()),
+                ..ApiError::new(404, ErrorKind::NotFound, message)
+            },
+            CallError::Argument { path, .. } => ApiError {
+                param: Some(path),
+                ..ApiError::invalid(message)
+            },
+            CallError::Invalid(_) => ApiError::invalid(message),
+            // A cap reached, an overloaded or unreachable backend: worth a retry shortly.
+            CallError::Backend {
+                transient: true, ..
+            } => ApiError {
+                retry_after: Some(1),
+                ..ApiError::new(429, ErrorKind::RateLimit, message)
+            },
+            CallError::Host(_) => ApiError::new(501, ErrorKind::Api, message),
+            CallError::Backend { .. } | CallError::Rejected(_) | CallError::Protocol(_) => {
+                ApiError::new(502, ErrorKind::Api, message)
+            }
+        }
+    }
+}
+
+/// Whether an answer can be shown as it is made: a call that may be repaired (tools or
+/// structured output, a persona's schema) is shown only once it has been accepted.
+pub fn streams_live(call: &Call) -> bool {
+    matches!(call.mode, Mode::Text) && call.persona.is_none()
+}
+
+/// The model APIs, answered by the completion service.
+pub struct Api {
+    pub service: std::sync::Arc<Service>,
+}
+
+impl Api {
+    /// Parses a prepared request for `dialect`'s tool.
+    pub fn parse(&self, dialect: Dialect, prepared: &Prepared) -> Result<Call, ApiError> {
+        if self.service.backends().direct().next().is_none() {
+            return Err(ApiError::new(
+                501,
+                ErrorKind::Api,
+                "the HTTP model APIs are answered by a local or provider backend, and this \
+                 server has only the host's sampling (which answers MCP tool calls alone): \
+                 start it with --backend local, --backend provider or a models file",
+            ));
+        }
+        Ok(self.service.parse(dialect.shape(), &prepared.arguments)?)
+    }
+
+    /// Answers a parsed call, telling `events` what happens while it is made.
+    pub async fn answer(
+        &self,
+        dialect: Dialect,
+        call: &Call,
+        cancel: &CancellationToken,
+        events: Option<crate::fulfil::live::Events>,
+    ) -> Result<Answered, ApiError> {
+        let open = move || events.clone();
+        let origin = Origin {
+            host: None,
+            cancel,
+            events: &open,
+        };
+        match self
+            .service
+            .complete(dialect.shape(), call, &origin)
+            .await?
+        {
+            Served::Answered(answered) => Ok(*answered),
+            Served::Asked => Err(ApiError::new(
+                502,
+                ErrorKind::Api,
+                "the call asked for an input-required round, which HTTP clients cannot answer",
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn captured(file: &str) -> Vec<(String, Map<String, Value>)> {
+        let path = format!(
+            "{}/tests/data/api-clients/{file}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        std::fs::read_to_string(path)
+            .unwrap()
+            .lines()
+            .filter_map(|l| {
+                let v: Value = serde_json::from_str(l).ok()?;
+                let path = v["path"].as_str()?.to_owned();
+                Some((path, v["body"].as_object()?.clone()))
+            })
+            .collect()
+    }
+
+    fn dialect_of(path: &str) -> Option<Dialect> {
+        Some(match path {
+            "/v1/chat/completions" => Dialect::Chat,
+            "/v1/responses" => Dialect::Responses,
+            "/v1/messages" => Dialect::Messages,
+            p if p.ends_with(":generateContent") || p.ends_with(":streamGenerateContent") => {
+                Dialect::Gemini
+            }
+            _ => return None,
+        })
+    }
+
+    /// Every body the real clients sent (SDKs, Claude Code, Codex, Gemini CLI) parses as its
+    /// tool's arguments.
+    #[test]
+    fn every_recorded_client_body_parses() {
+        let limits = crate::limits::Limits::default();
+        let mut seen = 0;
+        for file in [
+            "capture-sdk-openai.jsonl",
+            "capture-sdk-anthropic.jsonl",
+            "capture-sdk-genai.jsonl",
+            "capture-claude-code.jsonl",
+            "capture-claude-code-toolcall.jsonl",
+            "capture-codex.jsonl",
+            "capture-codex-toolcall.jsonl",
+            "capture-gemini-cli.jsonl",
+            "capture-gemini-cli-toolcall.jsonl",
+        ] {
+            for (path, body) in captured(file) {
+                let Some(dialect) = dialect_of(&path) else {
+                    continue;
+                };
+                let model = path
+                    .split("/models/")
+                    .nth(1)
+                    .and_then(|m| m.split(':').next());
+                let prepared = prepare(dialect, body, model, false);
+                let parsed = shapes::parse(dialect.shape(), &prepared.arguments, &limits);
+                assert!(parsed.is_ok(), "{file} {path}: {:?}", parsed.err());
+                seen += 1;
+            }
+        }
+        assert!(seen >= 30, "{seen} bodies");
+    }
+
+    #[test]
+    fn a_system_message_joins_the_system_prompt() {
+        let body = json!({"system": "first", "messages": [
+            {"role": "system", "content": "second"},
+            {"role": "user", "content": "hi"}]});
+        let p = prepare(
+            Dialect::Messages,
+            body.as_object().unwrap().clone(),
+            None,
+            false,
+        );
+        assert_eq!(
+            p.arguments["system"],
+            json!([{"type": "text", "text": "first"}, {"type": "text", "text": "second"}])
+        );
+        assert_eq!(
+            p.arguments["messages"],
+            json!([{"role": "user", "content": "hi"}])
+        );
+    }
+
+    #[test]
+    fn namespace_tools_are_flattened_and_hosted_ones_left_out() {
+        let body = json!({"input": "x", "stream": true, "tools": [
+            {"type": "function", "name": "a", "parameters": {"type": "object"}},
+            {"type": "namespace", "name": "ns", "tools": [
+                {"type": "function", "name": "b", "parameters": {"type": "object"}}]},
+            {"type": "web_search"}]});
+        let p = prepare(
+            Dialect::Responses,
+            body.as_object().unwrap().clone(),
+            None,
+            false,
+        );
+        let names: Vec<&str> = p.arguments["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["a", "b"]);
+        assert!(p.stream);
+        assert!(p.warnings[0].contains("web_search"), "{:?}", p.warnings);
+    }
+
+    #[test]
+    fn errors_take_each_envelope() {
+        let e = ApiError::from(CallError::UnknownModel {
+            name: "x".into(),
+            known: "a, b".into(),
+        });
+        assert_eq!(e.status, 404);
+        assert_eq!(e.body(Dialect::Chat)["error"]["param"], "model");
+        assert_eq!(
+            e.body(Dialect::Messages)["error"]["type"],
+            "not_found_error"
+        );
+        assert_eq!(e.body(Dialect::Gemini)["error"]["status"], "NOT_FOUND");
+    }
+}
