@@ -254,3 +254,121 @@ pub fn bearer(request: &Request, token: &Token) -> Option<Response> {
     )
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(allowed: &Allowed, target: &str, headers: &[(&str, &str)]) -> Option<u16> {
+        let uri: Uri = target.parse().unwrap();
+        let mut map = HeaderMap::new();
+        for (k, v) in headers {
+            map.append(
+                axum::http::HeaderName::try_from(*k).unwrap(),
+                HeaderValue::from_str(v).unwrap(),
+            );
+        }
+        allowed.check(&uri, &map).err().map(|(s, _)| s.as_u16())
+    }
+
+    fn strings(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn hosts_match_by_name_on_any_port_unless_one_is_named() {
+        let allowed = Allowed::new(
+            &strings(&["localhost", "::1", "[::1]", "example.com:8080"]),
+            &[],
+        );
+        assert_eq!(check(&allowed, "/mcp", &[("host", "LOCALHOST:1")]), None);
+        assert_eq!(check(&allowed, "/mcp", &[("host", "[::1]:9")]), None);
+        assert_eq!(
+            check(&allowed, "/mcp", &[("host", "example.com:8080")]),
+            None
+        );
+        assert_eq!(
+            check(&allowed, "/mcp", &[("host", "example.com:8081")]),
+            Some(403)
+        );
+        assert_eq!(
+            check(&allowed, "/mcp", &[("host", "example.com")]),
+            Some(403)
+        );
+        assert_eq!(check(&allowed, "/mcp", &[]), Some(400));
+        assert_eq!(
+            check(
+                &allowed,
+                "/mcp",
+                &[("host", "localhost"), ("host", "localhost")]
+            ),
+            Some(400)
+        );
+        assert_eq!(check(&allowed, "http://localhost:5/mcp", &[]), None);
+        assert_eq!(
+            check(
+                &allowed,
+                "http://evil.example/mcp",
+                &[("host", "localhost")]
+            ),
+            Some(400)
+        );
+    }
+
+    #[test]
+    fn origins_match_scheme_host_and_port() {
+        let allowed = Allowed::new(
+            &[],
+            &strings(&[
+                "http://localhost:8000",
+                "https://app.example:*",
+                "null",
+                "https://bare.example",
+                "https://bad.example:443:*",
+            ]),
+        );
+        let with = |o: &str| check(&allowed, "/", &[("host", "x"), ("origin", o)]);
+        assert_eq!(with("http://localhost:8000"), None);
+        assert_eq!(with("http://LOCALHOST:8000"), None);
+        assert_eq!(with("http://localhost:8001"), Some(403));
+        assert_eq!(with("https://localhost:8000"), Some(403));
+        assert_eq!(with("https://app.example:1"), None);
+        assert_eq!(with("https://app.example"), None);
+        assert_eq!(with("null"), None);
+        assert_eq!(with("https://bare.example:9"), None);
+        assert_eq!(with("https://bad.example"), Some(403));
+        assert_eq!(with("not an origin"), Some(403));
+        assert_eq!(check(&allowed, "/", &[("host", "x")]), None);
+        let none = Allowed::new(&[], &[]);
+        assert_eq!(
+            check(&none, "/", &[("host", "x"), ("origin", "http://x")]),
+            Some(403)
+        );
+    }
+
+    #[test]
+    fn an_exact_origin_port_may_be_the_schemes_default() {
+        let allowed = Allowed::new(&[], &strings(&["https://site.example:443"]));
+        let with = |o: &str| check(&allowed, "/", &[("host", "x"), ("origin", o)]);
+        assert_eq!(with("https://site.example"), None);
+        assert_eq!(with("http://site.example"), Some(403));
+    }
+
+    #[test]
+    fn the_token_is_read_from_a_bearer_header_of_any_case() {
+        let token = Token::new("s3cret");
+        let request = |value: &str| {
+            Request::builder()
+                .header("authorization", value)
+                .body(axum::body::Body::empty())
+                .unwrap()
+        };
+        for ok in ["Bearer s3cret", "bearer s3cret", "BEARER  s3cret "] {
+            assert!(bearer(&request(ok), &token).is_none(), "{ok}");
+        }
+        for bad in ["Basic s3cret", "Bearer s3cre", "Bearer", "s3cret"] {
+            let refused = bearer(&request(bad), &token).unwrap();
+            assert_eq!(refused.status(), StatusCode::UNAUTHORIZED, "{bad}");
+            assert!(refused.headers().contains_key(header::WWW_AUTHENTICATE));
+        }
+    }
+}

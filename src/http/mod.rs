@@ -226,3 +226,128 @@ async fn log_request(mut request: Request, next: Next) -> Response {
     response
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::Request as HttpRequest;
+    use std::time::Duration;
+
+    fn settings(token: Option<&str>) -> HttpSettings {
+        HttpSettings {
+            bind: "127.0.0.1:8000".parse().unwrap(),
+            allowed_hosts: vec!["localhost".into()],
+            allowed_origins: vec!["http://localhost:8000".into()],
+            auth_token: token.map(str::to_owned),
+            max_body: 100,
+            shutdown_grace: Duration::from_secs(1),
+            max_connections: 4,
+            header_timeout: Duration::from_secs(1),
+            body_timeout: Duration::from_secs(1),
+            body_deadline: Duration::from_secs(1),
+            max_body_buffer: 1000,
+        }
+    }
+
+    /// An MCP service that echoes the body it was given.
+    fn echo() -> Mcp {
+        BoxCloneSyncService::new(tower::service_fn(|r: HttpRequest<Bytes>| async move {
+            Ok::<_, Infallible>(axum::http::Response::new(Body::from(r.into_body())))
+        }))
+    }
+
+    /// A group with another credential form: the token as `x-api-key`.
+    fn api() -> Routes {
+        fn api_key(request: &Request, token: &Token) -> Option<Response> {
+            let key = request
+                .headers()
+                .get("x-api-key")
+                .and_then(|v| v.to_str().ok());
+            if key.is_some_and(|k| token.matches(k)) {
+                return None;
+            }
+            Some((StatusCode::UNAUTHORIZED, "{\"error\":\"key\"}").into_response())
+        }
+        Routes {
+            router: Router::new().route("/v1/models", any(|| async { "models" })),
+            auth: api_key,
+        }
+    }
+
+    async fn send(app: &Router, request: HttpRequest<Body>) -> (u16, String, Option<String>) {
+        let response = app.clone().oneshot(request).await.unwrap();
+        let status = response.status().as_u16();
+        let id = response
+            .headers()
+            .get("x-request-id")
+            .map(|v| v.to_str().unwrap().to_owned());
+        let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        (status, String::from_utf8_lossy(&body).into_owned(), id)
+    }
+
+    fn request(path: &str, headers: &[(&str, &str)], body: &str) -> HttpRequest<Body> {
+        let mut r = HttpRequest::post(path).header("host", "localhost:8000");
+        for (k, v) in headers {
+            r = r.header(*k, *v);
+        }
+        r.body(Body::from(body.to_owned())).unwrap()
+    }
+
+    #[tokio::test]
+    async fn each_group_has_its_credential_check_behind_the_host_check() {
+        let app = app(&settings(Some("s3cret")), echo(), Some(api()));
+        let bearer = ("authorization", "Bearer s3cret");
+        let key = ("x-api-key", "s3cret");
+        let evil = ("host", "evil.example");
+        assert_eq!(send(&app, request("/mcp", &[bearer], "hi")).await.1, "hi");
+        assert_eq!(send(&app, request("/mcp", &[key], "hi")).await.0, 401);
+        assert_eq!(
+            send(&app, request("/v1/models", &[key], "")).await.1,
+            "models"
+        );
+        let refused = send(&app, request("/v1/models", &[bearer], "")).await;
+        assert_eq!(
+            (refused.0, refused.1.as_str()),
+            (401, "{\"error\":\"key\"}")
+        );
+        // A foreign Host is refused before the token is asked for, on every group.
+        let mut foreign = request("/mcp", &[], "");
+        foreign
+            .headers_mut()
+            .insert("host", HeaderValue::from_static("evil.example"));
+        assert_eq!(send(&app, foreign).await.0, 403);
+        let origin = ("origin", "http://evil.example");
+        assert_eq!(
+            send(&app, request("/v1/models", &[key, origin], ""))
+                .await
+                .0,
+            403
+        );
+        // Health and unknown paths are outside the checks.
+        let mut health = request("/healthz", &[], "");
+        health
+            .headers_mut()
+            .insert("host", HeaderValue::from_static(evil.1));
+        assert_eq!(send(&app, health).await.0, 200);
+        assert_eq!(send(&app, request("/elsewhere", &[], "")).await.0, 404);
+    }
+
+    #[tokio::test]
+    async fn bodies_are_limited_on_every_group_and_requests_get_an_id() {
+        let app = app(&settings(None), echo(), Some(api()));
+        let big = "x".repeat(101);
+        let (status, text, _) = send(&app, request("/mcp", &[], &big)).await;
+        assert_eq!(status, 413, "{text}");
+        assert!(text.contains("AGENT_AS_MODEL_MAX_REQUEST_BYTES"), "{text}");
+        assert_eq!(send(&app, request("/v1/models", &[], &big)).await.0, 413);
+        let (status, _, id) = send(&app, request("/mcp", &[], "")).await;
+        assert_eq!(status, 200);
+        assert_eq!(id.map(|i| i.len()), Some(32));
+        let kept = send(&app, request("/mcp", &[("x-request-id", "from-proxy")], "")).await;
+        assert_eq!(kept.2.as_deref(), Some("from-proxy"));
+        let long = "y".repeat(129);
+        let replaced = send(&app, request("/mcp", &[("x-request-id", &long)], "")).await;
+        assert_eq!(replaced.2.map(|i| i.len()), Some(32));
+    }
+}

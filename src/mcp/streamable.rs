@@ -232,3 +232,34 @@ fn exact_in_frame(data: Bytes) -> Bytes {
     Bytes::from(out)
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_temperature_in_an_sse_event_is_written_as_given() {
+        let frame = Bytes::from_static(
+            b"id: 1\ndata: {\"method\":\"sampling/createMessage\",\"params\":{\"temperature\":0.699999988079071}}\n\n",
+        );
+        let out = exact_in_frame(frame);
+        let text = std::str::from_utf8(&out).unwrap();
+        assert!(text.contains("\"temperature\":0.7"), "{text}");
+        assert!(text.starts_with("id: 1\ndata: {"), "{text}");
+    }
+
+    #[test]
+    fn a_legacy_initialize_opens_a_session_and_a_stateless_post_does_not() {
+        let legacy = Request::post("/mcp").body(()).unwrap();
+        assert!(opens_session(&legacy));
+        let modern = Request::post("/mcp")
+            .header("mcp-protocol-version", "2026-07-28")
+            .body(())
+            .unwrap();
+        assert!(!opens_session(&modern));
+        let in_session = Request::post("/mcp")
+            .header("mcp-session-id", "x")
+            .body(())
+            .unwrap();
+        assert!(!opens_session(&in_session));
+    }
+}
