@@ -8,10 +8,12 @@ use agent_as_model::mcp::mrtr::Sealer;
 use agent_as_model::mcp::sampling::Settings;
 use agent_as_model::mcp::server::Server;
 use agent_as_model::mcp::stdio::{Framing, serve_stdio};
+use agent_as_model::mcp::streamable;
 use agent_as_model::routing::Backends;
 use clap::Parser;
 use std::process::ExitCode;
 use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 
 fn main() -> ExitCode {
     let config = Config::parse();
@@ -76,7 +78,13 @@ fn serve(config: &Config, runtime: &tokio::runtime::Runtime, sealer: Sealer) -> 
     let server =
         Server::new(settings, config.limits.clone(), backends).map_err(|e| e.to_string())?;
     if let Some(http) = HttpSettings::from_config(config) {
-        return runtime.block_on(agent_as_model::http::serve_http(server, http));
+        let stop = CancellationToken::new();
+        let mcp = streamable::service(
+            server,
+            &streamable::Settings::from_config(config),
+            stop.child_token(),
+        );
+        return runtime.block_on(agent_as_model::http::serve_http(http, stop, mcp, None));
     }
     runtime
         .block_on(match config.transport {

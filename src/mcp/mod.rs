@@ -12,6 +12,8 @@ pub mod mrtr;
 pub mod progress;
 pub mod sampling;
 pub mod server;
+mod sessions;
 pub mod stdio;
+pub mod streamable;
 pub mod try_command;
 pub mod wire;

@@ -1,6 +1,7 @@
-//! Legacy (stateful) sessions with a cap: rmcp's local session manager, which already closes a
-//! session after a quiet spell (`keep_alive`), behind a count of the sessions it holds. A new
-//! session past the cap is refused; the sessions there are keep working.
+//! Legacy (stateful) sessions with a cap, for [`super::streamable`]: rmcp's local session
+//! manager, which already closes a session after a quiet spell (`keep_alive`), behind a count
+//! of the sessions it holds. A new session past the cap is refused; the sessions there keep
+//! working.
 
 use futures_core::Stream;
 use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};

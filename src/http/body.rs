@@ -1,0 +1,163 @@
+//! Request bodies, read whole before a route sees them: a declared length over the limit is 413
+//! before a byte is read, a body that grows past it is 413, one that stops arriving for the body
+//! timeout is 408, one that takes longer than the deadline in all is 408, and a malformed one (a
+//! bad chunk size) is 400. The bytes are counted against a buffer all connections share, held
+//! until the request is answered; past it, 503 with Retry-After. A refusal sent while the
+//! client may still be writing lingers: the rest is read and dropped for a while, so that the
+//! client reads the answer rather than a broken pipe.
+//!
+//! (tower-http's `RequestBodyLimitLayer` and `TimeoutLayer` do not fit: the first neither
+//! lingers nor shares a budget, the second would bound the whole call, which may stream for
+//! minutes.)
+
+use super::settings::HttpSettings;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use bytes::{Bytes, BytesMut};
+use http_body_util::BodyExt;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// How long a refused body is read and dropped.
+const LINGER: Duration = Duration::from_secs(2);
+
+/// The body limits, and the shared buffer's bytes still free (one permit a byte).
+pub(super) struct Limits {
+    max_body: usize,
+    timeout: Duration,
+    deadline: Duration,
+    free: Arc<Semaphore>,
+    max_buffer: usize,
+}
+
+impl Limits {
+    pub(super) fn new(settings: &HttpSettings) -> Limits {
+        Limits {
+            max_body: settings.max_body,
+            timeout: settings.body_timeout,
+            deadline: settings.body_deadline,
+            free: Arc::new(Semaphore::new(
+                settings.max_body_buffer.min(Semaphore::MAX_PERMITS),
+            )),
+            max_buffer: settings.max_body_buffer,
+        }
+    }
+}
+
+/// Middleware: reads the body whole within the limits, then hands the request on with the body
+/// in memory, holding its share of the buffer until the answer's head is out.
+pub(super) async fn read_whole(
+    State(limits): State<Arc<Limits>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let (parts, body) = request.into_parts();
+    let declared = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limits.max_body as u64) {
+        linger(body);
+        return too_large(&limits);
+    }
+    let (whole, _held) = match tokio::time::timeout(limits.deadline, read(body, &limits)).await {
+        Ok(Ok(read)) => read,
+        Ok(Err(refusal)) => return refusal,
+        Err(_) => {
+            let text = format!(
+                "request timeout: the body took longer than {} s to arrive \
+                 (AGENT_AS_MODEL_BODY_DEADLINE_SECS)\n",
+                limits.deadline.as_secs()
+            );
+            return (StatusCode::REQUEST_TIMEOUT, text).into_response();
+        }
+    };
+    next.run(Request::from_parts(parts, Body::from(whole)))
+        .await
+}
+
+async fn read(
+    mut body: Body,
+    limits: &Limits,
+) -> Result<(Bytes, Option<OwnedSemaphorePermit>), Response> {
+    let mut whole = BytesMut::new();
+    let mut held: Option<OwnedSemaphorePermit> = None;
+    loop {
+        let frame = match tokio::time::timeout(limits.timeout, body.frame()).await {
+            Err(_) => {
+                return Err((
+                    StatusCode::REQUEST_TIMEOUT,
+                    "request timeout: the body stopped arriving (AGENT_AS_MODEL_BODY_TIMEOUT_SECS)\n",
+                )
+                    .into_response());
+            }
+            Ok(None) => break,
+            Ok(Some(Err(_))) => {
+                return Err(
+                    (StatusCode::BAD_REQUEST, "bad request: malformed body\n").into_response()
+                );
+            }
+            Ok(Some(Ok(frame))) => frame,
+        };
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        if whole.len().saturating_add(data.len()) > limits.max_body {
+            linger(body);
+            return Err(too_large(limits));
+        }
+        if !hold(limits, &mut held, data.len()) {
+            linger(body);
+            return Err(busy(limits));
+        }
+        whole.extend_from_slice(&data);
+    }
+    Ok((whole.freeze(), held))
+}
+
+/// Takes `n` more bytes of the shared buffer into `held`; `false` when it has no room.
+fn hold(limits: &Limits, held: &mut Option<OwnedSemaphorePermit>, n: usize) -> bool {
+    let n = u32::try_from(n).unwrap_or(u32::MAX);
+    let Ok(permit) = limits.free.clone().try_acquire_many_owned(n) else {
+        return false;
+    };
+    match held.as_mut() {
+        Some(h) => h.merge(permit),
+        None => *held = Some(permit),
+    }
+    true
+}
+
+/// Reads and drops what is left of a body, for [`LINGER`] at most, holding none of it.
+pub(super) fn linger(mut body: Body) {
+    tokio::spawn(async move {
+        let drain = async { while let Some(Ok(_)) = body.frame().await {} };
+        let _ = tokio::time::timeout(LINGER, drain).await;
+    });
+}
+
+/// 413: the body is over the request limit.
+fn too_large(limits: &Limits) -> Response {
+    let text = format!(
+        "payload too large: a request body may hold at most {} bytes \
+         (AGENT_AS_MODEL_MAX_REQUEST_BYTES)\n",
+        limits.max_body
+    );
+    (StatusCode::PAYLOAD_TOO_LARGE, text).into_response()
+}
+
+/// 503 with Retry-After: the bodies being read hold the whole shared buffer.
+fn busy(limits: &Limits) -> Response {
+    let text = format!(
+        "busy: request bodies already hold {} bytes, the most this server buffers \
+         (AGENT_AS_MODEL_MAX_BODY_BUFFER_BYTES); retry shortly\n",
+        limits.max_buffer
+    );
+    let retry = [(header::RETRY_AFTER, HeaderValue::from_static("1"))];
+    (StatusCode::SERVICE_UNAVAILABLE, retry, text).into_response()
+}

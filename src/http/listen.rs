@@ -1,0 +1,184 @@
+//! Connections: the controls `axum::serve` lacks. A cap on connections held open (past it a few
+//! more are answered at once, `/healthz` 200 and the rest 503, then closed), a pause after a
+//! failed accept (out of descriptors) instead of a spin, the header timeout (which also bounds
+//! an idle keep-alive connection), and a graceful stop on SIGTERM or Ctrl-C with a grace period.
+
+use axum::Router;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::any;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// Connections answered past the cap at once (`/healthz` 200, else 503), each for at most
+/// [`OVER_CAP_TIMEOUT`]; past these too a connection is closed without an answer.
+const OVERFLOW_CONNECTIONS: usize = 32;
+const OVER_CAP_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What the listener needs to know.
+pub(super) struct Listen {
+    pub max_connections: usize,
+    pub header_timeout: Duration,
+    pub shutdown_grace: Duration,
+}
+
+/// Serves `app` on `listener` until SIGTERM, Ctrl-C or `stop`; then cancels `stop` and gives
+/// the requests in flight the grace period to finish.
+pub(super) async fn serve(
+    listener: TcpListener,
+    app: Router,
+    limits: Listen,
+    stop: CancellationToken,
+) {
+    let connections = TaskTracker::new();
+    // Connections held open, and the few answered past the cap (health checks among them).
+    let open = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let overflow = Arc::new(Semaphore::new(OVERFLOW_CONNECTIONS));
+    let over_cap = Router::new()
+        .route("/healthz", any(super::health))
+        .fallback(full);
+    let mut backoff = AcceptBackoff::default();
+    // One signal listener for the server's life: a signal between two accepts is not lost.
+    let shutdown = shutdown_signal();
+    tokio::pin!(shutdown);
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = &mut shutdown => break,
+            () = stop.cancelled() => break,
+        };
+        let stream = match accepted {
+            Ok((stream, _peer)) => {
+                backoff.reset();
+                stream
+            }
+            Err(e) => {
+                // Out of descriptors (or another transient failure): wait before the next
+                // accept instead of spinning on the same error.
+                let pause = backoff.next(&e);
+                tokio::select! {
+                    () = tokio::time::sleep(pause) => continue,
+                    () = &mut shutdown => break,
+                    () = stop.cancelled() => break,
+                }
+            }
+        };
+        if let Ok(permit) = open.clone().try_acquire_owned() {
+            let (app, stop, timeout) = (app.clone(), stop.clone(), limits.header_timeout);
+            connections.spawn(async move {
+                serve_connection(stream, app, stop, timeout).await;
+                drop(permit);
+            });
+        } else if let Ok(permit) = overflow.clone().try_acquire_owned() {
+            if !backoff.warned_full {
+                backoff.warned_full = true;
+                tracing::warn!(
+                    max = limits.max_connections,
+                    "connection limit reached (AGENT_AS_MODEL_MAX_CONNECTIONS): new connections \
+                     are answered 503 until some close (/healthz still answers)"
+                );
+            }
+            let app = over_cap.clone();
+            connections.spawn(async move {
+                serve_over_cap(stream, app).await;
+                drop(permit);
+            });
+        }
+        // Past both, the connection is closed at once: its descriptor is freed here.
+    }
+    tracing::warn!("stopping: finishing in-flight requests");
+    stop.cancel();
+    connections.close();
+    if tokio::time::timeout(limits.shutdown_grace, connections.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!("in-flight requests did not finish within the grace period; dropped");
+    }
+}
+
+/// The pause after a failed accept: 5 ms doubling to 1 s, logged once per run of failures.
+#[derive(Default)]
+struct AcceptBackoff {
+    pause: Duration,
+    warned_full: bool,
+}
+
+impl AcceptBackoff {
+    fn next(&mut self, error: &std::io::Error) -> Duration {
+        if self.pause.is_zero() {
+            tracing::warn!(error = %error, "accepting a connection failed (out of file descriptors?); backing off");
+        }
+        self.pause = (self.pause * 2).clamp(Duration::from_millis(5), Duration::from_secs(1));
+        self.pause
+    }
+
+    fn reset(&mut self) {
+        self.pause = Duration::ZERO;
+    }
+}
+
+/// Anything but `/healthz` on a connection past the cap.
+async fn full() -> Response {
+    let retry = [(header::RETRY_AFTER, HeaderValue::from_static("1"))];
+    let text = "connection limit reached (AGENT_AS_MODEL_MAX_CONNECTIONS); retry later\n";
+    (StatusCode::SERVICE_UNAVAILABLE, retry, text).into_response()
+}
+
+/// A connection past the cap: one request read within [`OVER_CAP_TIMEOUT`], answered, closed.
+async fn serve_over_cap(stream: TcpStream, app: Router) {
+    let connection = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(OVER_CAP_TIMEOUT)
+        .keep_alive(false)
+        .serve_connection(TokioIo::new(stream), TowerToHyperService::new(app));
+    let _ = tokio::time::timeout(OVER_CAP_TIMEOUT, connection).await;
+}
+
+/// Serves one connection until it closes, or ends it gracefully when the server stops.
+async fn serve_connection(
+    stream: TcpStream,
+    app: Router,
+    stop: CancellationToken,
+    header_timeout: Duration,
+) {
+    // Answers are small and whole: send them at once, not after the peer's delayed ACK.
+    let _ = stream.set_nodelay(true);
+    let connection = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_timeout)
+        .serve_connection(TokioIo::new(stream), TowerToHyperService::new(app));
+    tokio::pin!(connection);
+    tokio::select! {
+        _ = connection.as_mut() => {}
+        () = stop.cancelled() => {
+            connection.as_mut().graceful_shutdown();
+            let _ = connection.await;
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let Ok(mut term) = signal(SignalKind::terminate()) else {
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
