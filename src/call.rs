@@ -385,17 +385,25 @@ pub struct Reply<'a> {
     pub media: &'a [Block],
 }
 
+impl Call {
+    /// The prompt's tokens, estimated from its characters (the usage reported when a backend
+    /// does not count).
+    pub fn prompt_tokens_estimate(&self) -> usize {
+        let req = &self.request;
+        let text: usize = req.turns.iter().map(|t| text_chars(&t.blocks)).sum();
+        let system = req.system.as_ref().map_or(0, |s| s.chars().count());
+        estimate_tokens(text + system)
+    }
+}
+
 impl Reply<'_> {
     /// The usage of this call: measured by the backend, else estimated.
     pub fn usage(&self) -> Usage {
         if let Some(measured) = self.measured {
             return measured;
         }
-        let req = &self.call.request;
-        let text: usize = req.turns.iter().map(|t| text_chars(&t.blocks)).sum();
-        let system = req.system.as_ref().map_or(0, |s| s.chars().count());
         Usage {
-            prompt: estimate_tokens(text + system),
+            prompt: self.call.prompt_tokens_estimate(),
             completion: estimate_tokens(self.completion.chars().count()),
             estimated: true,
         }

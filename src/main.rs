@@ -79,12 +79,21 @@ fn serve(config: &Config, runtime: &tokio::runtime::Runtime, sealer: Sealer) -> 
         Server::new(settings, config.limits.clone(), backends).map_err(|e| e.to_string())?;
     if let Some(http) = HttpSettings::from_config(config) {
         let stop = CancellationToken::new();
+        let api = std::sync::Arc::new(agent_as_model::api::Api {
+            service: server.service(),
+        });
         let mcp = streamable::service(
             server,
             &streamable::Settings::from_config(config),
             stop.child_token(),
         );
-        return runtime.block_on(agent_as_model::http::serve_http(http, stop, mcp, None));
+        let routes = agent_as_model::http::api::routes(api);
+        return runtime.block_on(agent_as_model::http::serve_http(
+            http,
+            stop,
+            mcp,
+            Some(routes),
+        ));
     }
     runtime
         .block_on(match config.transport {

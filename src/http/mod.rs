@@ -24,6 +24,7 @@
 //! Host/Origin checks, body limits, request ids and log lines as `/mcp`; those checks' refusals
 //! are plain text, on every group.
 
+pub mod api;
 mod body;
 mod checks;
 mod listen;

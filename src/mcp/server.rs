@@ -379,7 +379,7 @@ impl ServerHandler for Server {
 /// this server's HTTP front), else a fresh one.
 fn request_id(ctx: &RequestContext<RoleServer>) -> String {
     ctx.extensions
-        .get::<hyper::http::request::Parts>()
+        .get::<http::request::Parts>()
         .and_then(|p| p.headers.get("x-request-id"))
         .and_then(|v| v.to_str().ok())
         .map(|v| clip(v).to_string())

@@ -1,0 +1,474 @@
+//! The model APIs' routes: OpenAI chat completions and Responses, Anthropic messages, Gemini
+//! `generateContent`, their token counts and model lists, as a base URL for any SDK or agent
+//! CLI. Each handler reads the JSON body, hands it to [`crate::api`] (which answers it as the
+//! tool of the same shape is answered) and writes the API object, the API's stream of events,
+//! or the API's error envelope. The token is taken in every spelling the clients use.
+
+use crate::api::stream::Stream;
+use crate::api::{self, Api, ApiError, Dialect, ErrorKind, Prepared};
+use crate::call::Call;
+use crate::fulfil::live::{Event, Sink};
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::Response;
+use axum::routing::{get, head, post};
+use serde_json::{Map, Value, json};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::{Routes, Token, bearer_credentials};
+
+/// The header that says what a backend could not do as asked.
+const WARNINGS: &str = "x-agent-as-model-warnings";
+
+/// How often an Anthropic stream says `ping` while the answer is made.
+const PING_EVERY: Duration = Duration::from_secs(10);
+
+/// The model APIs' routes, answered by `api`.
+pub fn routes(api: Arc<Api>) -> Routes {
+    let router = Router::new()
+        .route("/", head(|| async { StatusCode::OK }))
+        .route("/v1/chat/completions", post(chat))
+        .route("/v1/responses", post(responses))
+        .route("/v1/responses/input_tokens", post(responses_tokens))
+        .route("/v1/messages", post(messages))
+        .route("/v1/messages/count_tokens", post(messages_tokens))
+        .route("/v1/models", get(models))
+        .route("/v1/models/{name}", get(model).post(gemini))
+        .route("/v1beta/models", get(gemini_models))
+        .route("/v1beta/models/{name}", get(gemini_model).post(gemini))
+        .with_state(api);
+    Routes {
+        router,
+        auth: api_key,
+    }
+}
+
+/// The dialect a request's errors are written in, from its path and headers.
+fn dialect_of(path: &str, headers: &HeaderMap) -> Dialect {
+    if path.starts_with("/v1/messages") {
+        Dialect::Messages
+    } else if path.starts_with("/v1beta/") || path.contains(':') {
+        Dialect::Gemini
+    } else if path.starts_with("/v1/models") {
+        models_dialect(headers)
+    } else if path.starts_with("/v1/responses") {
+        Dialect::Responses
+    } else {
+        Dialect::Chat
+    }
+}
+
+/// Whose model list a `GET /v1/models` wants: Gemini's with `x-goog-api-key`, Anthropic's with
+/// `anthropic-version` or `x-api-key`, OpenAI's otherwise.
+fn models_dialect(headers: &HeaderMap) -> Dialect {
+    if headers.contains_key("x-goog-api-key") {
+        Dialect::Gemini
+    } else if headers.contains_key("anthropic-version") || headers.contains_key("x-api-key") {
+        Dialect::Messages
+    } else {
+        Dialect::Chat
+    }
+}
+
+/// The token as `Authorization: Bearer`, `x-api-key`, `x-goog-api-key` or `?key=`; a missing
+/// or wrong one is a 401 in the API's envelope.
+fn api_key(request: &Request, token: &Token) -> Option<Response> {
+    let headers = request.headers();
+    let header_value = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let query_key = request.uri().query().and_then(|q| {
+        q.split('&')
+            .find_map(|pair| pair.strip_prefix("key="))
+            .map(str::to_owned)
+    });
+    let presented = [
+        bearer_credentials(headers).map(str::to_owned),
+        header_value("x-api-key").map(str::to_owned),
+        header_value("x-goog-api-key").map(str::to_owned),
+        query_key,
+    ];
+    if presented.iter().flatten().any(|t| token.matches(t.trim())) {
+        return None;
+    }
+    let dialect = dialect_of(request.uri().path(), headers);
+    let e = ApiError::new(
+        401,
+        ErrorKind::Authentication,
+        "missing or wrong API key: pass the server's --auth-token as the API key",
+    );
+    Some(error(dialect, &e, &[]))
+}
+
+/// An error in `dialect`'s envelope.
+fn error(dialect: Dialect, e: &ApiError, warnings: &[String]) -> Response {
+    let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut response = json_body(e.body(dialect));
+    *response.status_mut() = status;
+    if let Some(secs) = e.retry_after {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    }
+    with_warnings(response, warnings)
+}
+
+/// `response` with the warnings header, when there are warnings: one line, ASCII.
+fn with_warnings(mut response: Response, warnings: &[String]) -> Response {
+    if warnings.is_empty() {
+        return response;
+    }
+    let line: String = warnings
+        .join("; ")
+        .chars()
+        .map(|c| {
+            if c.is_ascii_graphic() || c == ' ' {
+                c
+            } else {
+                '?'
+            }
+        })
+        .take(4096)
+        .collect();
+    if let Ok(value) = HeaderValue::from_str(&line) {
+        response.headers_mut().insert(WARNINGS, value);
+    }
+    response
+}
+
+/// A JSON response.
+fn json_body(body: Value) -> Response {
+    let mut response = Response::new(Body::from(body.to_string()));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+/// The request body as a JSON object.
+fn object(body: &Bytes) -> Result<Map<String, Value>, ApiError> {
+    match serde_json::from_slice(body) {
+        Ok(Value::Object(m)) => Ok(m),
+        Ok(_) => Err(ApiError::invalid("the request body must be a JSON object")),
+        Err(e) => Err(ApiError::invalid(format!(
+            "the request body is not JSON: {e}"
+        ))),
+    }
+}
+
+async fn chat(State(api): State<Arc<Api>>, body: Bytes) -> Response {
+    complete(api, Dialect::Chat, body, None, false).await
+}
+
+async fn responses(State(api): State<Arc<Api>>, body: Bytes) -> Response {
+    complete(api, Dialect::Responses, body, None, false).await
+}
+
+async fn messages(State(api): State<Arc<Api>>, body: Bytes) -> Response {
+    complete(api, Dialect::Messages, body, None, false).await
+}
+
+/// `POST …/models/{model}:{action}`: `generateContent`, `streamGenerateContent` (SSE with
+/// `?alt=sse`, else one JSON array) or `countTokens`.
+async fn gemini(
+    State(api): State<Arc<Api>>,
+    Path(name): Path<String>,
+    uri: axum::http::Uri,
+    body: Bytes,
+) -> Response {
+    let Some((model, action)) = name.rsplit_once(':') else {
+        return error(
+            Dialect::Gemini,
+            &ApiError::new(404, ErrorKind::NotFound, format!("no such method: {name}")),
+            &[],
+        );
+    };
+    match action {
+        "generateContent" => complete(api, Dialect::Gemini, body, Some(model), false).await,
+        "streamGenerateContent" => {
+            let sse = uri
+                .query()
+                .is_some_and(|q| q.split('&').any(|p| p == "alt=sse"));
+            if sse {
+                complete(api, Dialect::Gemini, body, Some(model), true).await
+            } else {
+                gemini_array(api, body, model).await
+            }
+        }
+        "countTokens" => count(api, Dialect::Gemini, body, Some(model)).await,
+        other => error(
+            Dialect::Gemini,
+            &ApiError::new(
+                404,
+                ErrorKind::NotFound,
+                format!(
+                    "no such method {:?}: generateContent, streamGenerateContent or countTokens",
+                    crate::error::clip(other)
+                ),
+            ),
+            &[],
+        ),
+    }
+}
+
+/// The request made ready and parsed, or the error to send.
+fn parse(
+    api: &Api,
+    dialect: Dialect,
+    body: &Bytes,
+    model: Option<&str>,
+    stream: bool,
+) -> Result<(Prepared, Call), Box<Response>> {
+    let body = object(body).map_err(|e| Box::new(error(dialect, &e, &[])))?;
+    let prepared = api::prepare(dialect, body, model, stream);
+    match api.parse(dialect, &prepared) {
+        Ok(call) => Ok((prepared, call)),
+        Err(e) => Err(Box::new(error(dialect, &e, &prepared.warnings))),
+    }
+}
+
+async fn complete(
+    api: Arc<Api>,
+    dialect: Dialect,
+    body: Bytes,
+    model: Option<&str>,
+    stream: bool,
+) -> Response {
+    let (prepared, call) = match parse(&api, dialect, &body, model, stream) {
+        Ok(parsed) => parsed,
+        Err(response) => return *response,
+    };
+    drop(body);
+    if prepared.stream {
+        return streamed(api, dialect, prepared, call);
+    }
+    // A client that goes away drops this future, and with it the work.
+    let cancel = CancellationToken::new();
+    let mut warnings = prepared.warnings;
+    match api.answer(dialect, &call, &cancel, None).await {
+        Ok(answered) => {
+            warnings.extend(answered.report.warnings);
+            let body = Value::Object(answered.rendered.object);
+            with_warnings(json_body(body), &warnings)
+        }
+        Err(e) => error(dialect, &e, &warnings),
+    }
+}
+
+/// Gemini's `streamGenerateContent` without `?alt=sse`: the answer as a JSON array of one
+/// response.
+async fn gemini_array(api: Arc<Api>, body: Bytes, model: &str) -> Response {
+    let (prepared, call) = match parse(&api, Dialect::Gemini, &body, Some(model), false) {
+        Ok(parsed) => parsed,
+        Err(response) => return *response,
+    };
+    let cancel = CancellationToken::new();
+    let mut warnings = prepared.warnings;
+    match api.answer(Dialect::Gemini, &call, &cancel, None).await {
+        Ok(answered) => {
+            warnings.extend(answered.report.warnings);
+            let body = json!([Value::Object(answered.rendered.object)]);
+            with_warnings(json_body(body), &warnings)
+        }
+        Err(e) => error(Dialect::Gemini, &e, &warnings),
+    }
+}
+
+/// The text deltas of an answer made where this server sees it, handed to the stream's task.
+struct Deltas(mpsc::UnboundedSender<String>);
+
+impl Sink for Deltas {
+    fn event(&self, event: Event<'_>) {
+        if let Event::Delta { text, .. } = event {
+            let _ = self.0.send(text.to_owned());
+        }
+    }
+}
+
+/// The answer as the API's stream of server-sent events, made by a task that ends (and stops
+/// the work) when the client goes away.
+fn streamed(api: Arc<Api>, dialect: Dialect, prepared: Prepared, call: Call) -> Response {
+    let (frames, out) = mpsc::unbounded_channel::<String>();
+    let warnings = prepared.warnings.clone();
+    tokio::spawn(async move {
+        let mut stream = Stream::new(
+            dialect,
+            &call.request.model,
+            prepared.include_usage,
+            call.request.stop.clone(),
+        );
+        let send = |list: Vec<String>| list.into_iter().all(|f| frames.send(f).is_ok());
+        if !send(stream.start()) {
+            return;
+        }
+        let (deltas, mut text) = mpsc::unbounded_channel();
+        let sink: Option<crate::fulfil::live::Events> =
+            api::streams_live(&call).then(|| Arc::new(Deltas(deltas)) as _);
+        let cancel = CancellationToken::new();
+        let answer = api.answer(dialect, &call, &cancel, sink);
+        tokio::pin!(answer);
+        let mut ping = tokio::time::interval(PING_EVERY);
+        ping.tick().await;
+        let result = loop {
+            tokio::select! {
+                result = &mut answer => break result,
+                Some(delta) = text.recv() => {
+                    if !send(stream.text(&delta)) {
+                        cancel.cancel();
+                        return;
+                    }
+                }
+                _ = ping.tick() => {
+                    if let Some(p) = stream.ping()
+                        && !send(vec![p]) {
+                        cancel.cancel();
+                        return;
+                    }
+                }
+                () = frames.closed() => {
+                    cancel.cancel();
+                    return;
+                }
+            }
+        };
+        while let Ok(delta) = text.try_recv() {
+            send(stream.text(&delta));
+        }
+        match result {
+            Ok(answered) => send(stream.finish(&answered.rendered.object)),
+            Err(e) => send(stream.error(&e)),
+        };
+    });
+    let body = Body::from_stream(futures_util::stream::unfold(out, |mut out| async move {
+        let frame = out.recv().await?;
+        Some((
+            Ok::<Bytes, std::convert::Infallible>(Bytes::from(frame)),
+            out,
+        ))
+    }));
+    let mut response = Response::new(body);
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    with_warnings(response, &warnings)
+}
+
+/// The prompt tokens a request would read.
+async fn count(api: Arc<Api>, dialect: Dialect, body: Bytes, model: Option<&str>) -> Response {
+    let (_, call) = match parse(&api, dialect, &body, model, false) {
+        Ok(parsed) => parsed,
+        Err(response) => return *response,
+    };
+    let tokens = call.prompt_tokens_estimate();
+    let body = match dialect {
+        Dialect::Messages => json!({"input_tokens": tokens}),
+        Dialect::Responses => json!({"object": "response.input_tokens", "input_tokens": tokens}),
+        Dialect::Gemini => json!({"totalTokens": tokens}),
+        Dialect::Chat => json!({"prompt_tokens": tokens}),
+    };
+    json_body(body)
+}
+
+async fn messages_tokens(State(api): State<Arc<Api>>, body: Bytes) -> Response {
+    count(api, Dialect::Messages, body, None).await
+}
+
+async fn responses_tokens(State(api): State<Arc<Api>>, body: Bytes) -> Response {
+    count(api, Dialect::Responses, body, None).await
+}
+
+/// The models calls may name: `(id, aliases)`.
+fn names(api: &Api) -> Vec<(String, Vec<String>)> {
+    api.service
+        .backends()
+        .models()
+        .iter()
+        .filter_map(|m| {
+            let id = m.get("id")?.as_str()?.to_owned();
+            let aliases = m
+                .get("aliases")
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|x| x.as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default();
+            Some((id, aliases))
+        })
+        .collect()
+}
+
+/// One model as `dialect` lists it.
+fn model_object(dialect: Dialect, id: &str) -> Value {
+    match dialect {
+        Dialect::Messages => json!({"type": "model", "id": id, "display_name": id,
+                                    "created_at": "1970-01-01T00:00:00Z"}),
+        Dialect::Gemini => json!({"name": format!("models/{id}"), "displayName": id,
+                                  "supportedGenerationMethods":
+                                      ["generateContent", "streamGenerateContent", "countTokens"]}),
+        Dialect::Chat | Dialect::Responses => {
+            json!({"id": id, "object": "model", "created": 0, "owned_by": "agent-as-model"})
+        }
+    }
+}
+
+/// The list in `dialect`'s shape.
+fn model_list(api: &Api, dialect: Dialect) -> Value {
+    let ids: Vec<String> = names(api).into_iter().map(|(id, _)| id).collect();
+    let data: Vec<Value> = ids.iter().map(|id| model_object(dialect, id)).collect();
+    match dialect {
+        Dialect::Messages => json!({"data": data, "has_more": false,
+                                    "first_id": ids.first(), "last_id": ids.last()}),
+        Dialect::Gemini => json!({"models": data}),
+        Dialect::Chat | Dialect::Responses => json!({"object": "list", "data": data}),
+    }
+}
+
+async fn models(State(api): State<Arc<Api>>, headers: HeaderMap) -> Response {
+    json_body(model_list(&api, models_dialect(&headers)))
+}
+
+async fn gemini_models(State(api): State<Arc<Api>>) -> Response {
+    json_body(model_list(&api, Dialect::Gemini))
+}
+
+/// `GET /v1/models/{id}`: the model by name or alias, or a 404 listing the names.
+fn one_model(api: &Api, dialect: Dialect, name: &str) -> Response {
+    let name = name.strip_prefix("models/").unwrap_or(name);
+    let all = names(api);
+    match all
+        .iter()
+        .find(|(id, aliases)| id == name || aliases.iter().any(|a| a == name))
+    {
+        Some((id, _)) => json_body(model_object(dialect, id)),
+        None => {
+            let known: Vec<&str> = all.iter().map(|(id, _)| id.as_str()).collect();
+            let e = ApiError::from(crate::error::CallError::UnknownModel {
+                name: crate::error::clip(name).into_owned(),
+                known: known.join(", "),
+            });
+            error(dialect, &e, &[])
+        }
+    }
+}
+
+async fn model(
+    State(api): State<Arc<Api>>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    one_model(&api, models_dialect(&headers), &name)
+}
+
+async fn gemini_model(State(api): State<Arc<Api>>, Path(name): Path<String>) -> Response {
+    one_model(&api, Dialect::Gemini, &name)
+}
