@@ -3,29 +3,33 @@
 //! fulfilled by the connected host's own model through MCP sampling. No API key: the agent is
 //! the model.
 //!
-//! A call flows one way through the crate:
+//! A call flows one way through the crate: a front parses it, the completion service answers
+//! it, the front renders the answer.
 //!
 //! ```text
-//! server      routes tools/call to a shape in the registry; renders errors at the edge
-//! shapes/     one file per product API: parse arguments -> call::Call, render call::Reply
-//! contract/   schema (compile, validate, budgets), persona, cursor, media: the checks
+//! mcp/        the MCP front, and every file that uses rmcp: the handler, stdio framing, the
+//!             host's sampling on both eras, progress, MCP content, rmcp's Streamable HTTP
+//!             service as a tower service, the reference host and `try`, the bridge
+//! http/       the HTTP server, and every file that uses axum or hyper: the listener, the
+//!             checks every route shares, `/healthz`, `/mcp` mounted, the model APIs' routes
+//! api/        the model APIs without HTTP: a body made its tool's arguments, error envelopes,
+//!             each API's stream of events
+//! service/    the completion service under every front: route, cap, driver, fallback, finish
+//! shapes/     one file per product API: parse arguments -> call::Call, render the API object
+//! contract/   schema (compile, validate, budgets), persona, cursor: the checks
 //! call        the neutral core: call, mode, turns of blocks, answer, usage, finish reason
-//! fulfil/     the pure state machine: strategy from backend capabilities, repairs, output
-//! backends/   the drivers doing I/O: host sampling on the legacy era and in MRTR rounds,
-//!             or a model the server calls itself (a provider; local/, the embedded model)
+//! fulfil/     the pure state machine (strategy, repairs, output) and the event stream
+//! backends/   the models this server calls itself: the Model trait, a provider
+//! local/      the embedded model on llama.cpp
+//! routing/    which model answers: named entries, aliases, fallbacks, caps
 //! config      one typed configuration (command line and environment), passed down
-//! transport   stdio framing: bounded lines, one well-formed reply per request
-//! http/       Streamable HTTP at /mcp (rmcp's service on hyper): auth, Host/Origin, health,
-//!             capped legacy sessions, request ids; gate caps calls in flight per session
-//! host        a reference host answering sampling from a direct backend (`try`)
-//! bridge/     another MCP server served to hosts that cannot sample (`bridge -- CMD`)
 //! ```
 //!
-//! Nothing in [`call`], [`contract`] or [`fulfil`] imports a shape, and only [`backends`] knows
-//! protocol eras. [`error::CallError`] is the one error type; the server turns it into an
-//! `isError` result or, for protocol faults, a JSON-RPC error. [`pyjson`] writes JSON texts
-//! exactly as the original Python server did, so byte comparisons and cursors agree across the
-//! two.
+//! Nothing in [`call`], [`contract`], [`fulfil`], [`service`], [`backends`] or [`local`]
+//! imports rmcp or axum: protocol eras are known in [`mcp`] alone, HTTP in [`http`] alone.
+//! [`error::CallError`] is the one error type; each front renders it at its edge. [`pyjson`]
+//! writes JSON texts exactly as the original Python server did, so byte comparisons and cursors
+//! agree across the two.
 
 pub mod api;
 pub mod args;
