@@ -31,6 +31,12 @@ pub enum Event<'a> {
 /// Where a call's events go, in order, as they happen.
 pub trait Sink: Send + Sync {
     fn event(&self, event: Event<'_>);
+
+    /// Whether the caller has been shown part of an answer that cannot be taken back (a
+    /// stream's text): another model must not start the answer again then.
+    fn committed(&self) -> bool {
+        false
+    }
 }
 
 /// A call's sink, shared by the driver and the backend.

@@ -279,13 +279,24 @@ async fn gemini_array(api: Arc<Api>, body: Bytes, model: &str) -> Response {
 }
 
 /// The text deltas of an answer made where this server sees it, handed to the stream's task.
-struct Deltas(mpsc::UnboundedSender<String>);
+struct Deltas {
+    sender: mpsc::UnboundedSender<String>,
+    /// Some text has been handed on: the client may have seen it.
+    sent: std::sync::atomic::AtomicBool,
+}
 
 impl Sink for Deltas {
     fn event(&self, event: Event<'_>) {
-        if let Event::Delta { text, .. } = event {
-            let _ = self.0.send(text.to_owned());
+        if let Event::Delta { text, .. } = event
+            && !text.is_empty()
+        {
+            self.sent.store(true, std::sync::atomic::Ordering::Relaxed);
+            let _ = self.sender.send(text.to_owned());
         }
+    }
+
+    fn committed(&self) -> bool {
+        self.sent.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 
@@ -307,7 +318,12 @@ fn streamed(api: Arc<Api>, dialect: Dialect, prepared: Prepared, call: Call) -> 
         }
         let (deltas, mut text) = mpsc::unbounded_channel();
         let sink: Option<crate::fulfil::live::Events> =
-            api::streams_live(&call).then(|| Arc::new(Deltas(deltas)) as _);
+            api::streams_live(&call).then(|| {
+                Arc::new(Deltas {
+                    sender: deltas,
+                    sent: Default::default(),
+                }) as _
+            });
         let cancel = CancellationToken::new();
         let answer = api.answer(dialect, &call, &cancel, sink);
         tokio::pin!(answer);

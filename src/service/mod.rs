@@ -127,10 +127,12 @@ impl Service {
             let outcome = match self.answer(entry, call, origin, events.as_ref()).await {
                 Ok(outcome) => outcome,
                 // Worth another model, one is left, and there is time for it.
+                // Not once the caller has been shown part of this model's answer.
                 Err(e)
                     if e.is_transient()
                         && i + 1 < chain.len()
-                        && started.elapsed() < self.fallback_window =>
+                        && started.elapsed() < self.fallback_window
+                        && !events.as_ref().is_some_and(|s| s.committed()) =>
                 {
                     tracing::warn!(model = %entry.name, error = %e, "falling back");
                     fell_back_from.push(json!({"model": entry.name, "error": e.to_string()}));
