@@ -5,6 +5,7 @@
 //! honouring `Retry-After`. The key is sent as a bearer token and never logged or echoed.
 
 use super::direct::{BoxFuture, Model, ModelRequest, ModelTool};
+use super::stream::StreamError;
 use crate::call::{Block, Completion, Usage};
 use crate::config::Config;
 use crate::error::{CallError, CallResult, clip};
@@ -39,16 +40,47 @@ pub struct ProviderSettings {
     pub timeout_source: String,
 }
 
+/// Why a provider cannot be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error(
+        "the provider backend needs --provider-url (AGENT_AS_MODEL_PROVIDER_URL) \
+         and --provider-model (AGENT_AS_MODEL_PROVIDER_MODEL)"
+    )]
+    Missing,
+    /// The base URL is not one (`shown` is the URL without its secrets).
+    #[error("the provider URL {problem}: {shown}")]
+    Url { problem: UrlProblem, shown: String },
+    #[error("cannot start the HTTP client: {0}")]
+    Client(Arc<reqwest::Error>),
+}
+
+/// The callers that start a backend speak in messages.
+impl From<SetupError> for String {
+    fn from(e: SetupError) -> String {
+        e.to_string()
+    }
+}
+
+/// What is wrong with a provider's base URL, said without repeating it (it may carry a
+/// password or a key).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum UrlProblem {
+    #[error("must start with http:// or https:// and name a host")]
+    NotHttp,
+    #[error("is not a URL ({0})")]
+    NotUrl(UrlParseError),
+}
+
+/// Why a text is not a URL.
+pub type UrlParseError = <reqwest::Url as std::str::FromStr>::Err;
+
 impl ProviderSettings {
     /// The provider's settings; `Err` names what is missing.
-    pub fn from_config(config: &Config) -> Result<ProviderSettings, String> {
+    pub fn from_config(config: &Config) -> Result<ProviderSettings, SetupError> {
         let p = &config.provider;
         let (Some(base_url), Some(model)) = (&p.provider_url, &p.provider_model) else {
-            return Err(
-                "the provider backend needs --provider-url (AGENT_AS_MODEL_PROVIDER_URL) \
-                        and --provider-model (AGENT_AS_MODEL_PROVIDER_MODEL)"
-                    .into(),
-            );
+            return Err(SetupError::Missing);
         };
         let key = p.provider_key.clone().filter(|k| !k.is_empty());
         Ok(ProviderSettings::at(config, base_url, model, key))
@@ -101,8 +133,8 @@ pub struct Provider {
 /// held its own connection pool and TLS settings). Each request carries its provider's timeout.
 /// Redirects are followed only within the origin of the request's first URL, at most 5: the
 /// prompt (and the key) never go to another host.
-fn shared_client() -> Result<reqwest::Client, String> {
-    static CLIENT: std::sync::OnceLock<Result<reqwest::Client, String>> =
+fn shared_client() -> Result<reqwest::Client, SetupError> {
+    static CLIENT: std::sync::OnceLock<Result<reqwest::Client, Arc<reqwest::Error>>> =
         std::sync::OnceLock::new();
     CLIENT
         .get_or_init(|| {
@@ -118,9 +150,10 @@ fn shared_client() -> Result<reqwest::Client, String> {
                     }
                 }))
                 .build()
-                .map_err(|e| format!("cannot start the HTTP client: {e}"))
+                .map_err(Arc::new)
         })
         .clone()
+        .map_err(SetupError::Client)
 }
 
 /// What must never reach a caller: the key, the URL's password and query values, each as
@@ -164,21 +197,19 @@ pub fn shown_url(url: &str) -> String {
 
 /// `url` parsed as a provider's base URL; `Err` says what is wrong without repeating it (it may
 /// carry a password or a key).
-pub fn http_url(url: &str) -> Result<reqwest::Url, String> {
+pub fn http_url(url: &str) -> Result<reqwest::Url, UrlProblem> {
     match reqwest::Url::parse(url.trim()) {
         Ok(u) if matches!(u.scheme(), "http" | "https") && u.host_str().is_some() => Ok(u),
-        Ok(_) => Err("must start with http:// or https:// and name a host".to_owned()),
-        Err(e) => Err(format!("is not a URL ({e})")),
+        Ok(_) => Err(UrlProblem::NotHttp),
+        Err(e) => Err(UrlProblem::NotUrl(e)),
     }
 }
 
 impl Provider {
-    pub fn new(settings: ProviderSettings) -> Result<Self, String> {
-        let mut endpoint = http_url(&settings.base_url).map_err(|problem| {
-            format!(
-                "the provider URL {problem}: {}",
-                shown_url(&settings.base_url)
-            )
+    pub fn new(settings: ProviderSettings) -> Result<Self, SetupError> {
+        let mut endpoint = http_url(&settings.base_url).map_err(|problem| SetupError::Url {
+            problem,
+            shown: shown_url(&settings.base_url),
         })?;
         // `/chat/completions` goes after the path; a query string stays a query string.
         let path = format!("{}/chat/completions", endpoint.path().trim_end_matches('/'));
@@ -345,7 +376,7 @@ impl Provider {
                      reads (AGENT_AS_MODEL_PROVIDER_MAX_RESPONSE_BYTES)"
                 )));
             }
-            let added = assembly.feed(&chunk).map_err(fail)?;
+            let added = assembly.feed(&chunk).map_err(stream_failure)?;
             // A large chunk is work: let the other calls (and this call's timeout) run.
             tokio::task::yield_now().await;
             if let Some(live) = live.filter(|_| added.any) {
@@ -367,7 +398,7 @@ impl Provider {
                 text: &self.scrub(held),
             });
         }
-        let answer = assembly.finish().map_err(unavailable)?;
+        let answer = assembly.finish().map_err(stream_failure)?;
         let text = self.scrub(answer.to_string());
         serde_json::from_str(&text).map_err(|e| fail(format!("the provider's answer: {e}")))
     }
@@ -456,6 +487,16 @@ fn fail(message: String) -> CallError {
 /// A failure another model might not have: overloaded, unreachable, too slow, cut off.
 fn unavailable(message: String) -> CallError {
     CallError::unavailable("provider", message)
+}
+
+/// A stream that cannot be read, transient when it was cut off.
+fn stream_failure(e: StreamError) -> CallError {
+    let message = e.to_string();
+    if e.is_transient() {
+        unavailable(message)
+    } else {
+        fail(message)
+    }
 }
 
 /// The wait an answer asks for before a retry (`Retry-After` in seconds).
@@ -621,7 +662,7 @@ pub fn completion(answer: &Value, model: &str, max_tool_calls: usize) -> CallRes
         blocks.push(Block::Text(text.to_owned()));
     }
     for (i, call) in calls.iter().enumerate() {
-        blocks.push(tool_call(i, call).map_err(|what| bad(&what))?);
+        blocks.push(tool_call(i, call).map_err(|what| bad(&what.to_string()))?);
     }
     if blocks.is_empty() {
         blocks.push(Block::Text(String::new()));
@@ -645,24 +686,29 @@ pub fn completion(answer: &Value, model: &str, max_tool_calls: usize) -> CallRes
 
 /// The error for an answer with more tool calls than this server reads.
 pub(super) fn too_many_calls(max: usize) -> CallError {
-    fail(super::stream::too_many_calls(max))
+    stream_failure(StreamError::TooManyCalls(max))
+}
+
+/// What is wrong with one of the answer's `tool_calls` (its index).
+#[derive(Debug, thiserror::Error)]
+enum ToolCallProblem {
+    #[error("tool_calls[{0}].function.name is missing")]
+    NameMissing(usize),
+    #[error("tool_calls[{0}].function.arguments is not a JSON object")]
+    ArgumentsNotObject(usize),
 }
 
 /// One of the answer's `tool_calls` as a tool use; `Err` says what is wrong with it.
-fn tool_call(i: usize, call: &Value) -> Result<Block, String> {
+fn tool_call(i: usize, call: &Value) -> Result<Block, ToolCallProblem> {
     let name = call
         .pointer("/function/name")
         .and_then(Value::as_str)
-        .ok_or_else(|| format!("tool_calls[{i}].function.name is missing"))?;
+        .ok_or(ToolCallProblem::NameMissing(i))?;
     let input = match call.pointer("/function/arguments") {
         Some(Value::String(s)) if s.trim().is_empty() => Map::new(),
         Some(Value::String(s)) => match serde_json::from_str(s) {
             Ok(Value::Object(o)) => o,
-            _ => {
-                return Err(format!(
-                    "tool_calls[{i}].function.arguments is not a JSON object"
-                ));
-            }
+            _ => return Err(ToolCallProblem::ArgumentsNotObject(i)),
         },
         Some(Value::Object(o)) => o.clone(),
         _ => Map::new(),
@@ -786,5 +832,61 @@ mod tests {
         let e = completion(&broken, "m", 128).unwrap_err().to_string();
         assert!(e.contains("tool_calls[0].function.arguments"), "{e}");
         assert!(completion(&json!({"error": "x"}), "m", 128).is_err());
+    }
+
+    #[test]
+    fn typed_errors_say_what_the_messages_said() {
+        assert_eq!(
+            SetupError::Missing.to_string(),
+            "the provider backend needs --provider-url (AGENT_AS_MODEL_PROVIDER_URL) and \
+             --provider-model (AGENT_AS_MODEL_PROVIDER_MODEL)"
+        );
+        let problem = http_url("ftp://user:secret@example.com/v1").unwrap_err();
+        assert_eq!(
+            problem.to_string(),
+            "must start with http:// or https:// and name a host"
+        );
+        let shown = String::from(SetupError::Url {
+            problem,
+            shown: shown_url("ftp://user:secret@example.com/v1"),
+        });
+        assert_eq!(
+            shown,
+            "the provider URL must start with http:// or https:// and name a host: \
+             ftp://example.com/v1"
+        );
+        assert_eq!(
+            http_url("not a url").unwrap_err().to_string(),
+            "is not a URL (relative URL without a base)"
+        );
+        let e = Provider::new(ProviderSettings {
+            base_url: "http://".into(),
+            model: "m".into(),
+            key: None,
+            tools: true,
+            json_schema: true,
+            timeout: Duration::from_secs(1),
+            retries: 0,
+            max_retry_after: Duration::from_secs(1),
+            max_response: 1024,
+            max_tool_calls: 1,
+            stream: false,
+            timeout_source: String::new(),
+        })
+        .err()
+        .unwrap();
+        assert!(
+            e.to_string().starts_with("the provider URL is not a URL ("),
+            "{e}"
+        );
+        assert_eq!(
+            ToolCallProblem::NameMissing(2).to_string(),
+            "tool_calls[2].function.name is missing"
+        );
+        assert_eq!(
+            too_many_calls(3).to_string(),
+            "provider backend failed: the provider's answer has more than 3 tool calls, the \
+             most this server reads (AGENT_AS_MODEL_PROVIDER_MAX_TOOL_CALLS)"
+        );
     }
 }

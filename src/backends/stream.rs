@@ -8,12 +8,34 @@ use crate::wire::openai::{Message, Speaker, ToolCall};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 
-/// The error for an answer with more tool calls than this server reads.
-pub fn too_many_calls(max: usize) -> String {
-    format!(
-        "the provider's answer has more than {max} tool calls, the most this server reads \
+/// Why a stream (or a whole answer) cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum StreamError {
+    /// An event's data is not JSON (`data` is clipped).
+    #[error("the provider's stream has an event that is not JSON ({error}): {data}")]
+    NotJson {
+        error: serde_json::Error,
+        data: String,
+    },
+    /// The provider sent an error event (its message, clipped).
+    #[error("the provider's stream ended with an error: {0}")]
+    Provider(String),
+    /// The answer has more tool calls than this server reads (streamed or whole).
+    #[error(
+        "the provider's answer has more than {0} tool calls, the most this server reads \
          (AGENT_AS_MODEL_PROVIDER_MAX_TOOL_CALLS)"
-    )
+    )]
+    TooManyCalls(usize),
+    /// The stream ended before `[DONE]` or a finish reason, after this many deltas.
+    #[error("the provider's stream broke off before its end, after {0} part(s) of the answer")]
+    BrokeOff(usize),
+}
+
+impl StreamError {
+    /// Whether another model might not fail this way (a cut stream).
+    pub fn is_transient(&self) -> bool {
+        matches!(self, StreamError::BrokeOff(_))
+    }
 }
 
 /// A tool call being assembled from its deltas.
@@ -82,7 +104,7 @@ impl Assembly {
 
     /// Reads more of the stream; `Err` when the provider sent an error event or something
     /// that is not a chat completion chunk.
-    pub fn feed(&mut self, bytes: &[u8]) -> Result<Added, String> {
+    pub fn feed(&mut self, bytes: &[u8]) -> Result<Added, StreamError> {
         self.pending.extend_from_slice(bytes);
         let mut added = Added::default();
         let mut start = 0;
@@ -107,7 +129,7 @@ impl Assembly {
     }
 
     /// One line of the stream.
-    fn line(&mut self, line: &str, added: &mut Added) -> Result<(), String> {
+    fn line(&mut self, line: &str, added: &mut Added) -> Result<(), StreamError> {
         if line.is_empty() {
             self.dispatch(added)?;
         } else if let Some(data) = line.strip_prefix("data:") {
@@ -119,7 +141,7 @@ impl Assembly {
     }
 
     /// One complete event.
-    fn dispatch(&mut self, added: &mut Added) -> Result<(), String> {
+    fn dispatch(&mut self, added: &mut Added) -> Result<(), StreamError> {
         if self.data.is_empty() {
             return Ok(());
         }
@@ -128,20 +150,17 @@ impl Assembly {
             self.done = true;
             return Ok(());
         }
-        let chunk: Value = serde_json::from_str(&data).map_err(|e| {
-            format!(
-                "the provider's stream has an event that is not JSON ({e}): {}",
-                crate::error::clip(&data)
-            )
+        let chunk: Value = serde_json::from_str(&data).map_err(|error| StreamError::NotJson {
+            error,
+            data: crate::error::clip(&data).into_owned(),
         })?;
         if let Some(error) = chunk.get("error") {
             let message = error
                 .get("message")
                 .and_then(Value::as_str)
                 .map_or_else(|| error.to_string(), str::to_owned);
-            return Err(format!(
-                "the provider's stream ended with an error: {}",
-                crate::error::clip(&message)
+            return Err(StreamError::Provider(
+                crate::error::clip(&message).into_owned(),
             ));
         }
         if let Some(model) = chunk.get("model").and_then(Value::as_str) {
@@ -189,7 +208,7 @@ impl Assembly {
 
     /// A part of a tool call: the first names it, the rest carry argument fragments. Returns
     /// the call's name when this part began it; `Err` when it would begin one call too many.
-    fn tool_call_delta(&mut self, delta: &Value) -> Result<Option<String>, String> {
+    fn tool_call_delta(&mut self, delta: &Value) -> Result<Option<String>, StreamError> {
         let index = delta
             .get("index")
             .and_then(Value::as_u64)
@@ -198,7 +217,7 @@ impl Assembly {
             Some(p) => *p,
             None => {
                 if self.calls.len() >= self.max_calls {
-                    return Err(too_many_calls(self.max_calls));
+                    return Err(StreamError::TooManyCalls(self.max_calls));
                 }
                 self.calls.push(PartialCall {
                     index,
@@ -228,12 +247,9 @@ impl Assembly {
     /// `[DONE]` and no finish reason).
     /// An event the stream ended in the middle of is not counted, as the event-stream format
     /// says.
-    pub fn finish(self) -> Result<Value, String> {
+    pub fn finish(self) -> Result<Value, StreamError> {
         if !self.done && self.finish.is_none() {
-            return Err(format!(
-                "the provider's stream broke off before its end, after {} part(s) of the answer",
-                self.deltas
-            ));
+            return Err(StreamError::BrokeOff(self.deltas));
         }
         let mut message = Message::text(Speaker::Assistant, self.content);
         message.tool_calls = self
@@ -311,7 +327,8 @@ mod tests {
         let mut assembly = Assembly::new(128);
         let e = assembly
             .feed(event(json!({"choices": [{"delta": {"tool_calls": calls}}]})).as_bytes())
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("more than 128 tool calls"), "{e}");
         // A long event fed a byte at a time assembles like one fed whole.
         let text = "x".repeat(20_000);
@@ -336,12 +353,13 @@ mod tests {
             .unwrap();
         cut.feed(b"data: {\"choices\": [{\"delta\": {\"cont")
             .unwrap();
-        let e = cut.finish().unwrap_err();
+        let e = cut.finish().unwrap_err().to_string();
         assert!(e.contains("broke off before its end, after 1 part"), "{e}");
         let mut error = Assembly::new(128);
         let e = error
             .feed(event(json!({"error": {"message": "rate limited"}})).as_bytes())
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("rate limited"), "{e}");
     }
 }
