@@ -3,10 +3,21 @@
 //! streaming: the text's deltas joined, each tool call's name and argument fragments gathered
 //! by their index, the finish reason, the model and the usage of the last chunk
 //! (`stream_options.include_usage`). The text is handed on as it arrives.
+//!
+//! The events are parsed by `sse-stream` (the parser rmcp uses), fed one chunk at a time: it
+//! reads only what it is given, so the provider bounds what is buffered (the answer's byte
+//! limit covers a line or event that never ends) before anything reaches the parser.
 
 use crate::wire::openai::{Message, Speaker, ToolCall};
+use bytes::Bytes;
+use futures_core::Stream;
 use serde_json::{Value, json};
+use sse_stream::{ByteStreamBody, Sse, SseStream};
 use std::collections::HashMap;
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll, Waker};
 
 /// Why a stream (or a whole answer) cannot be read.
 #[derive(Debug, thiserror::Error)]
@@ -26,15 +37,21 @@ pub enum StreamError {
          (AGENT_AS_MODEL_PROVIDER_MAX_TOOL_CALLS)"
     )]
     TooManyCalls(usize),
+    /// A line the event-stream parser refuses: a field it does not know (a provider's own,
+    /// such as an `error:` line), a line without a colon, a repeated `event` or `id`, or text
+    /// that is not UTF-8. The stream cannot be read past it.
+    #[error("the provider's stream is not a well-formed event stream ({0})")]
+    Sse(sse_stream::Error),
     /// The stream ended before `[DONE]` or a finish reason, after this many deltas.
     #[error("the provider's stream broke off before its end, after {0} part(s) of the answer")]
     BrokeOff(usize),
 }
 
 impl StreamError {
-    /// Whether another model might not fail this way (a cut stream).
+    /// Whether another model might not fail this way: a stream cut off, or one in a provider's
+    /// own dialect (llama.cpp's servers of 2025 send a failure as an `error:` line).
     pub fn is_transient(&self) -> bool {
-        matches!(self, StreamError::BrokeOff(_))
+        matches!(self, StreamError::BrokeOff(_) | StreamError::Sse(_))
     }
 }
 
@@ -47,17 +64,15 @@ struct PartialCall {
     arguments: String,
 }
 
-/// What the events so far add up to (made by [`Assembly::new`]). Each byte is looked at once and each delta finds its
-/// tool call by index in constant time, so a hostile stream costs time in proportion to its
+/// What the events so far add up to (made by [`Assembly::new`]). Each byte is looked at once (by
+/// the parser, which keeps a line's start instead of scanning it again) and each delta finds
+/// its tool call by index in constant time, so a hostile stream costs time in proportion to its
 /// length.
-#[derive(Debug)]
 pub struct Assembly {
-    /// Bytes of a line not yet complete.
-    pending: Vec<u8>,
-    /// How much of `pending` is known to hold no line end.
-    scanned: usize,
-    /// The `data:` lines of the event being read.
-    data: Vec<String>,
+    /// The chunk fed and not yet parsed.
+    inbox: Inbox,
+    /// The events parsed from what was fed (the parser holds a line or event not yet complete).
+    events: SseStream<ByteStreamBody<Inbox, Bytes>>,
     content: String,
     calls: Vec<PartialCall>,
     /// Where each tool call index is in `calls`.
@@ -86,10 +101,10 @@ pub struct Added {
 impl Assembly {
     /// An assembly that reads at most `max_calls` tool calls.
     pub fn new(max_calls: usize) -> Self {
+        let inbox = Inbox::default();
         Assembly {
-            pending: Vec::new(),
-            scanned: 0,
-            data: Vec::new(),
+            events: SseStream::from_bytes_stream(inbox.clone()),
+            inbox,
             content: String::new(),
             calls: Vec::new(),
             positions: HashMap::new(),
@@ -102,50 +117,29 @@ impl Assembly {
         }
     }
 
-    /// Reads more of the stream; `Err` when the provider sent an error event or something
-    /// that is not a chat completion chunk.
+    /// Reads more of the stream; `Err` when the provider sent an error event, something that
+    /// is not a chat completion chunk, or a line that is not an event stream's.
     pub fn feed(&mut self, bytes: &[u8]) -> Result<Added, StreamError> {
-        self.pending.extend_from_slice(bytes);
         let mut added = Added::default();
-        let mut start = 0;
-        let pending = std::mem::take(&mut self.pending);
-        let mut outcome = Ok(());
-        while let Some(offset) = pending
-            .get(self.scanned.max(start)..)
-            .and_then(|rest| rest.iter().position(|b| *b == b'\n'))
-        {
-            let end = self.scanned.max(start) + offset;
-            let line = String::from_utf8_lossy(pending.get(start..end).unwrap_or_default());
-            start = end + 1;
-            outcome = self.line(line.trim_end_matches('\r'), &mut added);
-            if outcome.is_err() {
-                break;
-            }
+        if bytes.is_empty() {
+            return Ok(added);
         }
-        self.pending = pending;
-        self.pending.drain(..start.min(self.pending.len()));
-        self.scanned = self.pending.len();
-        outcome.map(|()| added)
+        self.inbox.put(Bytes::copy_from_slice(bytes));
+        // The parser's source has nothing more once this chunk is read: polling ends `Pending`,
+        // and nothing waits for a wake-up (the next `feed` polls again).
+        let mut cx = Context::from_waker(Waker::noop());
+        while let Poll::Ready(Some(event)) = Pin::new(&mut self.events).poll_next(&mut cx) {
+            let event = event.map_err(StreamError::Sse)?;
+            self.dispatch(event, &mut added)?;
+        }
+        Ok(added)
     }
 
-    /// One line of the stream.
-    fn line(&mut self, line: &str, added: &mut Added) -> Result<(), StreamError> {
-        if line.is_empty() {
-            self.dispatch(added)?;
-        } else if let Some(data) = line.strip_prefix("data:") {
-            self.data
-                .push(data.strip_prefix(' ').unwrap_or(data).to_owned());
-        }
-        // Comments (`:`), `event:`, `id:` and `retry:` lines carry nothing for us.
-        Ok(())
-    }
-
-    /// One complete event.
-    fn dispatch(&mut self, added: &mut Added) -> Result<(), StreamError> {
-        if self.data.is_empty() {
+    /// One complete event. Its `event`, `id` and `retry` fields carry nothing for us.
+    fn dispatch(&mut self, event: Sse, added: &mut Added) -> Result<(), StreamError> {
+        let Some(data) = event.data else {
             return Ok(());
-        }
-        let data = std::mem::take(&mut self.data).join("\n");
+        };
         if data.trim() == "[DONE]" {
             self.done = true;
             return Ok(());
@@ -266,6 +260,39 @@ impl Assembly {
     }
 }
 
+impl std::fmt::Debug for Assembly {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Assembly")
+            .field("calls", &self.calls.len())
+            .field("finish", &self.finish)
+            .field("done", &self.done)
+            .field("deltas", &self.deltas)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The parser's source: the chunk [`Assembly::feed`] was given, once; then nothing yet
+/// (`Pending`), never the end (a stream that stops is judged by [`Assembly::finish`]).
+#[derive(Clone, Default)]
+struct Inbox(Arc<Mutex<Option<Bytes>>>);
+
+impl Inbox {
+    fn put(&self, bytes: Bytes) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(bytes);
+    }
+}
+
+impl Stream for Inbox {
+    type Item = Result<Bytes, Infallible>;
+
+    fn poll_next(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        match self.0.lock().unwrap_or_else(PoisonError::into_inner).take() {
+            Some(bytes) => Poll::Ready(Some(Ok(bytes))),
+            None => Poll::Pending,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -361,5 +388,64 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("rate limited"), "{e}");
+    }
+
+    /// What a whole stream adds up to, fed in pieces of `size` bytes.
+    fn assembled(stream: &[u8], size: usize) -> (String, Value) {
+        let mut assembly = Assembly::new(8);
+        let mut text = String::new();
+        for piece in stream.chunks(size) {
+            text.push_str(&assembly.feed(piece).unwrap().text);
+        }
+        (text, assembly.finish().unwrap())
+    }
+
+    #[test]
+    fn every_line_end_and_field_of_the_format_is_read_alike_in_any_pieces() {
+        let stream = concat!(
+            "\u{feff}: a comment\r\n",
+            "event: message\r\nid: 1\r\nretry: 3000\r\n",
+            "data: {\"model\": \"m\",\r\ndata: \"choices\": [{\"delta\": {\"content\": \"a\"}}]}\r\n\r\n",
+            "data:{\"choices\": [{\"delta\": {\"content\": \"b\"}}]}\r\r",
+            "event: only a name\n\n",
+            "data: {\"choices\": [{\"delta\": {\"content\": \"c\"}, \"finish_reason\": \"stop\"}]}\n\n",
+        );
+        let whole = assembled(stream.as_bytes(), stream.len());
+        assert_eq!(whole.0, "abc");
+        assert_eq!(whole.1["model"], "m");
+        assert_eq!(whole.1["choices"][0]["finish_reason"], "stop");
+        for size in [1, 2, 3, 5, 13] {
+            assert_eq!(
+                assembled(stream.as_bytes(), size),
+                whole,
+                "pieces of {size}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_line_of_a_providers_own_dialect_is_a_transient_error() {
+        // llama.cpp's servers of 2025: a failure mid-stream as an `error:` field.
+        let mut assembly = Assembly::new(8);
+        assembly
+            .feed(event(json!({"choices": [{"delta": {"content": "Hi"}}]})).as_bytes())
+            .unwrap();
+        let e = assembly
+            .feed(b"error: {\"code\": 400, \"message\": \"too long\"}\n\n")
+            .unwrap_err();
+        assert!(e.is_transient());
+        assert_eq!(
+            e.to_string(),
+            "the provider's stream is not a well-formed event stream (invalid line)"
+        );
+        // A provider's error event (OpenAI's form) is not transient and says its message.
+        let e = Assembly::new(8)
+            .feed(event(json!({"error": {"message": "no such model"}})).as_bytes())
+            .unwrap_err();
+        assert!(!e.is_transient());
+        assert_eq!(
+            e.to_string(),
+            "the provider's stream ended with an error: no such model"
+        );
     }
 }
