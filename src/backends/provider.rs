@@ -12,6 +12,8 @@ use crate::error::{CallError, CallResult, clip};
 use crate::fulfil::Capabilities;
 use crate::fulfil::live::{Event, Live};
 use crate::wire::openai::{self, Reader};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
 use std::time::Duration;
@@ -529,14 +531,16 @@ fn backoff(attempt: u32) -> Duration {
 
 /// The provider's own error message when its body is an OpenAI error object, else the body.
 fn provider_message(body: &str) -> String {
-    let parsed: Option<Value> = serde_json::from_str(body).ok();
-    let message = parsed.as_ref().and_then(|v| {
-        v.pointer("/error/message")
-            .or_else(|| v.get("error"))
-            .or_else(|| v.get("message"))
-            .and_then(Value::as_str)
-    });
-    clip(message.unwrap_or(body)).into_owned()
+    let said = serde_json::from_str::<Field<ErrorAnswer>>(body)
+        .ok()
+        .and_then(Field::into_option)
+        .and_then(|answer| match answer.error {
+            // The first of `error.message`, `error` and `message` that is there, if it is text.
+            Field::Present(Some(Value::String(text))) => Some(text),
+            Field::Present(error) => error.as_ref().and_then(ErrorObject::message),
+            Field::Absent => answer.message.into_option(),
+        });
+    clip(said.as_deref().unwrap_or(body)).into_owned()
 }
 
 impl Model for Provider {
@@ -641,46 +645,44 @@ pub fn completion(answer: &Value, model: &str, max_tool_calls: usize) -> CallRes
             clip(&answer.to_string())
         ))
     };
-    let choice = answer
-        .pointer("/choices/0")
-        .ok_or_else(|| bad("choices[0] is missing"))?;
-    let message = choice
-        .get("message")
-        .ok_or_else(|| bad("choices[0].message is missing"))?;
-    let calls = message
-        .get("tool_calls")
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
+    let read = Field::<ChatCompletion>::read(answer).unwrap_or_default();
+    let choice = read
+        .choices
+        .into_option()
+        .and_then(|choices| choices.into_iter().next())
+        .ok_or_else(|| bad("choices[0] is missing"))?
+        .into_option()
         .unwrap_or_default();
+    let message = match choice.message {
+        Field::Absent => return Err(bad("choices[0].message is missing")),
+        Field::Present(message) => message.unwrap_or_default(),
+    };
+    let calls = message.tool_calls.into_option().unwrap_or_default();
     if calls.len() > max_tool_calls {
         return Err(too_many_calls(max_tool_calls));
     }
     let mut blocks = Vec::new();
-    if let Some(text) = message.get("content").and_then(Value::as_str)
+    if let Some(text) = message.content.into_option()
         && !text.is_empty()
     {
-        blocks.push(Block::Text(text.to_owned()));
+        blocks.push(Block::Text(text));
     }
-    for (i, call) in calls.iter().enumerate() {
+    for (i, call) in calls.into_iter().enumerate() {
+        let call = call.into_option().unwrap_or_default();
         blocks.push(tool_call(i, call).map_err(|what| bad(&what.to_string()))?);
     }
     if blocks.is_empty() {
         blocks.push(Block::Text(String::new()));
     }
     let finish = openai::finish(
-        choice.get("finish_reason").and_then(Value::as_str),
+        choice.finish_reason.get().map(String::as_str),
         blocks.iter().any(|b| matches!(b, Block::ToolUse { .. })),
     );
-    let usage = usage(answer);
     Ok(Completion {
         blocks,
-        model: answer
-            .get("model")
-            .and_then(Value::as_str)
-            .unwrap_or(model)
-            .to_owned(),
+        model: read.model.into_option().unwrap_or_else(|| model.to_owned()),
         finish,
-        usage,
+        usage: usage(read.usage.get()),
     })
 }
 
@@ -699,45 +701,217 @@ enum ToolCallProblem {
 }
 
 /// One of the answer's `tool_calls` as a tool use; `Err` says what is wrong with it.
-fn tool_call(i: usize, call: &Value) -> Result<Block, ToolCallProblem> {
-    let name = call
-        .pointer("/function/name")
-        .and_then(Value::as_str)
+fn tool_call(i: usize, call: AnswerCall) -> Result<Block, ToolCallProblem> {
+    let function = call.function.into_option().unwrap_or_default();
+    let name = function
+        .name
+        .into_option()
         .ok_or(ToolCallProblem::NameMissing(i))?;
-    let input = match call.pointer("/function/arguments") {
-        Some(Value::String(s)) if s.trim().is_empty() => Map::new(),
-        Some(Value::String(s)) => match serde_json::from_str(s) {
-            Ok(Value::Object(o)) => o,
-            _ => return Err(ToolCallProblem::ArgumentsNotObject(i)),
-        },
-        Some(Value::Object(o)) => o.clone(),
-        _ => Map::new(),
+    let input = match function.arguments.into_option() {
+        Some(Arguments::Text(s)) if s.trim().is_empty() => Map::new(),
+        Some(Arguments::Text(s)) => serde_json::from_str::<Map<String, Value>>(&s)
+            .map_err(|_| ToolCallProblem::ArgumentsNotObject(i))?,
+        Some(Arguments::Object(o)) => o,
+        None => Map::new(),
     };
     let id = call
-        .get("id")
-        .and_then(Value::as_str)
-        .map_or_else(|| crate::call::new_id("call_"), str::to_owned);
-    Ok(Block::ToolUse {
-        id,
-        name: name.to_owned(),
-        input,
-    })
+        .id
+        .into_option()
+        .unwrap_or_else(|| crate::call::new_id("call_"));
+    Ok(Block::ToolUse { id, name, input })
 }
 
 /// The provider's token counts, when it reports both.
-fn usage(answer: &Value) -> Option<Usage> {
-    let count = |key: &str| {
-        answer
-            .pointer(&format!("/usage/{key}"))
-            .and_then(Value::as_u64)
-            .and_then(|n| usize::try_from(n).ok())
-    };
+fn usage(usage: Option<&UsageCounts>) -> Option<Usage> {
+    let count = |n: &Field<u64>| n.get().and_then(|n| usize::try_from(*n).ok());
+    let usage = usage?;
     Some(Usage {
-        prompt: count("prompt_tokens")?,
-        completion: count("completion_tokens")?,
+        prompt: count(&usage.prompt_tokens)?,
+        completion: count(&usage.completion_tokens)?,
         estimated: false,
     })
 }
+
+/// A field of a provider's answer as read: absent, or there with a value of the expected type
+/// or not (`None`). A value of another type (`null` among them) is read as no value, not as an
+/// error: a provider's odd field leaves it unset, as the answer was always read. Where an
+/// object belongs ([`Shape::OBJECT`]), anything else is no value (serde would read an array
+/// positionally).
+#[derive(Debug, Default)]
+pub(super) enum Field<T> {
+    #[default]
+    Absent,
+    Present(Option<T>),
+}
+
+/// Whether a type read through a [`Field`] is a JSON object.
+pub(super) trait Shape {
+    const OBJECT: bool = true;
+}
+
+impl Shape for String {
+    const OBJECT: bool = false;
+}
+impl Shape for u64 {
+    const OBJECT: bool = false;
+}
+impl Shape for Value {
+    const OBJECT: bool = false;
+}
+impl<T> Shape for Vec<T> {
+    const OBJECT: bool = false;
+}
+impl Shape for Arguments {
+    const OBJECT: bool = false;
+}
+
+impl<T> Field<T> {
+    pub(super) fn get(&self) -> Option<&T> {
+        match self {
+            Field::Present(Some(value)) => Some(value),
+            _ => None,
+        }
+    }
+
+    pub(super) fn into_option(self) -> Option<T> {
+        match self {
+            Field::Present(value) => value,
+            Field::Absent => None,
+        }
+    }
+
+    fn is_absent(&self) -> bool {
+        matches!(self, Field::Absent)
+    }
+}
+
+impl<T: DeserializeOwned + Shape> Field<T> {
+    /// `value` read as a `T`, if it is one.
+    pub(super) fn read(value: &Value) -> Option<T> {
+        if T::OBJECT && !value.is_object() {
+            return None;
+        }
+        T::deserialize(value).ok()
+    }
+
+    /// The same, moving the value's strings instead of copying them.
+    fn take(value: Value) -> Option<T> {
+        if T::OBJECT && !value.is_object() {
+            return None;
+        }
+        T::deserialize(value).ok()
+    }
+}
+
+impl<'de, T: DeserializeOwned + Shape> Deserialize<'de> for Field<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Value::deserialize(deserializer).map(|value| Field::Present(Field::take(value)))
+    }
+}
+
+impl<T: Serialize> Serialize for Field<T> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.get().serialize(serializer)
+    }
+}
+
+/// A chat completion as the provider answered it (or as a stream was assembled into); unknown
+/// fields are ignored.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct ChatCompletion {
+    model: Field<String>,
+    choices: Field<Vec<Field<Choice>>>,
+    usage: Field<UsageCounts>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct Choice {
+    message: Field<AnswerMessage>,
+    finish_reason: Field<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct AnswerMessage {
+    content: Field<String>,
+    tool_calls: Field<Vec<Field<AnswerCall>>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct AnswerCall {
+    id: Field<String>,
+    function: Field<AnswerFunction>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct AnswerFunction {
+    name: Field<String>,
+    arguments: Field<Arguments>,
+}
+
+/// A tool call's arguments: JSON text, as the API says, or an object, as some providers send.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Arguments {
+    Text(String),
+    Object(Map<String, Value>),
+}
+
+/// The token counts of an answer (or of a stream's last chunk).
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(default)]
+pub(super) struct UsageCounts {
+    #[serde(skip_serializing_if = "Field::is_absent")]
+    prompt_tokens: Field<u64>,
+    #[serde(skip_serializing_if = "Field::is_absent")]
+    completion_tokens: Field<u64>,
+    /// How many of the prompt's tokens the provider had cached, when it says.
+    #[serde(skip_serializing_if = "Field::is_absent")]
+    prompt_tokens_details: Field<PromptDetails>,
+}
+
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(default)]
+pub(super) struct PromptDetails {
+    #[serde(skip_serializing_if = "Field::is_absent")]
+    cached_tokens: Field<u64>,
+}
+
+/// An error answer: `{"error": {"message": …}}`, `{"error": "…"}` or `{"message": "…"}`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct ErrorAnswer {
+    error: Field<Value>,
+    message: Field<String>,
+}
+
+/// An OpenAI error object, `{"message": …}` among its fields.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub(super) struct ErrorObject {
+    message: Field<String>,
+}
+
+impl ErrorObject {
+    /// The message of `error` when it is an error object with one as text.
+    pub(super) fn message(error: &Value) -> Option<String> {
+        Field::<ErrorObject>::read(error).and_then(|e| e.message.into_option())
+    }
+}
+
+impl Shape for ChatCompletion {}
+impl Shape for Choice {}
+impl Shape for AnswerMessage {}
+impl Shape for AnswerCall {}
+impl Shape for AnswerFunction {}
+impl Shape for UsageCounts {}
+impl Shape for PromptDetails {}
+impl Shape for ErrorAnswer {}
+impl Shape for ErrorObject {}
 
 #[cfg(test)]
 mod tests {
@@ -832,6 +1006,93 @@ mod tests {
         let e = completion(&broken, "m", 128).unwrap_err().to_string();
         assert!(e.contains("tool_calls[0].function.arguments"), "{e}");
         assert!(completion(&json!({"error": "x"}), "m", 128).is_err());
+    }
+
+    #[test]
+    fn odd_fields_read_as_absent_and_every_form_of_arguments_is_taken() {
+        // Nulls and values of another type leave a field unset; they are not errors.
+        let answer = json!({"model": 7, "choices": [{"finish_reason": 5, "message": {
+            "content": null, "tool_calls": [
+                {"id": "a", "function": {"name": "f", "arguments": {"x": 1}}},
+                {"id": 9, "function": {"name": "g", "arguments": " "}},
+                {"function": {"name": "h"}, "extra": true}]}}],
+            "usage": {"prompt_tokens": 4, "completion_tokens": 2,
+                      "prompt_tokens_details": {"cached_tokens": 3}}});
+        let c = completion(&answer, "fallback", 128).unwrap();
+        assert_eq!(c.model, "fallback");
+        // An answer with calls that gives no reason ended for them (as `openai::finish` says).
+        assert_eq!(c.finish, Finish::EndTurn);
+        assert_eq!(c.usage.map(|u| (u.prompt, u.completion)), Some((4, 2)));
+        let inputs: Vec<_> = c
+            .blocks
+            .iter()
+            .map(|b| match b {
+                Block::ToolUse { id, name, input } => (id.len(), name.clone(), input.clone()),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            inputs[0],
+            (1, "f".into(), json!({"x": 1}).as_object().unwrap().clone())
+        );
+        assert_eq!((&inputs[1].1, inputs[1].2.is_empty()), (&"g".into(), true));
+        assert!(inputs[1].0 > 1, "a call without a text id gets a new one");
+        assert_eq!((&inputs[2].1, inputs[2].2.is_empty()), (&"h".into(), true));
+        // A null message is an empty answer; a missing one, or a call that is not an object,
+        // is said.
+        let empty = completion(&json!({"choices": [{"message": null}]}), "m", 8).unwrap();
+        assert!(matches!(&empty.blocks[..], [Block::Text(t)] if t.is_empty()));
+        let e = completion(&json!({"choices": [null]}), "m", 8).unwrap_err();
+        assert!(
+            e.to_string().contains("choices[0].message is missing"),
+            "{e}"
+        );
+        let e = completion(&json!([{"choices": []}]), "m", 8).unwrap_err();
+        assert!(e.to_string().contains("choices[0] is missing"), "{e}");
+        let e = completion(
+            &json!({"choices": [{"message": {"tool_calls": [["f"]]}}]}),
+            "m",
+            8,
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("tool_calls[0].function.name is missing"),
+            "{e}"
+        );
+        // Only one usage count is no usage.
+        let half = json!({"choices": [{"message": {"content": "hi"}}],
+                          "usage": {"prompt_tokens": 4, "completion_tokens": "2"}});
+        assert!(completion(&half, "m", 8).unwrap().usage.is_none());
+    }
+
+    #[test]
+    fn a_providers_error_message_is_found_where_it_puts_it() {
+        for (body, said) in [
+            (
+                r#"{"error": {"message": "bad key", "code": 401}}"#,
+                "bad key",
+            ),
+            (r#"{"error": "overloaded"}"#, "overloaded"),
+            (r#"{"message": "no route"}"#, "no route"),
+            // Where the first that is there is not text, the body is said.
+            (
+                r#"{"error": {"message": 5}, "message": "m"}"#,
+                r#"{"error": {"message": 5}, "message": "m"}"#,
+            ),
+            (
+                r#"{"error": {"code": 1}, "message": "m"}"#,
+                r#"{"error": {"code": 1}, "message": "m"}"#,
+            ),
+            (
+                r#"{"error": null, "message": "m"}"#,
+                r#"{"error": null, "message": "m"}"#,
+            ),
+            (r#"["bad key"]"#, r#"["bad key"]"#),
+            ("Bad Gateway", "Bad Gateway"),
+        ] {
+            assert_eq!(provider_message(body), said, "{body}");
+        }
     }
 
     #[test]

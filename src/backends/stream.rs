@@ -8,9 +8,11 @@
 //! reads only what it is given, so the provider bounds what is buffered (the answer's byte
 //! limit covers a line or event that never ends) before anything reaches the parser.
 
+use super::provider::{ErrorObject, Field, Shape, UsageCounts};
 use crate::wire::openai::{Message, Speaker, ToolCall};
 use bytes::Bytes;
 use futures_core::Stream;
+use serde::Deserialize;
 use serde_json::{Value, json};
 use sse_stream::{ByteStreamBody, Sse, SseStream};
 use std::collections::HashMap;
@@ -81,7 +83,7 @@ pub struct Assembly {
     max_calls: usize,
     finish: Option<String>,
     model: Option<String>,
-    usage: Option<Value>,
+    usage: Option<UsageCounts>,
     /// `[DONE]` was seen.
     done: bool,
     /// Deltas that carried text or a tool call's part (about one token each).
@@ -144,42 +146,42 @@ impl Assembly {
             self.done = true;
             return Ok(());
         }
-        let chunk: Value = serde_json::from_str(&data).map_err(|error| StreamError::NotJson {
-            error,
-            data: crate::error::clip(&data).into_owned(),
-        })?;
-        if let Some(error) = chunk.get("error") {
-            let message = error
-                .get("message")
-                .and_then(Value::as_str)
-                .map_or_else(|| error.to_string(), str::to_owned);
+        let chunk =
+            serde_json::from_str::<Field<Chunk>>(&data).map_err(|error| StreamError::NotJson {
+                error,
+                data: crate::error::clip(&data).into_owned(),
+            })?;
+        // Data that is JSON but not an object carries nothing.
+        let Some(chunk) = chunk.into_option() else {
+            return Ok(());
+        };
+        if let Some(error) = chunk.error.into_option() {
+            let message = ErrorObject::message(&error).unwrap_or_else(|| error.to_string());
             return Err(StreamError::Provider(
                 crate::error::clip(&message).into_owned(),
             ));
         }
-        if let Some(model) = chunk.get("model").and_then(Value::as_str) {
-            self.model = Some(model.to_owned());
+        if let Some(model) = chunk.model.into_option() {
+            self.model = Some(model);
         }
-        if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
-            self.usage = Some(usage.clone());
+        if let Some(usage) = chunk.usage.into_option() {
+            self.usage = Some(usage);
         }
-        let Some(choice) = chunk.pointer("/choices/0") else {
+        let Some(choice) = chunk
+            .choices
+            .into_option()
+            .and_then(|choices| choices.into_iter().next())
+        else {
             return Ok(());
         };
-        if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
-            self.finish = Some(reason.to_owned());
+        let choice = choice.into_option().unwrap_or_default();
+        if let Some(reason) = choice.finish_reason.into_option() {
+            self.finish = Some(reason);
         }
-        let Some(delta) = choice.get("delta") else {
-            return Ok(());
-        };
-        self.text_delta(delta, added);
-        for call in delta
-            .get("tool_calls")
-            .and_then(Value::as_array)
-            .map(Vec::as_slice)
-            .unwrap_or_default()
-        {
-            if let Some(name) = self.tool_call_delta(call)? {
+        let delta = choice.delta.into_option().unwrap_or_default();
+        self.text_delta(delta.content, added);
+        for call in delta.tool_calls.into_option().unwrap_or_default() {
+            if let Some(name) = self.tool_call_delta(call.into_option().unwrap_or_default())? {
                 added.calls.push(name);
             }
             added.any = true;
@@ -189,8 +191,8 @@ impl Assembly {
     }
 
     /// A part of the answer's text.
-    fn text_delta(&mut self, delta: &Value, added: &mut Added) {
-        if let Some(text) = delta.get("content").and_then(Value::as_str)
+    fn text_delta(&mut self, content: Field<String>, added: &mut Added) {
+        if let Some(text) = content.get()
             && !text.is_empty()
         {
             self.content.push_str(text);
@@ -202,10 +204,10 @@ impl Assembly {
 
     /// A part of a tool call: the first names it, the rest carry argument fragments. Returns
     /// the call's name when this part began it; `Err` when it would begin one call too many.
-    fn tool_call_delta(&mut self, delta: &Value) -> Result<Option<String>, StreamError> {
+    fn tool_call_delta(&mut self, delta: CallDelta) -> Result<Option<String>, StreamError> {
         let index = delta
-            .get("index")
-            .and_then(Value::as_u64)
+            .index
+            .into_option()
             .unwrap_or_else(|| self.calls.last().map_or(0, |c| c.index));
         let position = match self.positions.get(&index) {
             Some(p) => *p,
@@ -225,13 +227,14 @@ impl Assembly {
             return Ok(None);
         };
         let began = call.name.is_empty();
-        if let Some(id) = delta.get("id").and_then(Value::as_str) {
-            call.id = Some(id.to_owned());
+        if let Some(id) = delta.id.into_option() {
+            call.id = Some(id);
         }
-        if let Some(name) = delta.pointer("/function/name").and_then(Value::as_str) {
+        let function = delta.function.into_option().unwrap_or_default();
+        if let Some(name) = function.name.get() {
             call.name.push_str(name);
         }
-        if let Some(part) = delta.pointer("/function/arguments").and_then(Value::as_str) {
+        if let Some(part) = function.arguments.get() {
             call.arguments.push_str(part);
         }
         Ok((began && !call.name.is_empty()).then(|| call.name.clone()))
@@ -259,6 +262,54 @@ impl Assembly {
         }))
     }
 }
+
+/// One event's chat completion chunk; unknown fields are ignored, and one of an unexpected
+/// type is read as absent ([`Field`]).
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct Chunk {
+    /// An error event: any value (its `message` is shown, else the value itself).
+    error: Field<Value>,
+    model: Field<String>,
+    usage: Field<UsageCounts>,
+    choices: Field<Vec<Field<ChunkChoice>>>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct ChunkChoice {
+    finish_reason: Field<String>,
+    delta: Field<Delta>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct Delta {
+    content: Field<String>,
+    tool_calls: Field<Vec<Field<CallDelta>>>,
+}
+
+/// A part of a tool call: its index, and the first part its id and name.
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct CallDelta {
+    index: Field<u64>,
+    id: Field<String>,
+    function: Field<FunctionDelta>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct FunctionDelta {
+    name: Field<String>,
+    arguments: Field<String>,
+}
+
+impl Shape for Chunk {}
+impl Shape for ChunkChoice {}
+impl Shape for Delta {}
+impl Shape for CallDelta {}
+impl Shape for FunctionDelta {}
 
 impl std::fmt::Debug for Assembly {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -446,6 +497,66 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "the provider's stream ended with an error: no such model"
+        );
+    }
+
+    #[test]
+    fn odd_fields_of_a_chunk_read_as_absent() {
+        let stream = [
+            // JSON that is not an object, and fields of another type, carry nothing.
+            "data: [{\"error\": {\"message\": \"not an error\"}}]\n\n".to_owned(),
+            "data: 5\n\n".to_owned(),
+            event(json!({"model": 5, "choices": [{"delta": {"content": 7}}]})),
+            // (A JSON pointer took an object's "0" for the first choice; a list is read.)
+            event(json!({"choices": {"0": {"delta": {"content": "not a list"}}}})),
+            event(json!({"model": "m", "choices": [null, {"delta": {"content": "no"}}]})),
+            event(json!({"choices": [{"delta": {"content": "a", "tool_calls": null}}]})),
+            // A part that is not an object still counts, for the call it would continue.
+            event(json!({"choices": [{"delta": {"tool_calls": [
+                {"index": 1, "id": "c", "function": {"name": "f", "arguments": "{"}}]}}]})),
+            event(json!({"choices": [{"delta": {"tool_calls": [
+                7, {"function": {"arguments": "}"}}]}}]})),
+            event(
+                json!({"choices": [{"delta": null, "finish_reason": "tool_calls"}],
+                         "usage": {"prompt_tokens": 3, "completion_tokens": 4,
+                                   "prompt_tokens_details": {"cached_tokens": 2}}}),
+            ),
+            event(json!({"choices": [], "usage": null})),
+        ]
+        .concat();
+        let mut assembly = Assembly::new(8);
+        let added = assembly.feed(stream.as_bytes()).unwrap();
+        assert_eq!(added.text, "a");
+        assert_eq!(added.calls, ["f"]);
+        assert_eq!(assembly.deltas, 4);
+        let done = assembly.finish().unwrap();
+        assert_eq!(done["model"], "m");
+        let call = &done["choices"][0]["message"]["tool_calls"][0];
+        assert_eq!(
+            (&call["id"], &call["function"]["arguments"]),
+            (&json!("c"), &json!("{}"))
+        );
+        assert_eq!(
+            done["usage"],
+            json!({"prompt_tokens": 3, "completion_tokens": 4,
+                   "prompt_tokens_details": {"cached_tokens": 2}})
+        );
+        // An `error` field of any value is an error event.
+        let e = Assembly::new(8)
+            .feed(event(json!({"error": null})).as_bytes())
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "the provider's stream ended with an error: null"
+        );
+        let e = Assembly::new(8)
+            .feed(b"data: {\"choices\": [\n\n")
+            .unwrap_err();
+        assert!(
+            e.to_string().starts_with(
+                "the provider's stream has an event that is not JSON (EOF while parsing"
+            ),
+            "{e}"
         );
     }
 }
