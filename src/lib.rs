@@ -42,6 +42,7 @@ pub mod limits;
 pub mod local;
 pub mod logging;
 pub mod pyjson;
+pub mod retry;
 pub mod routing;
 pub mod server;
 pub mod shapes;

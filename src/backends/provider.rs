@@ -1,8 +1,9 @@
 //! The provider backend: an OpenAI-compatible chat completions API (Ollama, llama.cpp's
 //! server, vLLM, LM Studio, OpenRouter, Groq, OpenAI…). Tools and `response_format:
 //! json_schema` are sent natively where the provider takes them (configurable), otherwise the
-//! machine's prompt paths apply. Every wait is bounded; 429 and 5xx are retried with backoff,
-//! honouring `Retry-After`. The key is sent as a bearer token and never logged or echoed.
+//! machine's prompt paths apply. Every wait is bounded; 429 and 5xx are retried with backoff
+//! ([`crate::retry`]), honouring `Retry-After` (seconds or an HTTP date). The key is sent as a
+//! bearer token and never logged or echoed.
 
 use super::direct::{BoxFuture, Model, ModelRequest, ModelTool};
 use super::stream::StreamError;
@@ -11,6 +12,7 @@ use crate::config::Config;
 use crate::error::{CallError, CallResult, clip};
 use crate::fulfil::Capabilities;
 use crate::fulfil::live::{Event, Live};
+use crate::retry::{self, Failure, GaveUp};
 use crate::wire::openai::{self, Reader};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -299,63 +301,105 @@ impl Provider {
         Ok(self.scrub(String::from_utf8_lossy(&body).into_owned()))
     }
 
+    /// The provider's answer to `body`, retried with backoff while it fails in a way it may
+    /// not next time (429, 5xx, a timeout, a refused connection).
     async fn call(&self, body: &Value, live: Option<&Live>) -> CallResult<Value> {
-        let mut attempt = 0;
-        loop {
-            let mut request = self
-                .client
-                .post(self.endpoint.clone())
-                .timeout(self.settings.timeout)
-                .header(reqwest::header::CONTENT_TYPE, "application/json")
-                .body(body.to_string());
-            if let Some(key) = &self.settings.key {
-                request = request.bearer_auth(key);
+        let policy = retry::Policy {
+            max_retry_after: self.settings.max_retry_after,
+            ..retry::Policy::new(self.settings.retries)
+        };
+        let body = body.to_string();
+        retry::retry(&policy, None, |_| self.attempt(&body, live))
+            .await
+            .map_err(|gave_up| self.gave_up(gave_up))
+    }
+
+    /// One request and its answer.
+    async fn attempt(&self, body: &str, live: Option<&Live>) -> Result<Value, Failure<Failed>> {
+        let mut request = self
+            .client
+            .post(self.endpoint.clone())
+            .timeout(self.settings.timeout)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body.to_owned());
+        if let Some(key) = &self.settings.key {
+            request = request.bearer_auth(key);
+        }
+        let response = match request.send().await {
+            Ok(response) => response,
+            Err(e) if e.is_timeout() || e.is_connect() => {
+                return Err(Failure::Retryable {
+                    error: Failed::Transport(e),
+                    retry_after: None,
+                });
             }
-            let outcome = request.send().await;
-            let wait = match outcome {
-                Ok(response) => {
-                    let status = response.status();
-                    let retry_after = retry_after(&response);
-                    if status.is_redirection() {
-                        return Err(self.redirect_refused(&response));
-                    }
-                    if status.is_success() && is_event_stream(&response) {
-                        return self.stream(response, live).await;
-                    }
-                    let text = self.read(response).await?;
-                    if status.is_success() {
-                        let answer = serde_json::from_str(&text).map_err(|e| {
-                            fail(format!(
-                                "the provider answered {status} with a body that is not JSON \
-                                 ({e}): {}",
-                                clip(&text)
-                            ))
-                        })?;
-                        return self.scrub_decoded(answer);
-                    }
-                    let retryable = status.as_u16() == 429 || status.is_server_error();
-                    if !retryable || attempt >= self.settings.retries {
-                        let fail = if retryable { unavailable } else { fail };
-                        return Err(fail(format!(
-                            "the provider answered {status}{}: {}",
-                            if retryable {
-                                format!(" after {} attempt(s)", attempt + 1)
-                            } else {
-                                String::new()
-                            },
-                            provider_message(&text)
-                        )));
-                    }
-                    self.wait(status, retry_after, &text, attempt)?
-                }
-                Err(e) if (e.is_timeout() || e.is_connect()) && attempt < self.settings.retries => {
-                    tracing::debug!(attempt, "provider request failed, retrying");
-                    backoff(attempt)
-                }
-                Err(e) => return Err(self.failure(e)),
-            };
-            attempt += 1;
-            tokio::time::sleep(wait).await;
+            Err(e) => return Err(Failed::call(self.failure(e))),
+        };
+        let status = response.status();
+        let retry_after = retry::retry_after(response.headers());
+        if status.is_redirection() {
+            return Err(Failed::call(self.redirect_refused(&response)));
+        }
+        if status.is_success() && is_event_stream(&response) {
+            return self.stream(response, live).await.map_err(Failed::call);
+        }
+        let text = self.read(response).await.map_err(Failed::call)?;
+        if status.is_success() {
+            return self.answer(status, &text).map_err(Failed::call);
+        }
+        let error = Failed::Status { status, text };
+        if status.as_u16() == 429 || status.is_server_error() {
+            Err(Failure::Retryable { error, retry_after })
+        } else {
+            Err(Failure::Final(error))
+        }
+    }
+
+    /// A whole answer's body, parsed, with the secrets scrubbed from its decoded strings.
+    fn answer(&self, status: reqwest::StatusCode, text: &str) -> CallResult<Value> {
+        let answer = serde_json::from_str(text).map_err(|e| {
+            fail(format!(
+                "the provider answered {status} with a body that is not JSON ({e}): {}",
+                clip(text)
+            ))
+        })?;
+        self.scrub_decoded(answer)
+    }
+
+    /// The error for a call whose attempts ended without an answer.
+    fn gave_up(&self, gave_up: GaveUp<Failed>) -> CallError {
+        match gave_up {
+            GaveUp::Exhausted {
+                error: Failed::Status { status, text },
+                attempts,
+            }
+            | GaveUp::Deadline {
+                error: Failed::Status { status, text },
+                attempts,
+            } => unavailable(format!(
+                "the provider answered {status} after {attempts} attempt(s): {}",
+                provider_message(&text)
+            )),
+            GaveUp::TooLong {
+                error: Failed::Status { status, text },
+                asked,
+                ..
+            } => unavailable(format!(
+                "the provider answered {status} and asked to retry after {} s, longer than \
+                 this server waits ({} s): {}",
+                asked.as_secs(),
+                self.settings.max_retry_after.as_secs(),
+                provider_message(&text)
+            )),
+            gave_up => match gave_up.into_error() {
+                Failed::Call(e) => e,
+                Failed::Transport(e) => self.failure(e),
+                // A status not worth retrying.
+                Failed::Status { status, text } => fail(format!(
+                    "the provider answered {status}: {}",
+                    provider_message(&text)
+                )),
+            },
         }
     }
 
@@ -421,28 +465,6 @@ impl Provider {
         ))
     }
 
-    /// How long to wait before retrying: what the provider asked for (within reason), else
-    /// the backoff.
-    fn wait(
-        &self,
-        status: reqwest::StatusCode,
-        retry_after: Option<Duration>,
-        text: &str,
-        attempt: u32,
-    ) -> CallResult<Duration> {
-        match retry_after {
-            Some(wait) if wait > self.settings.max_retry_after => Err(unavailable(format!(
-                "the provider answered {status} and asked to retry after {} s, longer than \
-                 this server waits ({} s): {}",
-                wait.as_secs(),
-                self.settings.max_retry_after.as_secs(),
-                provider_message(text)
-            ))),
-            Some(wait) => Ok(wait),
-            None => Ok(backoff(attempt)),
-        }
-    }
-
     /// The secrets never reach a caller, even when a provider echoes them in an error.
     fn redact(&self, e: CallError) -> CallError {
         match e {
@@ -482,6 +504,26 @@ impl Provider {
     }
 }
 
+/// How one request to the provider failed.
+#[derive(Debug)]
+enum Failed {
+    /// For good, and said.
+    Call(CallError),
+    /// The provider answered this status with this body (worth retrying when 429 or 5xx).
+    Status {
+        status: reqwest::StatusCode,
+        text: String,
+    },
+    /// The request timed out or could not connect.
+    Transport(reqwest::Error),
+}
+
+impl Failed {
+    fn call(e: CallError) -> Failure<Failed> {
+        Failure::Final(Failed::Call(e))
+    }
+}
+
 fn fail(message: String) -> CallError {
     CallError::backend("provider", message)
 }
@@ -501,16 +543,6 @@ fn stream_failure(e: StreamError) -> CallError {
     }
 }
 
-/// The wait an answer asks for before a retry (`Retry-After` in seconds).
-fn retry_after(response: &reqwest::Response) -> Option<Duration> {
-    response
-        .headers()
-        .get(reqwest::header::RETRY_AFTER)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .map(Duration::from_secs)
-}
-
 /// Whether an answer is a stream of server-sent events.
 fn is_event_stream(response: &reqwest::Response) -> bool {
     response
@@ -522,11 +554,6 @@ fn is_event_stream(response: &reqwest::Response) -> bool {
                 .to_ascii_lowercase()
                 .starts_with("text/event-stream")
         })
-}
-
-/// 0.5 s, 1 s, 2 s, … at most 8 s.
-fn backoff(attempt: u32) -> Duration {
-    Duration::from_millis(500u64.saturating_mul(1 << attempt.min(4)))
 }
 
 /// The provider's own error message when its body is an OpenAI error object, else the body.
