@@ -45,6 +45,7 @@ pub mod local;
 pub mod logging;
 pub mod mcp;
 pub mod pyjson;
+pub mod retry;
 pub mod routing;
 pub mod service;
 pub mod shapes;

@@ -1,17 +1,23 @@
 //! The provider backend: an OpenAI-compatible chat completions API (Ollama, llama.cpp's
 //! server, vLLM, LM Studio, OpenRouter, Groq, OpenAI…). Tools and `response_format:
 //! json_schema` are sent natively where the provider takes them (configurable), otherwise the
-//! machine's prompt paths apply. Every wait is bounded; 429 and 5xx are retried with backoff,
-//! honouring `Retry-After`. The key is sent as a bearer token and never logged or echoed.
+//! machine's prompt paths apply. Every wait is bounded; 429 and 5xx are retried with backoff
+//! ([`crate::retry`]), honouring `Retry-After` (seconds or an HTTP date). The key is sent as a
+//! bearer token and never logged or echoed.
 
 use super::direct::{BoxFuture, Model, ModelRequest, ModelTool};
+use super::stream::StreamError;
 use crate::call::{Block, Completion, Usage};
 use crate::config::Config;
 use crate::error::{CallError, CallResult, clip};
 use crate::fulfil::Capabilities;
 use crate::fulfil::live::{Event, Events, Sink};
+use crate::retry::{self, Failure, GaveUp};
 use crate::wire::openai::{self, Reader};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value, json};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How to reach the provider.
@@ -38,16 +44,47 @@ pub struct ProviderSettings {
     pub timeout_source: String,
 }
 
+/// Why a provider cannot be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error(
+        "the provider backend needs --provider-url (AGENT_AS_MODEL_PROVIDER_URL) \
+         and --provider-model (AGENT_AS_MODEL_PROVIDER_MODEL)"
+    )]
+    Missing,
+    /// The base URL is not one (`shown` is the URL without its secrets).
+    #[error("the provider URL {problem}: {shown}")]
+    Url { problem: UrlProblem, shown: String },
+    #[error("cannot start the HTTP client: {0}")]
+    Client(Arc<reqwest::Error>),
+}
+
+/// The callers that start a backend speak in messages.
+impl From<SetupError> for String {
+    fn from(e: SetupError) -> String {
+        e.to_string()
+    }
+}
+
+/// What is wrong with a provider's base URL, said without repeating it (it may carry a
+/// password or a key).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum UrlProblem {
+    #[error("must start with http:// or https:// and name a host")]
+    NotHttp,
+    #[error("is not a URL ({0})")]
+    NotUrl(UrlParseError),
+}
+
+/// Why a text is not a URL.
+pub type UrlParseError = <reqwest::Url as std::str::FromStr>::Err;
+
 impl ProviderSettings {
     /// The provider's settings; `Err` names what is missing.
-    pub fn from_config(config: &Config) -> Result<ProviderSettings, String> {
+    pub fn from_config(config: &Config) -> Result<ProviderSettings, SetupError> {
         let p = &config.provider;
         let (Some(base_url), Some(model)) = (&p.provider_url, &p.provider_model) else {
-            return Err(
-                "the provider backend needs --provider-url (AGENT_AS_MODEL_PROVIDER_URL) \
-                        and --provider-model (AGENT_AS_MODEL_PROVIDER_MODEL)"
-                    .into(),
-            );
+            return Err(SetupError::Missing);
         };
         let key = p.provider_key.clone().filter(|k| !k.is_empty());
         Ok(ProviderSettings::at(config, base_url, model, key))
@@ -100,8 +137,8 @@ pub struct Provider {
 /// held its own connection pool and TLS settings). Each request carries its provider's timeout.
 /// Redirects are followed only within the origin of the request's first URL, at most 5: the
 /// prompt (and the key) never go to another host.
-fn shared_client() -> Result<reqwest::Client, String> {
-    static CLIENT: std::sync::OnceLock<Result<reqwest::Client, String>> =
+fn shared_client() -> Result<reqwest::Client, SetupError> {
+    static CLIENT: std::sync::OnceLock<Result<reqwest::Client, Arc<reqwest::Error>>> =
         std::sync::OnceLock::new();
     CLIENT
         .get_or_init(|| {
@@ -117,9 +154,10 @@ fn shared_client() -> Result<reqwest::Client, String> {
                     }
                 }))
                 .build()
-                .map_err(|e| format!("cannot start the HTTP client: {e}"))
+                .map_err(Arc::new)
         })
         .clone()
+        .map_err(SetupError::Client)
 }
 
 /// What must never reach a caller: the key, the URL's password and query values, each as
@@ -163,21 +201,19 @@ pub fn shown_url(url: &str) -> String {
 
 /// `url` parsed as a provider's base URL; `Err` says what is wrong without repeating it (it may
 /// carry a password or a key).
-pub fn http_url(url: &str) -> Result<reqwest::Url, String> {
+pub fn http_url(url: &str) -> Result<reqwest::Url, UrlProblem> {
     match reqwest::Url::parse(url.trim()) {
         Ok(u) if matches!(u.scheme(), "http" | "https") && u.host_str().is_some() => Ok(u),
-        Ok(_) => Err("must start with http:// or https:// and name a host".to_owned()),
-        Err(e) => Err(format!("is not a URL ({e})")),
+        Ok(_) => Err(UrlProblem::NotHttp),
+        Err(e) => Err(UrlProblem::NotUrl(e)),
     }
 }
 
 impl Provider {
-    pub fn new(settings: ProviderSettings) -> Result<Self, String> {
-        let mut endpoint = http_url(&settings.base_url).map_err(|problem| {
-            format!(
-                "the provider URL {problem}: {}",
-                shown_url(&settings.base_url)
-            )
+    pub fn new(settings: ProviderSettings) -> Result<Self, SetupError> {
+        let mut endpoint = http_url(&settings.base_url).map_err(|problem| SetupError::Url {
+            problem,
+            shown: shown_url(&settings.base_url),
         })?;
         // `/chat/completions` goes after the path; a query string stays a query string.
         let path = format!("{}/chat/completions", endpoint.path().trim_end_matches('/'));
@@ -265,63 +301,105 @@ impl Provider {
         Ok(self.scrub(String::from_utf8_lossy(&body).into_owned()))
     }
 
+    /// The provider's answer to `body`, retried with backoff while it fails in a way it may
+    /// not next time (429, 5xx, a timeout, a refused connection).
     async fn call(&self, body: &Value, live: Option<&dyn Sink>) -> CallResult<Value> {
-        let mut attempt = 0;
-        loop {
-            let mut request = self
-                .client
-                .post(self.endpoint.clone())
-                .timeout(self.settings.timeout)
-                .header(reqwest::header::CONTENT_TYPE, "application/json")
-                .body(body.to_string());
-            if let Some(key) = &self.settings.key {
-                request = request.bearer_auth(key);
+        let policy = retry::Policy {
+            max_retry_after: self.settings.max_retry_after,
+            ..retry::Policy::new(self.settings.retries)
+        };
+        let body = body.to_string();
+        retry::retry(&policy, None, |_| self.attempt(&body, live))
+            .await
+            .map_err(|gave_up| self.gave_up(gave_up))
+    }
+
+    /// One request and its answer.
+    async fn attempt(&self, body: &str, live: Option<&dyn Sink>) -> Result<Value, Failure<Failed>> {
+        let mut request = self
+            .client
+            .post(self.endpoint.clone())
+            .timeout(self.settings.timeout)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body.to_owned());
+        if let Some(key) = &self.settings.key {
+            request = request.bearer_auth(key);
+        }
+        let response = match request.send().await {
+            Ok(response) => response,
+            Err(e) if e.is_timeout() || e.is_connect() => {
+                return Err(Failure::Retryable {
+                    error: Failed::Transport(e),
+                    retry_after: None,
+                });
             }
-            let outcome = request.send().await;
-            let wait = match outcome {
-                Ok(response) => {
-                    let status = response.status();
-                    let retry_after = retry_after(&response);
-                    if status.is_redirection() {
-                        return Err(self.redirect_refused(&response));
-                    }
-                    if status.is_success() && is_event_stream(&response) {
-                        return self.stream(response, live).await;
-                    }
-                    let text = self.read(response).await?;
-                    if status.is_success() {
-                        let answer = serde_json::from_str(&text).map_err(|e| {
-                            fail(format!(
-                                "the provider answered {status} with a body that is not JSON \
-                                 ({e}): {}",
-                                clip(&text)
-                            ))
-                        })?;
-                        return self.scrub_decoded(answer);
-                    }
-                    let retryable = status.as_u16() == 429 || status.is_server_error();
-                    if !retryable || attempt >= self.settings.retries {
-                        let fail = if retryable { unavailable } else { fail };
-                        return Err(fail(format!(
-                            "the provider answered {status}{}: {}",
-                            if retryable {
-                                format!(" after {} attempt(s)", attempt + 1)
-                            } else {
-                                String::new()
-                            },
-                            provider_message(&text)
-                        )));
-                    }
-                    self.wait(status, retry_after, &text, attempt)?
-                }
-                Err(e) if (e.is_timeout() || e.is_connect()) && attempt < self.settings.retries => {
-                    tracing::debug!(attempt, "provider request failed, retrying");
-                    backoff(attempt)
-                }
-                Err(e) => return Err(self.failure(e)),
-            };
-            attempt += 1;
-            tokio::time::sleep(wait).await;
+            Err(e) => return Err(Failed::call(self.failure(e))),
+        };
+        let status = response.status();
+        let retry_after = retry::retry_after(response.headers());
+        if status.is_redirection() {
+            return Err(Failed::call(self.redirect_refused(&response)));
+        }
+        if status.is_success() && is_event_stream(&response) {
+            return self.stream(response, live).await.map_err(Failed::call);
+        }
+        let text = self.read(response).await.map_err(Failed::call)?;
+        if status.is_success() {
+            return self.answer(status, &text).map_err(Failed::call);
+        }
+        let error = Failed::Status { status, text };
+        if status.as_u16() == 429 || status.is_server_error() {
+            Err(Failure::Retryable { error, retry_after })
+        } else {
+            Err(Failure::Final(error))
+        }
+    }
+
+    /// A whole answer's body, parsed, with the secrets scrubbed from its decoded strings.
+    fn answer(&self, status: reqwest::StatusCode, text: &str) -> CallResult<Value> {
+        let answer = serde_json::from_str(text).map_err(|e| {
+            fail(format!(
+                "the provider answered {status} with a body that is not JSON ({e}): {}",
+                clip(text)
+            ))
+        })?;
+        self.scrub_decoded(answer)
+    }
+
+    /// The error for a call whose attempts ended without an answer.
+    fn gave_up(&self, gave_up: GaveUp<Failed>) -> CallError {
+        match gave_up {
+            GaveUp::Exhausted {
+                error: Failed::Status { status, text },
+                attempts,
+            }
+            | GaveUp::Deadline {
+                error: Failed::Status { status, text },
+                attempts,
+            } => unavailable(format!(
+                "the provider answered {status} after {attempts} attempt(s): {}",
+                provider_message(&text)
+            )),
+            GaveUp::TooLong {
+                error: Failed::Status { status, text },
+                asked,
+                ..
+            } => unavailable(format!(
+                "the provider answered {status} and asked to retry after {} s, longer than \
+                 this server waits ({} s): {}",
+                asked.as_secs(),
+                self.settings.max_retry_after.as_secs(),
+                provider_message(&text)
+            )),
+            gave_up => match gave_up.into_error() {
+                Failed::Call(e) => e,
+                Failed::Transport(e) => self.failure(e),
+                // A status not worth retrying.
+                Failed::Status { status, text } => fail(format!(
+                    "the provider answered {status}: {}",
+                    provider_message(&text)
+                )),
+            },
         }
     }
 
@@ -344,7 +422,7 @@ impl Provider {
                      reads (AGENT_AS_MODEL_PROVIDER_MAX_RESPONSE_BYTES)"
                 )));
             }
-            let added = assembly.feed(&chunk).map_err(fail)?;
+            let added = assembly.feed(&chunk).map_err(stream_failure)?;
             // A large chunk is work: let the other calls (and this call's timeout) run.
             tokio::task::yield_now().await;
             if let Some(live) = live.filter(|_| added.any) {
@@ -366,7 +444,7 @@ impl Provider {
                 text: &self.scrub(held),
             });
         }
-        let answer = assembly.finish().map_err(unavailable)?;
+        let answer = assembly.finish().map_err(stream_failure)?;
         let text = self.scrub(answer.to_string());
         serde_json::from_str(&text).map_err(|e| fail(format!("the provider's answer: {e}")))
     }
@@ -385,28 +463,6 @@ impl Provider {
              the provider's origin (set the provider URL to where the API is)",
             response.status()
         ))
-    }
-
-    /// How long to wait before retrying: what the provider asked for (within reason), else
-    /// the backoff.
-    fn wait(
-        &self,
-        status: reqwest::StatusCode,
-        retry_after: Option<Duration>,
-        text: &str,
-        attempt: u32,
-    ) -> CallResult<Duration> {
-        match retry_after {
-            Some(wait) if wait > self.settings.max_retry_after => Err(unavailable(format!(
-                "the provider answered {status} and asked to retry after {} s, longer than \
-                 this server waits ({} s): {}",
-                wait.as_secs(),
-                self.settings.max_retry_after.as_secs(),
-                provider_message(text)
-            ))),
-            Some(wait) => Ok(wait),
-            None => Ok(backoff(attempt)),
-        }
     }
 
     /// The secrets never reach a caller, even when a provider echoes them in an error.
@@ -448,6 +504,26 @@ impl Provider {
     }
 }
 
+/// How one request to the provider failed.
+#[derive(Debug)]
+enum Failed {
+    /// For good, and said.
+    Call(CallError),
+    /// The provider answered this status with this body (worth retrying when 429 or 5xx).
+    Status {
+        status: reqwest::StatusCode,
+        text: String,
+    },
+    /// The request timed out or could not connect.
+    Transport(reqwest::Error),
+}
+
+impl Failed {
+    fn call(e: CallError) -> Failure<Failed> {
+        Failure::Final(Failed::Call(e))
+    }
+}
+
 fn fail(message: String) -> CallError {
     CallError::backend("provider", message)
 }
@@ -457,14 +533,14 @@ fn unavailable(message: String) -> CallError {
     CallError::unavailable("provider", message)
 }
 
-/// The wait an answer asks for before a retry (`Retry-After` in seconds).
-fn retry_after(response: &reqwest::Response) -> Option<Duration> {
-    response
-        .headers()
-        .get(reqwest::header::RETRY_AFTER)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .map(Duration::from_secs)
+/// A stream that cannot be read, transient when it was cut off.
+fn stream_failure(e: StreamError) -> CallError {
+    let message = e.to_string();
+    if e.is_transient() {
+        unavailable(message)
+    } else {
+        fail(message)
+    }
 }
 
 /// Whether an answer is a stream of server-sent events.
@@ -480,21 +556,18 @@ fn is_event_stream(response: &reqwest::Response) -> bool {
         })
 }
 
-/// 0.5 s, 1 s, 2 s, … at most 8 s.
-fn backoff(attempt: u32) -> Duration {
-    Duration::from_millis(500u64.saturating_mul(1 << attempt.min(4)))
-}
-
 /// The provider's own error message when its body is an OpenAI error object, else the body.
 fn provider_message(body: &str) -> String {
-    let parsed: Option<Value> = serde_json::from_str(body).ok();
-    let message = parsed.as_ref().and_then(|v| {
-        v.pointer("/error/message")
-            .or_else(|| v.get("error"))
-            .or_else(|| v.get("message"))
-            .and_then(Value::as_str)
-    });
-    clip(message.unwrap_or(body)).into_owned()
+    let said = serde_json::from_str::<Field<ErrorAnswer>>(body)
+        .ok()
+        .and_then(Field::into_option)
+        .and_then(|answer| match answer.error {
+            // The first of `error.message`, `error` and `message` that is there, if it is text.
+            Field::Present(Some(Value::String(text))) => Some(text),
+            Field::Present(error) => error.as_ref().and_then(ErrorObject::message),
+            Field::Absent => answer.message.into_option(),
+        });
+    clip(said.as_deref().unwrap_or(body)).into_owned()
 }
 
 impl Model for Provider {
@@ -599,98 +672,273 @@ pub fn completion(answer: &Value, model: &str, max_tool_calls: usize) -> CallRes
             clip(&answer.to_string())
         ))
     };
-    let choice = answer
-        .pointer("/choices/0")
-        .ok_or_else(|| bad("choices[0] is missing"))?;
-    let message = choice
-        .get("message")
-        .ok_or_else(|| bad("choices[0].message is missing"))?;
-    let calls = message
-        .get("tool_calls")
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
+    let read = Field::<ChatCompletion>::read(answer).unwrap_or_default();
+    let choice = read
+        .choices
+        .into_option()
+        .and_then(|choices| choices.into_iter().next())
+        .ok_or_else(|| bad("choices[0] is missing"))?
+        .into_option()
         .unwrap_or_default();
+    let message = match choice.message {
+        Field::Absent => return Err(bad("choices[0].message is missing")),
+        Field::Present(message) => message.unwrap_or_default(),
+    };
+    let calls = message.tool_calls.into_option().unwrap_or_default();
     if calls.len() > max_tool_calls {
         return Err(too_many_calls(max_tool_calls));
     }
     let mut blocks = Vec::new();
-    if let Some(text) = message.get("content").and_then(Value::as_str)
+    if let Some(text) = message.content.into_option()
         && !text.is_empty()
     {
-        blocks.push(Block::Text(text.to_owned()));
+        blocks.push(Block::Text(text));
     }
-    for (i, call) in calls.iter().enumerate() {
-        blocks.push(tool_call(i, call).map_err(|what| bad(&what))?);
+    for (i, call) in calls.into_iter().enumerate() {
+        let call = call.into_option().unwrap_or_default();
+        blocks.push(tool_call(i, call).map_err(|what| bad(&what.to_string()))?);
     }
     if blocks.is_empty() {
         blocks.push(Block::Text(String::new()));
     }
     let finish = openai::finish(
-        choice.get("finish_reason").and_then(Value::as_str),
+        choice.finish_reason.get().map(String::as_str),
         blocks.iter().any(|b| matches!(b, Block::ToolUse { .. })),
     );
-    let usage = usage(answer);
     Ok(Completion {
         blocks,
-        model: answer
-            .get("model")
-            .and_then(Value::as_str)
-            .unwrap_or(model)
-            .to_owned(),
+        model: read.model.into_option().unwrap_or_else(|| model.to_owned()),
         finish,
-        usage,
+        usage: usage(read.usage.get()),
     })
 }
 
 /// The error for an answer with more tool calls than this server reads.
 pub(super) fn too_many_calls(max: usize) -> CallError {
-    fail(super::stream::too_many_calls(max))
+    stream_failure(StreamError::TooManyCalls(max))
+}
+
+/// What is wrong with one of the answer's `tool_calls` (its index).
+#[derive(Debug, thiserror::Error)]
+enum ToolCallProblem {
+    #[error("tool_calls[{0}].function.name is missing")]
+    NameMissing(usize),
+    #[error("tool_calls[{0}].function.arguments is not a JSON object")]
+    ArgumentsNotObject(usize),
 }
 
 /// One of the answer's `tool_calls` as a tool use; `Err` says what is wrong with it.
-fn tool_call(i: usize, call: &Value) -> Result<Block, String> {
-    let name = call
-        .pointer("/function/name")
-        .and_then(Value::as_str)
-        .ok_or_else(|| format!("tool_calls[{i}].function.name is missing"))?;
-    let input = match call.pointer("/function/arguments") {
-        Some(Value::String(s)) if s.trim().is_empty() => Map::new(),
-        Some(Value::String(s)) => match serde_json::from_str(s) {
-            Ok(Value::Object(o)) => o,
-            _ => {
-                return Err(format!(
-                    "tool_calls[{i}].function.arguments is not a JSON object"
-                ));
-            }
-        },
-        Some(Value::Object(o)) => o.clone(),
-        _ => Map::new(),
+fn tool_call(i: usize, call: AnswerCall) -> Result<Block, ToolCallProblem> {
+    let function = call.function.into_option().unwrap_or_default();
+    let name = function
+        .name
+        .into_option()
+        .ok_or(ToolCallProblem::NameMissing(i))?;
+    let input = match function.arguments.into_option() {
+        Some(Arguments::Text(s)) if s.trim().is_empty() => Map::new(),
+        Some(Arguments::Text(s)) => serde_json::from_str::<Map<String, Value>>(&s)
+            .map_err(|_| ToolCallProblem::ArgumentsNotObject(i))?,
+        Some(Arguments::Object(o)) => o,
+        None => Map::new(),
     };
     let id = call
-        .get("id")
-        .and_then(Value::as_str)
-        .map_or_else(|| crate::call::new_id("call_"), str::to_owned);
-    Ok(Block::ToolUse {
-        id,
-        name: name.to_owned(),
-        input,
-    })
+        .id
+        .into_option()
+        .unwrap_or_else(|| crate::call::new_id("call_"));
+    Ok(Block::ToolUse { id, name, input })
 }
 
 /// The provider's token counts, when it reports both.
-fn usage(answer: &Value) -> Option<Usage> {
-    let count = |key: &str| {
-        answer
-            .pointer(&format!("/usage/{key}"))
-            .and_then(Value::as_u64)
-            .and_then(|n| usize::try_from(n).ok())
-    };
+fn usage(usage: Option<&UsageCounts>) -> Option<Usage> {
+    let count = |n: &Field<u64>| n.get().and_then(|n| usize::try_from(*n).ok());
+    let usage = usage?;
     Some(Usage {
-        prompt: count("prompt_tokens")?,
-        completion: count("completion_tokens")?,
+        prompt: count(&usage.prompt_tokens)?,
+        completion: count(&usage.completion_tokens)?,
         estimated: false,
     })
 }
+
+/// A field of a provider's answer as read: absent, or there with a value of the expected type
+/// or not (`None`). A value of another type (`null` among them) is read as no value, not as an
+/// error: a provider's odd field leaves it unset, as the answer was always read. Where an
+/// object belongs ([`Shape::OBJECT`]), anything else is no value (serde would read an array
+/// positionally).
+#[derive(Debug, Default)]
+pub(super) enum Field<T> {
+    #[default]
+    Absent,
+    Present(Option<T>),
+}
+
+/// Whether a type read through a [`Field`] is a JSON object.
+pub(super) trait Shape {
+    const OBJECT: bool = true;
+}
+
+impl Shape for String {
+    const OBJECT: bool = false;
+}
+impl Shape for u64 {
+    const OBJECT: bool = false;
+}
+impl Shape for Value {
+    const OBJECT: bool = false;
+}
+impl<T> Shape for Vec<T> {
+    const OBJECT: bool = false;
+}
+impl Shape for Arguments {
+    const OBJECT: bool = false;
+}
+
+impl<T> Field<T> {
+    pub(super) fn get(&self) -> Option<&T> {
+        match self {
+            Field::Present(Some(value)) => Some(value),
+            _ => None,
+        }
+    }
+
+    pub(super) fn into_option(self) -> Option<T> {
+        match self {
+            Field::Present(value) => value,
+            Field::Absent => None,
+        }
+    }
+
+    fn is_absent(&self) -> bool {
+        matches!(self, Field::Absent)
+    }
+}
+
+impl<T: DeserializeOwned + Shape> Field<T> {
+    /// `value` read as a `T`, if it is one.
+    pub(super) fn read(value: &Value) -> Option<T> {
+        if T::OBJECT && !value.is_object() {
+            return None;
+        }
+        T::deserialize(value).ok()
+    }
+
+    /// The same, moving the value's strings instead of copying them.
+    fn take(value: Value) -> Option<T> {
+        if T::OBJECT && !value.is_object() {
+            return None;
+        }
+        T::deserialize(value).ok()
+    }
+}
+
+impl<'de, T: DeserializeOwned + Shape> Deserialize<'de> for Field<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Value::deserialize(deserializer).map(|value| Field::Present(Field::take(value)))
+    }
+}
+
+impl<T: Serialize> Serialize for Field<T> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.get().serialize(serializer)
+    }
+}
+
+/// A chat completion as the provider answered it (or as a stream was assembled into); unknown
+/// fields are ignored.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct ChatCompletion {
+    model: Field<String>,
+    choices: Field<Vec<Field<Choice>>>,
+    usage: Field<UsageCounts>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct Choice {
+    message: Field<AnswerMessage>,
+    finish_reason: Field<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct AnswerMessage {
+    content: Field<String>,
+    tool_calls: Field<Vec<Field<AnswerCall>>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct AnswerCall {
+    id: Field<String>,
+    function: Field<AnswerFunction>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct AnswerFunction {
+    name: Field<String>,
+    arguments: Field<Arguments>,
+}
+
+/// A tool call's arguments: JSON text, as the API says, or an object, as some providers send.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Arguments {
+    Text(String),
+    Object(Map<String, Value>),
+}
+
+/// The token counts of an answer (or of a stream's last chunk).
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(default)]
+pub(super) struct UsageCounts {
+    #[serde(skip_serializing_if = "Field::is_absent")]
+    prompt_tokens: Field<u64>,
+    #[serde(skip_serializing_if = "Field::is_absent")]
+    completion_tokens: Field<u64>,
+    /// How many of the prompt's tokens the provider had cached, when it says.
+    #[serde(skip_serializing_if = "Field::is_absent")]
+    prompt_tokens_details: Field<PromptDetails>,
+}
+
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(default)]
+pub(super) struct PromptDetails {
+    #[serde(skip_serializing_if = "Field::is_absent")]
+    cached_tokens: Field<u64>,
+}
+
+/// An error answer: `{"error": {"message": …}}`, `{"error": "…"}` or `{"message": "…"}`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct ErrorAnswer {
+    error: Field<Value>,
+    message: Field<String>,
+}
+
+/// An OpenAI error object, `{"message": …}` among its fields.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub(super) struct ErrorObject {
+    message: Field<String>,
+}
+
+impl ErrorObject {
+    /// The message of `error` when it is an error object with one as text.
+    pub(super) fn message(error: &Value) -> Option<String> {
+        Field::<ErrorObject>::read(error).and_then(|e| e.message.into_option())
+    }
+}
+
+impl Shape for ChatCompletion {}
+impl Shape for Choice {}
+impl Shape for AnswerMessage {}
+impl Shape for AnswerCall {}
+impl Shape for AnswerFunction {}
+impl Shape for UsageCounts {}
+impl Shape for PromptDetails {}
+impl Shape for ErrorAnswer {}
+impl Shape for ErrorObject {}
 
 #[cfg(test)]
 mod tests {
@@ -785,5 +1033,148 @@ mod tests {
         let e = completion(&broken, "m", 128).unwrap_err().to_string();
         assert!(e.contains("tool_calls[0].function.arguments"), "{e}");
         assert!(completion(&json!({"error": "x"}), "m", 128).is_err());
+    }
+
+    #[test]
+    fn odd_fields_read_as_absent_and_every_form_of_arguments_is_taken() {
+        // Nulls and values of another type leave a field unset; they are not errors.
+        let answer = json!({"model": 7, "choices": [{"finish_reason": 5, "message": {
+            "content": null, "tool_calls": [
+                {"id": "a", "function": {"name": "f", "arguments": {"x": 1}}},
+                {"id": 9, "function": {"name": "g", "arguments": " "}},
+                {"function": {"name": "h"}, "extra": true}]}}],
+            "usage": {"prompt_tokens": 4, "completion_tokens": 2,
+                      "prompt_tokens_details": {"cached_tokens": 3}}});
+        let c = completion(&answer, "fallback", 128).unwrap();
+        assert_eq!(c.model, "fallback");
+        // An answer with calls that gives no reason ended for them (as `openai::finish` says).
+        assert_eq!(c.finish, Finish::EndTurn);
+        assert_eq!(c.usage.map(|u| (u.prompt, u.completion)), Some((4, 2)));
+        let inputs: Vec<_> = c
+            .blocks
+            .iter()
+            .map(|b| match b {
+                Block::ToolUse { id, name, input } => (id.len(), name.clone(), input.clone()),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            inputs[0],
+            (1, "f".into(), json!({"x": 1}).as_object().unwrap().clone())
+        );
+        assert_eq!((&inputs[1].1, inputs[1].2.is_empty()), (&"g".into(), true));
+        assert!(inputs[1].0 > 1, "a call without a text id gets a new one");
+        assert_eq!((&inputs[2].1, inputs[2].2.is_empty()), (&"h".into(), true));
+        // A null message is an empty answer; a missing one, or a call that is not an object,
+        // is said.
+        let empty = completion(&json!({"choices": [{"message": null}]}), "m", 8).unwrap();
+        assert!(matches!(&empty.blocks[..], [Block::Text(t)] if t.is_empty()));
+        let e = completion(&json!({"choices": [null]}), "m", 8).unwrap_err();
+        assert!(
+            e.to_string().contains("choices[0].message is missing"),
+            "{e}"
+        );
+        let e = completion(&json!([{"choices": []}]), "m", 8).unwrap_err();
+        assert!(e.to_string().contains("choices[0] is missing"), "{e}");
+        let e = completion(
+            &json!({"choices": [{"message": {"tool_calls": [["f"]]}}]}),
+            "m",
+            8,
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("tool_calls[0].function.name is missing"),
+            "{e}"
+        );
+        // Only one usage count is no usage.
+        let half = json!({"choices": [{"message": {"content": "hi"}}],
+                          "usage": {"prompt_tokens": 4, "completion_tokens": "2"}});
+        assert!(completion(&half, "m", 8).unwrap().usage.is_none());
+    }
+
+    #[test]
+    fn a_providers_error_message_is_found_where_it_puts_it() {
+        for (body, said) in [
+            (
+                r#"{"error": {"message": "bad key", "code": 401}}"#,
+                "bad key",
+            ),
+            (r#"{"error": "overloaded"}"#, "overloaded"),
+            (r#"{"message": "no route"}"#, "no route"),
+            // Where the first that is there is not text, the body is said.
+            (
+                r#"{"error": {"message": 5}, "message": "m"}"#,
+                r#"{"error": {"message": 5}, "message": "m"}"#,
+            ),
+            (
+                r#"{"error": {"code": 1}, "message": "m"}"#,
+                r#"{"error": {"code": 1}, "message": "m"}"#,
+            ),
+            (
+                r#"{"error": null, "message": "m"}"#,
+                r#"{"error": null, "message": "m"}"#,
+            ),
+            (r#"["bad key"]"#, r#"["bad key"]"#),
+            ("Bad Gateway", "Bad Gateway"),
+        ] {
+            assert_eq!(provider_message(body), said, "{body}");
+        }
+    }
+
+    #[test]
+    fn typed_errors_say_what_the_messages_said() {
+        assert_eq!(
+            SetupError::Missing.to_string(),
+            "the provider backend needs --provider-url (AGENT_AS_MODEL_PROVIDER_URL) and \
+             --provider-model (AGENT_AS_MODEL_PROVIDER_MODEL)"
+        );
+        let problem = http_url("ftp://user:secret@example.com/v1").unwrap_err();
+        assert_eq!(
+            problem.to_string(),
+            "must start with http:// or https:// and name a host"
+        );
+        let shown = String::from(SetupError::Url {
+            problem,
+            shown: shown_url("ftp://user:secret@example.com/v1"),
+        });
+        assert_eq!(
+            shown,
+            "the provider URL must start with http:// or https:// and name a host: \
+             ftp://example.com/v1"
+        );
+        assert_eq!(
+            http_url("not a url").unwrap_err().to_string(),
+            "is not a URL (relative URL without a base)"
+        );
+        let e = Provider::new(ProviderSettings {
+            base_url: "http://".into(),
+            model: "m".into(),
+            key: None,
+            tools: true,
+            json_schema: true,
+            timeout: Duration::from_secs(1),
+            retries: 0,
+            max_retry_after: Duration::from_secs(1),
+            max_response: 1024,
+            max_tool_calls: 1,
+            stream: false,
+            timeout_source: String::new(),
+        })
+        .err()
+        .unwrap();
+        assert!(
+            e.to_string().starts_with("the provider URL is not a URL ("),
+            "{e}"
+        );
+        assert_eq!(
+            ToolCallProblem::NameMissing(2).to_string(),
+            "tool_calls[2].function.name is missing"
+        );
+        assert_eq!(
+            too_many_calls(3).to_string(),
+            "provider backend failed: the provider's answer has more than 3 tool calls, the \
+             most this server reads (AGENT_AS_MODEL_PROVIDER_MAX_TOOL_CALLS)"
+        );
     }
 }

@@ -3,17 +3,58 @@
 //! streaming: the text's deltas joined, each tool call's name and argument fragments gathered
 //! by their index, the finish reason, the model and the usage of the last chunk
 //! (`stream_options.include_usage`). The text is handed on as it arrives.
+//!
+//! The events are parsed by `sse-stream` (the parser rmcp uses), fed one chunk at a time: it
+//! reads only what it is given, so the provider bounds what is buffered (the answer's byte
+//! limit covers a line or event that never ends) before anything reaches the parser.
 
+use super::provider::{ErrorObject, Field, Shape, UsageCounts};
 use crate::wire::openai::{Message, Speaker, ToolCall};
+use bytes::Bytes;
+use futures_core::Stream;
+use serde::Deserialize;
 use serde_json::{Value, json};
+use sse_stream::{ByteStreamBody, Sse, SseStream};
 use std::collections::HashMap;
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll, Waker};
 
-/// The error for an answer with more tool calls than this server reads.
-pub fn too_many_calls(max: usize) -> String {
-    format!(
-        "the provider's answer has more than {max} tool calls, the most this server reads \
+/// Why a stream (or a whole answer) cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum StreamError {
+    /// An event's data is not JSON (`data` is clipped).
+    #[error("the provider's stream has an event that is not JSON ({error}): {data}")]
+    NotJson {
+        error: serde_json::Error,
+        data: String,
+    },
+    /// The provider sent an error event (its message, clipped).
+    #[error("the provider's stream ended with an error: {0}")]
+    Provider(String),
+    /// The answer has more tool calls than this server reads (streamed or whole).
+    #[error(
+        "the provider's answer has more than {0} tool calls, the most this server reads \
          (AGENT_AS_MODEL_PROVIDER_MAX_TOOL_CALLS)"
-    )
+    )]
+    TooManyCalls(usize),
+    /// A line the event-stream parser refuses: a field it does not know (a provider's own,
+    /// such as an `error:` line), a line without a colon, a repeated `event` or `id`, or text
+    /// that is not UTF-8. The stream cannot be read past it.
+    #[error("the provider's stream is not a well-formed event stream ({0})")]
+    Sse(sse_stream::Error),
+    /// The stream ended before `[DONE]` or a finish reason, after this many deltas.
+    #[error("the provider's stream broke off before its end, after {0} part(s) of the answer")]
+    BrokeOff(usize),
+}
+
+impl StreamError {
+    /// Whether another model might not fail this way: a stream cut off, or one in a provider's
+    /// own dialect (llama.cpp's servers of 2025 send a failure as an `error:` line).
+    pub fn is_transient(&self) -> bool {
+        matches!(self, StreamError::BrokeOff(_) | StreamError::Sse(_))
+    }
 }
 
 /// A tool call being assembled from its deltas.
@@ -25,17 +66,15 @@ struct PartialCall {
     arguments: String,
 }
 
-/// What the events so far add up to (made by [`Assembly::new`]). Each byte is looked at once and each delta finds its
-/// tool call by index in constant time, so a hostile stream costs time in proportion to its
+/// What the events so far add up to (made by [`Assembly::new`]). Each byte is looked at once (by
+/// the parser, which keeps a line's start instead of scanning it again) and each delta finds
+/// its tool call by index in constant time, so a hostile stream costs time in proportion to its
 /// length.
-#[derive(Debug)]
 pub struct Assembly {
-    /// Bytes of a line not yet complete.
-    pending: Vec<u8>,
-    /// How much of `pending` is known to hold no line end.
-    scanned: usize,
-    /// The `data:` lines of the event being read.
-    data: Vec<String>,
+    /// The chunk fed and not yet parsed.
+    inbox: Inbox,
+    /// The events parsed from what was fed (the parser holds a line or event not yet complete).
+    events: SseStream<ByteStreamBody<Inbox, Bytes>>,
     content: String,
     calls: Vec<PartialCall>,
     /// Where each tool call index is in `calls`.
@@ -44,7 +83,7 @@ pub struct Assembly {
     max_calls: usize,
     finish: Option<String>,
     model: Option<String>,
-    usage: Option<Value>,
+    usage: Option<UsageCounts>,
     /// `[DONE]` was seen.
     done: bool,
     /// Deltas that carried text or a tool call's part (about one token each).
@@ -64,10 +103,10 @@ pub struct Added {
 impl Assembly {
     /// An assembly that reads at most `max_calls` tool calls.
     pub fn new(max_calls: usize) -> Self {
+        let inbox = Inbox::default();
         Assembly {
-            pending: Vec::new(),
-            scanned: 0,
-            data: Vec::new(),
+            events: SseStream::from_bytes_stream(inbox.clone()),
+            inbox,
             content: String::new(),
             calls: Vec::new(),
             positions: HashMap::new(),
@@ -80,93 +119,69 @@ impl Assembly {
         }
     }
 
-    /// Reads more of the stream; `Err` when the provider sent an error event or something
-    /// that is not a chat completion chunk.
-    pub fn feed(&mut self, bytes: &[u8]) -> Result<Added, String> {
-        self.pending.extend_from_slice(bytes);
+    /// Reads more of the stream; `Err` when the provider sent an error event, something that
+    /// is not a chat completion chunk, or a line that is not an event stream's.
+    pub fn feed(&mut self, bytes: &[u8]) -> Result<Added, StreamError> {
         let mut added = Added::default();
-        let mut start = 0;
-        let pending = std::mem::take(&mut self.pending);
-        let mut outcome = Ok(());
-        while let Some(offset) = pending
-            .get(self.scanned.max(start)..)
-            .and_then(|rest| rest.iter().position(|b| *b == b'\n'))
-        {
-            let end = self.scanned.max(start) + offset;
-            let line = String::from_utf8_lossy(pending.get(start..end).unwrap_or_default());
-            start = end + 1;
-            outcome = self.line(line.trim_end_matches('\r'), &mut added);
-            if outcome.is_err() {
-                break;
-            }
+        if bytes.is_empty() {
+            return Ok(added);
         }
-        self.pending = pending;
-        self.pending.drain(..start.min(self.pending.len()));
-        self.scanned = self.pending.len();
-        outcome.map(|()| added)
+        self.inbox.put(Bytes::copy_from_slice(bytes));
+        // The parser's source has nothing more once this chunk is read: polling ends `Pending`,
+        // and nothing waits for a wake-up (the next `feed` polls again).
+        let mut cx = Context::from_waker(Waker::noop());
+        while let Poll::Ready(Some(event)) = Pin::new(&mut self.events).poll_next(&mut cx) {
+            let event = event.map_err(StreamError::Sse)?;
+            self.dispatch(event, &mut added)?;
+        }
+        Ok(added)
     }
 
-    /// One line of the stream.
-    fn line(&mut self, line: &str, added: &mut Added) -> Result<(), String> {
-        if line.is_empty() {
-            self.dispatch(added)?;
-        } else if let Some(data) = line.strip_prefix("data:") {
-            self.data
-                .push(data.strip_prefix(' ').unwrap_or(data).to_owned());
-        }
-        // Comments (`:`), `event:`, `id:` and `retry:` lines carry nothing for us.
-        Ok(())
-    }
-
-    /// One complete event.
-    fn dispatch(&mut self, added: &mut Added) -> Result<(), String> {
-        if self.data.is_empty() {
+    /// One complete event. Its `event`, `id` and `retry` fields carry nothing for us.
+    fn dispatch(&mut self, event: Sse, added: &mut Added) -> Result<(), StreamError> {
+        let Some(data) = event.data else {
             return Ok(());
-        }
-        let data = std::mem::take(&mut self.data).join("\n");
+        };
         if data.trim() == "[DONE]" {
             self.done = true;
             return Ok(());
         }
-        let chunk: Value = serde_json::from_str(&data).map_err(|e| {
-            format!(
-                "the provider's stream has an event that is not JSON ({e}): {}",
-                crate::error::clip(&data)
-            )
-        })?;
-        if let Some(error) = chunk.get("error") {
-            let message = error
-                .get("message")
-                .and_then(Value::as_str)
-                .map_or_else(|| error.to_string(), str::to_owned);
-            return Err(format!(
-                "the provider's stream ended with an error: {}",
-                crate::error::clip(&message)
+        let chunk =
+            serde_json::from_str::<Field<Chunk>>(&data).map_err(|error| StreamError::NotJson {
+                error,
+                data: crate::error::clip(&data).into_owned(),
+            })?;
+        // Data that is JSON but not an object carries nothing.
+        let Some(chunk) = chunk.into_option() else {
+            return Ok(());
+        };
+        if let Some(error) = chunk.error.into_option() {
+            let message = ErrorObject::message(&error).unwrap_or_else(|| error.to_string());
+            return Err(StreamError::Provider(
+                crate::error::clip(&message).into_owned(),
             ));
         }
-        if let Some(model) = chunk.get("model").and_then(Value::as_str) {
-            self.model = Some(model.to_owned());
+        if let Some(model) = chunk.model.into_option() {
+            self.model = Some(model);
         }
-        if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
-            self.usage = Some(usage.clone());
+        if let Some(usage) = chunk.usage.into_option() {
+            self.usage = Some(usage);
         }
-        let Some(choice) = chunk.pointer("/choices/0") else {
+        let Some(choice) = chunk
+            .choices
+            .into_option()
+            .and_then(|choices| choices.into_iter().next())
+        else {
             return Ok(());
         };
-        if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
-            self.finish = Some(reason.to_owned());
+        let choice = choice.into_option().unwrap_or_default();
+        if let Some(reason) = choice.finish_reason.into_option() {
+            self.finish = Some(reason);
         }
-        let Some(delta) = choice.get("delta") else {
-            return Ok(());
-        };
-        self.text_delta(delta, added);
-        for call in delta
-            .get("tool_calls")
-            .and_then(Value::as_array)
-            .map(Vec::as_slice)
-            .unwrap_or_default()
-        {
-            if let Some(name) = self.tool_call_delta(call)? {
+        let delta = choice.delta.into_option().unwrap_or_default();
+        self.text_delta(delta.content, added);
+        for call in delta.tool_calls.into_option().unwrap_or_default() {
+            if let Some(name) = self.tool_call_delta(call.into_option().unwrap_or_default())? {
                 added.calls.push(name);
             }
             added.any = true;
@@ -176,8 +191,8 @@ impl Assembly {
     }
 
     /// A part of the answer's text.
-    fn text_delta(&mut self, delta: &Value, added: &mut Added) {
-        if let Some(text) = delta.get("content").and_then(Value::as_str)
+    fn text_delta(&mut self, content: Field<String>, added: &mut Added) {
+        if let Some(text) = content.get()
             && !text.is_empty()
         {
             self.content.push_str(text);
@@ -189,16 +204,16 @@ impl Assembly {
 
     /// A part of a tool call: the first names it, the rest carry argument fragments. Returns
     /// the call's name when this part began it; `Err` when it would begin one call too many.
-    fn tool_call_delta(&mut self, delta: &Value) -> Result<Option<String>, String> {
+    fn tool_call_delta(&mut self, delta: CallDelta) -> Result<Option<String>, StreamError> {
         let index = delta
-            .get("index")
-            .and_then(Value::as_u64)
+            .index
+            .into_option()
             .unwrap_or_else(|| self.calls.last().map_or(0, |c| c.index));
         let position = match self.positions.get(&index) {
             Some(p) => *p,
             None => {
                 if self.calls.len() >= self.max_calls {
-                    return Err(too_many_calls(self.max_calls));
+                    return Err(StreamError::TooManyCalls(self.max_calls));
                 }
                 self.calls.push(PartialCall {
                     index,
@@ -212,13 +227,14 @@ impl Assembly {
             return Ok(None);
         };
         let began = call.name.is_empty();
-        if let Some(id) = delta.get("id").and_then(Value::as_str) {
-            call.id = Some(id.to_owned());
+        if let Some(id) = delta.id.into_option() {
+            call.id = Some(id);
         }
-        if let Some(name) = delta.pointer("/function/name").and_then(Value::as_str) {
+        let function = delta.function.into_option().unwrap_or_default();
+        if let Some(name) = function.name.get() {
             call.name.push_str(name);
         }
-        if let Some(part) = delta.pointer("/function/arguments").and_then(Value::as_str) {
+        if let Some(part) = function.arguments.get() {
             call.arguments.push_str(part);
         }
         Ok((began && !call.name.is_empty()).then(|| call.name.clone()))
@@ -228,12 +244,9 @@ impl Assembly {
     /// `[DONE]` and no finish reason).
     /// An event the stream ended in the middle of is not counted, as the event-stream format
     /// says.
-    pub fn finish(self) -> Result<Value, String> {
+    pub fn finish(self) -> Result<Value, StreamError> {
         if !self.done && self.finish.is_none() {
-            return Err(format!(
-                "the provider's stream broke off before its end, after {} part(s) of the answer",
-                self.deltas
-            ));
+            return Err(StreamError::BrokeOff(self.deltas));
         }
         let mut message = Message::text(Speaker::Assistant, self.content);
         message.tool_calls = self
@@ -247,6 +260,87 @@ impl Assembly {
             "choices": [{"index": 0, "message": message, "finish_reason": self.finish}],
             "usage": self.usage,
         }))
+    }
+}
+
+/// One event's chat completion chunk; unknown fields are ignored, and one of an unexpected
+/// type is read as absent ([`Field`]).
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct Chunk {
+    /// An error event: any value (its `message` is shown, else the value itself).
+    error: Field<Value>,
+    model: Field<String>,
+    usage: Field<UsageCounts>,
+    choices: Field<Vec<Field<ChunkChoice>>>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct ChunkChoice {
+    finish_reason: Field<String>,
+    delta: Field<Delta>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct Delta {
+    content: Field<String>,
+    tool_calls: Field<Vec<Field<CallDelta>>>,
+}
+
+/// A part of a tool call: its index, and the first part its id and name.
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct CallDelta {
+    index: Field<u64>,
+    id: Field<String>,
+    function: Field<FunctionDelta>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct FunctionDelta {
+    name: Field<String>,
+    arguments: Field<String>,
+}
+
+impl Shape for Chunk {}
+impl Shape for ChunkChoice {}
+impl Shape for Delta {}
+impl Shape for CallDelta {}
+impl Shape for FunctionDelta {}
+
+impl std::fmt::Debug for Assembly {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Assembly")
+            .field("calls", &self.calls.len())
+            .field("finish", &self.finish)
+            .field("done", &self.done)
+            .field("deltas", &self.deltas)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The parser's source: the chunk [`Assembly::feed`] was given, once; then nothing yet
+/// (`Pending`), never the end (a stream that stops is judged by [`Assembly::finish`]).
+#[derive(Clone, Default)]
+struct Inbox(Arc<Mutex<Option<Bytes>>>);
+
+impl Inbox {
+    fn put(&self, bytes: Bytes) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(bytes);
+    }
+}
+
+impl Stream for Inbox {
+    type Item = Result<Bytes, Infallible>;
+
+    fn poll_next(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        match self.0.lock().unwrap_or_else(PoisonError::into_inner).take() {
+            Some(bytes) => Poll::Ready(Some(Ok(bytes))),
+            None => Poll::Pending,
+        }
     }
 }
 
@@ -311,7 +405,8 @@ mod tests {
         let mut assembly = Assembly::new(128);
         let e = assembly
             .feed(event(json!({"choices": [{"delta": {"tool_calls": calls}}]})).as_bytes())
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("more than 128 tool calls"), "{e}");
         // A long event fed a byte at a time assembles like one fed whole.
         let text = "x".repeat(20_000);
@@ -336,12 +431,132 @@ mod tests {
             .unwrap();
         cut.feed(b"data: {\"choices\": [{\"delta\": {\"cont")
             .unwrap();
-        let e = cut.finish().unwrap_err();
+        let e = cut.finish().unwrap_err().to_string();
         assert!(e.contains("broke off before its end, after 1 part"), "{e}");
         let mut error = Assembly::new(128);
         let e = error
             .feed(event(json!({"error": {"message": "rate limited"}})).as_bytes())
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("rate limited"), "{e}");
+    }
+
+    /// What a whole stream adds up to, fed in pieces of `size` bytes.
+    fn assembled(stream: &[u8], size: usize) -> (String, Value) {
+        let mut assembly = Assembly::new(8);
+        let mut text = String::new();
+        for piece in stream.chunks(size) {
+            text.push_str(&assembly.feed(piece).unwrap().text);
+        }
+        (text, assembly.finish().unwrap())
+    }
+
+    #[test]
+    fn every_line_end_and_field_of_the_format_is_read_alike_in_any_pieces() {
+        let stream = concat!(
+            "\u{feff}: a comment\r\n",
+            "event: message\r\nid: 1\r\nretry: 3000\r\n",
+            "data: {\"model\": \"m\",\r\ndata: \"choices\": [{\"delta\": {\"content\": \"a\"}}]}\r\n\r\n",
+            "data:{\"choices\": [{\"delta\": {\"content\": \"b\"}}]}\r\r",
+            "event: only a name\n\n",
+            "data: {\"choices\": [{\"delta\": {\"content\": \"c\"}, \"finish_reason\": \"stop\"}]}\n\n",
+        );
+        let whole = assembled(stream.as_bytes(), stream.len());
+        assert_eq!(whole.0, "abc");
+        assert_eq!(whole.1["model"], "m");
+        assert_eq!(whole.1["choices"][0]["finish_reason"], "stop");
+        for size in [1, 2, 3, 5, 13] {
+            assert_eq!(
+                assembled(stream.as_bytes(), size),
+                whole,
+                "pieces of {size}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_line_of_a_providers_own_dialect_is_a_transient_error() {
+        // llama.cpp's servers of 2025: a failure mid-stream as an `error:` field.
+        let mut assembly = Assembly::new(8);
+        assembly
+            .feed(event(json!({"choices": [{"delta": {"content": "Hi"}}]})).as_bytes())
+            .unwrap();
+        let e = assembly
+            .feed(b"error: {\"code\": 400, \"message\": \"too long\"}\n\n")
+            .unwrap_err();
+        assert!(e.is_transient());
+        assert_eq!(
+            e.to_string(),
+            "the provider's stream is not a well-formed event stream (invalid line)"
+        );
+        // A provider's error event (OpenAI's form) is not transient and says its message.
+        let e = Assembly::new(8)
+            .feed(event(json!({"error": {"message": "no such model"}})).as_bytes())
+            .unwrap_err();
+        assert!(!e.is_transient());
+        assert_eq!(
+            e.to_string(),
+            "the provider's stream ended with an error: no such model"
+        );
+    }
+
+    #[test]
+    fn odd_fields_of_a_chunk_read_as_absent() {
+        let stream = [
+            // JSON that is not an object, and fields of another type, carry nothing.
+            "data: [{\"error\": {\"message\": \"not an error\"}}]\n\n".to_owned(),
+            "data: 5\n\n".to_owned(),
+            event(json!({"model": 5, "choices": [{"delta": {"content": 7}}]})),
+            // (A JSON pointer took an object's "0" for the first choice; a list is read.)
+            event(json!({"choices": {"0": {"delta": {"content": "not a list"}}}})),
+            event(json!({"model": "m", "choices": [null, {"delta": {"content": "no"}}]})),
+            event(json!({"choices": [{"delta": {"content": "a", "tool_calls": null}}]})),
+            // A part that is not an object still counts, for the call it would continue.
+            event(json!({"choices": [{"delta": {"tool_calls": [
+                {"index": 1, "id": "c", "function": {"name": "f", "arguments": "{"}}]}}]})),
+            event(json!({"choices": [{"delta": {"tool_calls": [
+                7, {"function": {"arguments": "}"}}]}}]})),
+            event(
+                json!({"choices": [{"delta": null, "finish_reason": "tool_calls"}],
+                         "usage": {"prompt_tokens": 3, "completion_tokens": 4,
+                                   "prompt_tokens_details": {"cached_tokens": 2}}}),
+            ),
+            event(json!({"choices": [], "usage": null})),
+        ]
+        .concat();
+        let mut assembly = Assembly::new(8);
+        let added = assembly.feed(stream.as_bytes()).unwrap();
+        assert_eq!(added.text, "a");
+        assert_eq!(added.calls, ["f"]);
+        assert_eq!(assembly.deltas, 4);
+        let done = assembly.finish().unwrap();
+        assert_eq!(done["model"], "m");
+        let call = &done["choices"][0]["message"]["tool_calls"][0];
+        assert_eq!(
+            (&call["id"], &call["function"]["arguments"]),
+            (&json!("c"), &json!("{}"))
+        );
+        assert_eq!(
+            done["usage"],
+            json!({"prompt_tokens": 3, "completion_tokens": 4,
+                   "prompt_tokens_details": {"cached_tokens": 2}})
+        );
+        // An `error` field of any value is an error event.
+        let e = Assembly::new(8)
+            .feed(event(json!({"error": null})).as_bytes())
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "the provider's stream ended with an error: null"
+        );
+        let e = Assembly::new(8)
+            .feed(b"data: {\"choices\": [\n\n")
+            .unwrap_err();
+        assert!(
+            e.to_string().starts_with(
+                "the provider's stream has an event that is not JSON (EOF while parsing"
+            ),
+            "{e}"
+        );
     }
 }

@@ -187,6 +187,44 @@ async fn rate_limits_are_retried_after_the_time_the_provider_asks() {
 }
 
 #[tokio::test]
+async fn a_retry_after_date_is_honoured_and_one_too_far_off_fails_at_once() {
+    use std::time::{Duration, SystemTime};
+    let limited = |at: SystemTime| {
+        Reply::Answer(
+            429,
+            vec![("Retry-After".into(), httpdate::fmt_http_date(at))],
+            json!({"error": {"message": "slow down"}}).to_string(),
+        )
+    };
+    // A date already past asks for no wait: retried at once, and answered.
+    let server = Scripted::start(vec![
+        limited(SystemTime::UNIX_EPOCH),
+        Reply::json(200, &completion("ok")),
+    ])
+    .await;
+    let client = connect_with_env(Host::echo(), Era::Legacy, &env(&server.url, &[])).await;
+    let r = call(&client, "generate", json!({"prompt": "hi"})).await;
+    assert_eq!(text(&r), "ok");
+    assert_eq!(server.seen().len(), 2);
+    client.cancel().await.unwrap();
+    // A date an hour off is a wait longer than the server's: the call fails at once.
+    let hour = SystemTime::now() + Duration::from_secs(3600);
+    let server = Scripted::start(vec![limited(hour)]).await;
+    let client = connect_with_env(Host::echo(), Era::Legacy, &env(&server.url, &[])).await;
+    let e = err_text(&client, "generate", json!({"prompt": "hi"})).await;
+    assert!(
+        e.contains("429") && e.contains("asked to retry after 35"),
+        "{e}"
+    );
+    assert!(
+        e.contains("longer than this server waits (60 s): slow down"),
+        "{e}"
+    );
+    assert_eq!(server.seen().len(), 1, "not retried");
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
 async fn server_errors_are_retried_then_reported_without_the_key() {
     let echoing = json!({"error": {"message": format!("upstream broke for key {KEY}")}});
     let server = Scripted::start(vec![Reply::json(503, &echoing)]).await;
