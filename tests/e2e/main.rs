@@ -30,6 +30,7 @@ mod gemini;
 mod hardening;
 mod hosts;
 mod http;
+mod http_api;
 mod http_limits;
 mod http_ops;
 mod hub;

@@ -1,0 +1,255 @@
+//! The model APIs over plain HTTP, driven with raw requests: the token in every spelling the
+//! clients use and each API's 401 envelope, the answer a server with only the host's sampling
+//! gives, a hosted tool left out with a warning header, Gemini's JSON-array stream, a stop
+//! sequence that never reaches a stream even when it arrives in pieces, and a client that goes
+//! away stopping the provider's request.
+
+use crate::common::http_client;
+use crate::common::openai::{Reply, Scripted, completion};
+use crate::http::{Replica, start};
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+
+const TOKEN: &str = "api-test-token";
+
+/// A models file with one provider entry, `scripted` (alias `gpt-4o-mini`), at `provider`.
+fn models_file(name: &str, provider: &Scripted) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("aam-http-api-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("models.toml");
+    let text = format!(
+        "[[models]]\nname = \"scripted\"\naliases = [\"gpt-4o-mini\", \"gemini-2.5-flash\"]\n\
+         backend = \"provider\"\nurl = \"{}\"\nmodel = \"upstream\"\nretries = 0\n",
+        provider.url
+    );
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+async fn server(name: &str, provider: &Scripted) -> Replica {
+    let path = models_file(name, provider);
+    start(&[
+        ("AGENT_AS_MODEL_MODELS", path.to_str().unwrap()),
+        ("AGENT_AS_MODEL_AUTH_TOKEN", TOKEN),
+    ])
+    .await
+}
+
+async fn post(
+    url: &str,
+    headers: &[(&str, &str)],
+    body: &Value,
+) -> (u16, reqwest::header::HeaderMap, String) {
+    let mut request = http_client()
+        .post(url)
+        .header("content-type", "application/json");
+    for (k, v) in headers {
+        request = request.header(*k, *v);
+    }
+    let response = request.body(body.to_string()).send().await.unwrap();
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    (status, headers, response.text().await.unwrap())
+}
+
+fn chat_body() -> Value {
+    json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Capital of France?"}]})
+}
+
+/// The `data:` payloads of an event stream.
+fn data(body: &str) -> Vec<Value> {
+    body.lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter(|d| *d != "[DONE]")
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect()
+}
+
+/// An OpenAI chat-completion chunk carrying `text`.
+fn text_chunk(text: &str) -> String {
+    json!({"id": "c", "object": "chat.completion.chunk", "model": "upstream",
+           "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": null}]})
+    .to_string()
+}
+
+#[tokio::test]
+async fn the_token_is_taken_in_every_spelling_and_a_missing_one_is_refused_in_each_envelope() {
+    let provider = Scripted::start(vec![Reply::json(200, &completion("Paris."))]).await;
+    let s = server("auth", &provider).await;
+    let chat = format!("{}/v1/chat/completions", s.url);
+    let bearer = format!("Bearer {TOKEN}");
+    for headers in [
+        vec![("authorization", bearer.as_str())],
+        vec![("x-api-key", TOKEN)],
+        vec![("x-goog-api-key", TOKEN)],
+    ] {
+        let (status, _, body) = post(&chat, &headers, &chat_body()).await;
+        assert_eq!(status, 200, "{headers:?}: {body}");
+        let v: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["choices"][0]["message"]["content"], "Paris.");
+    }
+    let (status, _, _) = post(&format!("{chat}?key={TOKEN}"), &[], &chat_body()).await;
+    assert_eq!(status, 200);
+
+    let (status, _, body) = post(&chat, &[("x-api-key", "wrong")], &chat_body()).await;
+    assert_eq!(status, 401);
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["error"]["type"], "authentication_error", "{v}");
+    let messages = json!({"model": "gpt-4o-mini", "max_tokens": 10,
+                          "messages": [{"role": "user", "content": "hi"}]});
+    let (status, _, body) = post(&format!("{}/v1/messages", s.url), &[], &messages).await;
+    assert_eq!(status, 401);
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (v["type"].as_str(), v["error"]["type"].as_str()),
+        (Some("error"), Some("authentication_error"))
+    );
+    let gemini = json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}]});
+    let url = format!("{}/v1beta/models/gemini-2.5-flash:generateContent", s.url);
+    let (status, _, body) = post(&url, &[], &gemini).await;
+    assert_eq!(status, 401);
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["error"]["status"], "UNAUTHENTICATED", "{v}");
+    // Nothing refused reached the provider.
+    assert_eq!(provider.seen().len(), 4);
+}
+
+#[tokio::test]
+async fn with_only_the_hosts_sampling_the_apis_say_they_need_a_direct_backend() {
+    let s = start(&[]).await;
+    let (status, _, body) =
+        post(&format!("{}/v1/chat/completions", s.url), &[], &chat_body()).await;
+    assert_eq!(status, 501, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(message.contains("local or provider backend"), "{message}");
+}
+
+#[tokio::test]
+async fn a_hosted_tool_is_left_out_with_a_warning_and_namespace_tools_are_offered() {
+    let provider = Scripted::start(vec![Reply::json(200, &completion("Paris."))]).await;
+    let s = server("hosted", &provider).await;
+    let body = json!({"model": "gpt-4o-mini", "input": "Capital of France?", "tools": [
+        {"type": "web_search"},
+        {"type": "namespace", "name": "ns", "tools": [
+            {"type": "function", "name": "lookup", "parameters": {"type": "object", "properties": {}}}]}]});
+    let bearer = format!("Bearer {TOKEN}");
+    let (status, headers, text) = post(
+        &format!("{}/v1/responses", s.url),
+        &[("authorization", &bearer)],
+        &body,
+    )
+    .await;
+    assert_eq!(status, 200, "{text}");
+    let warning = headers["x-agent-as-model-warnings"].to_str().unwrap();
+    assert!(warning.contains("web_search"), "{warning}");
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["output"][0]["content"][0]["text"], "Paris.");
+    let sent = &provider.seen()[0].body;
+    let names: Vec<&str> = sent["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["lookup"], "{sent}");
+}
+
+#[tokio::test]
+async fn gemini_without_alt_sse_streams_one_json_array_and_an_unknown_model_is_a_404() {
+    let provider = Scripted::start(vec![Reply::json(200, &completion("Paris."))]).await;
+    let s = server("gemini", &provider).await;
+    let body = json!({"contents": [{"role": "user", "parts": [{"text": "Capital of France?"}]}]});
+    let url = format!("{}/v1/models/gemini-2.5-flash:streamGenerateContent", s.url);
+    let (status, _, text) = post(&url, &[("x-goog-api-key", TOKEN)], &body).await;
+    assert_eq!(status, 200, "{text}");
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        v[0]["candidates"][0]["content"]["parts"][0]["text"], "Paris.",
+        "{v}"
+    );
+    let url = format!("{}/v1beta/models/nope:generateContent", s.url);
+    let (status, _, text) = post(&url, &[("x-goog-api-key", TOKEN)], &body).await;
+    assert_eq!(status, 404, "{text}");
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["error"]["status"], "NOT_FOUND");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("scripted"),
+        "{v}"
+    );
+}
+
+#[tokio::test]
+async fn a_stop_sequence_arriving_in_pieces_never_reaches_the_stream() {
+    let events = vec![
+        text_chunk("Hello "),
+        text_chunk("wor"),
+        text_chunk("ld EN"),
+        text_chunk("D and more"),
+        "[DONE]".to_owned(),
+    ];
+    let provider = Scripted::start(vec![Reply::Events(events, Duration::from_millis(20))]).await;
+    let s = server("stop", &provider).await;
+    let body = json!({"model": "gpt-4o-mini", "stream": true, "stop": ["END"],
+                      "messages": [{"role": "user", "content": "Say hello"}]});
+    let (status, headers, text) = post(
+        &format!("{}/v1/chat/completions", s.url),
+        &[("x-api-key", TOKEN)],
+        &body,
+    )
+    .await;
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(headers["content-type"], "text/event-stream");
+    assert!(text.trim_end().ends_with("data: [DONE]"), "{text}");
+    let chunks = data(&text);
+    let shown: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert_eq!(shown, "Hello world ", "{text}");
+    assert!(!text.contains("EN\""), "{text}");
+    let finish: Vec<&Value> = chunks
+        .iter()
+        .map(|c| &c["choices"][0]["finish_reason"])
+        .filter(|f| !f.is_null())
+        .collect();
+    assert_eq!(finish, [&json!("stop")]);
+    // The text came as it was made: more than one piece.
+    assert!(
+        chunks
+            .iter()
+            .filter(|c| c["choices"][0]["delta"]["content"].is_string())
+            .count()
+            > 2
+    );
+}
+
+#[tokio::test]
+async fn a_client_that_goes_away_stops_the_providers_request() {
+    let provider = Scripted::start(vec![Reply::Silence]).await;
+    let s = server("gone", &provider).await;
+    let body = json!({"model": "gpt-4o-mini", "stream": true, "max_tokens": 10,
+                      "messages": [{"role": "user", "content": "hi"}]});
+    let mut response = http_client()
+        .post(format!("{}/v1/messages", s.url))
+        .header("x-api-key", TOKEN)
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let first = response.chunk().await.unwrap().unwrap();
+    assert!(String::from_utf8_lossy(&first).contains("message_start"));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while provider.open() == 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(provider.open(), 1, "the provider was asked");
+    drop(response);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while provider.open() > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(provider.open(), 0, "the provider's request was closed");
+}
