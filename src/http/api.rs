@@ -317,13 +317,12 @@ fn streamed(api: Arc<Api>, dialect: Dialect, prepared: Prepared, call: Call) -> 
             return;
         }
         let (deltas, mut text) = mpsc::unbounded_channel();
-        let sink: Option<crate::fulfil::live::Events> =
-            api::streams_live(&call).then(|| {
-                Arc::new(Deltas {
-                    sender: deltas,
-                    sent: Default::default(),
-                }) as _
-            });
+        let sink: Option<crate::fulfil::live::Events> = api::streams_live(&call).then(|| {
+            Arc::new(Deltas {
+                sender: deltas,
+                sent: Default::default(),
+            }) as _
+        });
         let cancel = CancellationToken::new();
         let answer = api.answer(dialect, &call, &cancel, sink);
         tokio::pin!(answer);
