@@ -16,6 +16,7 @@
 
 mod common;
 
+mod api_clis;
 mod bridge;
 mod bridge_limits;
 mod build;

