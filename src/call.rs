@@ -392,7 +392,19 @@ impl Call {
         let req = &self.request;
         let text: usize = req.turns.iter().map(|t| text_chars(&t.blocks)).sum();
         let system = req.system.as_ref().map_or(0, |s| s.chars().count());
-        estimate_tokens(text + system)
+        // The tools offered are read too: their names, descriptions and schemas.
+        let tools: usize = match &self.mode {
+            Mode::Tools { defs, .. } => defs
+                .iter()
+                .map(|d| {
+                    d.name.len()
+                        + d.description.as_ref().map_or(0, |s| s.chars().count())
+                        + serde_json::to_string(d.input_schema()).map_or(0, |s| s.len())
+                })
+                .sum(),
+            _ => 0,
+        };
+        estimate_tokens(text + system + tools)
     }
 }
 

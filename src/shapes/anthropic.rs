@@ -27,7 +27,7 @@ const SPELLING: Spelling = Spelling {
     stop: Some("stop_sequences"),
     max_tokens: "max_tokens",
     max_tokens_alias: None,
-    format: Format::None,
+    format: Format::OutputConfig,
     metadata: &["top_p", "top_k", "metadata"],
     verifies_cursors: true,
     hooks: Hooks::COMMON,

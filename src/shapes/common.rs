@@ -28,6 +28,8 @@ pub enum Format {
     ResponseFormat,
     /// Responses: `text.format: {type, schema}`.
     TextFormat,
+    /// Anthropic: `output_config.format: {type, schema}`.
+    OutputConfig,
 }
 
 /// How a shape spells the common arguments: the table that replaces branching on the shape.
@@ -555,6 +557,12 @@ fn structured_spec<'a>(
             Some(text) => Obj::new(text, "text")
                 .opt_object("format")?
                 .map(|f| (f, "text.format", "text.format")),
+            None => None,
+        },
+        Format::OutputConfig => match o.opt_object("output_config")? {
+            Some(config) => Obj::new(config, "output_config")
+                .opt_object("format")?
+                .map(|f| (f, "output_config.format", "output_config.format")),
             None => None,
         },
         Format::None => None,

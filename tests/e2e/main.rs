@@ -17,6 +17,7 @@
 mod common;
 
 mod api_clis;
+mod api_sdks;
 mod bridge;
 mod bridge_limits;
 mod build;
