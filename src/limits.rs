@@ -1,11 +1,16 @@
 //! Limits on what one call may carry, so that no caller can make the server hold or process
 //! unbounded data. Defaults suit real use; each is a flag and an environment variable.
 
+/// A limit's value that is not a positive whole number.
+#[derive(Debug, thiserror::Error)]
+#[error("expected a positive whole number, got {0:?}")]
+pub struct NotPositive(String);
+
 /// A positive whole number (a limit of 0 would refuse everything).
-fn positive(s: &str) -> Result<usize, String> {
+fn positive(s: &str) -> Result<usize, NotPositive> {
     match s.trim().parse::<usize>() {
         Ok(n) if n >= 1 => Ok(n),
-        _ => Err(format!("expected a positive whole number, got {s:?}")),
+        _ => Err(NotPositive(s.to_owned())),
     }
 }
 
