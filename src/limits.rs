@@ -29,8 +29,9 @@ pub struct Limits {
     /// Most tool definitions in one call
     #[arg(long, env = "AGENT_AS_MODEL_MAX_TOOLS", default_value_t = 128, value_parser = positive)]
     pub max_tools: usize,
-    /// Largest arguments of one tool call, in bytes of JSON. The stdio transport drops any
-    /// line over four times this without reading it further
+    /// Largest arguments of one tool call, in bytes of JSON. A stdio line longer than this or
+    /// the base64 of the media limit, whichever is larger, plus 1 MiB, is not read (a request
+    /// gets -32600)
     #[arg(long, env = "AGENT_AS_MODEL_MAX_REQUEST_BYTES", default_value_t = 16 * 1024 * 1024, value_parser = positive)]
     pub max_request_bytes: usize,
     /// Largest JSON Schema accepted, in bytes
