@@ -1,5 +1,7 @@
 //! The one typed configuration: every setting and limit, from flags or environment variables,
-//! read once at startup and passed down. Nothing reads the environment after this.
+//! read once at startup and passed down. The environment is read elsewhere only for what is
+//! not one of these settings: the variables a models file's `key_env` names, `RUST_LOG` and
+//! `AGENT_AS_MODEL_CACHE_DIR`.
 
 use crate::limits::Limits;
 use clap::Parser;

@@ -1,11 +1,16 @@
 //! Limits on what one call may carry, so that no caller can make the server hold or process
 //! unbounded data. Defaults suit real use; each is a flag and an environment variable.
 
+/// A limit's value that is not a positive whole number.
+#[derive(Debug, thiserror::Error)]
+#[error("expected a positive whole number, got {0:?}")]
+pub struct NotPositive(String);
+
 /// A positive whole number (a limit of 0 would refuse everything).
-fn positive(s: &str) -> Result<usize, String> {
+fn positive(s: &str) -> Result<usize, NotPositive> {
     match s.trim().parse::<usize>() {
         Ok(n) if n >= 1 => Ok(n),
-        _ => Err(format!("expected a positive whole number, got {s:?}")),
+        _ => Err(NotPositive(s.to_owned())),
     }
 }
 
@@ -24,8 +29,9 @@ pub struct Limits {
     /// Most tool definitions in one call
     #[arg(long, env = "AGENT_AS_MODEL_MAX_TOOLS", default_value_t = 128, value_parser = positive)]
     pub max_tools: usize,
-    /// Largest arguments of one tool call, in bytes of JSON. The stdio transport drops any
-    /// line over four times this without reading it further
+    /// Largest arguments of one tool call, in bytes of JSON. A stdio line longer than this or
+    /// the base64 of the media limit, whichever is larger, plus 1 MiB, is not read (a request
+    /// gets -32600)
     #[arg(long, env = "AGENT_AS_MODEL_MAX_REQUEST_BYTES", default_value_t = 16 * 1024 * 1024, value_parser = positive)]
     pub max_request_bytes: usize,
     /// Largest JSON Schema accepted, in bytes

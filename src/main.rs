@@ -41,12 +41,12 @@ fn main() -> ExitCode {
         }
     };
     let outcome = match &config.command {
-        Some(Command::Try(args)) => {
-            runtime.block_on(agent_as_model::mcp::try_command::run(&config, args))
-        }
-        Some(Command::Bridge(args)) => {
-            runtime.block_on(agent_as_model::mcp::bridge::run(&config, args))
-        }
+        Some(Command::Try(args)) => runtime
+            .block_on(agent_as_model::mcp::try_command::run(&config, args))
+            .map_err(|e| e.to_string()),
+        Some(Command::Bridge(args)) => runtime
+            .block_on(agent_as_model::mcp::bridge::run(&config, args))
+            .map_err(|e| e.to_string()),
         None => match Sealer::new(&config.state_keys(), config.state_ttl()) {
             Ok((sealer, source)) => {
                 tracing::info!(?source, "requestState sealing key chosen");
@@ -74,7 +74,7 @@ fn serve(config: &Config, runtime: &tokio::runtime::Runtime, sealer: Sealer) -> 
         sampling_timeout: config.sampling_timeout(),
         sealer,
     };
-    let backends = Backends::from_config(config)?;
+    let backends = Backends::from_config(config).map_err(|e| e.to_string())?;
     let server =
         Server::new(settings, config.limits.clone(), backends).map_err(|e| e.to_string())?;
     if let Some(http) = HttpSettings::from_config(config) {
@@ -88,12 +88,14 @@ fn serve(config: &Config, runtime: &tokio::runtime::Runtime, sealer: Sealer) -> 
             stop.child_token(),
         );
         let routes = agent_as_model::http::api::routes(api);
-        return runtime.block_on(agent_as_model::http::serve_http(
-            http,
-            stop,
-            mcp,
-            Some(routes),
-        ));
+        return runtime
+            .block_on(agent_as_model::http::serve_http(
+                http,
+                stop,
+                mcp,
+                Some(routes),
+            ))
+            .map_err(|e| e.to_string());
     }
     runtime
         .block_on(match config.transport {

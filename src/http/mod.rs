@@ -57,6 +57,16 @@ pub struct Routes {
     pub auth: Auth,
 }
 
+/// Why HTTP could not be served.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("cannot listen on {address}: {source}")]
+    Listen {
+        address: std::net::SocketAddr,
+        source: std::io::Error,
+    },
+}
+
 /// Serves `mcp` at `/mcp` (and `api`, if given, beside it) until SIGTERM, Ctrl-C or `stop` is
 /// cancelled; then cancels `stop` (so a service holding a child of it ends its streams) and
 /// gives the requests in flight `settings.shutdown_grace` to finish.
@@ -65,7 +75,7 @@ pub async fn serve_http<S, B>(
     stop: CancellationToken,
     mcp: S,
     api: Option<Routes>,
-) -> Result<(), String>
+) -> Result<(), ServeError>
 where
     S: tower_service::Service<
             axum::http::Request<Bytes>,
@@ -83,7 +93,10 @@ where
     let app = app(&settings, mcp, api);
     let listener = tokio::net::TcpListener::bind(settings.bind)
         .await
-        .map_err(|e| format!("cannot listen on {}: {e}", settings.bind))?;
+        .map_err(|source| ServeError::Listen {
+            address: settings.bind,
+            source,
+        })?;
     tracing::warn!(address = %settings.bind, auth = settings.auth_token.is_some(), "serving MCP over HTTP at /mcp");
     let limits = listen::Listen {
         max_connections: settings.max_connections,

@@ -7,6 +7,7 @@
 use crate::backends::direct::{Model, ModelRequest, ModelTool};
 use crate::call::{ToolChoice, Tuning, Turn};
 use crate::error::{CallError, CallResult};
+use crate::fulfil::live::Events;
 use crate::limits::Limits;
 use crate::mcp::wire;
 use rmcp::model::{
@@ -15,6 +16,7 @@ use rmcp::model::{
 };
 use rmcp::service::{RequestContext, RoleClient};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// The sampling request in neutral form. Content a model cannot be given is an error naming
 /// where it is.
@@ -69,6 +71,56 @@ pub fn request(params: &CreateMessageRequestParams, limits: &Limits) -> CallResu
     })
 }
 
+/// A sampling request a direct model answers, shared by the reference host and the bridge:
+/// the request made neutral (content a model cannot be given is refused as invalid params),
+/// then completed and given back in MCP's form.
+pub struct Sample<'m> {
+    model: &'m dyn Model,
+    request: ModelRequest,
+}
+
+impl<'m> Sample<'m> {
+    pub fn new(
+        model: &'m dyn Model,
+        params: &CreateMessageRequestParams,
+        limits: &Limits,
+    ) -> Result<Self, ErrorData> {
+        let request =
+            request(params, limits).map_err(|e| ErrorData::invalid_params(e.to_string(), None))?;
+        Ok(Sample { model, request })
+    }
+
+    /// The most tokens the answer may take.
+    pub fn max_tokens(&self) -> u32 {
+        self.request.max_tokens
+    }
+
+    /// The model's answer, its tokens told to `live` as they are made, within `deadline` when
+    /// one is given.
+    pub async fn answer(
+        self,
+        live: Option<Events>,
+        deadline: Option<Duration>,
+    ) -> Result<CreateMessageResult, ErrorData> {
+        let kind = self.model.kind();
+        let completion = self.model.complete(self.request, live);
+        let completion = match deadline {
+            Some(deadline) => tokio::time::timeout(deadline, completion)
+                .await
+                .map_err(|_| {
+                    ErrorData::internal_error(
+                        format!("the {kind} model did not answer in time"),
+                        None,
+                    )
+                })?,
+            None => completion.await,
+        };
+        completion.map(wire::result).map_err(|e: CallError| {
+            ErrorData::internal_error(format!("the {kind} model failed: {e}"), None)
+        })
+    }
+}
+
 /// The reference host: samples with `model`.
 #[derive(Clone)]
 pub struct Host {
@@ -102,19 +154,9 @@ impl rmcp::ClientHandler for Host {
         params: CreateMessageRequestParams,
         _ctx: RequestContext<RoleClient>,
     ) -> Result<CreateMessageResult, ErrorData> {
-        let answer = async {
-            let request = request(&params, &self.limits)?;
-            self.model
-                .complete(
-                    request,
-                    self.live.clone().map(|l| l as crate::fulfil::live::Events),
-                )
-                .await
-        }
-        .await;
-        answer.map(wire::result).map_err(|e: CallError| {
-            ErrorData::internal_error(format!("the {} model failed: {e}", self.model.kind()), None)
-        })
+        Sample::new(&*self.model, &params, &self.limits)?
+            .answer(self.live.clone().map(|l| l as Events), None)
+            .await
     }
 }
 

@@ -386,19 +386,86 @@ pub(crate) fn refuse_malformed_call(body: &[u8]) -> Option<Value> {
     }
 }
 
-/// The id named near the start of an oversized line, if its head shows one.
-pub(crate) fn head_id(head: &[u8]) -> Option<Value> {
-    let text = String::from_utf8_lossy(head);
-    let at = text.find("\"id\"")?;
-    let rest = text
-        .get(at + 4..)?
-        .trim_start()
-        .strip_prefix(':')?
-        .trim_start();
-    let mut stream = serde_json::Deserializer::from_str(rest).into_iter::<Value>();
-    match stream.next() {
-        Some(Ok(v)) if v.is_string() || v.is_number() => Some(v),
-        _ => None,
+/// What a message is, by its top-level members.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Sort {
+    /// It has a `method`: a request or a notification.
+    Request,
+    /// No `method`, and a `result` or an `error`: the answer to a request.
+    Response,
+    /// Neither shows.
+    Unknown,
+}
+
+/// What the head of an oversized line shows of the message: its top-level `id` (a string or a
+/// number) and what it is. Only the top-level members are read, in order, as far as the head
+/// goes (a key inside a string or a nested object is not one); the values are skipped without
+/// being built, except the id's.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Head {
+    pub id: Option<Value>,
+    pub sort: Sort,
+}
+
+impl Head {
+    pub(crate) fn of(head: &[u8]) -> Head {
+        let mut found = Found::default();
+        let mut de = serde_json::Deserializer::from_slice(head);
+        // The head ends inside the message, so this always fails at last: what was read of
+        // the members before that is kept.
+        let _ = de::DeserializeSeed::deserialize(&mut found, &mut de);
+        let sort = if found.method {
+            Sort::Request
+        } else if found.result_or_error {
+            Sort::Response
+        } else {
+            Sort::Unknown
+        };
+        Head {
+            id: found.id.filter(|id| id.is_string() || id.is_number()),
+            sort,
+        }
+    }
+}
+
+/// The top-level members seen so far.
+#[derive(Default)]
+struct Found {
+    id: Option<Value>,
+    method: bool,
+    result_or_error: bool,
+}
+
+impl<'de> de::DeserializeSeed<'de> for &mut Found {
+    type Value = ();
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for &mut Found {
+    type Value = ();
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON-RPC message")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<(), A::Error> {
+        while let Some(key) = m.next_key::<std::borrow::Cow<'de, str>>()? {
+            match key.as_ref() {
+                "id" => self.id = Some(m.next_value::<Value>()?),
+                "method" => {
+                    self.method = true;
+                    m.next_value::<de::IgnoredAny>()?;
+                }
+                "result" | "error" => {
+                    self.result_or_error = true;
+                    m.next_value::<de::IgnoredAny>()?;
+                }
+                _ => {
+                    m.next_value::<de::IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -684,15 +751,15 @@ fn typed(
 /// `-32600`; a response (the host's answer to a sampling request) reaches the waiting call as
 /// an error, so the call fails at once instead of waiting out its timeout.
 fn oversized(head: &[u8], max_line: usize) -> Verdict {
-    let text = String::from_utf8_lossy(head);
-    let is_response =
-        !text.contains("\"method\"") && (text.contains("\"result\"") || text.contains("\"error\""));
-    match (head_id(head), is_response) {
-        (Some(id), true) => Verdict::Instead(json!({"jsonrpc": "2.0", "id": id, "error": {
+    let head = Head::of(head);
+    match (head.id, head.sort) {
+        (Some(id), Sort::Response) => {
+            Verdict::Instead(json!({"jsonrpc": "2.0", "id": id, "error": {
             "code": -32600,
             "message": format!("the answer is longer than {max_line} bytes, the most this \
                                 server reads (AGENT_AS_MODEL_MAX_REQUEST_BYTES, \
-                                AGENT_AS_MODEL_MAX_MEDIA_BYTES); it was not read")}})),
+                                AGENT_AS_MODEL_MAX_MEDIA_BYTES); it was not read")}}))
+        }
         (id, _) => error(
             id,
             -32600,
@@ -931,13 +998,33 @@ mod tests {
     #[test]
     fn oversized_lines_are_skipped_and_their_id_found() {
         assert_eq!(
-            head_id(br#"{"jsonrpc":"2.0","id": "abc","method":"x","params":{"#),
+            Head::of(br#"{"jsonrpc":"2.0","id": "abc","method":"x","params":{"#).id,
             Some(json!("abc"))
         );
         assert_eq!(
-            head_id(br#"{"jsonrpc":"2.0","method":"x","params":{"a":"#),
+            Head::of(br#"{"jsonrpc":"2.0","method":"x","params":{"a":"#).id,
             None
         );
+        // Only top-level members count: not a key inside a string or a nested object.
+        let answer = br#"{"jsonrpc":"2.0","id":3,"result":{"text":"\"method\": {\"id\":9}","#;
+        assert_eq!(
+            Head::of(answer),
+            Head {
+                id: Some(json!(3)),
+                sort: Sort::Response
+            }
+        );
+        let note = br#"{"jsonrpc":"2.0","method":"notifications/message","params":{"id":5,"#;
+        assert_eq!(
+            Head::of(note),
+            Head {
+                id: None,
+                sort: Sort::Request
+            }
+        );
+        let escaped = br#"{"jsonrpc":"2.0","\u0069d":"e","error":{"code":1,"message":"x"#;
+        assert_eq!(Head::of(escaped).id, Some(json!("e")));
+        assert_eq!(Head::of(b"[1,2").sort, Sort::Unknown);
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();

@@ -22,8 +22,10 @@ use bytes::Bytes;
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
+use rmcp::model::ProtocolVersion;
 use rmcp::transport::streamable_http_server::session::SessionManager as _;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use serde::Deserialize as _;
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
@@ -170,7 +172,7 @@ impl Streamable {
 }
 
 /// Whether a request would open a legacy session: a POST with no session, from a client that
-/// has not named a stateless protocol version (a legacy `initialize`).
+/// has not named a stateless protocol version (one with no `initialize` handshake).
 fn opens_session<B>(request: &Request<B>) -> bool {
     request.method() == Method::POST
         && !request.headers().contains_key("mcp-session-id")
@@ -178,7 +180,14 @@ fn opens_session<B>(request: &Request<B>) -> bool {
             .headers()
             .get("mcp-protocol-version")
             .and_then(|v| v.to_str().ok())
-            .is_none_or(|v| v < "2026-07-28")
+            .is_none_or(|v| version(v).has_initialize())
+}
+
+/// A protocol version header's value, typed (an unknown one is kept as it is: rmcp orders
+/// versions by their `YYYY-MM-DD` date).
+fn version(v: &str) -> ProtocolVersion {
+    let text = serde::de::value::StrDeserializer::<serde::de::value::Error>::new(v);
+    ProtocolVersion::deserialize(text).unwrap_or(ProtocolVersion::LATEST)
 }
 
 /// The SDK types a sampling `temperature` as `f32`; the sampling requests in a response (a JSON

@@ -3,13 +3,10 @@
 //! connects to it as a reference host whose sampling is answered by the embedded model (or a
 //! provider), calls one tool and prints the answer.
 
-use crate::backends::direct::Model;
-use crate::backends::provider::ProviderSettings;
-use crate::config::{Config, Direct, TryArgs};
+use crate::config::{Config, TryArgs};
 use crate::fulfil::live::{Event, Live};
-use crate::local::Local;
-use crate::local::LocalSettings;
 use crate::mcp::host::{self, Host};
+use crate::routing::{self, SetupError};
 use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
 use rmcp::transport::{ConfigureCommandExt, TokioChildProcess};
@@ -56,37 +53,45 @@ fn progress_line() -> Option<(Arc<Live>, tokio::task::JoinHandle<()>)> {
     Some((live, printer))
 }
 
-/// The model `try` answers with, ready: the local one loaded (fetched first if needed).
-async fn ready_model(config: &Config, which: Direct) -> Result<Arc<dyn Model>, String> {
-    Ok(match which {
-        Direct::Local => {
-            let local =
-                Local::start(LocalSettings::from_config(config)?).map_err(|e| e.to_string())?;
-            local.ready().await.map_err(|e| e.to_string())?;
-            Arc::new(local)
-        }
-        Direct::Provider => Arc::new(crate::backends::provider::Provider::new(
-            ProviderSettings::from_config(config)?,
-        )?),
-    })
+/// Why `try` did not print an answer.
+#[derive(Debug, thiserror::Error)]
+pub enum TryError {
+    #[error("--schema is not JSON: {0}")]
+    Schema(serde_json::Error),
+    #[error(transparent)]
+    Model(#[from] SetupError),
+    #[error("cannot find this program: {0}")]
+    Program(std::io::Error),
+    #[error("cannot start the server: {0}")]
+    Start(std::io::Error),
+    #[error("cannot connect to the server: {0}")]
+    Connect(Box<rmcp::service::ClientInitializeError>),
+    #[error("the call failed: {0}")]
+    Call(rmcp::ServiceError),
+    #[error("cannot print the result: {0}")]
+    Print(serde_json::Error),
+    /// The tool's error result, its text.
+    #[error("{0}")]
+    Tool(String),
+    /// The tool's error result, printed whole (`--json`).
+    #[error("the tool answered with an error")]
+    ToolFailed,
 }
 
-pub async fn run(config: &Config, args: &TryArgs) -> Result<(), String> {
+pub async fn run(config: &Config, args: &TryArgs) -> Result<(), TryError> {
     let schema: Option<Value> = match &args.schema {
-        Some(text) => {
-            Some(serde_json::from_str(text).map_err(|e| format!("--schema is not JSON: {e}"))?)
-        }
+        Some(text) => Some(serde_json::from_str(text).map_err(TryError::Schema)?),
         None => None,
     };
-    let model = ready_model(config, args.with).await?;
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
+    // The model `try` answers with, ready: the local one loaded (fetched first if needed).
+    let model = routing::start(config, args.with)?.ready().await?;
+    let exe = std::env::current_exe().map_err(TryError::Program)?;
     let command = tokio::process::Command::new(exe).configure(|c| {
         c.args(["--backend", "host", "--fallback", "none"]);
         c.env("RUST_LOG", "warn");
         c.stderr(std::process::Stdio::inherit());
     });
-    let transport =
-        TokioChildProcess::new(command).map_err(|e| format!("cannot start the server: {e}"))?;
+    let transport = TokioChildProcess::new(command).map_err(TryError::Start)?;
     let progress = progress_line();
     let host = Host {
         model,
@@ -97,7 +102,7 @@ pub async fn run(config: &Config, args: &TryArgs) -> Result<(), String> {
     let client = host
         .serve(transport)
         .await
-        .map_err(|e| format!("cannot connect to the server: {e}"))?;
+        .map_err(|e| TryError::Connect(Box::new(e)))?;
     let arguments = match arguments(&args.tool, &args.prompt, args.max_tokens, schema.as_ref()) {
         Value::Object(o) => o,
         _ => Map::new(),
@@ -110,18 +115,17 @@ pub async fn run(config: &Config, args: &TryArgs) -> Result<(), String> {
         eprint!("\r\x1b[K");
     }
     let _ = client.cancel().await;
-    let result = result.map_err(|e| format!("the call failed: {e}"))?;
+    let result = result.map_err(TryError::Call)?;
     if args.json {
-        let text = serde_json::to_string_pretty(&result)
-            .map_err(|e| format!("cannot print the result: {e}"))?;
+        let text = serde_json::to_string_pretty(&result).map_err(TryError::Print)?;
         println!("{text}");
     } else if result.is_error == Some(true) {
-        return Err(host::text_of(&result.content));
+        return Err(TryError::Tool(host::text_of(&result.content)));
     } else {
         println!("{}", answer_text(&args.tool, &result));
     }
     if result.is_error == Some(true) {
-        return Err("the tool answered with an error".into());
+        return Err(TryError::ToolFailed);
     }
     Ok(())
 }

@@ -143,21 +143,49 @@ impl Problem {
         Problem(offset, problem.to_string())
     }
 
-    /// `FILE:LINE: problem`.
-    fn shown(self, path: &Path, text: &str) -> String {
+    /// The problem at its line of the file.
+    fn shown(self, path: &Path, text: &str) -> FileError {
         let line = text
             .get(..self.0)
             .map_or(1, |before| before.matches('\n').count() + 1);
-        format!("{}:{line}: {}", path.display(), self.1)
+        FileError::At {
+            path: path.to_owned(),
+            line,
+            problem: self.1,
+        }
     }
+}
+
+/// Why the models file was refused, shown as `FILE: …` or `FILE:LINE: …`.
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    #[error("{}: cannot read the models file: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "{}: the models file is larger than {} MiB, the most this server reads",
+        path.display(),
+        MAX_FILE_BYTES >> 20
+    )]
+    TooLarge { path: PathBuf },
+    #[error("{}:{line}: {problem}", path.display())]
+    At {
+        path: PathBuf,
+        line: usize,
+        problem: String,
+    },
 }
 
 impl Models {
     /// Reads and checks the file; `env` looks up the variables that hold keys.
-    pub fn read(path: &Path, env: impl Fn(&str) -> Option<String>) -> Result<Models, String> {
+    pub fn read(path: &Path, env: impl Fn(&str) -> Option<String>) -> Result<Models, FileError> {
         use std::io::Read as _;
-        let cannot =
-            |e: std::io::Error| format!("{}: cannot read the models file: {e}", path.display());
+        let cannot = |source: std::io::Error| FileError::Read {
+            path: path.to_owned(),
+            source,
+        };
         let mut text = String::new();
         std::fs::File::open(path)
             .map_err(cannot)?
@@ -165,11 +193,9 @@ impl Models {
             .read_to_string(&mut text)
             .map_err(cannot)?;
         if text.len() as u64 > MAX_FILE_BYTES {
-            return Err(format!(
-                "{}: the models file is larger than {} MiB, the most this server reads",
-                path.display(),
-                MAX_FILE_BYTES >> 20
-            ));
+            return Err(FileError::TooLarge {
+                path: path.to_owned(),
+            });
         }
         Models::parse(path, &text, env)
     }
@@ -178,7 +204,7 @@ impl Models {
         path: &Path,
         text: &str,
         env: impl Fn(&str) -> Option<String>,
-    ) -> Result<Models, String> {
+    ) -> Result<Models, FileError> {
         let raw: Raw = toml::from_str(text).map_err(|e| {
             Problem::at(e.span().map_or(0, |s| s.start), e.message()).shown(path, text)
         })?;
@@ -261,7 +287,7 @@ fn unique_names(models: &[Spanned<RawEntry>]) -> Result<(), Problem> {
 fn spec(entry: &Spanned<RawEntry>, env: &impl Fn(&str) -> Option<String>) -> Result<Spec, Problem> {
     let e = entry.get_ref();
     let name = e.name.get_ref().trim().to_owned();
-    settings_of_its_backend(e, &name).map_err(|p| Problem::at(entry.span().start, p))?;
+    settings_of_its_backend(e, &name, entry.span().start)?;
     let answer = match e.backend {
         Kind::Host => Answer::Host {
             hints: e.hints.clone().unwrap_or_default(),
@@ -306,8 +332,9 @@ fn spec(entry: &Spanned<RawEntry>, env: &impl Fn(&str) -> Option<String>) -> Res
     })
 }
 
-/// Refuses a setting another backend's entries take (`url` on a local model, ...).
-fn settings_of_its_backend(e: &RawEntry, name: &str) -> Result<(), String> {
+/// Refuses a setting another backend's entries take (`url` on a local model, ...), as a
+/// problem of the entry at `at`.
+fn settings_of_its_backend(e: &RawEntry, name: &str, at: usize) -> Result<(), Problem> {
     let keys = [
         ("url", e.url.is_some(), Kind::Provider),
         ("model", e.model.is_some(), Kind::Provider),
@@ -324,9 +351,12 @@ fn settings_of_its_backend(e: &RawEntry, name: &str) -> Result<(), String> {
         .iter()
         .find(|(_, given, kind)| *given && *kind != e.backend)
     {
-        Some((key, ..)) => Err(format!(
-            "model {name:?}: `{key}` is not a setting of a {} model",
-            e.backend.as_str()
+        Some((key, ..)) => Err(Problem::at(
+            at,
+            format!(
+                "model {name:?}: `{key}` is not a setting of a {} model",
+                e.backend.as_str()
+            ),
         )),
         None => Ok(()),
     }
@@ -450,6 +480,7 @@ backend = "local"
         Models::parse(Path::new("models.toml"), text, |var| {
             (var == "TEST_KEY").then(|| "sk-secret".to_owned())
         })
+        .map_err(|e| e.to_string())
     }
 
     #[test]
@@ -477,7 +508,9 @@ backend = "local"
         );
         let m = parse(&text).unwrap();
         assert_eq!(m.entries[1].fallbacks, ["fast"]);
-        let e = Models::read(Path::new("/dev/zero"), |_| None).unwrap_err();
+        let e = Models::read(Path::new("/dev/zero"), |_| None)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("larger than 4 MiB"), "{e}");
     }
 

@@ -8,8 +8,10 @@
 pub mod file;
 
 use crate::backends::direct::Model;
+use crate::backends::provider::{Provider, ProviderSettings};
 use crate::config::{Backend, Config, Direct, Fallback};
 use crate::error::{CallError, CallResult};
+use crate::local::{Local, LocalError, LocalSettings};
 use crate::shapes::DEFAULT_MODEL;
 use file::{Answer, Models, Scores};
 use serde_json::{Value, json};
@@ -121,17 +123,56 @@ fn entry(name: &str, answerer: Answerer) -> Entry {
     }
 }
 
+/// Why the models could not be set up: the models file was refused, or a direct backend's
+/// settings are wrong or it would not start.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error(transparent)]
+    File(#[from] file::FileError),
+    /// The local model's settings.
+    #[error("{0}")]
+    LocalSettings(String),
+    /// The local model would not start, or (waited for) load.
+    #[error(transparent)]
+    Local(#[from] LocalError),
+    /// The provider's settings.
+    #[error("{0}")]
+    Provider(String),
+}
+
 /// A direct backend, started: the embedded model (it begins loading at once) or the configured
-/// provider.
-pub fn start(config: &Config, which: Direct) -> Result<Arc<dyn Model>, String> {
-    match which {
-        Direct::Local => local(config, &None),
+/// provider. The one way the server, the bridge and `try` start theirs.
+pub fn start(config: &Config, which: Direct) -> Result<Started, SetupError> {
+    Ok(match which {
+        Direct::Local => Started::Local(local(config, None)?),
         Direct::Provider => {
-            let settings = crate::backends::provider::ProviderSettings::from_config(config)?;
-            Ok(Arc::new(crate::backends::provider::Provider::new(
-                settings,
-            )?))
+            let settings = ProviderSettings::from_config(config).map_err(SetupError::Provider)?;
+            Started::Provider(Provider::new(settings).map_err(SetupError::Provider)?)
         }
+    })
+}
+
+/// A direct backend [`start`] started.
+pub enum Started {
+    Local(Local),
+    Provider(Provider),
+}
+
+impl Started {
+    /// The model, to answer with (the local one answers once it has loaded).
+    pub fn model(self) -> Arc<dyn Model> {
+        match self {
+            Started::Local(local) => Arc::new(local),
+            Started::Provider(provider) => Arc::new(provider),
+        }
+    }
+
+    /// The model once it can answer: the local one loaded (fetched first if needed).
+    pub async fn ready(self) -> Result<Arc<dyn Model>, SetupError> {
+        if let Started::Local(local) = &self {
+            local.ready().await?;
+        }
+        Ok(self.model())
     }
 }
 
@@ -141,7 +182,7 @@ const NAMES_SHOWN: usize = 20;
 impl Backends {
     /// The models file when one is given, else `--backend` (one entry that answers every call)
     /// and `--fallback` (answers for a host that cannot sample). Direct backends start now.
-    pub fn from_config(config: &Config) -> Result<Self, String> {
+    pub fn from_config(config: &Config) -> Result<Self, SetupError> {
         let mut backends = match &config.models {
             Some(path) => {
                 let models = Models::read(path, |var| std::env::var(var).ok())?;
@@ -153,13 +194,13 @@ impl Backends {
         Ok(backends)
     }
 
-    fn from_flags(config: &Config) -> Result<Self, String> {
-        let direct = |which: Direct| -> Result<Entry, String> {
+    fn from_flags(config: &Config) -> Result<Self, SetupError> {
+        let direct = |which: Direct| -> Result<Entry, SetupError> {
             let name = match which {
                 Direct::Local => "local",
                 Direct::Provider => "provider",
             };
-            Ok(entry(name, Answerer::Model(start(config, which)?)))
+            Ok(entry(name, Answerer::Model(start(config, which)?.model())))
         };
         let host = || entry("host", Answerer::Host { hints: Vec::new() });
         let mut entries = match (config.backend, config.fallback) {
@@ -181,7 +222,7 @@ impl Backends {
         })
     }
 
-    fn from_file(models: &Models, config: &Config) -> Result<Self, String> {
+    fn from_file(models: &Models, config: &Config) -> Result<Self, SetupError> {
         let positions: std::collections::HashMap<&str, usize> = models
             .entries
             .iter()
@@ -201,7 +242,8 @@ impl Backends {
                 Answer::Local { model_file } => Answerer::Model(match engines.get(model_file) {
                     Some(engine) => engine.clone(),
                     None => {
-                        let engine = local(config, model_file)?;
+                        let engine: Arc<dyn Model> =
+                            Arc::new(local(config, model_file.as_deref())?);
                         engines.insert(model_file.clone(), engine.clone());
                         engine
                     }
@@ -465,21 +507,16 @@ impl Backends {
 }
 
 /// A local entry's model: the command line's, or the entry's own file.
-fn local(
-    config: &Config,
-    model_file: &Option<std::path::PathBuf>,
-) -> Result<Arc<dyn Model>, String> {
-    let mut settings = crate::local::LocalSettings::from_config(config)?;
+fn local(config: &Config, model_file: Option<&std::path::Path>) -> Result<Local, SetupError> {
+    let mut settings = LocalSettings::from_config(config).map_err(SetupError::LocalSettings)?;
     if let Some(path) = model_file {
-        settings.source = crate::local::Source::File(path.clone());
+        settings.source = crate::local::Source::File(path.to_owned());
     }
-    let local = crate::local::Local::start(settings).map_err(|e| e.to_string())?;
-    Ok(Arc::new(local))
+    Ok(Local::start(settings)?)
 }
 
 /// A provider entry: its own URL, model and key, the command line's other settings.
-fn provider(config: &Config, p: &file::ProviderSpec) -> Result<Arc<dyn Model>, String> {
-    use crate::backends::provider::{Provider, ProviderSettings};
+fn provider(config: &Config, p: &file::ProviderSpec) -> Result<Arc<dyn Model>, SetupError> {
     let mut settings = ProviderSettings::at(config, &p.url, &p.model, p.key.clone());
     settings.tools = p.tools.unwrap_or(settings.tools);
     settings.json_schema = p.json_schema.unwrap_or(settings.json_schema);
@@ -489,5 +526,7 @@ fn provider(config: &Config, p: &file::ProviderSpec) -> Result<Arc<dyn Model>, S
         settings.timeout = Duration::from_secs(secs);
         settings.timeout_source = format!("the models file's timeout_secs of {:?}", p.name);
     }
-    Ok(Arc::new(Provider::new(settings)?))
+    Ok(Arc::new(
+        Provider::new(settings).map_err(SetupError::Provider)?,
+    ))
 }

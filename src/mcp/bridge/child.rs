@@ -4,7 +4,7 @@
 //! once with an error saying why (the host's call is answered instead of waiting out the
 //! timeout), and a request of the downstream's that is too long is refused to it.
 
-use crate::mcp::stdio::{head_id, read_line};
+use crate::mcp::stdio::{Head, Sort, read_line};
 use rmcp::service::{RoleClient, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use serde_json::{Value, json};
@@ -130,30 +130,27 @@ enum Oversized {
 
 /// What to do with a line over the limit, judged by its first bytes.
 fn oversized(head: &[u8], max_line: usize) -> Oversized {
-    let Some(id) = head_id(head) else {
+    let head = Head::of(head);
+    let Some(id) = head.id else {
         return Oversized::Other;
     };
-    let text = String::from_utf8_lossy(head);
-    let is_request = text.contains("\"method\"");
-    let is_answer = !is_request && (text.contains("\"result\"") || text.contains("\"error\""));
-    if is_answer {
-        let error = answer_too_long(id, max_line);
-        return match serde_json::from_value(error) {
+    match head.sort {
+        Sort::Response => match serde_json::from_value(answer_too_long(id, max_line)) {
             Ok(message) => Oversized::Answer(Box::new(message)),
             Err(_) => Oversized::Other,
-        };
+        },
+        Sort::Request => {
+            let refusal = json!({"jsonrpc": "2.0", "id": id, "error": {
+                "code": -32600,
+                "message": format!("invalid request: the message is longer than {max_line} \
+                                    bytes, the most the bridge reads \
+                                    (AGENT_AS_MODEL_MAX_REQUEST_BYTES); it was not read")}});
+            let mut line = serde_json::to_vec(&refusal).unwrap_or_default();
+            line.push(b'\n');
+            Oversized::Request(line)
+        }
+        Sort::Unknown => Oversized::Other,
     }
-    if is_request {
-        let refusal = json!({"jsonrpc": "2.0", "id": id, "error": {
-            "code": -32600,
-            "message": format!("invalid request: the message is longer than {max_line} bytes, \
-                                the most the bridge reads (AGENT_AS_MODEL_MAX_REQUEST_BYTES); \
-                                it was not read")}});
-        let mut line = serde_json::to_vec(&refusal).unwrap_or_default();
-        line.push(b'\n');
-        return Oversized::Request(line);
-    }
-    Oversized::Other
 }
 
 /// The error that stands for an answer too long to read.

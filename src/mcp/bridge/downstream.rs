@@ -85,37 +85,23 @@ impl Downstream {
         params: CreateMessageRequestParams,
         ctx: &RequestContext<RoleClient>,
     ) -> Result<CreateMessageResult, ErrorData> {
-        let model = self.model_for(&params);
-        let request = host::request(&params, &self.shared.limits)
-            .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?;
+        let sample = host::Sample::new(&**self.model_for(&params), &params, &self.shared.limits)?;
         let reporter = Reporter::start(ctx.meta.get_progress_token(), &ctx.peer);
         let live = reporter.as_ref().map(|r| r.live.clone());
         if let Some(live) = &live {
             live.event(Event::Attempt {
                 number: 1,
                 of: 1,
-                budget: usize::try_from(request.max_tokens).ok(),
+                budget: usize::try_from(sample.max_tokens()).ok(),
             });
         }
-        let completion = tokio::time::timeout(
-            self.shared.timeout,
-            model.complete(request, live.map(|l| l as Events)),
-        )
-        .await;
+        let answer = sample
+            .answer(live.map(|l| l as Events), Some(self.shared.timeout))
+            .await;
         if let Some(reporter) = reporter {
             reporter.stop().await;
         }
-        let completion = completion
-            .map_err(|_| {
-                ErrorData::internal_error(
-                    format!("the {} model did not answer in time", model.kind()),
-                    None,
-                )
-            })?
-            .map_err(|e| {
-                ErrorData::internal_error(format!("the {} model failed: {e}", model.kind()), None)
-            })?;
-        Ok(crate::mcp::wire::result(completion))
+        answer
     }
 }
 

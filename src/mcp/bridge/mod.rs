@@ -296,11 +296,23 @@ fn sampling_max(config: &Config) -> usize {
 /// How long the downstream's handshake may take before the bridge gives up and says why.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(15);
 
+/// Why the bridge stopped short.
+#[derive(Debug, thiserror::Error)]
+pub enum BridgeError {
+    /// Its model, or the models file, could not be set up.
+    #[error(transparent)]
+    Setup(#[from] crate::routing::SetupError),
+    #[error(transparent)]
+    Link(#[from] LinkError),
+    #[error("serving the host: {0}")]
+    Serve(Box<dyn std::error::Error>),
+}
+
 /// Runs the bridge until the host disconnects.
-pub async fn run(config: &Config, args: &BridgeArgs) -> Result<(), String> {
+pub async fn run(config: &Config, args: &BridgeArgs) -> Result<(), BridgeError> {
     let shared = Arc::new(Shared {
         host: RwLock::new(None),
-        model: crate::routing::start(config, args.with)?,
+        model: crate::routing::start(config, args.with)?.model(),
         models: match &config.models {
             Some(_) => Some(crate::routing::Backends::from_config(config)?),
             None => None,
@@ -315,7 +327,7 @@ pub async fn run(config: &Config, args: &BridgeArgs) -> Result<(), String> {
         dropped_notes: Default::default(),
         max_line: Framing::from_config(config).max_line,
     });
-    let (client, info, ended) = connect(args, &shared).await.map_err(|e| e.to_string())?;
+    let (client, info, ended) = connect(args, &shared).await?;
     tracing::info!(server = ?info.server_info, "downstream connected");
     shared.set_link(Link::Up(Arc::new(client)));
     let supervisor = tokio::spawn(supervise(args.clone(), shared.clone(), ended));
@@ -325,7 +337,7 @@ pub async fn run(config: &Config, args: &BridgeArgs) -> Result<(), String> {
         Framing::from_config(config),
     )
     .await
-    .map_err(|e| format!("serving the host: {e}"));
+    .map_err(BridgeError::Serve);
     supervisor.abort();
     // Ends the downstream process (the child is killed when its transport drops).
     shared.set_link(Link::Down("the bridge stopped".into()));
