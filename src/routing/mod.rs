@@ -135,9 +135,9 @@ pub enum SetupError {
     /// The local model would not start, or (waited for) load.
     #[error(transparent)]
     Local(#[from] LocalError),
-    /// The provider's settings.
-    #[error("{0}")]
-    Provider(String),
+    /// The provider's settings, or its HTTP client.
+    #[error(transparent)]
+    Provider(#[from] crate::backends::provider::SetupError),
 }
 
 /// A direct backend, started: the embedded model (it begins loading at once) or the configured
@@ -146,8 +146,8 @@ pub fn start(config: &Config, which: Direct) -> Result<Started, SetupError> {
     Ok(match which {
         Direct::Local => Started::Local(local(config, None)?),
         Direct::Provider => {
-            let settings = ProviderSettings::from_config(config).map_err(SetupError::Provider)?;
-            Started::Provider(Provider::new(settings).map_err(SetupError::Provider)?)
+            let settings = ProviderSettings::from_config(config)?;
+            Started::Provider(Provider::new(settings)?)
         }
     })
 }
@@ -526,7 +526,5 @@ fn provider(config: &Config, p: &file::ProviderSpec) -> Result<Arc<dyn Model>, S
         settings.timeout = Duration::from_secs(secs);
         settings.timeout_source = format!("the models file's timeout_secs of {:?}", p.name);
     }
-    Ok(Arc::new(
-        Provider::new(settings).map_err(SetupError::Provider)?,
-    ))
+    Ok(Arc::new(Provider::new(settings)?))
 }
