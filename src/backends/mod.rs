@@ -9,6 +9,7 @@
 //! calls itself: [`direct`] is their trait, [`provider`] an OpenAI-compatible API (streamed
 //! with [`stream`]), [`crate::local`] the embedded model.
 
+mod answer;
 pub mod direct;
 pub mod provider;
 pub mod stream;

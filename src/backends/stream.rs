@@ -8,7 +8,7 @@
 //! reads only what it is given, so the provider bounds what is buffered (the answer's byte
 //! limit covers a line or event that never ends) before anything reaches the parser.
 
-use super::provider::{ErrorObject, Field, Shape, UsageCounts};
+use super::answer::{ErrorObject, Field, Shape, UsageCounts};
 use crate::wire::openai::{Message, Speaker, ToolCall};
 use bytes::Bytes;
 use futures_core::Stream;
