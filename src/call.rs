@@ -357,6 +357,9 @@ pub struct Usage {
     pub prompt: usize,
     pub completion: usize,
     pub estimated: bool,
+    /// Prompt tokens read from a cache rather than processed again (the local model's prefix
+    /// cache, a provider's prompt cache), when the backend says.
+    pub cached: Option<usize>,
 }
 
 impl Usage {
@@ -418,6 +421,7 @@ impl Reply<'_> {
             prompt: self.call.prompt_tokens_estimate(),
             completion: estimate_tokens(self.completion.chars().count()),
             estimated: true,
+            cached: None,
         }
     }
 

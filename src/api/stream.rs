@@ -344,14 +344,16 @@ impl Stream {
             out.push(self.block_stop(index));
             index += 1;
         }
-        let usage = object.get("usage").cloned().unwrap_or_default();
+        let mut usage = object.get("usage").cloned().unwrap_or_default();
+        if let Some(u) = usage.as_object_mut() {
+            u.remove("estimated");
+        }
         out.push(frame(
             Some("message_delta"),
             &json!({"type": "message_delta",
                     "delta": {"stop_reason": object.get("stop_reason"),
                               "stop_sequence": object.get("stop_sequence")},
-                    "usage": {"input_tokens": usage.get("input_tokens"),
-                              "output_tokens": usage.get("output_tokens")}}),
+                    "usage": usage}),
         ));
         out.push(frame(
             Some("message_stop"),

@@ -170,6 +170,17 @@ pub(super) struct ErrorObject {
     pub(super) message: Field<String>,
 }
 
+impl UsageCounts {
+    /// `prompt_tokens_details.cached_tokens`, when the provider says.
+    pub(super) fn cached_tokens(&self) -> Option<usize> {
+        let details = self.prompt_tokens_details.get()?;
+        details
+            .cached_tokens
+            .get()
+            .and_then(|n| usize::try_from(*n).ok())
+    }
+}
+
 impl ErrorObject {
     /// The message of `error` when it is an error object with one as text.
     pub(super) fn message(error: &Value) -> Option<String> {

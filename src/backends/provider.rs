@@ -757,6 +757,7 @@ fn usage(usage: Option<&UsageCounts>) -> Option<Usage> {
         prompt: count(&usage.prompt_tokens)?,
         completion: count(&usage.completion_tokens)?,
         estimated: false,
+        cached: usage.cached_tokens(),
     })
 }
 

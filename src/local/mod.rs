@@ -618,6 +618,7 @@ fn completion(output: Output, tools: &[ModelTool], name: &str) -> Completion {
             prompt: output.prompt_tokens,
             completion: output.completion_tokens,
             estimated: false,
+            cached: Some(output.cached_tokens),
         }),
     }
 }

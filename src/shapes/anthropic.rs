@@ -239,9 +239,12 @@ pub fn message_object(out: &Reply<'_>) -> Value {
         "model": out.host_model,
         "stop_reason": stop_reason,
         "stop_sequence": stop_sequence,
+        // Anthropic counts the prompt's cached tokens apart from its input tokens.
         "usage": {
-            "input_tokens": usage.prompt,
+            "input_tokens": usage.prompt.saturating_sub(usage.cached.unwrap_or(0)),
             "output_tokens": usage.completion,
+            "cache_read_input_tokens": usage.cached.unwrap_or(0),
+            "cache_creation_input_tokens": 0,
             "estimated": usage.estimated,
         },
     })

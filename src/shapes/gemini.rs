@@ -613,7 +613,8 @@ fn response_object(out: &Reply<'_>) -> Map<String, Value> {
     m.insert(
         "usageMetadata".into(),
         json!({"promptTokenCount": usage.prompt, "candidatesTokenCount": usage.completion,
-               "totalTokenCount": usage.total(), "estimated": usage.estimated}),
+               "totalTokenCount": usage.total(), "estimated": usage.estimated,
+               "cachedContentTokenCount": usage.cached.unwrap_or(0)}),
     );
     m.insert("modelVersion".into(), json!(out.host_model));
     m.insert("responseId".into(), json!(out.response_id("")));

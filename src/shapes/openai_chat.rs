@@ -289,6 +289,7 @@ pub fn completion_object(out: &Reply<'_>) -> Value {
             "completion_tokens": usage.completion,
             "total_tokens": usage.total(),
             "estimated": usage.estimated,
+            "prompt_tokens_details": {"cached_tokens": usage.cached.unwrap_or(0)},
         },
     })
 }

@@ -271,7 +271,8 @@ pub fn status_fields(out: &Reply<'_>) -> Map<String, Value> {
     m.insert(
         "usage".into(),
         json!({"input_tokens": usage.prompt, "output_tokens": usage.completion,
-               "total_tokens": usage.total(), "estimated": usage.estimated}),
+               "total_tokens": usage.total(), "estimated": usage.estimated,
+               "input_tokens_details": {"cached_tokens": usage.cached.unwrap_or(0)}}),
     );
     m
 }

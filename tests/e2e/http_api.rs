@@ -253,3 +253,37 @@ async fn a_client_that_goes_away_stops_the_providers_request() {
     }
     assert_eq!(provider.open(), 0, "the provider's request was closed");
 }
+
+#[tokio::test]
+async fn a_second_turn_reports_the_prefix_cache_as_cached_tokens_in_each_api() {
+    let fetched = crate::local::first_try();
+    assert!(
+        fetched.status.success(),
+        "the embedded model could not be fetched"
+    );
+    let _turn = crate::local::TURN.lock().await;
+    let s = start(&[("AGENT_AS_MODEL_BACKEND", "local")]).await;
+    let system = "You are a terse geography assistant. Answer with one word. ".repeat(8);
+    let chat = json!({"model": "local", "max_tokens": 8, "messages": [
+        {"role": "system", "content": system},
+        {"role": "user", "content": "Capital of France?"}]});
+    let url = format!("{}/v1/chat/completions", s.url);
+    let (status, _, first) = post(&url, &[], &chat).await;
+    assert_eq!(status, 200, "{first}");
+    let (_, _, second) = post(&url, &[], &chat).await;
+    let v: Value = serde_json::from_str(&second).unwrap();
+    let cached = v["usage"]["prompt_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .unwrap();
+    let prompt = v["usage"]["prompt_tokens"].as_u64().unwrap();
+    assert!(cached > 0 && cached <= prompt, "{v}");
+    let messages = json!({"model": "local", "max_tokens": 8, "system": system,
+                          "messages": [{"role": "user", "content": "Capital of France?"}]});
+    let url = format!("{}/v1/messages", s.url);
+    post(&url, &[], &messages).await;
+    let (status, _, text) = post(&url, &[], &messages).await;
+    assert_eq!(status, 200, "{text}");
+    let v: Value = serde_json::from_str(&text).unwrap();
+    let read = v["usage"]["cache_read_input_tokens"].as_u64().unwrap();
+    assert!(read > 0, "{v}");
+}
