@@ -231,6 +231,16 @@ pub fn message_object(out: &Reply<'_>) -> Value {
         }
         _ => content.push(json!({"type": "text", "text": out.completion})),
     }
+    // Anthropic counts the prompt's cached tokens apart from its input tokens.
+    let mut usage_object = json!({
+        "input_tokens": usage.prompt.saturating_sub(usage.cached.unwrap_or(0)),
+        "output_tokens": usage.completion,
+        "estimated": usage.estimated,
+    });
+    if let (Some(cached), Some(o)) = (usage.cached, usage_object.as_object_mut()) {
+        o.insert("cache_read_input_tokens".into(), json!(cached));
+        o.insert("cache_creation_input_tokens".into(), json!(0));
+    }
     json!({
         "id": out.response_id("msg_"),
         "type": "message",
@@ -239,14 +249,7 @@ pub fn message_object(out: &Reply<'_>) -> Value {
         "model": out.host_model,
         "stop_reason": stop_reason,
         "stop_sequence": stop_sequence,
-        // Anthropic counts the prompt's cached tokens apart from its input tokens.
-        "usage": {
-            "input_tokens": usage.prompt.saturating_sub(usage.cached.unwrap_or(0)),
-            "output_tokens": usage.completion,
-            "cache_read_input_tokens": usage.cached.unwrap_or(0),
-            "cache_creation_input_tokens": 0,
-            "estimated": usage.estimated,
-        },
+        "usage": usage_object,
     })
 }
 

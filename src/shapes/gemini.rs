@@ -610,12 +610,13 @@ fn response_object(out: &Reply<'_>) -> Map<String, Value> {
         "candidates".into(),
         json!([{"content": {"role": "model", "parts": parts}, "finishReason": finish, "index": 0}]),
     );
-    m.insert(
-        "usageMetadata".into(),
-        json!({"promptTokenCount": usage.prompt, "candidatesTokenCount": usage.completion,
-               "totalTokenCount": usage.total(), "estimated": usage.estimated,
-               "cachedContentTokenCount": usage.cached.unwrap_or(0)}),
-    );
+    let mut usage_object = json!({"promptTokenCount": usage.prompt,
+                                  "candidatesTokenCount": usage.completion,
+                                  "totalTokenCount": usage.total(), "estimated": usage.estimated});
+    if let (Some(cached), Some(o)) = (usage.cached, usage_object.as_object_mut()) {
+        o.insert("cachedContentTokenCount".into(), json!(cached));
+    }
+    m.insert("usageMetadata".into(), usage_object);
     m.insert("modelVersion".into(), json!(out.host_model));
     m.insert("responseId".into(), json!(out.response_id("")));
     m

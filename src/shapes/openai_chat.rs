@@ -278,19 +278,25 @@ pub fn completion_object(out: &Reply<'_>) -> Value {
     let created = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
+    let mut usage_object = json!({
+        "prompt_tokens": usage.prompt,
+        "completion_tokens": usage.completion,
+        "total_tokens": usage.total(),
+        "estimated": usage.estimated,
+    });
+    if let (Some(cached), Some(o)) = (usage.cached, usage_object.as_object_mut()) {
+        o.insert(
+            "prompt_tokens_details".into(),
+            json!({"cached_tokens": cached}),
+        );
+    }
     json!({
         "id": out.response_id("chatcmpl-"),
         "object": "chat.completion",
         "created": created,
         "model": out.host_model,
         "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
-        "usage": {
-            "prompt_tokens": usage.prompt,
-            "completion_tokens": usage.completion,
-            "total_tokens": usage.total(),
-            "estimated": usage.estimated,
-            "prompt_tokens_details": {"cached_tokens": usage.cached.unwrap_or(0)},
-        },
+        "usage": usage_object,
     })
 }
 

@@ -268,12 +268,15 @@ pub fn status_fields(out: &Reply<'_>) -> Map<String, Value> {
             Value::Null
         },
     );
-    m.insert(
-        "usage".into(),
-        json!({"input_tokens": usage.prompt, "output_tokens": usage.completion,
-               "total_tokens": usage.total(), "estimated": usage.estimated,
-               "input_tokens_details": {"cached_tokens": usage.cached.unwrap_or(0)}}),
-    );
+    let mut usage_object = json!({"input_tokens": usage.prompt, "output_tokens": usage.completion,
+                                  "total_tokens": usage.total(), "estimated": usage.estimated});
+    if let (Some(cached), Some(o)) = (usage.cached, usage_object.as_object_mut()) {
+        o.insert(
+            "input_tokens_details".into(),
+            json!({"cached_tokens": cached}),
+        );
+    }
+    m.insert("usage".into(), usage_object);
     m
 }
 
