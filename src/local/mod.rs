@@ -1,12 +1,14 @@
 //! The local backend: an embedded model, in process, on llama.cpp. The model is loaded once
 //! (fetched on first use when it is the default) by one worker thread, which answers several
 //! calls at once in the slots of one shared context (see [`slots`]) and keeps the rest in a
-//! bounded queue. It declares native tools and JSON schemas: both are enforced while decoding
-//! (constrained decoding), so the answers parse and fit by construction.
+//! bounded queue (see [`queue`]), which a cancelled call leaves at once. It declares native
+//! tools and JSON schemas: both are enforced while decoding (constrained decoding), so the
+//! answers parse and fit by construction.
 
 pub mod engine;
 pub mod fetch;
 pub mod hub;
+pub mod queue;
 pub mod slots;
 pub mod template;
 
@@ -21,11 +23,12 @@ use engine::{Output, Params};
 use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
 use llguidance::api::TopLevelGrammar;
+use queue::{Queue, Refused};
 use serde_json::{Map, Value, json};
 use slots::{Call, Counters, Slots};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, mpsc};
 use tokio::sync::{oneshot, watch};
 
 /// Which model the local backend runs.
@@ -137,7 +140,7 @@ enum State {
 }
 
 pub struct Local {
-    jobs: mpsc::SyncSender<Job>,
+    jobs: Arc<Queue<Job>>,
     state: watch::Receiver<State>,
     counters: Arc<Counters>,
     settings: LocalSettings,
@@ -152,7 +155,7 @@ fn fail(message: impl Into<String>) -> CallError {
 impl Local {
     /// Starts the worker, which begins loading (or fetching) the model at once.
     pub fn start(settings: LocalSettings) -> Result<Local, LocalError> {
-        let (jobs, queue) = mpsc::sync_channel::<Job>(settings.queue.max(1));
+        let jobs = Queue::new(settings.queue);
         let (state_tx, state) = watch::channel(State::Loading);
         let counters = Arc::new(Counters::default());
         let worker = Worker {
@@ -160,9 +163,13 @@ impl Local {
             state: state_tx,
             counters: counters.clone(),
         };
+        let queue = Closing(jobs.clone());
         std::thread::Builder::new()
             .name("local-model".into())
-            .spawn(move || worker.run(&queue))
+            .spawn(move || {
+                let queue = queue;
+                worker.run(&queue.0);
+            })
             .map_err(|e| {
                 LocalError::Unavailable(format!("cannot start the local model's thread: {e}"))
             })?;
@@ -264,25 +271,45 @@ impl Model for Local {
             direct::text_only(&request, KIND)?;
             let tools = offered(&request).to_vec();
             let (reply, answer) = oneshot::channel();
-            self.jobs
-                .try_send(Job {
+            // The call holds its place while this future lives: dropped (the caller went away)
+            // before the worker took it, the call leaves the queue.
+            let _place = self
+                .jobs
+                .push(Job {
                     request,
                     live,
                     reply,
                 })
                 .map_err(|e| match e {
-                    mpsc::TrySendError::Full(_) => LocalError::Busy(format!(
+                    Refused::Full(_) => LocalError::Busy(format!(
                         "the local model is busy: {} calls are already waiting \
                          (AGENT_AS_MODEL_LOCAL_QUEUE)",
                         self.settings.queue
                     )),
-                    mpsc::TrySendError::Disconnected(_) => stopped("has stopped"),
+                    Refused::Closed(_) => stopped("has stopped"),
                 })?;
             let output = answer
                 .await
                 .map_err(|_| stopped("stopped before answering"))??;
             Ok(completion(output, &tools, &self.name()))
         })
+    }
+}
+
+impl Drop for Local {
+    /// The worker answers the calls in its slots, then stops.
+    fn drop(&mut self) {
+        self.jobs.close();
+    }
+}
+
+/// Closes the queue when the worker's thread ends, however it ends (a panic too): calls
+/// waiting are dropped, which their callers see as the thread's end, and new ones are refused.
+struct Closing(Arc<Queue<Job>>);
+
+impl Drop for Closing {
+    fn drop(&mut self) {
+        drop(self.0.close_and_drain());
     }
 }
 
@@ -308,7 +335,7 @@ impl Worker {
 
     /// Loads the model and serves the queue until it closes. A model that cannot be loaded
     /// fails the calls that come, and loading is tried again for each.
-    fn run(self, queue: &mpsc::Receiver<Job>) {
+    fn run(self, queue: &Queue<Job>) {
         let mut waiting = None;
         loop {
             self.set(State::Loading);
@@ -323,9 +350,9 @@ impl Worker {
             if let Some(job) = waiting.take() {
                 let _ = job.reply.send(Err(why));
             }
-            match queue.recv() {
-                Ok(job) => waiting = Some(job),
-                Err(_) => return,
+            match queue.take() {
+                Some(job) => waiting = Some(job),
+                None => return,
             }
         }
     }
@@ -336,7 +363,7 @@ impl Worker {
         &self,
         model: &engine::Model,
         mut slots: Slots,
-        queue: &mpsc::Receiver<Job>,
+        queue: &Queue<Job>,
         mut waiting: Option<Job>,
     ) {
         let info = model.info();
@@ -355,13 +382,13 @@ impl Worker {
             while slots.has_free_slot() {
                 let job = match waiting.take() {
                     Some(job) => job,
-                    None if slots.is_idle() => match queue.recv() {
-                        Ok(job) => job,
-                        Err(_) => return,
+                    None if slots.is_idle() => match queue.take() {
+                        Some(job) => job,
+                        None => return,
                     },
-                    None => match queue.try_recv() {
-                        Ok(job) => job,
-                        Err(_) => break,
+                    None => match queue.try_take() {
+                        Some(job) => job,
+                        None => break,
                     },
                 };
                 if job.reply.is_closed() {

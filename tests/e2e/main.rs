@@ -39,6 +39,7 @@ mod hub;
 mod install;
 mod litellm;
 mod local;
+mod local_queue;
 mod packaging;
 mod properties;
 mod provider;
