@@ -29,6 +29,14 @@ pub enum CallError {
         /// 5xx after its retries, a full queue) or timed out; not a refusal of the request.
         transient: bool,
     },
+    /// The prompt is longer than the model's context: the caller must send less.
+    #[error("{backend} backend failed: {problem}")]
+    OverContext {
+        backend: &'static str,
+        tokens: usize,
+        context: usize,
+        problem: String,
+    },
     /// The host answered, but the answer breaks the call's contract (schema, persona).
     #[error("completion rejected: {0}")]
     Rejected(String),
@@ -141,7 +149,7 @@ impl CallError {
                 "invalid arguments"
             }
             CallError::Host(_) => "host failure",
-            CallError::Backend { .. } => "backend failure",
+            CallError::Backend { .. } | CallError::OverContext { .. } => "backend failure",
             CallError::Rejected(_) => "completion rejected",
             CallError::Protocol(_) => "protocol error",
         }

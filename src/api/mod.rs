@@ -247,6 +247,12 @@ impl From<CallError> for ApiError {
                 ..ApiError::invalid(message)
             },
             CallError::Invalid(_) => ApiError::invalid(message),
+            // Claude Code acts on Anthropic's own words.
+            CallError::OverContext {
+                tokens, context, ..
+            } => ApiError::invalid(format!(
+                "prompt is too long: {tokens} tokens > {context} maximum ({message})"
+            )),
             // A cap reached, an overloaded or unreachable backend: worth a retry shortly.
             CallError::Backend {
                 transient: true, ..

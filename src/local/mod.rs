@@ -105,6 +105,12 @@ pub enum LocalError {
     /// or the model's chat template refused it. Another model might.
     #[error("{0}")]
     Request(String),
+    /// The prompt does not fit the model's context.
+    #[error(
+        "the prompt is {tokens} tokens, over the local model's context of {context} tokens \
+         (AGENT_AS_MODEL_LOCAL_CONTEXT); send a shorter conversation"
+    )]
+    OverContext { tokens: usize, context: usize },
     /// Every slot is answering and the queue is full.
     #[error("{0}")]
     Busy(String),
@@ -119,6 +125,12 @@ impl From<LocalError> for CallError {
     fn from(e: LocalError) -> Self {
         match e {
             LocalError::Request(message) => fail(message),
+            LocalError::OverContext { tokens, context } => CallError::OverContext {
+                backend: KIND,
+                tokens,
+                context,
+                problem: e.to_string(),
+            },
             e => CallError::unavailable(KIND, e.to_string()),
         }
     }
@@ -518,11 +530,10 @@ impl Worker {
             return Err(LocalError::Request("the prompt is empty".to_owned()));
         }
         if prompt.len() >= context {
-            return Err(LocalError::Request(format!(
-                "the prompt is {} tokens, over the local model's context of {context} \
-                 tokens (AGENT_AS_MODEL_LOCAL_CONTEXT); send a shorter conversation",
-                prompt.len()
-            )));
+            return Err(LocalError::OverContext {
+                tokens: prompt.len(),
+                context,
+            });
         }
         let params = Params {
             max_tokens: usize::try_from(request.max_tokens).unwrap_or(usize::MAX),

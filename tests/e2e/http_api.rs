@@ -255,7 +255,7 @@ async fn a_client_that_goes_away_stops_the_providers_request() {
 }
 
 #[tokio::test]
-async fn a_second_turn_reports_the_prefix_cache_as_cached_tokens_in_each_api() {
+async fn the_embedded_model_reports_cached_tokens_and_refuses_a_prompt_over_its_context() {
     let fetched = crate::local::first_try();
     assert!(
         fetched.status.success(),
@@ -286,4 +286,14 @@ async fn a_second_turn_reports_the_prefix_cache_as_cached_tokens_in_each_api() {
     let v: Value = serde_json::from_str(&text).unwrap();
     let read = v["usage"]["cache_read_input_tokens"].as_u64().unwrap();
     assert!(read > 0, "{v}");
+    // A prompt over the context is the caller's to shorten: a 400 in Anthropic's words.
+    let long = json!({"model": "local", "max_tokens": 8,
+                      "messages": [{"role": "user", "content": "word ".repeat(6000)}]});
+    let (status, _, text) = post(&url, &[], &long).await;
+    assert_eq!(status, 400, "{text}");
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["error"]["type"], "invalid_request_error", "{v}");
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(message.starts_with("prompt is too long: "), "{message}");
+    assert!(message.contains(" tokens > 4096 maximum"), "{message}");
 }
