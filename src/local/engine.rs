@@ -16,7 +16,7 @@ use llguidance::api::TopLevelGrammar;
 use llguidance::{Matcher, ParserFactory};
 use std::cell::OnceCell;
 use std::num::NonZeroU32;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 /// How the engine runs.
@@ -85,6 +85,82 @@ pub struct Info {
     pub device: String,
 }
 
+/// Why the engine cannot run a model, or cannot enforce a grammar.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("llama.cpp cannot start: {0}")]
+    Start(#[source] &'static llama_cpp_2::LlamaCppError),
+    #[error("the model file {file} does not exist")]
+    Missing { file: ModelFile },
+    #[error(
+        "cannot load the model file {file}: {} (is it a whole GGUF file of an architecture \
+         llama.cpp runs? download it again)",
+        load_reason(.source, .file)
+    )]
+    Load {
+        file: ModelFile,
+        source: llama_cpp_2::LlamaModelLoadError,
+    },
+    #[error("llama.cpp cannot make a context: {}", brief(.0))]
+    Context(#[source] llama_cpp_2::LlamaContextLoadError),
+    #[error(transparent)]
+    Guidance(#[from] GuidanceError),
+    /// llguidance refused the grammar; `reason` is its error's first line.
+    #[error("the schema cannot be enforced while decoding: {reason}")]
+    Schema { reason: String },
+}
+
+/// llguidance could not read the model's vocabulary (kept: the calls that follow are told
+/// the same); `reason` is its error's first line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("constrained decoding cannot start: {reason}")]
+pub struct GuidanceError {
+    reason: String,
+}
+
+impl EngineError {
+    /// The error naming its model file as `file` instead.
+    pub fn naming(self, file: ModelFile) -> Self {
+        match self {
+            EngineError::Missing { .. } => EngineError::Missing { file },
+            EngineError::Load { source, .. } => EngineError::Load { file, source },
+            e => e,
+        }
+    }
+}
+
+/// How an error names a model file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelFile {
+    /// By its path.
+    Path(PathBuf),
+    /// A file of this server's cache, removed (its path, this user's cache, is not shown):
+    /// what it was, e.g. "default model".
+    Removed(String),
+}
+
+impl std::fmt::Display for ModelFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ModelFile::Path(path) => write!(f, "{}", path.display()),
+            ModelFile::Removed(what) => write!(
+                f,
+                "(the cached {what}, removed: it is fetched again on the next call)"
+            ),
+        }
+    }
+}
+
+/// Why llama.cpp did not load a file, naming the file as `file` does.
+fn load_reason(e: &llama_cpp_2::LlamaModelLoadError, file: &ModelFile) -> String {
+    match e {
+        llama_cpp_2::LlamaModelLoadError::PathToStrError(_) => {
+            format!("failed to convert path {file} to str")
+        }
+        e => brief(e),
+    }
+}
+
 /// An error's first line, without the paths or backtraces a library may append.
 pub fn brief(e: &dyn std::fmt::Display) -> String {
     let text = e.to_string();
@@ -97,17 +173,16 @@ pub fn brief(e: &dyn std::fmt::Display) -> String {
 
 /// llama.cpp's process-wide state, started once; its own log lines are silenced (the engine
 /// says what matters in ours).
-pub fn backend() -> Result<&'static LlamaBackend, String> {
-    static BACKEND: OnceLock<Result<LlamaBackend, String>> = OnceLock::new();
+pub fn backend() -> Result<&'static LlamaBackend, EngineError> {
+    static BACKEND: OnceLock<Result<LlamaBackend, llama_cpp_2::LlamaCppError>> = OnceLock::new();
     BACKEND
         .get_or_init(|| {
-            let mut backend =
-                LlamaBackend::init().map_err(|e| format!("llama.cpp cannot start: {e}"))?;
+            let mut backend = LlamaBackend::init()?;
             backend.void_logs();
             Ok(backend)
         })
         .as_ref()
-        .map_err(Clone::clone)
+        .map_err(EngineError::Start)
 }
 
 /// The physical cores of this machine (hyperthreads share a core's arithmetic units, so
@@ -146,25 +221,22 @@ pub struct Model {
     info: Info,
     template: Option<String>,
     /// Built on the first constrained answer (a walk over the whole vocabulary).
-    guidance: OnceCell<Result<ParserFactory, String>>,
+    guidance: OnceCell<Result<ParserFactory, GuidanceError>>,
 }
 
 impl Model {
     /// Loads a GGUF model (memory-mapped) with its chat template; `Err` says why it cannot
     /// be run.
-    pub fn load(path: &Path, settings: &Settings) -> Result<Model, String> {
+    pub fn load(path: &Path, settings: &Settings) -> Result<Model, EngineError> {
         let backend = backend()?;
+        let file = || ModelFile::Path(path.to_path_buf());
         if !path.is_file() {
-            return Err(format!("the model file {} does not exist", path.display()));
+            return Err(EngineError::Missing { file: file() });
         }
         let model = LlamaModel::load_from_file(backend, path, &LlamaModelParams::default())
-            .map_err(|e| {
-                format!(
-                    "cannot load the model file {}: {} (is it a whole GGUF file of an \
-                     architecture llama.cpp runs? download it again)",
-                    path.display(),
-                    brief(&e)
-                )
+            .map_err(|source| EngineError::Load {
+                file: file(),
+                source,
             })?;
         let meta = |key: &str| model.meta_val_str(key).ok().filter(|s| !s.is_empty());
         let architecture = meta("general.architecture").unwrap_or_default();
@@ -210,7 +282,7 @@ impl Model {
     }
 
     /// The shared context: one sequence of `info.context` tokens per slot.
-    pub fn context(&self) -> Result<LlamaContext<'_>, String> {
+    pub fn context(&self) -> Result<LlamaContext<'_>, EngineError> {
         let info = &self.info;
         let per_slot = u32::try_from(info.context).unwrap_or(u32::MAX);
         let slots = u32::try_from(info.slots).unwrap_or(1);
@@ -229,7 +301,7 @@ impl Model {
             .with_n_threads_batch(threads);
         self.model
             .new_context(backend()?, params)
-            .map_err(|e| format!("llama.cpp cannot make a context: {}", brief(&e)))
+            .map_err(EngineError::Context)
     }
 
     /// The tokens of a prompt: special tokens in its text are read as such, and a
@@ -269,24 +341,21 @@ impl Model {
     }
 
     /// Compiles a grammar the answer must follow; `Err` says why it cannot be enforced.
-    pub fn constraint(&self, grammar: TopLevelGrammar) -> Result<LlamaSampler, String> {
+    pub fn constraint(&self, grammar: TopLevelGrammar) -> Result<LlamaSampler, EngineError> {
         let factory = self
             .guidance
             .get_or_init(|| {
                 let env = LlamaSampler::llguidance_tok_env(&self.model);
                 let mut factory = ParserFactory::new_simple(&env)
-                    .map_err(|e| format!("constrained decoding cannot start: {}", brief(&e)))?;
+                    .map_err(|e| GuidanceError { reason: brief(&e) })?;
                 factory.quiet();
                 Ok(factory)
             })
             .as_ref()
             .map_err(Clone::clone)?;
-        let parser = factory.create_parser(grammar).map_err(|e| {
-            format!(
-                "the schema cannot be enforced while decoding: {}",
-                brief(&e)
-            )
-        })?;
+        let parser = factory
+            .create_parser(grammar)
+            .map_err(|e| EngineError::Schema { reason: brief(&e) })?;
         Ok(LlamaSampler::from(Matcher::new(Ok(parser))))
     }
 }
@@ -414,6 +483,30 @@ mod tests {
         let (_, stop) = text.push(b": next", &stops);
         assert_eq!(stop, Some(("é Paris.".len(), "\nQ:")));
         assert_eq!(text.finish(stop.map(|s| s.0)), "é Paris.");
+    }
+
+    #[test]
+    fn a_removed_cached_file_is_named_by_what_it_was_not_by_its_path() {
+        let path = PathBuf::from("/home/someone/.cache/agent-as-model/models/m.gguf");
+        let file = || ModelFile::Path(path.clone());
+        let removed = ModelFile::Removed("default model".into());
+        for e in [
+            EngineError::Missing { file: file() },
+            EngineError::Load {
+                file: file(),
+                source: llama_cpp_2::LlamaModelLoadError::PathToStrError(path.clone()),
+            },
+        ] {
+            assert!(e.to_string().contains("/home/someone"), "{e}");
+            let shown = e.naming(removed.clone()).to_string();
+            assert!(!shown.contains("/home/someone"), "{shown}");
+            assert!(
+                shown.contains(
+                    "(the cached default model, removed: it is fetched again on the next call)"
+                ),
+                "{shown}"
+            );
+        }
     }
 
     #[test]

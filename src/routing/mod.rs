@@ -130,8 +130,8 @@ pub enum SetupError {
     #[error(transparent)]
     File(#[from] file::FileError),
     /// The local model's settings.
-    #[error("{0}")]
-    LocalSettings(String),
+    #[error(transparent)]
+    LocalSettings(#[from] crate::local::SettingsError),
     /// The local model would not start, or (waited for) load.
     #[error(transparent)]
     Local(#[from] LocalError),
@@ -508,7 +508,7 @@ impl Backends {
 
 /// A local entry's model: the command line's, or the entry's own file.
 fn local(config: &Config, model_file: Option<&std::path::Path>) -> Result<Local, SetupError> {
-    let mut settings = LocalSettings::from_config(config).map_err(SetupError::LocalSettings)?;
+    let mut settings = LocalSettings::from_config(config)?;
     if let Some(path) = model_file {
         settings.source = crate::local::Source::File(path.to_owned());
     }
