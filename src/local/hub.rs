@@ -10,6 +10,7 @@
 use super::fetch::{self, FetchError, Progress};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
+use url::Url;
 
 /// A GGUF file in a Hub repository.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,6 +69,25 @@ pub enum HubError {
     /// The cache, or the HTTP client, failed.
     #[error(transparent)]
     Fetch(#[from] FetchError),
+    #[error(
+        "HF_ENDPOINT `{endpoint}` is not a URL ({source}); expected the Hub's address, e.g. \
+         https://huggingface.co"
+    )]
+    EndpointNotUrl {
+        endpoint: String,
+        source: url::ParseError,
+    },
+    #[error(
+        "HF_ENDPOINT `{endpoint}` is not an http or https URL; expected the Hub's address, \
+         e.g. https://huggingface.co"
+    )]
+    EndpointScheme { endpoint: String },
+    #[error("the Hub redirected {file} to `{location}`, which is not a URL: {source}")]
+    BadLocation {
+        file: HubFile,
+        location: String,
+        source: url::ParseError,
+    },
     #[error("cannot reach the Hub at {endpoint}: {source}")]
     Unreachable {
         endpoint: String,
@@ -184,36 +204,41 @@ impl HubFile {
         Ok(path)
     }
 
-    /// The resolve URL on the Hub (each path segment percent-encoded).
-    fn url(&self, access: &Access) -> String {
-        let file: Vec<String> = self.file.split('/').map(encode).collect();
-        format!(
-            "{}/{}/resolve/main/{}",
-            access.endpoint.trim_end_matches('/'),
-            self.repo,
-            file.join("/")
-        )
+    /// The resolve URL under the Hub's `endpoint`: `OWNER/REPO/resolve/main/FILE` after its
+    /// path, each segment percent-encoded.
+    fn url(&self, endpoint: &Url) -> Result<Url, HubError> {
+        let mut url = endpoint.clone();
+        url.path_segments_mut()
+            .map_err(|()| HubError::EndpointScheme {
+                endpoint: endpoint.to_string(),
+            })?
+            .pop_if_empty()
+            .extend(self.repo.split('/'))
+            .extend(["resolve", "main"])
+            .extend(self.file.split('/'));
+        Ok(url)
     }
 }
 
-fn encode(segment: &str) -> String {
-    segment
-        .bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-                char::from(b).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
+/// `HF_ENDPOINT`: an http or https URL.
+fn endpoint(access: &Access) -> Result<Url, HubError> {
+    let url = Url::parse(&access.endpoint).map_err(|source| HubError::EndpointNotUrl {
+        endpoint: access.endpoint.clone(),
+        source,
+    })?;
+    if !matches!(url.scheme(), "http" | "https") || url.cannot_be_a_base() {
+        return Err(HubError::EndpointScheme {
+            endpoint: access.endpoint.clone(),
+        });
+    }
+    Ok(url)
 }
 
 /// What the Hub says of a file before it is downloaded.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Metadata {
     /// Where the bytes are: the resolve URL itself or the storage host it redirects to.
-    location: String,
+    location: Url,
     size: Option<u64>,
     /// The SHA-256 of a file stored with Git LFS (its `X-Linked-Etag`).
     sha256: Option<String>,
@@ -247,17 +272,18 @@ pub async fn fetch(
         access.endpoint,
         path.display()
     ));
-    let metadata = metadata(source, access).await?;
+    let hub = endpoint(access)?;
+    let metadata = metadata(source, access, &hub).await?;
     let partial = path.with_extension("gguf.part");
     let client = fetch::client(None)?;
-    let url = metadata.location.clone();
+    let url = &metadata.location;
     let token = access
         .token
         .as_deref()
-        .filter(|_| same_origin(&url, &access.endpoint));
+        .filter(|_| url.origin() == hub.origin());
     fetch::download_resuming(
         &client,
-        &url,
+        url.as_str(),
         token,
         &partial,
         metadata.size,
@@ -304,15 +330,38 @@ fn check(source: &HubFile, meta: &Metadata, partial: &Path, path: &Path) -> Resu
     Ok(fetch::seal(path, &digest)?)
 }
 
-/// Asks the Hub for the file without following redirects to storage (relative redirects, a
-/// renamed repository's, are followed), as the Hub's own client does.
-async fn metadata(source: &HubFile, access: &Access) -> Result<Metadata, HubError> {
+/// Where a redirect from `from` to `location` leads.
+#[derive(Debug, PartialEq, Eq)]
+enum Redirect {
+    /// A relative redirect on the Hub (a renamed repository's): asked again.
+    Hub(Url),
+    /// Anywhere else: where the bytes are stored.
+    Storage(Url),
+}
+
+fn redirect(from: &Url, location: &str) -> Result<Redirect, url::ParseError> {
+    let to = from.join(location)?;
+    let relative = matches!(
+        Url::parse(location),
+        Err(url::ParseError::RelativeUrlWithoutBase)
+    );
+    // `//host/…` is relative too, but leads to another host.
+    Ok(if relative && to.origin() == from.origin() {
+        Redirect::Hub(to)
+    } else {
+        Redirect::Storage(to)
+    })
+}
+
+/// Asks the Hub (at `hub`) for the file without following redirects to storage (relative
+/// redirects, a renamed repository's, are followed), as the Hub's own client does.
+async fn metadata(source: &HubFile, access: &Access, hub: &Url) -> Result<Metadata, HubError> {
     let client = fetch::client(Some(reqwest::redirect::Policy::none()))?;
-    let mut url = source.url(access);
-    let mut found = Metadata::default();
+    let mut url = source.url(hub)?;
+    let (mut size, mut sha256) = (None, None);
     for _ in 0..5 {
         let mut request = client
-            .head(&url)
+            .head(url.clone())
             .header(reqwest::header::ACCEPT_ENCODING, "identity");
         if let Some(token) = &access.token {
             request = request.bearer_auth(token);
@@ -333,11 +382,11 @@ async fn metadata(source: &HubFile, access: &Access) -> Result<Metadata, HubErro
                         .to_owned()
                 })
         };
-        if found.size.is_none() {
-            found.size = header("x-linked-size").and_then(|s| s.parse().ok());
+        if size.is_none() {
+            size = header("x-linked-size").and_then(|s| s.parse().ok());
         }
-        if found.sha256.is_none() {
-            found.sha256 = header("x-linked-etag")
+        if sha256.is_none() {
+            sha256 = header("x-linked-etag")
                 .filter(|d| d.len() == 64 && d.bytes().all(|b| b.is_ascii_hexdigit()))
                 .map(|d| d.to_ascii_lowercase());
         }
@@ -346,19 +395,33 @@ async fn metadata(source: &HubFile, access: &Access) -> Result<Metadata, HubErro
             let location = header("location").ok_or_else(|| HubError::NoLocation {
                 file: source.clone(),
             })?;
-            if location.starts_with('/') {
-                url = format!("{}{location}", origin(&url));
-                continue;
+            match redirect(&url, &location).map_err(|e| HubError::BadLocation {
+                file: source.clone(),
+                location: location.clone(),
+                source: e,
+            })? {
+                Redirect::Hub(next) => {
+                    url = next;
+                    continue;
+                }
+                Redirect::Storage(location) => {
+                    return Ok(Metadata {
+                        location,
+                        size,
+                        sha256,
+                    });
+                }
             }
-            found.location = location;
-            return Ok(found);
         }
         if status.is_success() {
-            if found.size.is_none() {
-                found.size = response.content_length().filter(|n| *n > 0);
+            if size.is_none() {
+                size = response.content_length().filter(|n| *n > 0);
             }
-            found.location = url;
-            return Ok(found);
+            return Ok(Metadata {
+                location: url,
+                size,
+                sha256,
+            });
         }
         return Err(refused(source, access, status));
     }
@@ -375,20 +438,6 @@ fn refused(source: &HubFile, access: &Access, status: reqwest::StatusCode) -> Hu
         404 => HubError::NotFound { file, status },
         _ => HubError::Status { file, status },
     }
-}
-
-/// `scheme://host:port` of a URL.
-fn origin(url: &str) -> &str {
-    let after = url.find("://").map_or(0, |i| i + 3);
-    let end = url
-        .get(after..)
-        .and_then(|rest| rest.find('/'))
-        .map_or(url.len(), |i| after + i);
-    url.get(..end).unwrap_or(url)
-}
-
-fn same_origin(url: &str, endpoint: &str) -> bool {
-    origin(url).eq_ignore_ascii_case(origin(endpoint.trim_end_matches('/')))
 }
 
 #[cfg(test)]
@@ -408,10 +457,35 @@ mod tests {
             token: None,
         };
         assert_eq!(
-            file.url(&access),
+            file.url(&endpoint(&access).unwrap()).unwrap().as_str(),
             "http://127.0.0.1:9/unsloth/gemma-3-270m-it-GGUF/resolve/main/sub%20dir/\
              gemma-3-270m-it-Q4_K_M.gguf"
         );
+        // Under an endpoint with a path (a mirror's), after it.
+        let mirror = Access {
+            endpoint: "https://mirror.example/hf".into(),
+            token: None,
+        };
+        assert_eq!(
+            file.url(&endpoint(&mirror).unwrap()).unwrap().as_str(),
+            "https://mirror.example/hf/unsloth/gemma-3-270m-it-GGUF/resolve/main/sub%20dir/\
+             gemma-3-270m-it-Q4_K_M.gguf"
+        );
+        for bad in [
+            "huggingface.co",
+            "ftp://huggingface.co",
+            "mailto:hub@example.com",
+        ] {
+            let access = Access {
+                endpoint: bad.into(),
+                token: None,
+            };
+            let e = endpoint(&access).unwrap_err().to_string();
+            assert!(
+                e.starts_with(&format!("HF_ENDPOINT `{bad}` is not")) && e.contains("https://"),
+                "{e}"
+            );
+        }
         for bad in [
             "unsloth/x/y.gguf",
             "hf:unsloth/x",
@@ -429,14 +503,36 @@ mod tests {
 
     #[test]
     fn the_token_goes_to_the_hub_only() {
-        let hub = "https://huggingface.co";
-        assert!(same_origin(
-            "https://huggingface.co/a/b/resolve/main/c.gguf",
-            hub
-        ));
-        assert!(!same_origin("https://cdn-lfs.hf.co/repos/x?sig=1", hub));
-        assert!(!same_origin("http://huggingface.co/a", hub));
-        assert_eq!(origin("http://localhost:8080"), "http://localhost:8080");
+        let url = |u: &str| Url::parse(u).unwrap();
+        let hub = url("https://huggingface.co");
+        for (other, same) in [
+            ("https://huggingface.co/a/b/resolve/main/c.gguf", true),
+            ("https://HuggingFace.co:443/a", true),
+            ("https://cdn-lfs.hf.co/repos/x?sig=1", false),
+            ("http://huggingface.co/a", false),
+            ("https://huggingface.co:8443/a", false),
+        ] {
+            assert_eq!(url(other).origin() == hub.origin(), same, "{other}");
+        }
+        // Relative redirects stay on the Hub; the rest lead to storage, which gets no token.
+        let from = url("https://huggingface.co/a/b/resolve/main/c.gguf");
+        for (location, expected) in [
+            (
+                "/a/renamed/resolve/main/c.gguf",
+                Redirect::Hub(url("https://huggingface.co/a/renamed/resolve/main/c.gguf")),
+            ),
+            (
+                "https://cdn-lfs.hf.co/repos/x?sig=1",
+                Redirect::Storage(url("https://cdn-lfs.hf.co/repos/x?sig=1")),
+            ),
+            (
+                "//elsewhere.example/x",
+                Redirect::Storage(url("https://elsewhere.example/x")),
+            ),
+        ] {
+            assert_eq!(redirect(&from, location).unwrap(), expected, "{location}");
+        }
+        assert!(redirect(&from, "http://[::1").is_err());
         let debug = format!(
             "{:?}",
             Access {
