@@ -310,6 +310,8 @@ async fn a_sampling_request_the_bridge_answers_itself_streams_to_the_downstream(
         first_try().status.success(),
         "the model could not be fetched"
     );
+    // The embedded model's turn: another test running it at once would halve its speed.
+    let _turn = crate::local::TURN.lock().await;
     let mut cmd = crate::common::bridge_to_sdk_downstream();
     cmd.env("RUST_LOG", "error");
     let host = crate::common::Host::echo().without_sampling();
