@@ -394,80 +394,76 @@ impl Stream {
     /// One output item's events, ending with `response.output_item.done` (which Codex reads
     /// the answer from); the item as done.
     fn responses_item(&mut self, index: usize, mut item: Value, out: &mut Vec<String>) -> Value {
-        let kind = item
-            .get("type")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_owned();
-        if kind == "message" {
-            let text = item
-                .pointer("/content/0/text")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_owned();
-            if index == 0 {
-                out.extend(self.show(self.rest(&text)));
-                out.extend(self.open_text());
-            }
-            if let Some(o) = item.as_object_mut() {
-                o.insert("id".into(), json!(self.message_item_id()));
-                o.insert("status".into(), json!("completed"));
-                o.insert(
-                    "content".into(),
-                    json!([{"type": "output_text", "text": text, "annotations": []}]),
-                );
-            }
-            let mut p = Map::new();
-            p.insert("item_id".into(), json!(self.message_item_id()));
-            p.insert("output_index".into(), json!(index));
-            p.insert("content_index".into(), json!(0));
-            p.insert("text".into(), json!(text));
-            out.push(self.responses_event("response.output_text.done", p));
-            let mut p = Map::new();
-            p.insert("item_id".into(), json!(self.message_item_id()));
-            p.insert("output_index".into(), json!(index));
-            p.insert("content_index".into(), json!(0));
-            p.insert(
-                "part".into(),
-                json!({"type": "output_text", "text": text, "annotations": []}),
-            );
-            out.push(self.responses_event("response.content_part.done", p));
-        } else if kind == "function_call" {
-            if let Some(o) = item.as_object_mut() {
-                o.insert("status".into(), json!("completed"));
-            }
-            let id = item.get("id").cloned().unwrap_or_default();
-            let mut added = item.clone();
-            if let Some(o) = added.as_object_mut() {
-                o.insert("arguments".into(), json!(""));
-                o.insert("status".into(), json!("in_progress"));
-            }
-            let mut p = Map::new();
-            p.insert("output_index".into(), json!(index));
-            p.insert("item".into(), added);
-            out.push(self.responses_event("response.output_item.added", p));
-            let arguments = item.get("arguments").cloned().unwrap_or(json!(""));
-            for kind in [
-                "response.function_call_arguments.delta",
-                "response.function_call_arguments.done",
-            ] {
-                let mut p = Map::new();
-                p.insert("item_id".into(), id.clone());
-                p.insert("output_index".into(), json!(index));
-                let key = if kind.ends_with("delta") {
-                    "delta"
-                } else {
-                    "arguments"
-                };
-                p.insert(key.into(), arguments.clone());
-                out.push(self.responses_event(kind, p));
-            }
+        match item.get("type").and_then(Value::as_str) {
+            Some("message") => self.message_item(index, &mut item, out),
+            Some("function_call") => self.function_call_item(index, &mut item, out),
+            _ => {}
         }
         let mut p = Map::new();
         p.insert("output_index".into(), json!(index));
         p.insert("item".into(), item.clone());
         out.push(self.responses_event("response.output_item.done", p));
         item
+    }
+
+    /// A message item: its text not yet shown, then the text's and the part's `.done` events;
+    /// the item completed in place.
+    fn message_item(&mut self, index: usize, item: &mut Value, out: &mut Vec<String>) {
+        let text = item
+            .pointer("/content/0/text")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned();
+        if index == 0 {
+            out.extend(self.show(self.rest(&text)));
+            out.extend(self.open_text());
+        }
+        let part = json!({"type": "output_text", "text": text, "annotations": []});
+        if let Some(o) = item.as_object_mut() {
+            o.insert("id".into(), json!(self.message_item_id()));
+            o.insert("status".into(), json!("completed"));
+            o.insert("content".into(), json!([part]));
+        }
+        for (kind, key, value) in [
+            ("response.output_text.done", "text", json!(text)),
+            ("response.content_part.done", "part", part),
+        ] {
+            let mut p = Map::new();
+            p.insert("item_id".into(), json!(self.message_item_id()));
+            p.insert("output_index".into(), json!(index));
+            p.insert("content_index".into(), json!(0));
+            p.insert(key.into(), value);
+            out.push(self.responses_event(kind, p));
+        }
+    }
+
+    /// A function call item: added (arguments empty), its arguments as one delta, done; the
+    /// item completed in place.
+    fn function_call_item(&mut self, index: usize, item: &mut Value, out: &mut Vec<String>) {
+        if let Some(o) = item.as_object_mut() {
+            o.insert("status".into(), json!("completed"));
+        }
+        let id = item.get("id").cloned().unwrap_or_default();
+        let mut added = item.clone();
+        if let Some(o) = added.as_object_mut() {
+            o.insert("arguments".into(), json!(""));
+            o.insert("status".into(), json!("in_progress"));
+        }
+        let mut p = Map::new();
+        p.insert("output_index".into(), json!(index));
+        p.insert("item".into(), added);
+        out.push(self.responses_event("response.output_item.added", p));
+        let arguments = item.get("arguments").cloned().unwrap_or(json!(""));
+        for (kind, key) in [
+            ("response.function_call_arguments.delta", "delta"),
+            ("response.function_call_arguments.done", "arguments"),
+        ] {
+            let mut p = Map::new();
+            p.insert("item_id".into(), id.clone());
+            p.insert("output_index".into(), json!(index));
+            p.insert(key.into(), arguments.clone());
+            out.push(self.responses_event(kind, p));
+        }
     }
 
     fn finish_gemini(&mut self, object: &Map<String, Value>) -> Vec<String> {

@@ -305,59 +305,7 @@ impl Sink for Deltas {
 fn streamed(api: Arc<Api>, dialect: Dialect, prepared: Prepared, call: Call) -> Response {
     let (frames, out) = mpsc::unbounded_channel::<String>();
     let warnings = prepared.warnings.clone();
-    tokio::spawn(async move {
-        let mut stream = Stream::new(
-            dialect,
-            &call.request.model,
-            prepared.include_usage,
-            call.request.stop.clone(),
-        );
-        let send = |list: Vec<String>| list.into_iter().all(|f| frames.send(f).is_ok());
-        if !send(stream.start()) {
-            return;
-        }
-        let (deltas, mut text) = mpsc::unbounded_channel();
-        let sink: Option<crate::fulfil::live::Events> = api::streams_live(&call).then(|| {
-            Arc::new(Deltas {
-                sender: deltas,
-                sent: Default::default(),
-            }) as _
-        });
-        let cancel = CancellationToken::new();
-        let answer = api.answer(dialect, &call, &cancel, sink);
-        tokio::pin!(answer);
-        let mut ping = tokio::time::interval(PING_EVERY);
-        ping.tick().await;
-        let result = loop {
-            tokio::select! {
-                result = &mut answer => break result,
-                Some(delta) = text.recv() => {
-                    if !send(stream.text(&delta)) {
-                        cancel.cancel();
-                        return;
-                    }
-                }
-                _ = ping.tick() => {
-                    if let Some(p) = stream.ping()
-                        && !send(vec![p]) {
-                        cancel.cancel();
-                        return;
-                    }
-                }
-                () = frames.closed() => {
-                    cancel.cancel();
-                    return;
-                }
-            }
-        };
-        while let Ok(delta) = text.try_recv() {
-            send(stream.text(&delta));
-        }
-        match result {
-            Ok(answered) => send(stream.finish(&answered.rendered.object)),
-            Err(e) => send(stream.error(&e)),
-        };
-    });
+    tokio::spawn(stream_answer(api, dialect, prepared, call, frames));
     let body = Body::from_stream(futures_util::stream::unfold(out, |mut out| async move {
         let frame = out.recv().await?;
         Some((
@@ -374,6 +322,64 @@ fn streamed(api: Arc<Api>, dialect: Dialect, prepared: Prepared, call: Call) -> 
         .headers_mut()
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     with_warnings(response, &warnings)
+}
+
+/// Answers the call, handing each event's frames to `frames`; returns (dropping the work) as
+/// soon as the client has gone.
+async fn stream_answer(
+    api: Arc<Api>,
+    dialect: Dialect,
+    prepared: Prepared,
+    call: Call,
+    frames: mpsc::UnboundedSender<String>,
+) {
+    let mut stream = Stream::new(
+        dialect,
+        &call.request.model,
+        prepared.include_usage,
+        call.request.stop.clone(),
+    );
+    let send = |list: Vec<String>| list.into_iter().all(|f| frames.send(f).is_ok());
+    if !send(stream.start()) {
+        return;
+    }
+    let (deltas, mut text) = mpsc::unbounded_channel();
+    let sink: Option<crate::fulfil::live::Events> = api::streams_live(&call).then(|| {
+        Arc::new(Deltas {
+            sender: deltas,
+            sent: Default::default(),
+        }) as _
+    });
+    let cancel = CancellationToken::new();
+    // However this ends, the work stops with it.
+    let _stop = cancel.clone().drop_guard();
+    let answer = api.answer(dialect, &call, &cancel, sink);
+    tokio::pin!(answer);
+    let mut ping = tokio::time::interval(PING_EVERY);
+    ping.tick().await;
+    let result = loop {
+        tokio::select! {
+            result = &mut answer => break result,
+            Some(delta) = text.recv() => {
+                if !send(stream.text(&delta)) {
+                    return;
+                }
+            }
+            _ = ping.tick() => {
+                if !send(stream.ping().into_iter().collect()) {
+                    return;
+                }
+            }
+            () = frames.closed() => return,
+        }
+    };
+    while let Ok(delta) = text.try_recv() {
+        send(stream.text(&delta));
+    }
+    match result {
+        Ok(answered) => send(stream.finish(&answered.rendered.object)),
+        Err(e) => send(stream.error(&e)),
+    };
 }
 
 /// The prompt tokens a request would read.
