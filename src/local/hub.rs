@@ -370,29 +370,12 @@ async fn metadata(source: &HubFile, access: &Access, hub: &Url) -> Result<Metada
             endpoint: access.endpoint.clone(),
             source: e,
         })?;
-        let header = |name: &str| {
-            response
-                .headers()
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .map(|v| {
-                    v.trim()
-                        .trim_start_matches("W/")
-                        .trim_matches('"')
-                        .to_owned()
-                })
-        };
-        if size.is_none() {
-            size = header("x-linked-size").and_then(|s| s.parse().ok());
-        }
-        if sha256.is_none() {
-            sha256 = header("x-linked-etag")
-                .filter(|d| d.len() == 64 && d.bytes().all(|b| b.is_ascii_hexdigit()))
-                .map(|d| d.to_ascii_lowercase());
-        }
+        let headers = response.headers();
+        size = size.or_else(|| header(headers, "x-linked-size").and_then(|s| s.parse().ok()));
+        sha256 = sha256.or_else(|| linked_sha256(headers));
         let status = response.status();
         if status.is_redirection() {
-            let location = header("location").ok_or_else(|| HubError::NoLocation {
+            let location = header(headers, "location").ok_or_else(|| HubError::NoLocation {
                 file: source.clone(),
             })?;
             match redirect(&url, &location).map_err(|e| HubError::BadLocation {
@@ -428,6 +411,23 @@ async fn metadata(source: &HubFile, access: &Access, hub: &Url) -> Result<Metada
     Err(HubError::Redirects {
         file: source.clone(),
     })
+}
+
+/// A response header's value, trimmed of a weak marker and quotes (as the Hub writes ETags).
+fn header(headers: &reqwest::header::HeaderMap, name: &str) -> Option<String> {
+    headers.get(name).and_then(|v| v.to_str().ok()).map(|v| {
+        v.trim()
+            .trim_start_matches("W/")
+            .trim_matches('"')
+            .to_owned()
+    })
+}
+
+/// The file's SHA-256 as the Hub states it (`X-Linked-Etag` of an LFS file), lower-cased.
+fn linked_sha256(headers: &reqwest::header::HeaderMap) -> Option<String> {
+    header(headers, "x-linked-etag")
+        .filter(|d| d.len() == 64 && d.bytes().all(|b| b.is_ascii_hexdigit()))
+        .map(|d| d.to_ascii_lowercase())
 }
 
 fn refused(source: &HubFile, access: &Access, status: reqwest::StatusCode) -> HubError {
