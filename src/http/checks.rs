@@ -136,6 +136,13 @@ impl Allowed {
     /// Whether a request's head passes: one `Host` (or an absolute-form target standing for
     /// it), agreeing with the target, on the list; an `Origin`, if any, on its list.
     pub(super) fn check(&self, uri: &Uri, headers: &HeaderMap) -> Result<(), Refusal> {
+        self.check_host(uri, headers)?;
+        self.check_origin(headers)
+    }
+
+    /// One `Host` (or the absolute-form target's authority), agreeing with the target, on the
+    /// list.
+    fn check_host(&self, uri: &Uri, headers: &HeaderMap) -> Result<(), Refusal> {
         let mut hosts = headers.get_all(header::HOST).iter();
         let (host, more) = (hosts.next(), hosts.next());
         if more.is_some() {
@@ -181,6 +188,11 @@ impl Allowed {
                 "Forbidden: Host header is not allowed",
             ));
         }
+        Ok(())
+    }
+
+    /// An `Origin`, if the request has one, on its list.
+    fn check_origin(&self, headers: &HeaderMap) -> Result<(), Refusal> {
         let Some(origin) = headers.get(header::ORIGIN) else {
             return Ok(());
         };

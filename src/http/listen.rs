@@ -76,14 +76,7 @@ pub(super) async fn serve(
                 drop(permit);
             });
         } else if let Ok(permit) = overflow.clone().try_acquire_owned() {
-            if !backoff.warned_full {
-                backoff.warned_full = true;
-                tracing::warn!(
-                    max = limits.max_connections,
-                    "connection limit reached (AGENT_AS_MODEL_MAX_CONNECTIONS): new connections \
-                     are answered 503 until some close (/healthz still answers)"
-                );
-            }
+            backoff.warn_full(limits.max_connections);
             let app = over_cap.clone();
             connections.spawn(async move {
                 serve_over_cap(stream, app).await;
@@ -92,10 +85,15 @@ pub(super) async fn serve(
         }
         // Past both, the connection is closed at once: its descriptor is freed here.
     }
+    finish(connections, stop, limits.shutdown_grace).await;
+}
+
+/// Cancels `stop` and gives the connections in flight `grace` to finish.
+async fn finish(connections: TaskTracker, stop: CancellationToken, grace: Duration) {
     tracing::warn!("stopping: finishing in-flight requests");
     stop.cancel();
     connections.close();
-    if tokio::time::timeout(limits.shutdown_grace, connections.wait())
+    if tokio::time::timeout(grace, connections.wait())
         .await
         .is_err()
     {
@@ -108,6 +106,20 @@ pub(super) async fn serve(
 struct AcceptBackoff {
     pause: Duration,
     warned_full: bool,
+}
+
+impl AcceptBackoff {
+    /// Says once that the connection cap is reached.
+    fn warn_full(&mut self, max: usize) {
+        if !self.warned_full {
+            self.warned_full = true;
+            tracing::warn!(
+                max,
+                "connection limit reached (AGENT_AS_MODEL_MAX_CONNECTIONS): new connections \
+                 are answered 503 until some close (/healthz still answers)"
+            );
+        }
+    }
 }
 
 impl AcceptBackoff {
