@@ -11,7 +11,7 @@
 
 pub mod stream;
 
-use crate::call::{Call, Mode};
+use crate::call::Call;
 use crate::error::CallError;
 use crate::service::{Answered, Origin, Served, Service};
 use crate::shapes::{self, Shape};
@@ -266,12 +266,6 @@ impl From<CallError> for ApiError {
             }
         }
     }
-}
-
-/// Whether an answer can be shown as it is made: a call that may be repaired (tools or
-/// structured output, a persona's schema) is shown only once it has been accepted.
-pub fn streams_live(call: &Call) -> bool {
-    matches!(call.mode, Mode::Text) && call.persona.is_none()
 }
 
 /// The model APIs, answered by the completion service.

@@ -15,6 +15,7 @@ use crate::config::Config;
 use crate::error::{CallError, CallResult, clip};
 use crate::fulfil::Capabilities;
 use crate::fulfil::live::{Event, Events, Sink};
+use crate::fulfil::written::Piece;
 use crate::retry::{self, Failure, GaveUp};
 use crate::wire::openai::{self, Reader};
 use serde_json::{Map, Value, json};
@@ -427,16 +428,7 @@ impl Provider {
             // A large chunk is work: let the other calls (and this call's timeout) run.
             tokio::task::yield_now().await;
             if let Some(live) = live.filter(|_| added.any) {
-                for name in &added.calls {
-                    live.event(Event::ToolCall {
-                        tokens: assembly.deltas,
-                        name: &self.scrub(name.clone()),
-                    });
-                }
-                live.event(Event::Delta {
-                    tokens: assembly.deltas,
-                    text: &self.release(&mut held, &added.text),
-                });
+                self.tell(live, assembly.deltas, &mut held, added.pieces);
             }
         }
         if let Some(live) = live.filter(|_| !held.is_empty()) {
@@ -448,6 +440,38 @@ impl Provider {
         let answer = assembly.finish().map_err(stream_failure)?;
         let text = self.scrub(answer.to_string());
         serde_json::from_str(&text).map_err(|e| fail(format!("the provider's answer: {e}")))
+    }
+
+    /// Tells `live` what a piece of the stream added, in order, with the secrets scrubbed; the
+    /// end of the text that could still become a secret waits in `held` (told before a call).
+    fn tell(&self, live: &dyn Sink, tokens: usize, held: &mut String, pieces: Vec<Piece>) {
+        for piece in pieces {
+            match piece {
+                Piece::Text(text) => live.event(Event::Delta {
+                    tokens,
+                    text: &self.release(held, &text),
+                }),
+                Piece::CallStart { index, id, name } => {
+                    if !held.is_empty() {
+                        live.event(Event::Delta {
+                            tokens,
+                            text: &self.scrub(std::mem::take(held)),
+                        });
+                    }
+                    live.event(Event::ToolCall {
+                        tokens,
+                        index,
+                        id: &self.scrub(id),
+                        name: &self.scrub(name),
+                    });
+                }
+                Piece::CallArgs { index, fragment } => live.event(Event::ToolArgs {
+                    tokens,
+                    index,
+                    fragment: &self.scrub(fragment),
+                }),
+            }
+        }
     }
 
     /// The error for a redirect that is not followed (it leaves the provider's origin), naming

@@ -9,6 +9,7 @@
 //! limit covers a line or event that never ends) before anything reaches the parser.
 
 use super::answer::{ErrorObject, Field, Shape, UsageCounts};
+use crate::fulfil::written::Piece;
 use crate::wire::openai::{Message, Speaker, ToolCall};
 use bytes::Bytes;
 use futures_core::Stream;
@@ -93,11 +94,37 @@ pub struct Assembly {
 /// What one piece of the stream added.
 #[derive(Debug, Default, PartialEq)]
 pub struct Added {
-    pub text: String,
-    /// The names of the tool calls that began.
-    pub calls: Vec<String>,
+    /// The text, the tool calls that began and their arguments' fragments, in order; a call's
+    /// index is its place in the answer (the provider's own indices may be anything).
+    pub pieces: Vec<Piece>,
     /// Whether anything was added (text or a tool call's part).
     pub any: bool,
+}
+
+impl Added {
+    /// The text added.
+    #[cfg(test)]
+    fn text(&self) -> String {
+        self.pieces
+            .iter()
+            .filter_map(|p| match p {
+                Piece::Text(t) => Some(t.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The names of the calls that began.
+    #[cfg(test)]
+    fn calls(&self) -> Vec<String> {
+        self.pieces
+            .iter()
+            .filter_map(|p| match p {
+                Piece::CallStart { name, .. } => Some(name.clone()),
+                _ => None,
+            })
+            .collect()
+    }
 }
 
 impl Assembly {
@@ -181,9 +208,7 @@ impl Assembly {
         let delta = choice.delta.into_option().unwrap_or_default();
         self.text_delta(delta.content, added);
         for call in delta.tool_calls.into_option().unwrap_or_default() {
-            if let Some(name) = self.tool_call_delta(call.into_option().unwrap_or_default())? {
-                added.calls.push(name);
-            }
+            self.tool_call_delta(call.into_option().unwrap_or_default(), added)?;
             added.any = true;
             self.deltas += 1;
         }
@@ -196,15 +221,19 @@ impl Assembly {
             && !text.is_empty()
         {
             self.content.push_str(text);
-            added.text.push_str(text);
+            match added.pieces.last_mut() {
+                Some(Piece::Text(t)) => t.push_str(text),
+                _ => added.pieces.push(Piece::Text(text.to_owned())),
+            }
             added.any = true;
             self.deltas += 1;
         }
     }
 
-    /// A part of a tool call: the first names it, the rest carry argument fragments. Returns
-    /// the call's name when this part began it; `Err` when it would begin one call too many.
-    fn tool_call_delta(&mut self, delta: CallDelta) -> Result<Option<String>, StreamError> {
+    /// A part of a tool call: the first names it, the rest carry argument fragments, told to
+    /// `added` once the call is named (its id fixed then: the provider's, or one made here);
+    /// `Err` when it would begin one call too many.
+    fn tool_call_delta(&mut self, delta: CallDelta, added: &mut Added) -> Result<(), StreamError> {
         let index = delta
             .index
             .into_option()
@@ -224,20 +253,43 @@ impl Assembly {
             }
         };
         let Some(call) = self.calls.get_mut(position) else {
-            return Ok(None);
+            return Ok(());
         };
-        let began = call.name.is_empty();
-        if let Some(id) = delta.id.into_option() {
+        let named = !call.name.is_empty();
+        if let Some(id) = delta.id.into_option()
+            && !named
+        {
             call.id = Some(id);
         }
         let function = delta.function.into_option().unwrap_or_default();
         if let Some(name) = function.name.get() {
             call.name.push_str(name);
         }
-        if let Some(part) = function.arguments.get() {
-            call.arguments.push_str(part);
+        let part = function.arguments.get().map_or("", String::as_str);
+        call.arguments.push_str(part);
+        if !named && !call.name.is_empty() {
+            let id = call
+                .id
+                .get_or_insert_with(|| crate::call::new_id("call_"))
+                .clone();
+            added.pieces.push(Piece::CallStart {
+                index: position,
+                id,
+                name: call.name.clone(),
+            });
+            if !call.arguments.is_empty() {
+                added.pieces.push(Piece::CallArgs {
+                    index: position,
+                    fragment: call.arguments.clone(),
+                });
+            }
+        } else if named && !part.is_empty() {
+            added.pieces.push(Piece::CallArgs {
+                index: position,
+                fragment: part.to_owned(),
+            });
         }
-        Ok((began && !call.name.is_empty()).then(|| call.name.clone()))
+        Ok(())
     }
 
     /// The chat completion the stream made; `Err` when it broke off before its end (no
@@ -377,14 +429,40 @@ mod tests {
         let mut assembly = Assembly::new(128);
         let mut text = String::new();
         let mut began = Vec::new();
+        let mut pieces = Vec::new();
         // Fed in pieces that cut events and characters' lines anywhere.
         for piece in stream.as_bytes().chunks(7) {
             let added = assembly.feed(piece).unwrap();
-            text.push_str(&added.text);
-            began.extend(added.calls);
+            text.push_str(&added.text());
+            began.extend(added.calls());
+            pieces.extend(added.pieces);
         }
         assert_eq!(text, "Hello");
         assert_eq!(began, ["get_weather"]);
+        // The call is told after the text, with the provider's id, its arguments in pieces.
+        let calls: Vec<&Piece> = pieces
+            .iter()
+            .filter(|p| !matches!(p, Piece::Text(_)))
+            .collect();
+        assert_eq!(
+            calls,
+            [
+                &Piece::CallStart {
+                    index: 0,
+                    id: "call_1".into(),
+                    name: "get_weather".into()
+                },
+                &Piece::CallArgs {
+                    index: 0,
+                    fragment: "{\"city\": ".into()
+                },
+                &Piece::CallArgs {
+                    index: 0,
+                    fragment: "\"Paris\"}".into()
+                },
+            ]
+        );
+        assert!(matches!(pieces.last(), Some(Piece::CallArgs { .. })));
         assert_eq!(assembly.deltas, 5);
         let done = assembly.finish().unwrap();
         assert_eq!(done["model"], "m1");
@@ -415,7 +493,7 @@ mod tests {
         let mut trickled = Assembly::new(128);
         let mut got = String::new();
         for b in whole.as_bytes().chunks(1) {
-            got.push_str(&trickled.feed(b).unwrap().text);
+            got.push_str(&trickled.feed(b).unwrap().text());
         }
         assert_eq!(got, text);
         assert_eq!(
@@ -446,7 +524,7 @@ mod tests {
         let mut assembly = Assembly::new(8);
         let mut text = String::new();
         for piece in stream.chunks(size) {
-            text.push_str(&assembly.feed(piece).unwrap().text);
+            text.push_str(&assembly.feed(piece).unwrap().text());
         }
         (text, assembly.finish().unwrap())
     }
@@ -526,8 +604,8 @@ mod tests {
         .concat();
         let mut assembly = Assembly::new(8);
         let added = assembly.feed(stream.as_bytes()).unwrap();
-        assert_eq!(added.text, "a");
-        assert_eq!(added.calls, ["f"]);
+        assert_eq!(added.text(), "a");
+        assert_eq!(added.calls(), ["f"]);
         assert_eq!(assembly.deltas, 4);
         let done = assembly.finish().unwrap();
         assert_eq!(done["model"], "m");

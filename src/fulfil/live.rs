@@ -19,11 +19,28 @@ pub enum Event<'a> {
         number: usize,
         of: usize,
         budget: Option<usize>,
+        /// Whether what the backend makes in this attempt is the answer's own text and tool
+        /// calls, as a caller may be shown them while they come (not JSON written for a
+        /// schema, or calls written in text for a backend that cannot take tools).
+        verbatim: bool,
     },
     /// The answer has `tokens` tokens now, `text` the newest of them.
     Delta { tokens: usize, text: &'a str },
-    /// The model began a call of the tool `name` (streamed answers).
-    ToolCall { tokens: usize, name: &'a str },
+    /// The model began its call numbered `index` (from 0, in the answer's order), of the tool
+    /// `name`; `id` is the call's id in the answer.
+    ToolCall {
+        tokens: usize,
+        index: usize,
+        id: &'a str,
+        name: &'a str,
+    },
+    /// More of the arguments of the call numbered `index`, as JSON text: the fragments of a call
+    /// join into its arguments.
+    ToolArgs {
+        tokens: usize,
+        index: usize,
+        fragment: &'a str,
+    },
     /// Nothing follows: the reporter ends after what it is sending.
     Finished,
 }
@@ -137,7 +154,9 @@ impl Live {
     /// Tells the caller's view what happened.
     pub fn event(&self, event: Event<'_>) {
         match event {
-            Event::Attempt { number, of, budget } => self.update(|s| {
+            Event::Attempt {
+                number, of, budget, ..
+            } => self.update(|s| {
                 *s = Snapshot {
                     before: s.before + s.tokens,
                     attempt: number,
@@ -150,9 +169,15 @@ impl Live {
                 s.tokens = tokens;
                 push_tail(&mut s.tail, text);
             }),
-            Event::ToolCall { tokens, name } => self.update(|s| {
+            Event::ToolCall { tokens, name, .. } => self.update(|s| {
                 s.tokens = tokens;
                 push_tail(&mut s.tail, &format!("[calling {name}] "));
+            }),
+            Event::ToolArgs {
+                tokens, fragment, ..
+            } => self.update(|s| {
+                s.tokens = tokens;
+                push_tail(&mut s.tail, fragment);
             }),
             Event::Finished => {
                 self.state
@@ -193,6 +218,7 @@ mod tests {
             number: 1,
             of: 2,
             budget: Some(100),
+            verbatim: true,
         });
         for i in 0..500 {
             live.event(Event::Delta {
@@ -209,6 +235,7 @@ mod tests {
             number: 2,
             of: 2,
             budget: None,
+            verbatim: false,
         });
         live.event(Event::Delta {
             tokens: 1,
@@ -219,9 +246,22 @@ mod tests {
         assert_eq!((repair.progress(), repair.total()), (501, None));
         live.event(Event::ToolCall {
             tokens: 2,
+            index: 0,
+            id: "c",
             name: "f",
         });
-        assert!(live.next().await.unwrap().tail.ends_with("[calling f] "));
+        live.event(Event::ToolArgs {
+            tokens: 3,
+            index: 0,
+            fragment: "{\"x\"",
+        });
+        assert!(
+            live.next()
+                .await
+                .unwrap()
+                .tail
+                .ends_with("[calling f] {\"x\"")
+        );
         live.event(Event::Finished);
         assert_eq!(live.next().await, None);
     }

@@ -18,6 +18,7 @@
 
 pub mod live;
 pub mod output;
+pub mod written;
 
 use crate::call::{Answer, Block, Call, Completion, Finish, Mode, ToolChoice, ToolDef, Turn};
 use crate::error::{Blame, CallError, CallResult};
@@ -270,6 +271,16 @@ impl<'a> Machine<'a> {
 
     pub fn strategy(&self) -> Strategy {
         self.strategy
+    }
+
+    /// Whether the backend's text and tool calls are the answer's own, as the caller may see
+    /// them come: plain text or calls the backend makes natively, with no persona's schema to
+    /// hold the text to.
+    pub fn verbatim(&self) -> bool {
+        matches!(
+            self.strategy,
+            Strategy::Text | Strategy::ToolsNative | Strategy::ToolsNotForwarded
+        ) && self.call.persona.is_none()
     }
 
     /// Given the progress so far and the answer to the last attempt (`None` before the first,

@@ -218,17 +218,8 @@ fn emulated_calls(text: &str, defs: &[ToolDef]) -> Emulated {
     let Some((value, span)) = extract_json_span(text) else {
         return Emulated::NoCall;
     };
-    let items: Vec<&Value> = match &value {
-        Value::Object(m) if m.contains_key("tool_calls") => match m.get("tool_calls") {
-            Some(Value::Array(a)) => a.iter().collect(),
-            Some(single) => vec![single],
-            None => Vec::new(),
-        },
-        Value::Object(m) if m.contains_key("name") => vec![&value],
-        Value::Array(a) if a.iter().all(|i| i.get("name").is_some()) && !a.is_empty() => {
-            a.iter().collect()
-        }
-        _ => return Emulated::NoCall,
+    let Some(items) = super::written::call_items(&value) else {
+        return Emulated::NoCall;
     };
     let calls = match items
         .into_iter()
@@ -250,22 +241,12 @@ fn emulated_calls(text: &str, defs: &[ToolDef]) -> Emulated {
 /// One prompted call `{name, arguments | input | parameters}` (arguments possibly a JSON
 /// string), checked against its tool's schema.
 fn emulated_call(item: &Value, defs: &[ToolDef]) -> Result<ToolCall, String> {
-    let name = item.get("name").and_then(Value::as_str).unwrap_or("");
+    let (name, args) = super::written::read_item(item);
     let Some(def) = defs.iter().find(|d| d.name == name) else {
         let names: Vec<&str> = defs.iter().map(|d| d.name.as_str()).collect();
         return Err(format!(
             "the answer calls a tool named {name:?}, but the tools are {names:?}"
         ));
-    };
-    let args = item
-        .get("arguments")
-        .or_else(|| item.get("input"))
-        .or_else(|| item.get("parameters"))
-        .cloned()
-        .unwrap_or_else(|| Value::Object(Default::default()));
-    let args = match args {
-        Value::String(s) => serde_json::from_str(&s).unwrap_or(Value::String(s)),
-        other => other,
     };
     if !args.is_object() {
         return Err(format!(

@@ -8,6 +8,7 @@ use crate::api::stream::Stream;
 use crate::api::{self, Api, ApiError, Dialect, ErrorKind, Prepared};
 use crate::call::Call;
 use crate::fulfil::live::{Event, Sink};
+use crate::fulfil::written::Piece;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, Request, State};
@@ -16,6 +17,7 @@ use axum::response::Response;
 use axum::routing::{get, head, post};
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -278,25 +280,55 @@ async fn gemini_array(api: Arc<Api>, body: Bytes, model: &str) -> Response {
     }
 }
 
-/// The text deltas of an answer made where this server sees it, handed to the stream's task.
+/// What a call's answer shows while it is made (its text, the tool calls it begins and their
+/// arguments), handed to the stream's task; an attempt whose output is not the answer's own
+/// (JSON written for a schema, calls written in text) is not shown.
 struct Deltas {
-    sender: mpsc::UnboundedSender<String>,
-    /// Some text has been handed on: the client may have seen it.
-    sent: std::sync::atomic::AtomicBool,
+    sender: mpsc::UnboundedSender<Piece>,
+    /// The current attempt's output is the answer's own.
+    verbatim: AtomicBool,
+    /// Something has been handed on: the client may have seen it.
+    sent: AtomicBool,
+}
+
+impl Deltas {
+    fn hand_on(&self, piece: Piece) {
+        self.sent.store(true, Ordering::Relaxed);
+        let _ = self.sender.send(piece);
+    }
 }
 
 impl Sink for Deltas {
     fn event(&self, event: Event<'_>) {
-        if let Event::Delta { text, .. } = event
-            && !text.is_empty()
-        {
-            self.sent.store(true, std::sync::atomic::Ordering::Relaxed);
-            let _ = self.sender.send(text.to_owned());
+        if let Event::Attempt { verbatim, .. } = event {
+            self.verbatim.store(verbatim, Ordering::Relaxed);
+        }
+        if !self.verbatim.load(Ordering::Relaxed) {
+            return;
+        }
+        match event {
+            Event::Delta { text, .. } if !text.is_empty() => {
+                self.hand_on(Piece::Text(text.to_owned()));
+            }
+            Event::ToolCall {
+                index, id, name, ..
+            } => self.hand_on(Piece::CallStart {
+                index,
+                id: id.to_owned(),
+                name: name.to_owned(),
+            }),
+            Event::ToolArgs {
+                index, fragment, ..
+            } => self.hand_on(Piece::CallArgs {
+                index,
+                fragment: fragment.to_owned(),
+            }),
+            _ => {}
         }
     }
 
     fn committed(&self) -> bool {
-        self.sent.load(std::sync::atomic::Ordering::Relaxed)
+        self.sent.load(Ordering::Relaxed)
     }
 }
 
@@ -343,25 +375,24 @@ async fn stream_answer(
     if !send(stream.start()) {
         return;
     }
-    let (deltas, mut text) = mpsc::unbounded_channel();
-    let sink: Option<crate::fulfil::live::Events> = api::streams_live(&call).then(|| {
-        Arc::new(Deltas {
-            sender: deltas,
-            sent: Default::default(),
-        }) as _
+    let (deltas, mut pieces) = mpsc::unbounded_channel();
+    let sink: crate::fulfil::live::Events = Arc::new(Deltas {
+        sender: deltas,
+        verbatim: AtomicBool::new(false),
+        sent: AtomicBool::new(false),
     });
     let cancel = CancellationToken::new();
     // However this ends, the work stops with it.
     let _stop = cancel.clone().drop_guard();
-    let answer = api.answer(dialect, &call, &cancel, sink);
+    let answer = api.answer(dialect, &call, &cancel, Some(sink));
     tokio::pin!(answer);
     let mut ping = tokio::time::interval(PING_EVERY);
     ping.tick().await;
     let result = loop {
         tokio::select! {
             result = &mut answer => break result,
-            Some(delta) = text.recv() => {
-                if !send(stream.text(&delta)) {
+            Some(piece) = pieces.recv() => {
+                if !send(stream.piece(piece)) {
                     return;
                 }
             }
@@ -373,8 +404,8 @@ async fn stream_answer(
             () = frames.closed() => return,
         }
     };
-    while let Ok(delta) = text.try_recv() {
-        send(stream.text(&delta));
+    while let Ok(piece) = pieces.try_recv() {
+        send(stream.piece(piece));
     }
     match result {
         Ok(answered) => send(stream.finish(&answered.rendered.object)),

@@ -18,6 +18,7 @@ use crate::config::Config;
 use crate::error::{CallError, CallResult};
 use crate::fulfil::Capabilities;
 use crate::fulfil::live::{Event, Events};
+use crate::fulfil::written::Reader;
 use crate::wire::openai;
 use engine::{EngineError, ModelFile, Output, Params};
 use fetch::FetchError;
@@ -189,8 +190,11 @@ impl From<LocalError> for CallError {
 
 struct Job {
     request: ModelRequest,
-    /// Told the answer's tokens as they are made, when the caller follows its progress.
+    /// Told the answer's tokens (and the tool calls in them) as they are made, when the caller
+    /// follows the answer.
     live: Option<Events>,
+    /// What the ids of the answer's tool calls begin with.
+    id_base: String,
     reply: oneshot::Sender<Result<Output, LocalError>>,
 }
 
@@ -330,7 +334,8 @@ impl Model for Local {
     ) -> BoxFuture<'_, CallResult<Completion>> {
         Box::pin(async move {
             direct::text_only(&request, KIND)?;
-            let tools = offered(&request).to_vec();
+            let id_base = new_id("call_");
+            let reader = reader(&request, &id_base);
             let (reply, answer) = oneshot::channel();
             // The call holds its place while this future lives: dropped (the caller went away)
             // before the worker took it, the call leaves the queue.
@@ -339,6 +344,7 @@ impl Model for Local {
                 .push(Job {
                     request,
                     live,
+                    id_base,
                     reply,
                 })
                 .map_err(|e| match e {
@@ -350,7 +356,7 @@ impl Model for Local {
             let output = answer
                 .await
                 .map_err(|_| LocalError::StoppedBeforeAnswering)??;
-            Ok(completion(output, &tools, &self.name()))
+            Ok(completion(output, reader, &self.name()))
         })
     }
 }
@@ -370,6 +376,26 @@ impl Drop for Closing {
     fn drop(&mut self) {
         drop(self.0.close_and_drain());
     }
+}
+
+/// The reader of the tool calls in the model's answer: none without tools; when a grammar
+/// requires a call, the whole answer is one.
+fn reader(request: &ModelRequest, id_base: &str) -> Option<Reader> {
+    let tools = offered(request);
+    if tools.is_empty() {
+        None
+    } else if requires_call(request, tools) {
+        Some(Reader::call(id_base))
+    } else {
+        Some(Reader::new(id_base))
+    }
+}
+
+/// Whether the answer must be a call of one of the tools (decoded under a grammar saying so).
+fn requires_call(request: &ModelRequest, tools: &[ModelTool]) -> bool {
+    request.response_schema.is_none()
+        && request.tool_choice == Some(ToolChoice::Required)
+        && !tools.is_empty()
 }
 
 /// The tools the model may call: none when the caller said so.
@@ -524,6 +550,7 @@ impl Worker {
         let Job {
             request,
             live,
+            id_base,
             reply,
         } = job;
         let parts = Self::parts(model, &request, self.settings.seed);
@@ -533,9 +560,7 @@ impl Worker {
                 params,
                 budget,
                 sampler,
-                sink: live.map(|live| -> slots::Sink {
-                    Box::new(move |tokens, text| live.event(Event::Delta { tokens, text }))
-                }),
+                sink: live.map(|live| sink(live, reader(&request, &id_base))),
                 reply,
             }),
             Err(e) => {
@@ -617,7 +642,7 @@ fn grammar(request: &ModelRequest, tools: &[ModelTool]) -> Option<TopLevelGramma
             schema.clone(),
         ))));
     }
-    if request.tool_choice == Some(ToolChoice::Required) && !tools.is_empty() {
+    if requires_call(request, tools) {
         let calls: Vec<Value> = tools
             .iter()
             .map(|t| {
@@ -665,13 +690,25 @@ fn closed(schema: &Value) -> Value {
     }
 }
 
-/// The model's output as a completion: tool calls found in it (in Qwen's `<tool_call>` tags,
-/// fenced or bare JSON `{"name", "arguments"}` naming an offered tool), and the rest as text.
-fn completion(output: Output, tools: &[ModelTool], name: &str) -> Completion {
-    let (text, calls) = if tools.is_empty() {
-        (output.text, Vec::new())
-    } else {
-        tool_calls(&output.text, tools)
+/// Where the slots tell the answer as it is made: its text, and the tool calls `reader` finds
+/// in it (each call's start and its arguments in pieces).
+fn sink(live: Events, reader: Option<Reader>) -> slots::Sink {
+    match reader {
+        None => Box::new(move |tokens, text| live.event(Event::Delta { tokens, text })),
+        Some(mut reader) => Box::new(move |tokens, text| {
+            for piece in reader.feed(text) {
+                live.event(piece.event(tokens));
+            }
+        }),
+    }
+}
+
+/// The model's output as a completion: the tool calls `reader` finds in it (in Qwen's
+/// `<tool_call>` tags, or an answer that is a fenced or bare call), and the rest as text.
+fn completion(output: Output, reader: Option<Reader>, name: &str) -> Completion {
+    let (text, calls) = match reader {
+        None => (output.text, Vec::new()),
+        Some(reader) => reader.read(&output.text),
     };
     let mut blocks: Vec<Block> = Vec::new();
     if calls.is_empty() {
@@ -684,7 +721,11 @@ fn completion(output: Output, tools: &[ModelTool], name: &str) -> Completion {
     } else {
         Finish::ToolUse
     };
-    blocks.extend(calls);
+    blocks.extend(calls.into_iter().map(|c| Block::ToolUse {
+        id: c.id,
+        name: c.name,
+        input: c.input,
+    }));
     Completion {
         blocks,
         model: name.to_owned(),
@@ -696,72 +737,6 @@ fn completion(output: Output, tools: &[ModelTool], name: &str) -> Completion {
             cached: Some(output.cached_tokens),
         }),
     }
-}
-
-/// Tool calls in a model's text, and the text without them.
-fn tool_calls(text: &str, tools: &[ModelTool]) -> (String, Vec<Block>) {
-    let mut calls = Vec::new();
-    let mut rest = String::new();
-    let mut remaining = text;
-    while let Some(start) = remaining.find("<tool_call>") {
-        rest.push_str(remaining.get(..start).unwrap_or(""));
-        let after = remaining.get(start + "<tool_call>".len()..).unwrap_or("");
-        let (inside, next) = match after.find("</tool_call>") {
-            Some(end) => (
-                after.get(..end).unwrap_or(""),
-                after.get(end + "</tool_call>".len()..).unwrap_or(""),
-            ),
-            None => (after, ""),
-        };
-        calls.extend(parse_calls(inside, tools));
-        remaining = next;
-    }
-    rest.push_str(remaining);
-    if calls.is_empty() {
-        let found = parse_calls(&rest, tools);
-        if !found.is_empty() {
-            return (String::new(), found);
-        }
-    }
-    (rest, calls)
-}
-
-/// `{"name", "arguments"}` objects (or a list of them) in fenced or bare JSON.
-fn parse_calls(text: &str, tools: &[ModelTool]) -> Vec<Block> {
-    let body = text.trim();
-    let body = body
-        .strip_prefix("```json")
-        .or_else(|| body.strip_prefix("```"))
-        .map_or(body, |b| b.trim_end().trim_end_matches("```"))
-        .trim();
-    let Ok(value) = serde_json::from_str::<Value>(body) else {
-        return Vec::new();
-    };
-    let items = match value {
-        Value::Array(items) => items,
-        one => vec![one],
-    };
-    items
-        .into_iter()
-        .filter_map(|item| {
-            let name = item.get("name")?.as_str()?;
-            tools.iter().find(|t| t.name == name)?;
-            let input = match item.get("arguments").or_else(|| item.get("parameters")) {
-                Some(Value::Object(o)) => o.clone(),
-                Some(Value::String(s)) => match serde_json::from_str(s) {
-                    Ok(Value::Object(o)) => o,
-                    _ => return None,
-                },
-                None => Map::new(),
-                Some(_) => return None,
-            };
-            Some(Block::ToolUse {
-                id: new_id("call_"),
-                name: name.to_owned(),
-                input,
-            })
-        })
-        .collect()
 }
 
 #[cfg(test)]
@@ -776,25 +751,42 @@ mod tests {
         }
     }
 
+    fn output(text: &str) -> Output {
+        Output {
+            text: text.into(),
+            prompt_tokens: 5,
+            cached_tokens: 0,
+            completion_tokens: 9,
+            finish: Finish::EndTurn,
+        }
+    }
+
     #[test]
-    fn tool_calls_are_found_in_tags_fences_and_bare_json() {
-        let tools = [tool("get_weather")];
-        let (rest, calls) = tool_calls(
-            "Sure.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
-            &tools,
+    fn the_answers_calls_keep_the_ids_they_were_told_with_and_end_it() {
+        let request = ModelRequest {
+            tools: vec![tool("get_weather")],
+            ..Default::default()
+        };
+        let text = "Sure.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+        let done = completion(output(text), reader(&request, "call_x"), "m");
+        assert_eq!(done.finish, Finish::ToolUse);
+        assert!(matches!(&done.blocks[..],
+            [Block::Text(t), Block::ToolUse { id, name, input }]
+                if t == "Sure." && id == "call_x_0" && name == "get_weather" && input["city"] == "Paris"));
+        // Without tools the text is the answer, whatever it looks like.
+        let done = completion(output(text), reader(&ModelRequest::default(), "c"), "m");
+        assert!(matches!(&done.blocks[..], [Block::Text(t)] if t == text));
+        // A required call is read from the first byte.
+        let required = ModelRequest {
+            tool_choice: Some(ToolChoice::Required),
+            ..request
+        };
+        let done = completion(
+            output("{\"name\": \"get_weather\", \"arguments\": {}}"),
+            reader(&required, "c"),
+            "m",
         );
-        assert_eq!(rest.trim(), "Sure.");
-        assert!(
-            matches!(&calls[..], [Block::ToolUse { name, input, .. }] if name == "get_weather" && input["city"] == "Paris")
-        );
-        let (_, calls) = tool_calls(
-            "```json\n{\"name\": \"get_weather\", \"arguments\": \"{\\\"city\\\": \\\"Oslo\\\"}\"}\n```",
-            &tools,
-        );
-        assert_eq!(calls.len(), 1);
-        let (rest, calls) = tool_calls("{\"name\": \"other\", \"arguments\": {}}", &tools);
-        assert!(calls.is_empty(), "unknown tools are text");
-        assert!(rest.contains("other"));
+        assert!(matches!(&done.blocks[..], [Block::ToolUse { id, .. }] if id == "c_0"));
     }
 
     #[test]

@@ -62,10 +62,19 @@ impl Driver<'_> {
                 Step::Done(done) => return Ok(Outcome::Done(Box::new(done))),
                 Step::Send(attempt) => {
                     if let Some(events) = events {
+                        if let Some(shown) = progress.repairs.last().filter(|_| events.committed())
+                        {
+                            // The caller has been shown the answer being repaired.
+                            return Err(CallError::Rejected(format!(
+                                "{}; the answer was already streamed to the client, so it                                  cannot be repaired",
+                                shown.problem
+                            )));
+                        }
                         events.event(Event::Attempt {
                             number: progress.repairs.len() + 1,
                             of: machine.attempts_allowed(),
                             budget: usize::try_from(call.request.max_tokens).ok(),
+                            verbatim: machine.verbatim(),
                         });
                     }
                     match self.send(&attempt, &progress, events).await? {

@@ -1,8 +1,9 @@
 //! The model APIs over plain HTTP, driven with raw requests: the token in every spelling the
 //! clients use and each API's 401 envelope, the answer a server with only the host's sampling
 //! gives, a hosted tool left out with a warning header, Gemini's JSON-array stream, a stop
-//! sequence that never reaches a stream even when it arrives in pieces, and a client that goes
-//! away stopping the provider's request.
+//! sequence that never reaches a stream even when it arrives in pieces, a tool call whose
+//! arguments reach the client in pieces while the provider is still making them, and a client
+//! that goes away stopping the provider's request.
 
 use crate::common::http_client;
 use crate::common::openai::{Reply, Scripted, completion};
@@ -296,4 +297,200 @@ async fn the_embedded_model_reports_cached_tokens_and_refuses_a_prompt_over_its_
     let message = v["error"]["message"].as_str().unwrap();
     assert!(message.starts_with("prompt is too long: "), "{message}");
     assert!(message.contains(" tokens > 4096 maximum"), "{message}");
+}
+
+/// A chat-completion chunk carrying a part of tool call 0.
+fn call_chunk(part: Value) -> String {
+    json!({"id": "c", "object": "chat.completion.chunk", "model": "upstream",
+           "choices": [{"index": 0, "delta": {"tool_calls": [part]}, "finish_reason": null}]})
+    .to_string()
+}
+
+/// The `data:` payloads of the events received so far, reading more until `enough` holds
+/// (or the stream ends, or 30 s pass); the events and whether the stream ended.
+async fn read_until(
+    response: &mut reqwest::Response,
+    text: &mut String,
+    enough: impl Fn(&[Value]) -> bool,
+) -> (Vec<Value>, bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let complete = text.rfind("\n\n").map_or("", |end| &text[..end]);
+        let events = data(complete);
+        if enough(&events) || Instant::now() > deadline {
+            return (events, false);
+        }
+        match tokio::time::timeout(Duration::from_secs(30), response.chunk()).await {
+            Ok(Ok(Some(chunk))) => text.push_str(&String::from_utf8_lossy(&chunk)),
+            _ => return (data(text), true),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_tool_calls_arguments_reach_the_client_in_pieces_while_the_provider_makes_them() {
+    let schema = json!({"type": "object", "properties": {"city": {"type": "string"}},
+                        "required": ["city"]});
+    let first = vec![
+        call_chunk(json!({"index": 0, "id": "call_w", "type": "function",
+                          "function": {"name": "get_weather", "arguments": ""}})),
+        call_chunk(json!({"index": 0, "function": {"arguments": "{\"city\": \"Pa"}})),
+    ];
+    let rest = vec![
+        call_chunk(json!({"index": 0, "function": {"arguments": "ris\"}"}})),
+        json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}).to_string(),
+        "[DONE]".to_owned(),
+    ];
+    let gates: Vec<_> = (0..3)
+        .map(|_| std::sync::Arc::new(tokio::sync::Notify::new()))
+        .collect();
+    let script = gates
+        .iter()
+        .map(|g| Reply::Gated(first.clone(), g.clone(), rest.clone()))
+        .collect();
+    let provider = Scripted::start(script).await;
+    let s = server("tool-pieces", &provider).await;
+    let question = "What is the weather in Paris?";
+    // Per API: the path, the body, the first fragment as the client sees it, the whole arguments.
+    type Fragments = fn(&[Value]) -> Vec<String>;
+    let cases: [(&str, Value, Fragments); 3] = [
+        (
+            "/v1/chat/completions",
+            json!({"model": "gpt-4o-mini", "stream": true,
+                   "messages": [{"role": "user", "content": question}],
+                   "tools": [{"type": "function",
+                              "function": {"name": "get_weather", "parameters": schema}}]}),
+            |events| {
+                events
+                    .iter()
+                    .filter_map(|e| e.pointer("/choices/0/delta/tool_calls/0/function/arguments"))
+                    .filter_map(|a| a.as_str().map(str::to_owned))
+                    .filter(|a| !a.is_empty())
+                    .collect()
+            },
+        ),
+        (
+            "/v1/messages",
+            json!({"model": "gpt-4o-mini", "stream": true, "max_tokens": 100,
+                   "messages": [{"role": "user", "content": question}],
+                   "tools": [{"name": "get_weather", "input_schema": schema}]}),
+            |events| {
+                events
+                    .iter()
+                    .filter_map(|e| e.pointer("/delta/partial_json"))
+                    .filter_map(|a| a.as_str().map(str::to_owned))
+                    .collect()
+            },
+        ),
+        (
+            "/v1/responses",
+            json!({"model": "gpt-4o-mini", "stream": true, "input": question,
+                   "tools": [{"type": "function", "name": "get_weather", "parameters": schema}]}),
+            |events| {
+                events
+                    .iter()
+                    .filter(|e| e["type"] == "response.function_call_arguments.delta")
+                    .filter_map(|e| e["delta"].as_str().map(str::to_owned))
+                    .collect()
+            },
+        ),
+    ];
+    for ((path, body, fragments), gate) in cases.into_iter().zip(&gates) {
+        let mut response = http_client()
+            .post(format!("{}{path}", s.url))
+            .header("x-api-key", TOKEN)
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "{path}");
+        let mut text = String::new();
+        let (events, ended) =
+            read_until(&mut response, &mut text, |e| !fragments(e).is_empty()).await;
+        // The provider holds the rest until the gate opens: this came while it was writing.
+        assert!(
+            !ended,
+            "{path}: the stream ended before the call's first piece: {text}"
+        );
+        assert_eq!(fragments(&events), ["{\"city\": \"Pa"], "{path}: {text}");
+        assert!(
+            text.contains("call_w"),
+            "{path}: the call's id came first: {text}"
+        );
+        gate.notify_one();
+        let (events, ended) = read_until(&mut response, &mut text, |_| false).await;
+        assert!(ended, "{path}");
+        let whole: String = fragments(&events).concat();
+        assert_eq!(
+            serde_json::from_str::<Value>(&whole).unwrap(),
+            json!({"city": "Paris"}),
+            "{path}: {text}"
+        );
+        assert_eq!(
+            fragments(&events).len(),
+            2,
+            "{path}: sent once, in pieces: {text}"
+        );
+        let finish = match path {
+            "/v1/chat/completions" => text.contains("\"finish_reason\":\"tool_calls\""),
+            "/v1/messages" => text.contains("\"stop_reason\":\"tool_use\""),
+            _ => events.iter().any(|e| {
+                e["type"] == "response.completed"
+                    && e.pointer("/response/output/0/call_id") == Some(&json!("call_w"))
+            }),
+        };
+        assert!(finish, "{path}: {text}");
+    }
+}
+
+#[tokio::test]
+async fn the_embedded_models_tool_call_streams_its_arguments_as_they_are_decoded() {
+    let fetched = crate::local::first_try();
+    assert!(
+        fetched.status.success(),
+        "the embedded model could not be fetched"
+    );
+    let _turn = crate::local::TURN.lock().await;
+    let s = start(&[("AGENT_AS_MODEL_BACKEND", "local")]).await;
+    let schema = json!({"type": "object", "properties": {"city": {"type": "string"}},
+                        "required": ["city"]});
+    let url = format!("{}/v1/chat/completions", s.url);
+    for choice in [json!("required"), json!("auto")] {
+        let body = json!({"model": "local", "stream": true, "max_tokens": 60, "seed": 1,
+            "temperature": 0, "tool_choice": choice,
+            "messages": [{"role": "user", "content": "What is the weather in Paris? Use the tool."}],
+            "tools": [{"type": "function", "function": {"name": "get_weather",
+                "description": "The weather in a city", "parameters": schema}}]});
+        let (status, _, text) = post(&url, &[], &body).await;
+        assert_eq!(status, 200, "{choice}: {text}");
+        let calls: Vec<Value> = data(&text)
+            .into_iter()
+            .filter_map(|c| c.pointer("/choices/0/delta/tool_calls/0").cloned())
+            .collect();
+        assert!(!calls.is_empty(), "{choice}: no call: {text}");
+        assert_eq!(
+            calls[0]["function"]["name"], "get_weather",
+            "{choice}: {text}"
+        );
+        let id = calls[0]["id"].as_str().unwrap();
+        assert!(id.starts_with("call_"), "{choice}: {text}");
+        let fragments: Vec<&str> = calls
+            .iter()
+            .filter_map(|c| c["function"]["arguments"].as_str())
+            .filter(|a| !a.is_empty())
+            .collect();
+        // Decoded token by token: the arguments come in several pieces, and join into them.
+        assert!(fragments.len() > 2, "{choice}: {fragments:?}");
+        let args: Value = serde_json::from_str(&fragments.concat()).unwrap();
+        assert!(
+            args["city"].as_str().is_some_and(|c| c.contains("Paris")),
+            "{choice}: {args}"
+        );
+        assert!(calls.iter().all(|c| c["index"] == 0), "{choice}: {text}");
+        assert!(
+            text.contains("\"finish_reason\":\"tool_calls\""),
+            "{choice}: {text}"
+        );
+    }
 }

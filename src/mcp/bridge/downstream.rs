@@ -93,6 +93,7 @@ impl Downstream {
                 number: 1,
                 of: 1,
                 budget: usize::try_from(sample.max_tokens()).ok(),
+                verbatim: true,
             });
         }
         let answer = sample

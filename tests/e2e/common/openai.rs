@@ -18,6 +18,9 @@ pub enum Reply {
     /// A 200 stream of server-sent events (each a `data:` payload), `gap` apart; the
     /// connection closes after the last, so a list without `[DONE]` is a stream cut short.
     Events(Vec<String>, Duration),
+    /// A 200 stream of the first events, then (once the gate opens, within 60 s) the rest; the
+    /// connection closes after the last.
+    Gated(Vec<String>, Arc<tokio::sync::Notify>, Vec<String>),
 }
 
 impl Reply {
@@ -111,6 +114,22 @@ impl Scripted {
                                 }
                                 tokio::time::sleep(gap).await;
                             }
+                            let _ = socket.shutdown().await;
+                        }
+                        Reply::Gated(first, gate, rest) => {
+                            let head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\
+                                        Cache-Control: no-cache\r\nConnection: close\r\n\r\n";
+                            let _ = socket.write_all(head.as_bytes()).await;
+                            let send = |events: Vec<String>| {
+                                events
+                                    .into_iter()
+                                    .map(|e| format!("data: {e}\n\n"))
+                                    .collect::<String>()
+                            };
+                            let _ = socket.write_all(send(first).as_bytes()).await;
+                            let _ = tokio::time::timeout(Duration::from_secs(60), gate.notified())
+                                .await;
+                            let _ = socket.write_all(send(rest).as_bytes()).await;
                             let _ = socket.shutdown().await;
                         }
                         Reply::Answer(status, headers, body) => {
