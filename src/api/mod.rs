@@ -288,6 +288,12 @@ impl Api {
         Ok(self.service.parse(dialect.shape(), &prepared.arguments)?)
     }
 
+    /// The prompt tokens a parsed call would have its model read (see
+    /// [`Service::count_tokens`]).
+    pub async fn count_tokens(&self, call: &Call) -> Result<usize, ApiError> {
+        Ok(self.service.count_tokens(call).await?)
+    }
+
     /// Answers a parsed call, telling `events` what happens while it is made.
     pub async fn answer(
         &self,

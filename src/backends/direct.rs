@@ -101,6 +101,11 @@ pub trait Model: Send + Sync {
         request: ModelRequest,
         live: Option<Events>,
     ) -> BoxFuture<'_, CallResult<Completion>>;
+    /// The prompt tokens this model would read for `request`, counted as it counts them when
+    /// it answers; `None` when it cannot count them exactly (the caller estimates them then).
+    fn count_tokens(&self, _request: ModelRequest) -> BoxFuture<'_, CallResult<Option<usize>>> {
+        Box::pin(async { Ok(None) })
+    }
 }
 
 /// Refuses media for a backend that takes text only, naming where it is.

@@ -413,13 +413,18 @@ async fn stream_answer(
     };
 }
 
-/// The prompt tokens a request would read.
+/// The prompt tokens a request would read: counted by the embedded model's tokenizer, estimated
+/// for other models.
 async fn count(api: Arc<Api>, dialect: Dialect, body: Bytes, model: Option<&str>) -> Response {
-    let (_, call) = match parse(&api, dialect, &body, model, false) {
+    let (prepared, call) = match parse(&api, dialect, &body, model, false) {
         Ok(parsed) => parsed,
         Err(response) => return *response,
     };
-    let tokens = call.prompt_tokens_estimate();
+    drop(body);
+    let tokens = match api.count_tokens(&call).await {
+        Ok(tokens) => tokens,
+        Err(e) => return error(dialect, &e, &prepared.warnings),
+    };
     let body = match dialect {
         Dialect::Messages => json!({"input_tokens": tokens}),
         Dialect::Responses => json!({"object": "response.input_tokens", "input_tokens": tokens}),

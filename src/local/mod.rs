@@ -1,9 +1,11 @@
 //! The local backend: an embedded model, in process, on llama.cpp. The model is loaded once
 //! (fetched on first use when it is the default) by one worker thread, which answers several
 //! calls at once in the slots of one shared context (see [`slots`]) and keeps the rest in a
-//! bounded queue (see [`queue`]), which a cancelled call leaves at once. It declares native
-//! tools and JSON schemas: both are enforced while decoding (constrained decoding), so the
-//! answers parse and fit by construction.
+//! bounded queue (see [`queue`]), which a cancelled call leaves at once. It counts a request's
+//! prompt tokens exactly, rendered and tokenized as an answer reads them, through that same
+//! queue but without taking a slot. It declares native tools and JSON schemas: both are
+//! enforced while decoding (constrained decoding), so the answers parse and fit by
+//! construction.
 
 pub mod engine;
 pub mod fetch;
@@ -188,7 +190,14 @@ impl From<LocalError> for CallError {
     }
 }
 
-struct Job {
+/// What the worker is asked: an answer, which takes a slot, or a count of the prompt's
+/// tokens, which takes none.
+enum Job {
+    Answer(Answer),
+    Count(Count),
+}
+
+struct Answer {
     request: ModelRequest,
     /// Told the answer's tokens (and the tool calls in them) as they are made, when the caller
     /// follows the answer.
@@ -196,6 +205,38 @@ struct Job {
     /// What the ids of the answer's tool calls begin with.
     id_base: String,
     reply: oneshot::Sender<Result<Output, LocalError>>,
+}
+
+/// The tokens of the prompt the model would read for `request`.
+struct Count {
+    request: ModelRequest,
+    reply: oneshot::Sender<Result<usize, LocalError>>,
+}
+
+impl Job {
+    fn is_count(&self) -> bool {
+        matches!(self, Job::Count(_))
+    }
+
+    /// Whether the caller has gone away (its call was cancelled).
+    fn is_cancelled(&self) -> bool {
+        match self {
+            Job::Answer(answer) => answer.reply.is_closed(),
+            Job::Count(count) => count.reply.is_closed(),
+        }
+    }
+
+    /// Tells the caller why there is no answer.
+    fn fail(self, why: LocalError) {
+        match self {
+            Job::Answer(answer) => {
+                let _ = answer.reply.send(Err(why));
+            }
+            Job::Count(count) => {
+                let _ = count.reply.send(Err(why));
+            }
+        }
+    }
 }
 
 /// What the worker knows of its model, for `list_models`.
@@ -261,6 +302,16 @@ impl Local {
 
     fn state(&self) -> State {
         self.state.borrow().clone()
+    }
+
+    /// Queues a job; it holds its place while the ticket lives.
+    fn queue(&self, job: Job) -> Result<queue::Ticket<Job>, LocalError> {
+        self.jobs.push(job).map_err(|e| match e {
+            Refused::Full(_) => LocalError::Busy {
+                queue: self.settings.queue,
+            },
+            Refused::Closed(_) => LocalError::Stopped,
+        })
     }
 
     /// The name results report: the default model's, or what the file says it is.
@@ -339,24 +390,31 @@ impl Model for Local {
             let (reply, answer) = oneshot::channel();
             // The call holds its place while this future lives: dropped (the caller went away)
             // before the worker took it, the call leaves the queue.
-            let _place = self
-                .jobs
-                .push(Job {
-                    request,
-                    live,
-                    id_base,
-                    reply,
-                })
-                .map_err(|e| match e {
-                    Refused::Full(_) => LocalError::Busy {
-                        queue: self.settings.queue,
-                    },
-                    Refused::Closed(_) => LocalError::Stopped,
-                })?;
+            let _place = self.queue(Job::Answer(Answer {
+                request,
+                live,
+                id_base,
+                reply,
+            }))?;
             let output = answer
                 .await
                 .map_err(|_| LocalError::StoppedBeforeAnswering)??;
             Ok(completion(output, reader, &self.name()))
+        })
+    }
+
+    /// The prompt's tokens as the worker renders and tokenizes them for an answer, counted
+    /// there: the count waits in the queue like a call (while the model loads too), but takes
+    /// no slot, and it is answered between steps even while every slot is busy.
+    fn count_tokens(&self, request: ModelRequest) -> BoxFuture<'_, CallResult<Option<usize>>> {
+        Box::pin(async move {
+            direct::text_only(&request, KIND)?;
+            let (reply, counted) = oneshot::channel();
+            let _place = self.queue(Job::Count(Count { request, reply }))?;
+            let tokens = counted
+                .await
+                .map_err(|_| LocalError::StoppedBeforeAnswering)??;
+            Ok(Some(tokens))
         })
     }
 }
@@ -434,7 +492,7 @@ impl Worker {
             let why = Arc::new(why);
             self.set(State::Failed(why.clone()));
             if let Some(job) = waiting.take() {
-                let _ = job.reply.send(Err(LocalError::Unavailable(why)));
+                job.fail(LocalError::Unavailable(why));
             }
             match queue.take() {
                 Some(job) => waiting = Some(job),
@@ -452,18 +510,7 @@ impl Worker {
         queue: &Queue<Job>,
         mut waiting: Option<Job>,
     ) {
-        let info = model.info();
-        tracing::info!(
-            model = %info.name,
-            architecture = %info.architecture,
-            engine = "llama.cpp",
-            device = %info.device,
-            threads = info.threads,
-            slots = info.slots,
-            context = info.context,
-            "local model ready"
-        );
-        self.set(State::Ready(info.clone()));
+        self.ready(model);
         loop {
             while slots.has_free_slot() {
                 let job = match waiting.take() {
@@ -477,15 +524,57 @@ impl Worker {
                         None => break,
                     },
                 };
-                if job.reply.is_closed() {
-                    continue;
+                if !job.is_cancelled() {
+                    self.begin(model, &mut slots, job);
                 }
-                if let Some(call) = self.prepare(model, job) {
-                    slots.admit(call);
-                }
+            }
+            // Counts take no slot: those waiting are answered even while every slot is busy.
+            while let Some(job) = queue.take_first(Job::is_count) {
+                self.begin(model, &mut slots, job);
             }
             slots.step();
         }
+    }
+
+    /// Says the model is ready, to the logs and to `list_models`.
+    fn ready(&self, model: &engine::Model) {
+        let info = model.info();
+        tracing::info!(
+            model = %info.name,
+            architecture = %info.architecture,
+            engine = "llama.cpp",
+            device = %info.device,
+            threads = info.threads,
+            slots = info.slots,
+            context = info.context,
+            "local model ready"
+        );
+        self.set(State::Ready(info.clone()));
+    }
+
+    /// Begins a job: an answer takes a free slot (or is told why it cannot be made), a count
+    /// is answered at once.
+    fn begin(&self, model: &engine::Model, slots: &mut Slots, job: Job) {
+        match job {
+            Job::Answer(answer) => {
+                if let Some(call) = self.prepare(model, answer) {
+                    slots.admit(call);
+                }
+            }
+            Job::Count(count) => Self::count(model, count),
+        }
+    }
+
+    /// Answers a count with the length of the prompt an answer would read, whatever its
+    /// length: one over the context is counted too.
+    fn count(model: &engine::Model, count: Count) {
+        if count.reply.is_closed() {
+            return;
+        }
+        let counted = prompt(model, &count.request)
+            .map(|tokens| tokens.len())
+            .map_err(LocalError::from);
+        let _ = count.reply.send(counted);
     }
 
     fn load(&self) -> Result<engine::Model, LoadError> {
@@ -546,13 +635,13 @@ impl Worker {
     /// The call as the slots take it: the prompt rendered with the model's chat template and
     /// tokenized, its token budget, and its sampler; a call that cannot be made is answered
     /// with the reason.
-    fn prepare(&self, model: &engine::Model, job: Job) -> Option<Call> {
-        let Job {
+    fn prepare(&self, model: &engine::Model, answer: Answer) -> Option<Call> {
+        let Answer {
             request,
             live,
             id_base,
             reply,
-        } = job;
+        } = answer;
         let parts = Self::parts(model, &request, self.settings.seed);
         match parts {
             Ok((prompt, sampler, params, budget)) => Some(Call {
@@ -578,19 +667,7 @@ impl Worker {
         seed: Option<u64>,
     ) -> Result<(Vec<LlamaToken>, LlamaSampler, Params, usize), LocalError> {
         let tools = offered(request);
-        let messages = openai::messages(
-            request.system.as_deref(),
-            &request.turns,
-            openai::Reader::Template,
-        );
-        let openai_tools: Vec<openai::Tool> = tools.iter().map(ModelTool::openai).collect();
-        let text = if model.template().is_some() || model.knows_chatml() {
-            template::render(model.template(), &messages, &openai_tools)
-                .map_err(RequestError::Template)?
-        } else {
-            template::plain(&messages)
-        };
-        let prompt = model.tokenize(&text);
+        let prompt = prompt(model, request)?;
         let context = model.info().context;
         if prompt.is_empty() {
             return Err(RequestError::EmptyPrompt.into());
@@ -626,6 +703,24 @@ impl Worker {
         });
         Ok((prompt, engine::sampler(&params, constraint), params, budget))
     }
+}
+
+/// The prompt the model reads for `request`: the system prompt, the turns and the tools it may
+/// call rendered with the model's chat template (as plain text for a base model without one),
+/// tokenized. An answer reads it, and a count counts it.
+fn prompt(model: &engine::Model, request: &ModelRequest) -> Result<Vec<LlamaToken>, RequestError> {
+    let messages = openai::messages(
+        request.system.as_deref(),
+        &request.turns,
+        openai::Reader::Template,
+    );
+    let tools: Vec<openai::Tool> = offered(request).iter().map(ModelTool::openai).collect();
+    let text = if model.template().is_some() || model.knows_chatml() {
+        template::render(model.template(), &messages, &tools)?
+    } else {
+        template::plain(&messages)
+    };
+    Ok(model.tokenize(&text))
 }
 
 fn random_seed() -> u64 {

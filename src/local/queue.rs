@@ -1,7 +1,8 @@
-//! The calls waiting for a slot of the local model, bounded. A call in the queue is held by its
-//! [`Ticket`], which the caller's future owns: when the caller goes away (the client cancelled
-//! the call, or an HTTP client disconnected) the ticket is dropped and the call leaves the
-//! queue at once, so only calls still wanted count against the bound.
+//! The calls waiting for the local model's worker (for a slot, or to have their prompt's tokens
+//! counted), bounded. A call in the queue is held by its [`Ticket`], which the caller's future
+//! owns: when the caller goes away (the client cancelled the call, or an HTTP client
+//! disconnected) the ticket is dropped and the call leaves the queue at once, so only calls
+//! still wanted count against the bound.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -96,6 +97,14 @@ impl<T> Queue<T> {
         self.lock().waiting.pop_front().map(|(_, item)| item)
     }
 
+    /// The first waiting item that `wanted` picks, if there is one; the items before it keep
+    /// their places.
+    pub fn take_first(&self, wanted: impl Fn(&T) -> bool) -> Option<T> {
+        let mut state = self.lock();
+        let at = state.waiting.iter().position(|(_, item)| wanted(item))?;
+        state.waiting.remove(at).map(|(_, item)| item)
+    }
+
     /// How many items are waiting.
     #[cfg(test)]
     pub fn waiting(&self) -> usize {
@@ -152,6 +161,21 @@ mod tests {
         drop(third);
         assert_eq!(queue.take(), Some(4));
         assert_eq!(queue.try_take(), None);
+    }
+
+    #[test]
+    fn an_item_taken_from_the_middle_leaves_the_others_in_order() {
+        let queue = Queue::new(4);
+        let _a = queue.push(1).unwrap();
+        let b = queue.push(2).unwrap();
+        let _c = queue.push(3).unwrap();
+        assert_eq!(queue.take_first(|n| n % 2 == 0), Some(2));
+        assert_eq!(queue.take_first(|n| *n > 5), None);
+        // Its ticket, dropped, takes nothing else out.
+        drop(b);
+        assert_eq!(queue.waiting(), 2);
+        assert_eq!(queue.take(), Some(1));
+        assert_eq!(queue.take(), Some(3));
     }
 
     #[test]

@@ -11,6 +11,17 @@ use crate::fulfil::live::{Event, Events};
 use crate::fulfil::{Attempt, Capabilities, Fulfilled, Machine, Progress, Step};
 use tokio_util::sync::CancellationToken;
 
+/// The request the call's first attempt would send to `model`, built but not sent: the call's
+/// own plus what the machine adds on this model (its tools offered natively, an instruction
+/// for structured output or emulated tools). `None` if the machine would not send one.
+pub fn first_request(call: &Call, model: &dyn Model) -> CallResult<Option<ModelRequest>> {
+    let machine = Machine::new(call, model.capabilities(), Blame::Backend(model.kind()));
+    Ok(match machine.step(&mut Progress::default(), None)? {
+        Step::Send(attempt) => Some(ModelRequest::from_attempt(&attempt)),
+        Step::Done(_) => None,
+    })
+}
+
 /// How a call ends on its driver.
 pub enum Outcome {
     Done(Box<Fulfilled>),
@@ -126,5 +137,88 @@ impl Driver<'_> {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shapes::common::tests_support::parse;
+    use crate::shapes::openai_chat::ChatComplete;
+    use serde_json::{Value, json};
+
+    /// A model that only declares what it takes.
+    struct Declares(Capabilities);
+
+    impl Model for Declares {
+        fn kind(&self) -> &'static str {
+            "test"
+        }
+        fn capabilities(&self) -> Capabilities {
+            self.0
+        }
+        fn describe(&self) -> Value {
+            Value::Null
+        }
+        fn complete(
+            &self,
+            _request: ModelRequest,
+            _live: Option<Events>,
+        ) -> BoxFuture<'_, CallResult<Completion>> {
+            Box::pin(async { Err(CallError::backend("test", "not asked")) })
+        }
+    }
+
+    fn caps(tools: bool, json_schema: bool) -> Capabilities {
+        Capabilities {
+            tools,
+            json_schema,
+            top_k: false,
+            streams: false,
+        }
+    }
+
+    #[test]
+    fn the_first_request_carries_what_the_machine_adds_on_its_model() {
+        let tools = parse(
+            &ChatComplete,
+            json!({"messages": [{"role": "system", "content": "Be brief."},
+                                {"role": "user", "content": "weather?"}],
+                   "tools": [{"name": "get_weather", "input_schema": {"type": "object"}}]}),
+        )
+        .unwrap();
+        let native = first_request(&tools, &Declares(caps(true, true)))
+            .unwrap()
+            .unwrap();
+        assert_eq!(native.tools.len(), 1);
+        assert_eq!(native.system.as_deref(), Some("Be brief."));
+        // Without native tools the machine describes them in the system prompt instead.
+        let emulated = first_request(&tools, &Declares(caps(false, false)))
+            .unwrap()
+            .unwrap();
+        assert!(emulated.tools.is_empty());
+        let system = emulated.system.unwrap();
+        assert!(
+            system.starts_with("Be brief.") && system.contains("get_weather"),
+            "{system}"
+        );
+        let structured = parse(
+            &ChatComplete,
+            json!({"messages": [{"role": "user", "content": "x"}],
+                   "output_schema": {"type": "object", "required": ["a"]}}),
+        )
+        .unwrap();
+        let request = first_request(&structured, &Declares(caps(true, true)))
+            .unwrap()
+            .unwrap();
+        assert!(request.response_schema.is_some());
+        assert!(request.system.unwrap().contains("JSON Schema"));
+    }
+
+    #[tokio::test]
+    async fn a_model_that_cannot_count_says_so() {
+        let model = Declares(caps(true, true));
+        let counted = model.count_tokens(ModelRequest::default()).await.unwrap();
+        assert_eq!(counted, None);
     }
 }

@@ -155,6 +155,21 @@ impl Service {
         Err(CallError::Invalid("no model can answer this call".into()))
     }
 
+    /// The prompt tokens of the call's first attempt on the model its route names first, for a
+    /// caller without a sampling host (the HTTP APIs): counted by that model when it counts
+    /// exactly (the embedded one), else estimated from the prompt's characters.
+    pub async fn count_tokens(&self, call: &Call) -> CallResult<usize> {
+        let chain = self.backends.route(&call.request.model, false)?;
+        let counted = match chain.first().map(|entry| &entry.answerer) {
+            Some(Answerer::Model(model)) => match driver::first_request(call, model.as_ref())? {
+                Some(request) => model.count_tokens(request).await?,
+                None => None,
+            },
+            Some(Answerer::Host { .. }) | None => None,
+        };
+        Ok(counted.unwrap_or_else(|| call.prompt_tokens_estimate()))
+    }
+
     /// One entry's answer to the call: under its cap, on its driver.
     async fn answer(
         &self,
@@ -260,5 +275,29 @@ fn finish(shape: &dyn Shape, call: &Call, done: Fulfilled, route: &Route<'_>) ->
         rendered,
         report,
         media: done.media,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shapes::common::tests_support::parse;
+    use crate::shapes::openai_chat::ChatComplete;
+
+    #[tokio::test]
+    async fn a_call_whose_model_cannot_count_is_estimated() {
+        let service = Service::new(
+            Limits::default(),
+            Backends::default(),
+            Duration::from_secs(1),
+        );
+        let call = parse(
+            &ChatComplete,
+            json!({"messages": [{"role": "user", "content": "x".repeat(400)}]}),
+        )
+        .unwrap();
+        let counted = service.count_tokens(&call).await.unwrap();
+        assert_eq!(counted, call.prompt_tokens_estimate());
+        assert!(counted >= 100, "{counted}");
     }
 }

@@ -2,8 +2,9 @@
 //! clients use and each API's 401 envelope, the answer a server with only the host's sampling
 //! gives, a hosted tool left out with a warning header, Gemini's JSON-array stream, a stop
 //! sequence that never reaches a stream even when it arrives in pieces, a tool call whose
-//! arguments reach the client in pieces while the provider is still making them, and a client
-//! that goes away stopping the provider's request.
+//! arguments reach the client in pieces while the provider (or the embedded model) is still
+//! making them, a client that goes away stopping the provider's request, and the embedded
+//! model's exact token counts.
 
 use crate::common::http_client;
 use crate::common::openai::{Reply, Scripted, completion};
@@ -493,4 +494,151 @@ async fn the_embedded_models_tool_call_streams_its_arguments_as_they_are_decoded
             "{choice}: {text}"
         );
     }
+}
+
+/// What `path` answers for `body`, with its status.
+async fn answer(s: &Replica, path: &str, body: &Value) -> Value {
+    let (status, _, text) = post(&format!("{}{path}", s.url), &[], body).await;
+    assert_eq!(status, 200, "{path}: {text}");
+    serde_json::from_str(&text).unwrap()
+}
+
+/// The prompt tokens an Anthropic answer read: those it processed and those its cache held.
+fn messages_prompt(v: &Value) -> u64 {
+    let usage = &v["usage"];
+    usage["input_tokens"].as_u64().unwrap()
+        + usage["cache_read_input_tokens"].as_u64().unwrap_or(0)
+        + usage["cache_creation_input_tokens"].as_u64().unwrap_or(0)
+}
+
+/// The counts of `/v1/messages/count_tokens` and `/v1/responses/input_tokens`, each with the
+/// prompt tokens the answer to the same body then read.
+async fn counted_and_read(s: &Replica, messages: &Value, responses: &Value) -> [(u64, u64); 2] {
+    let count = answer(s, "/v1/messages/count_tokens", messages).await;
+    let counted = count["input_tokens"].as_u64().unwrap();
+    let read = messages_prompt(&answer(s, "/v1/messages", messages).await);
+    let count = answer(s, "/v1/responses/input_tokens", responses).await;
+    assert_eq!(count["object"], "response.input_tokens", "{count}");
+    let r_counted = count["input_tokens"].as_u64().unwrap();
+    let r = answer(s, "/v1/responses", responses).await;
+    let r_read = r["usage"]["input_tokens"].as_u64().unwrap();
+    [(counted, read), (r_counted, r_read)]
+}
+
+#[tokio::test]
+async fn the_embedded_models_token_counts_are_the_prompt_its_answer_reads() {
+    let fetched = crate::local::first_try();
+    assert!(
+        fetched.status.success(),
+        "the embedded model could not be fetched"
+    );
+    let _turn = crate::local::TURN.lock().await;
+    let s = start(&[("AGENT_AS_MODEL_BACKEND", "local")]).await;
+    let messages = json!({"model": "local", "max_tokens": 4, "system": "Answer in one word.",
+                          "messages": [{"role": "user", "content": "Capital of France?"}]});
+    let responses = json!({"model": "local", "max_output_tokens": 4,
+                           "instructions": "Answer in one word.", "input": "Capital of Italy?"});
+    // The first count is asked while the model may still be loading: it waits, as a call does.
+    let counts = counted_and_read(&s, &messages, &responses).await;
+    for (counted, read) in counts {
+        assert_eq!(counted, read, "{counts:?}");
+    }
+    // The chat template's own text is counted: more than the characters' estimate says.
+    let estimate = ("Answer in one word.".len() + "Capital of France?".len()).div_ceil(4) as u64;
+    assert!(counts[0].0 > estimate + 5, "{counts:?} vs {estimate}");
+    // Gemini's count is the same model's.
+    let gemini = json!({"systemInstruction": {"parts": [{"text": "Answer in one word."}]},
+                        "contents": [{"role": "user", "parts": [{"text": "Capital of Spain?"}]}],
+                        "generationConfig": {"maxOutputTokens": 4}});
+    let count = answer(&s, "/v1beta/models/local:countTokens", &gemini).await;
+    let reply = answer(&s, "/v1beta/models/local:generateContent", &gemini).await;
+    assert_eq!(
+        count["totalTokens"], reply["usageMetadata"]["promptTokenCount"],
+        "{count} {reply}"
+    );
+}
+
+#[tokio::test]
+async fn the_embedded_models_token_counts_include_the_tools_in_its_template() {
+    let fetched = crate::local::first_try();
+    assert!(
+        fetched.status.success(),
+        "the embedded model could not be fetched"
+    );
+    let _turn = crate::local::TURN.lock().await;
+    let s = start(&[("AGENT_AS_MODEL_BACKEND", "local")]).await;
+    let schema = json!({"type": "object", "properties": {"city": {"type": "string"}},
+                        "required": ["city"]});
+    let question = "What is the weather in Paris?";
+    let messages = json!({"model": "local", "max_tokens": 4,
+                          "messages": [{"role": "user", "content": question}],
+                          "tools": [{"name": "get_weather", "description": "The weather in a city.",
+                                     "input_schema": schema}]});
+    let responses = json!({"model": "local", "max_output_tokens": 4, "input": question,
+                           "tools": [{"type": "function", "name": "get_weather",
+                                      "description": "The weather in a city.",
+                                      "parameters": schema}]});
+    let counts = counted_and_read(&s, &messages, &responses).await;
+    for (counted, read) in counts {
+        assert_eq!(counted, read, "{counts:?}");
+    }
+    // Without the tools the prompt is shorter: they are counted as the template writes them.
+    let mut bare = messages.clone();
+    bare.as_object_mut().unwrap().remove("tools");
+    let count = answer(&s, "/v1/messages/count_tokens", &bare).await;
+    let without = count["input_tokens"].as_u64().unwrap();
+    assert!(without + 20 < counts[0].0, "{without} vs {counts:?}");
+}
+
+#[tokio::test]
+async fn a_count_is_answered_while_the_embedded_models_one_slot_is_writing() {
+    let fetched = crate::local::first_try();
+    assert!(
+        fetched.status.success(),
+        "the embedded model could not be fetched"
+    );
+    let _turn = crate::local::TURN.lock().await;
+    let s = start(&[
+        ("AGENT_AS_MODEL_BACKEND", "local"),
+        ("AGENT_AS_MODEL_LOCAL_SLOTS", "1"),
+    ])
+    .await;
+    let long = json!({"model": "local", "max_tokens": 48, "stream": true, "temperature": 0,
+                      "messages": [{"role": "user",
+                                    "content": "Count from 1 to 200, one number a line."}]});
+    let mut response = http_client()
+        .post(format!("{}/v1/messages", s.url))
+        .header("content-type", "application/json")
+        .body(long.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    // Each piece of the stream as it comes: when, and how many text deltas it carries.
+    let (pieces, mut seen) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok(Some(chunk)) = response.chunk().await {
+            let deltas = String::from_utf8_lossy(&chunk)
+                .matches("content_block_delta")
+                .count();
+            let _ = pieces.send((Instant::now(), deltas));
+        }
+    });
+    while seen.recv().await.unwrap().1 == 0 {}
+    // The one slot is writing the answer: the count does not wait for it.
+    let count = json!({"model": "local",
+                       "messages": [{"role": "user", "content": "Capital of France?"}]});
+    let counted = answer(&s, "/v1/messages/count_tokens", &count).await;
+    let counted_at = Instant::now();
+    assert!(counted["input_tokens"].as_u64().unwrap() > 5, "{counted}");
+    let mut after = 0;
+    while let Some((at, deltas)) = seen.recv().await {
+        if at > counted_at {
+            after += deltas;
+        }
+    }
+    assert!(
+        after >= 10,
+        "only {after} text deltas came after the count was answered"
+    );
 }
