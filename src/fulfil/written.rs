@@ -176,7 +176,16 @@ impl Reader {
         let pending = std::mem::take(&mut self.pending);
         if self.text.is_empty() && self.calls.is_empty() {
             let start = pending.trim_start();
-            if start.starts_with(['{', '[', '`']) {
+            if start.starts_with('{') {
+                // Perhaps a bare call: read as one, and as text if it is not.
+                self.pending = pending;
+                self.state = State::Call(Box::new(Scan {
+                    bare: true,
+                    ..Scan::default()
+                }));
+                return;
+            }
+            if start.starts_with(['[', '`']) {
                 self.pending = pending;
                 self.state = State::Held;
                 return;
@@ -234,15 +243,23 @@ impl Reader {
         if let Some(end) = scan.end {
             let rest = scan.buf.get(end..).unwrap_or("").to_owned();
             let scan = std::mem::take(scan);
-            self.close_call(&scan, out);
+            let found = self.close_call(&scan, out);
             self.pending = rest;
-            self.state = State::AfterCall;
+            self.state = if scan.bare {
+                if !found {
+                    self.show(scan.buf.get(..end).unwrap_or(""), out);
+                }
+                State::Text
+            } else {
+                State::AfterCall
+            };
         }
     }
 
     /// A call object is complete: its calls join the answer, and those not told yet are told
-    /// whole.
-    fn close_call(&mut self, scan: &Scan, out: &mut Vec<Piece>) {
+    /// whole; whether it held any.
+    fn close_call(&mut self, scan: &Scan, out: &mut Vec<Piece>) -> bool {
+        let before = self.calls.len();
         for (i, (name, input)) in scan.calls().into_iter().enumerate() {
             let index = match scan.live.filter(|_| i == 0) {
                 Some(told) => told,
@@ -264,6 +281,7 @@ impl Reader {
             let id = self.id(index);
             self.calls.push(Found { id, name, input });
         }
+        self.calls.len() > before
     }
 
     fn read_after_call(&mut self) {
@@ -303,17 +321,17 @@ impl Reader {
                     ..Scan::default()
                 };
                 scan.unfence();
-                if scan.calls().is_empty() {
+                if !self.close_call(&scan, &mut ignored) {
                     self.text.push_str(&held);
-                } else {
-                    self.close_call(&scan, &mut ignored);
                 }
             }
             State::Call(mut scan) => {
                 // A call cut off by the end of the answer: what of it reads as one.
                 scan.buf.push_str(&std::mem::take(&mut self.pending));
                 scan.advance();
-                self.close_call(&scan, &mut ignored);
+                if !self.close_call(&scan, &mut ignored) && scan.bare {
+                    self.text.push_str(&scan.buf);
+                }
             }
             State::AfterCall => {}
         }
@@ -352,6 +370,8 @@ struct Scan {
     /// The call's index once its start was told, and the arguments told so far.
     live: Option<usize>,
     emitted: usize,
+    /// The object began an answer untagged: it is text if it is not a call.
+    bare: bool,
 }
 
 impl Scan {
@@ -595,6 +615,34 @@ mod tests {
                     fragment: "{\"a\": 1}".into()
                 },
             ]
+        );
+    }
+
+    #[test]
+    fn a_bare_call_is_told_as_it_is_written_and_other_json_stays_text() {
+        let mut reader = Reader::new("b");
+        let text = "\n{\"name\": \"f\", \"arguments\": {\"city\": \"Paris\"}}";
+        let pieces = pieces_of(&mut reader, text, 3);
+        let fragments = pieces
+            .iter()
+            .filter(|p| matches!(p, Piece::CallArgs { .. }))
+            .count();
+        assert!(fragments > 2, "{pieces:?}");
+        let (rest, calls) = reader.finish();
+        assert_eq!((rest.trim(), calls[0].name.as_str()), ("", "f"));
+        let mut reader = Reader::new("b");
+        let pieces = pieces_of(&mut reader, "{\"answer\": 42} and so on", 2);
+        let shown: String = pieces
+            .iter()
+            .filter_map(|p| match p {
+                Piece::Text(t) => Some(t.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(shown, "{\"answer\": 42} and so on");
+        assert_eq!(
+            reader.finish(),
+            ("{\"answer\": 42} and so on".to_owned(), Vec::new())
         );
     }
 
