@@ -93,6 +93,25 @@ impl ToolDef {
     }
 }
 
+/// A tool as a request offers it to a model: what the model reads of it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelTool {
+    pub name: String,
+    pub description: Option<String>,
+    /// The input schema, a JSON Schema object.
+    pub schema: Map<String, Value>,
+}
+
+impl From<&ToolDef> for ModelTool {
+    fn from(d: &ToolDef) -> Self {
+        ModelTool {
+            name: d.name.clone(),
+            description: d.description.clone(),
+            schema: d.input_schema().clone(),
+        }
+    }
+}
+
 impl PartialEq for ToolDef {
     fn eq(&self, other: &Self) -> bool {
         self.name == other.name
@@ -130,7 +149,7 @@ impl ToolChoice {
 }
 
 /// One model call in neutral form: what the product asked for, minus the product's spelling.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct CompletionRequest {
     /// Alias the caller passed; reaches the host as a model hint.
     pub model: String,
@@ -208,15 +227,11 @@ impl Completion {
         }
         let mut cut_at = None;
         for (i, block) in self.blocks.iter().enumerate() {
-            if let Block::Text(t) = block {
-                let first = stop
-                    .iter()
-                    .filter_map(|s| t.find(s.as_str()).map(|pos| (pos, s)))
-                    .min_by_key(|(pos, _)| *pos);
-                if let Some((pos, seq)) = first {
-                    cut_at = Some((i, pos, seq.clone()));
-                    break;
-                }
+            if let Block::Text(t) = block
+                && let Some((pos, seq)) = first_stop(t, stop)
+            {
+                cut_at = Some((i, pos, seq.to_owned()));
+                break;
             }
         }
         let Some((i, pos, seq)) = cut_at else {
@@ -433,6 +448,24 @@ impl Reply<'_> {
 }
 
 /// A fresh id: `prefix` and 32 random lowercase hex digits.
+/// Where the earliest of `stops` begins in `text`, and which it is; an empty one never matches.
+pub fn first_stop<'a>(text: &str, stops: &'a [String]) -> Option<(usize, &'a str)> {
+    stops
+        .iter()
+        .filter(|s| !s.is_empty())
+        .filter_map(|s| text.find(s.as_str()).map(|at| (at, s.as_str())))
+        .min_by_key(|(at, _)| *at)
+}
+
+/// How many bytes at the end of `text` begin `needle` without being all of it: the most that
+/// more text could still turn into `needle` (0 when no end of `text` begins it).
+pub fn partial_suffix(text: &str, needle: &str) -> usize {
+    (1..needle.len())
+        .rev()
+        .find(|n| needle.get(..*n).is_some_and(|p| text.ends_with(p)))
+        .unwrap_or(0)
+}
+
 pub fn new_id(prefix: &str) -> String {
     format!("{prefix}{}", uuid::Uuid::new_v4().simple())
 }

@@ -28,15 +28,44 @@ pub enum LogFormat {
     Json,
 }
 
-/// Which model answers the calls.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+/// Which kind of backend answers: the one name for it on the command line (`--backend`), in a
+/// models file (`backend = "…"`), in errors and in results (`"backend"`).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    clap::ValueEnum,
+    serde::Deserialize,
+    serde::Serialize,
+)]
+#[serde(rename_all = "lowercase")]
 pub enum Backend {
     /// The connected host's own model, through MCP sampling.
+    #[default]
     Host,
     /// The embedded model, in this process (fetched once on first use).
     Local,
     /// An OpenAI-compatible API (--provider-url, --provider-model).
     Provider,
+}
+
+impl Backend {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backend::Host => "host",
+            Backend::Local => "local",
+            Backend::Provider => "provider",
+        }
+    }
+}
+
+impl std::fmt::Display for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// What answers when the host cannot sample.

@@ -2,6 +2,7 @@
 //! rendered only at a front's edge: by the MCP handler as an `isError` result or a JSON-RPC
 //! error. Every message names the field or location and what was expected.
 
+pub use crate::config::Backend;
 use serde_json::Value;
 
 #[derive(Debug, thiserror::Error)]
@@ -23,7 +24,7 @@ pub enum CallError {
     /// A backend this server calls itself (the local model, a provider) failed.
     #[error("{backend} backend failed: {message}")]
     Backend {
-        backend: &'static str,
+        backend: Backend,
         message: String,
         /// Worth trying another model: the backend could not be reached, was overloaded (429,
         /// 5xx after its retries, a full queue) or timed out; not a refusal of the request.
@@ -32,7 +33,7 @@ pub enum CallError {
     /// The prompt is longer than the model's context: the caller must send less.
     #[error("{backend} backend failed: {problem}")]
     OverContext {
-        backend: &'static str,
+        backend: Backend,
         tokens: usize,
         context: usize,
         problem: String,
@@ -83,7 +84,7 @@ pub enum Blame {
     /// The host's model, through MCP sampling.
     Host,
     /// A backend this server calls itself (`local`, `provider`).
-    Backend(&'static str),
+    Backend(Backend),
 }
 
 impl Blame {
@@ -113,7 +114,7 @@ impl CallError {
     }
 
     /// A failure of the `backend` backend.
-    pub fn backend(backend: &'static str, message: impl Into<String>) -> Self {
+    pub fn backend(backend: Backend, message: impl Into<String>) -> Self {
         CallError::Backend {
             backend,
             message: message.into(),
@@ -123,7 +124,7 @@ impl CallError {
 
     /// A failure of the `backend` backend that another model might not have (unreachable,
     /// overloaded, too slow).
-    pub fn unavailable(backend: &'static str, message: impl Into<String>) -> Self {
+    pub fn unavailable(backend: Backend, message: impl Into<String>) -> Self {
         CallError::Backend {
             backend,
             message: message.into(),

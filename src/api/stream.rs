@@ -164,7 +164,7 @@ impl Stream {
             return Vec::new();
         }
         self.held.push_str(delta);
-        let safe = match self.earliest_stop() {
+        let safe = match crate::call::first_stop(&self.held, &self.stop).map(|(at, _)| at) {
             Some(at) => {
                 self.held.truncate(at);
                 self.stopped = true;
@@ -178,26 +178,15 @@ impl Stream {
         self.show(&show)
     }
 
-    /// Where the first stop sequence begins in the held text.
-    fn earliest_stop(&self) -> Option<usize> {
-        self.stop
-            .iter()
-            .filter_map(|s| self.held.find(s.as_str()))
-            .min()
-    }
-
     /// How much of the held text can be shown: all but a tail that begins a stop sequence.
     fn safe_len(&self) -> usize {
-        let mut safe = self.held.len();
-        for s in &self.stop {
-            for (i, _) in self.held.char_indices() {
-                if i < safe && s.starts_with(self.held.get(i..).unwrap_or_default()) {
-                    safe = i;
-                    break;
-                }
-            }
-        }
-        safe
+        let keep = self
+            .stop
+            .iter()
+            .map(|s| crate::call::partial_suffix(&self.held, s))
+            .max()
+            .unwrap_or(0);
+        self.held.len() - keep
     }
 
     fn show(&mut self, text: &str) -> Vec<String> {

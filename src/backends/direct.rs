@@ -3,8 +3,8 @@
 //! [`super::driver`] runs the fulfilment machine on them as on sampling; each only declares
 //! what its model can take and answers one neutral [`ModelRequest`] at a time.
 
-use crate::call::{Block, Completion, ToolChoice, Tuning, Turn};
-use crate::error::{CallError, CallResult};
+use crate::call::{Block, Completion, CompletionRequest, ToolChoice};
+use crate::error::{Backend, CallError, CallResult};
 use crate::fulfil::live::Events;
 use crate::fulfil::{Attempt, Capabilities};
 use crate::wire::openai;
@@ -18,14 +18,10 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// One request to a direct backend: an attempt of the fulfilment machine, owned.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ModelRequest {
-    /// The model name the caller passed (a hint; the backend decides).
-    pub model: String,
-    pub system: Option<String>,
-    pub turns: Vec<Turn>,
-    pub max_tokens: u32,
-    pub temperature: Option<f64>,
-    pub tuning: Tuning,
-    pub stop: Vec<String>,
+    /// The call's request as this attempt sends it: the system prompt with the attempt's
+    /// instruction, the turns followed by its repairs (the model name is the caller's hint; the
+    /// backend decides).
+    pub base: CompletionRequest,
     pub tools: Vec<ModelTool>,
     pub tool_choice: Option<ToolChoice>,
     /// The JSON Schema the answer must satisfy (structured output on a backend that enforces
@@ -33,13 +29,7 @@ pub struct ModelRequest {
     pub response_schema: Option<Map<String, Value>>,
 }
 
-/// A tool offered to the model.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ModelTool {
-    pub name: String,
-    pub description: Option<String>,
-    pub schema: Map<String, Value>,
-}
+pub use crate::call::ModelTool;
 
 impl ModelTool {
     /// The tool as an OpenAI function tool: what providers take and chat templates expect.
@@ -53,22 +43,12 @@ impl ModelRequest {
         let call = attempt.call;
         let req = &call.request;
         ModelRequest {
-            model: req.model.clone(),
-            system: attempt.system.clone(),
-            turns: attempt.turns().cloned().collect(),
-            max_tokens: req.max_tokens,
-            temperature: req.temperature,
-            tuning: req.tuning,
-            stop: req.stop.clone(),
-            tools: attempt
-                .tools
-                .iter()
-                .map(|t| ModelTool {
-                    name: t.name.to_owned(),
-                    description: t.description.map(str::to_owned),
-                    schema: t.input_schema.clone(),
-                })
-                .collect(),
+            base: CompletionRequest {
+                system: attempt.system.clone(),
+                turns: attempt.turns().cloned().collect(),
+                ..req.clone()
+            },
+            tools: attempt.tools.clone(),
             tool_choice: attempt.tool_choice,
             response_schema: attempt.response_schema.cloned(),
         }
@@ -76,7 +56,7 @@ impl ModelRequest {
 
     /// The first image or audio block, with where it is, for backends that take text only.
     pub fn first_media(&self) -> Option<(usize, &'static str)> {
-        self.turns.iter().enumerate().find_map(|(i, t)| {
+        self.base.turns.iter().enumerate().find_map(|(i, t)| {
             t.blocks.iter().find_map(|b| match b {
                 Block::Image { .. } => Some((i, "image")),
                 Block::Audio { .. } => Some((i, "audio")),
@@ -89,7 +69,7 @@ impl ModelRequest {
 /// A model this server calls itself.
 pub trait Model: Send + Sync {
     /// `"local"` or `"provider"`: reported in results and by `list_models`.
-    fn kind(&self) -> &'static str;
+    fn kind(&self) -> Backend;
     /// What the model can take; the strategies follow from it.
     fn capabilities(&self) -> Capabilities;
     /// The `list_models` entry.
@@ -109,7 +89,7 @@ pub trait Model: Send + Sync {
 }
 
 /// Refuses media for a backend that takes text only, naming where it is.
-pub fn text_only(request: &ModelRequest, backend: &'static str) -> CallResult<()> {
+pub fn text_only(request: &ModelRequest, backend: Backend) -> CallResult<()> {
     match request.first_media() {
         Some((turn, kind)) => Err(CallError::backend(
             backend,

@@ -12,7 +12,7 @@ use super::direct::{BoxFuture, Model, ModelRequest, ModelTool};
 use super::stream::StreamError;
 use crate::call::{Block, Completion, Usage};
 use crate::config::Config;
-use crate::error::{CallError, CallResult, clip};
+use crate::error::{Backend, CallError, CallResult, clip};
 use crate::fulfil::Capabilities;
 use crate::fulfil::live::{Event, Events, Sink};
 use crate::fulfil::written::Piece;
@@ -261,13 +261,7 @@ impl Provider {
         let keep = self
             .secrets
             .iter()
-            .filter_map(|secret| {
-                (1..secret.len()).rev().find(|n| {
-                    secret
-                        .get(..*n)
-                        .is_some_and(|start| scrubbed.ends_with(start))
-                })
-            })
+            .map(|secret| crate::call::partial_suffix(&scrubbed, secret))
             .max()
             .unwrap_or(0);
         let cut = scrubbed.len().saturating_sub(keep);
@@ -550,12 +544,12 @@ impl Failed {
 }
 
 fn fail(message: String) -> CallError {
-    CallError::backend("provider", message)
+    CallError::backend(Backend::Provider, message)
 }
 
 /// A failure another model might not have: overloaded, unreachable, too slow, cut off.
 fn unavailable(message: String) -> CallError {
-    CallError::unavailable("provider", message)
+    CallError::unavailable(Backend::Provider, message)
 }
 
 /// A stream that cannot be read, transient when it was cut off.
@@ -596,8 +590,8 @@ fn provider_message(body: &str) -> String {
 }
 
 impl Model for Provider {
-    fn kind(&self) -> &'static str {
-        "provider"
+    fn kind(&self) -> Backend {
+        Backend::Provider
     }
 
     fn capabilities(&self) -> Capabilities {
@@ -655,22 +649,26 @@ impl Model for Provider {
 
 /// The chat completions request body.
 pub fn body(model: &str, request: &ModelRequest) -> Value {
-    let messages = openai::messages(request.system.as_deref(), &request.turns, Reader::Api);
+    let messages = openai::messages(
+        request.base.system.as_deref(),
+        &request.base.turns,
+        Reader::Api,
+    );
     let mut body = Map::new();
     body.insert("model".into(), json!(model));
     body.insert("messages".into(), json!(messages));
-    body.insert("max_tokens".into(), json!(request.max_tokens));
-    if let Some(t) = request.temperature {
+    body.insert("max_tokens".into(), json!(request.base.max_tokens));
+    if let Some(t) = request.base.temperature {
         body.insert("temperature".into(), json!(t));
     }
-    if let Some(p) = request.tuning.top_p {
+    if let Some(p) = request.base.tuning.top_p {
         body.insert("top_p".into(), json!(p));
     }
-    if let Some(s) = request.tuning.seed {
+    if let Some(s) = request.base.tuning.seed {
         body.insert("seed".into(), json!(s));
     }
-    if !request.stop.is_empty() {
-        body.insert("stop".into(), json!(request.stop));
+    if !request.base.stop.is_empty() {
+        body.insert("stop".into(), json!(request.base.stop));
     }
     if !request.tools.is_empty() {
         let tools: Vec<openai::Tool> = request.tools.iter().map(ModelTool::openai).collect();
@@ -788,11 +786,11 @@ fn usage(usage: Option<&UsageCounts>) -> Option<Usage> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::call::{Finish, Role, Tuning, Turn};
+    use crate::call::{CompletionRequest, Finish, Role, Tuning, Turn};
 
     #[test]
     fn requests_carry_every_parameter_and_tool_content() {
-        let request = ModelRequest {
+        let base = CompletionRequest {
             model: "hint".into(),
             system: Some("be brief".into()),
             turns: vec![
@@ -822,6 +820,9 @@ mod tests {
                 seed: Some(7),
             },
             stop: vec!["END".into()],
+        };
+        let request = ModelRequest {
+            base,
             response_schema: Some(json!({"type": "object"}).as_object().unwrap().clone()),
             ..Default::default()
         };

@@ -20,7 +20,7 @@ pub mod live;
 pub mod output;
 pub mod written;
 
-use crate::call::{Answer, Block, Call, Completion, Finish, Mode, ToolChoice, ToolDef, Turn};
+use crate::call::{Answer, Block, Call, Completion, Finish, Mode, ModelTool, ToolChoice, Turn};
 use crate::error::{Blame, CallError, CallResult};
 use crate::pyjson::{self, Style};
 use output::Verdict;
@@ -193,14 +193,6 @@ pub const MAX_MAX_RETRIES: u8 = 5;
 /// Longest problem description kept for a repair, in bytes.
 pub const MAX_REPAIR_PROBLEM: usize = 1024;
 
-/// A tool offered to the model in a request.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Offered<'a> {
-    pub name: &'a str,
-    pub description: Option<&'a str>,
-    pub input_schema: &'a Map<String, Value>,
-}
-
 /// One request to the backend, in neutral form: the call's request plus what this attempt
 /// adds (the emulation instruction, the repair turns, the tools it offers).
 #[derive(Debug, Clone)]
@@ -211,7 +203,7 @@ pub struct Attempt<'a> {
     /// Turns after the call's own: each earlier rejected answer and the request to repair it.
     pub repairs: Vec<Turn>,
     /// Tools offered natively (empty when none or when emulated), and the choice.
-    pub tools: Vec<Offered<'a>>,
+    pub tools: Vec<ModelTool>,
     pub tool_choice: Option<ToolChoice>,
     /// Whether tool content may travel as tool blocks (else it is written as text).
     pub tool_content: bool,
@@ -411,18 +403,19 @@ impl<'a> Machine<'a> {
         };
         let (tools, tool_choice) = match (self.strategy, &call.mode) {
             (Strategy::StructuredByTool, Mode::Structured(schema)) => (
-                vec![Offered {
-                    name: STRUCTURED_TOOL,
+                vec![ModelTool {
+                    name: STRUCTURED_TOOL.to_owned(),
                     description: Some(
                         "Return the structured completion as this tool's input; it must \
-                         satisfy the input schema.",
+                         satisfy the input schema."
+                            .to_owned(),
                     ),
-                    input_schema: schema.object(),
+                    schema: schema.object().clone(),
                 }],
                 Some(ToolChoice::Required),
             ),
             (Strategy::ToolsNative, Mode::Tools { defs, choice }) => {
-                (defs.iter().map(offered).collect(), Some(*choice))
+                (defs.iter().map(ModelTool::from).collect(), Some(*choice))
             }
             _ => (Vec::new(), None),
         };
@@ -438,14 +431,6 @@ impl<'a> Machine<'a> {
                 _ => None,
             },
         }
-    }
-}
-
-fn offered(d: &ToolDef) -> Offered<'_> {
-    Offered {
-        name: &d.name,
-        description: d.description.as_deref(),
-        input_schema: d.input_schema(),
     }
 }
 

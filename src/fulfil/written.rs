@@ -7,6 +7,7 @@
 //! machine's to judge ([`super::output`]); this module only reads what was written.
 
 use super::live::Event;
+use crate::call::partial_suffix;
 use serde_json::{Map, Value};
 
 const OPEN: &str = "<tool_call>";
@@ -202,11 +203,7 @@ impl Reader {
             self.state = State::Call(Box::default());
             return;
         }
-        let keep = (1..OPEN.len())
-            .rev()
-            .find(|n| OPEN.get(..*n).is_some_and(|p| pending.ends_with(p)))
-            .unwrap_or(0);
-        let cut = pending.len() - keep;
+        let cut = pending.len() - partial_suffix(&pending, OPEN);
         self.show(pending.get(..cut).unwrap_or(""), out);
         self.pending = pending.get(cut..).unwrap_or("").to_owned();
     }
@@ -296,11 +293,7 @@ impl Reader {
             }
             None => {
                 // Keep only what could begin the closing tag.
-                let keep = (1..CLOSE.len())
-                    .rev()
-                    .find(|n| CLOSE.get(..*n).is_some_and(|p| self.pending.ends_with(p)))
-                    .unwrap_or(0);
-                let cut = self.pending.len() - keep;
+                let cut = self.pending.len() - partial_suffix(&self.pending, CLOSE);
                 self.pending = self.pending.get(cut..).unwrap_or("").to_owned();
             }
         }

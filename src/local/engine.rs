@@ -427,8 +427,8 @@ impl Text {
             from -= 1;
         }
         self.text.push_str(&new);
-        let stop =
-            first_stop(self.text.get(from..).unwrap_or(""), stops).map(|(at, s)| (from + at, s));
+        let stop = crate::call::first_stop(self.text.get(from..).unwrap_or(""), stops)
+            .map(|(at, s)| (from + at, s));
         (new, stop)
     }
 
@@ -450,15 +450,6 @@ impl Text {
     }
 }
 
-/// Where the earliest stop sequence starts in `text`, and which it is.
-fn first_stop<'a>(text: &str, stops: &'a [String]) -> Option<(usize, &'a str)> {
-    stops
-        .iter()
-        .filter(|s| !s.is_empty())
-        .filter_map(|s| text.find(s.as_str()).map(|at| (at, s.as_str())))
-        .min_by_key(|(at, _)| *at)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -466,8 +457,8 @@ mod tests {
     #[test]
     fn the_earliest_stop_wins() {
         let stops = vec!["b".to_owned(), "a".to_owned(), String::new()];
-        assert_eq!(first_stop("xxab", &stops), Some((2, "a")));
-        assert_eq!(first_stop("xyz", &stops), None);
+        assert_eq!(crate::call::first_stop("xxab", &stops), Some((2, "a")));
+        assert_eq!(crate::call::first_stop("xyz", &stops), None);
     }
 
     #[test]

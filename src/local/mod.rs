@@ -17,7 +17,7 @@ pub mod template;
 use crate::backends::direct::{self, BoxFuture, Model, ModelRequest, ModelTool};
 use crate::call::{Block, Completion, Finish, ToolChoice, Usage, new_id};
 use crate::config::Config;
-use crate::error::{CallError, CallResult};
+use crate::error::{Backend, CallError, CallResult};
 use crate::fulfil::Capabilities;
 use crate::fulfil::live::{Event, Events};
 use crate::fulfil::written::Reader;
@@ -254,7 +254,7 @@ pub struct Local {
     settings: LocalSettings,
 }
 
-const KIND: &str = "local";
+const KIND: Backend = Backend::Local;
 
 fn fail(message: impl Into<String>) -> CallError {
     CallError::backend(KIND, message)
@@ -326,7 +326,7 @@ impl Local {
 }
 
 impl Model for Local {
-    fn kind(&self) -> &'static str {
+    fn kind(&self) -> Backend {
         KIND
     }
 
@@ -680,17 +680,18 @@ impl Worker {
             .into());
         }
         let params = Params {
-            max_tokens: usize::try_from(request.max_tokens).unwrap_or(usize::MAX),
-            temperature: request.temperature,
-            top_p: request.tuning.top_p,
-            top_k: request.tuning.top_k,
+            max_tokens: usize::try_from(request.base.max_tokens).unwrap_or(usize::MAX),
+            temperature: request.base.temperature,
+            top_p: request.base.tuning.top_p,
+            top_k: request.base.tuning.top_k,
             seed: request
+                .base
                 .tuning
                 .seed
                 .and_then(|s| u64::try_from(s).ok())
                 .or(seed)
                 .unwrap_or_else(random_seed),
-            stop: request.stop.clone(),
+            stop: request.base.stop.clone(),
         };
         let budget = params.max_tokens.min(context - prompt.len());
         let constraint = grammar(request, tools).and_then(|g| match model.constraint(g) {
@@ -710,8 +711,8 @@ impl Worker {
 /// tokenized. An answer reads it, and a count counts it.
 fn prompt(model: &engine::Model, request: &ModelRequest) -> Result<Vec<LlamaToken>, RequestError> {
     let messages = openai::messages(
-        request.system.as_deref(),
-        &request.turns,
+        request.base.system.as_deref(),
+        &request.base.turns,
         openai::Reader::Template,
     );
     let tools: Vec<openai::Tool> = offered(request).iter().map(ModelTool::openai).collect();

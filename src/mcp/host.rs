@@ -5,7 +5,7 @@
 #![allow(deprecated)] // MCP sampling is deprecated by SEP-2577, and this host answers it.
 
 use crate::backends::direct::{Model, ModelRequest, ModelTool};
-use crate::call::{ToolChoice, Tuning, Turn};
+use crate::call::{CompletionRequest, ToolChoice, Tuning, Turn};
 use crate::error::{CallError, CallResult};
 use crate::fulfil::live::Events;
 use crate::limits::Limits;
@@ -30,7 +30,7 @@ pub fn request(params: &CreateMessageRequestParams, limits: &Limits) -> CallResu
     let metadata = params.metadata.as_ref();
     let given =
         |snake: &str, camel: &str| metadata.and_then(|m| m.get(snake).or_else(|| m.get(camel)));
-    Ok(ModelRequest {
+    let base = CompletionRequest {
         model: params
             .model_preferences
             .as_ref()
@@ -52,6 +52,9 @@ pub fn request(params: &CreateMessageRequestParams, limits: &Limits) -> CallResu
                 .and_then(|v| v.as_i64()),
         },
         stop: params.stop_sequences.clone().unwrap_or_default(),
+    };
+    Ok(ModelRequest {
+        base,
         tools: params
             .tools
             .iter()
@@ -92,7 +95,7 @@ impl<'m> Sample<'m> {
 
     /// The most tokens the answer may take.
     pub fn max_tokens(&self) -> u32 {
-        self.request.max_tokens
+        self.request.base.max_tokens
     }
 
     /// The model's answer, its tokens told to `live` as they are made, within `deadline` when

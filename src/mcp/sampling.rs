@@ -162,11 +162,11 @@ pub fn sampling_params(attempt: &Attempt<'_>, hints: &[String]) -> CreateMessage
             .iter()
             .map(|t| {
                 let mut tool = Tool::new(
-                    t.name.to_owned(),
-                    t.description.unwrap_or_default().to_owned(),
-                    Arc::new(t.input_schema.clone()),
+                    t.name.clone(),
+                    t.description.clone().unwrap_or_default(),
+                    Arc::new(t.schema.clone()),
                 );
-                tool.description = t.description.map(|d| d.to_owned().into());
+                tool.description = t.description.clone().map(Into::into);
                 tool
             })
             .collect();

@@ -265,7 +265,7 @@ fn tool_result(shape: &dyn Shape, answered: Answered) -> CallToolResult {
     if !report.warnings.is_empty() {
         structured.insert("warnings".into(), json!(report.warnings));
     }
-    if report.backend != "host" {
+    if report.backend != crate::error::Backend::Host {
         structured.insert("backend".into(), json!(report.backend));
     }
     if let Some(route) = report.route {

@@ -7,24 +7,7 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use toml::Spanned;
 
-/// Which backend answers an entry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Kind {
-    Host,
-    Local,
-    Provider,
-}
-
-impl Kind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Kind::Host => "host",
-            Kind::Local => "local",
-            Kind::Provider => "provider",
-        }
-    }
-}
+use crate::config::Backend;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -40,7 +23,7 @@ struct RawEntry {
     name: Spanned<String>,
     #[serde(default)]
     aliases: Vec<Spanned<String>>,
-    backend: Kind,
+    backend: Backend,
     url: Option<Spanned<String>>,
     model: Option<String>,
     key_env: Option<Spanned<String>>,
@@ -289,13 +272,13 @@ fn spec(entry: &Spanned<RawEntry>, env: &impl Fn(&str) -> Option<String>) -> Res
     let name = e.name.get_ref().trim().to_owned();
     settings_of_its_backend(e, &name, entry.span().start)?;
     let answer = match e.backend {
-        Kind::Host => Answer::Host {
+        Backend::Host => Answer::Host {
             hints: e.hints.clone().unwrap_or_default(),
         },
-        Kind::Local => Answer::Local {
+        Backend::Local => Answer::Local {
             model_file: e.model_file.clone(),
         },
-        Kind::Provider => Answer::Provider(provider(e, &name, env).map_err(|p| match p {
+        Backend::Provider => Answer::Provider(provider(e, &name, env).map_err(|p| match p {
             Problem(0, problem) => Problem::at(entry.span().start, problem),
             located => located,
         })?),
@@ -336,16 +319,16 @@ fn spec(entry: &Spanned<RawEntry>, env: &impl Fn(&str) -> Option<String>) -> Res
 /// problem of the entry at `at`.
 fn settings_of_its_backend(e: &RawEntry, name: &str, at: usize) -> Result<(), Problem> {
     let keys = [
-        ("url", e.url.is_some(), Kind::Provider),
-        ("model", e.model.is_some(), Kind::Provider),
-        ("key_env", e.key_env.is_some(), Kind::Provider),
-        ("timeout_secs", e.timeout_secs.is_some(), Kind::Provider),
-        ("retries", e.retries.is_some(), Kind::Provider),
-        ("tools", e.tools.is_some(), Kind::Provider),
-        ("json_schema", e.json_schema.is_some(), Kind::Provider),
-        ("stream", e.stream.is_some(), Kind::Provider),
-        ("model_file", e.model_file.is_some(), Kind::Local),
-        ("hints", e.hints.is_some(), Kind::Host),
+        ("url", e.url.is_some(), Backend::Provider),
+        ("model", e.model.is_some(), Backend::Provider),
+        ("key_env", e.key_env.is_some(), Backend::Provider),
+        ("timeout_secs", e.timeout_secs.is_some(), Backend::Provider),
+        ("retries", e.retries.is_some(), Backend::Provider),
+        ("tools", e.tools.is_some(), Backend::Provider),
+        ("json_schema", e.json_schema.is_some(), Backend::Provider),
+        ("stream", e.stream.is_some(), Backend::Provider),
+        ("model_file", e.model_file.is_some(), Backend::Local),
+        ("hints", e.hints.is_some(), Backend::Host),
     ];
     match keys
         .iter()

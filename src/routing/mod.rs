@@ -61,10 +61,10 @@ impl Entry {
         }
     }
 
-    /// `host`, `local` or `provider`.
-    pub fn backend(&self) -> &'static str {
+    /// Which kind of backend answers.
+    pub fn backend(&self) -> Backend {
         match &self.answerer {
-            Answerer::Host { .. } => "host",
+            Answerer::Host { .. } => Backend::Host,
             Answerer::Model(model) => model.kind(),
         }
     }

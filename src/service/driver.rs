@@ -143,6 +143,7 @@ impl Driver<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Backend;
     use crate::shapes::common::tests_support::parse;
     use crate::shapes::openai_chat::ChatComplete;
     use serde_json::{Value, json};
@@ -151,8 +152,8 @@ mod tests {
     struct Declares(Capabilities);
 
     impl Model for Declares {
-        fn kind(&self) -> &'static str {
-            "test"
+        fn kind(&self) -> Backend {
+            Backend::Provider
         }
         fn capabilities(&self) -> Capabilities {
             self.0
@@ -165,7 +166,7 @@ mod tests {
             _request: ModelRequest,
             _live: Option<Events>,
         ) -> BoxFuture<'_, CallResult<Completion>> {
-            Box::pin(async { Err(CallError::backend("test", "not asked")) })
+            Box::pin(async { Err(CallError::backend(Backend::Provider, "not asked")) })
         }
     }
 
@@ -191,13 +192,13 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(native.tools.len(), 1);
-        assert_eq!(native.system.as_deref(), Some("Be brief."));
+        assert_eq!(native.base.system.as_deref(), Some("Be brief."));
         // Without native tools the machine describes them in the system prompt instead.
         let emulated = first_request(&tools, &Declares(caps(false, false)))
             .unwrap()
             .unwrap();
         assert!(emulated.tools.is_empty());
-        let system = emulated.system.unwrap();
+        let system = emulated.base.system.unwrap();
         assert!(
             system.starts_with("Be brief.") && system.contains("get_weather"),
             "{system}"
@@ -212,7 +213,7 @@ mod tests {
             .unwrap()
             .unwrap();
         assert!(request.response_schema.is_some());
-        assert!(request.system.unwrap().contains("JSON Schema"));
+        assert!(request.base.system.unwrap().contains("JSON Schema"));
     }
 
     #[tokio::test]

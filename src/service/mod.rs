@@ -63,8 +63,8 @@ pub struct Report {
     pub warnings: Vec<String>,
     /// How tool calls were obtained, when the call offered tools.
     pub tool_calls_via: Option<&'static str>,
-    /// `host`, `local` or `provider`.
-    pub backend: &'static str,
+    /// Which kind of backend answered.
+    pub backend: crate::error::Backend,
     /// Which model answered, when a models file names them or a fallback answered.
     pub route: Option<Value>,
     /// How structured output was obtained, and in how many attempts.
