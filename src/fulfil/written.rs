@@ -488,6 +488,17 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// The text the pieces show.
+    fn texts(pieces: &[Piece]) -> String {
+        pieces
+            .iter()
+            .filter_map(|p| match p {
+                Piece::Text(t) => Some(t.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+
     fn pieces_of(reader: &mut Reader, text: &str, step: usize) -> Vec<Piece> {
         let chars: Vec<char> = text.chars().collect();
         chars
@@ -535,13 +546,7 @@ mod tests {
             let mut reader = Reader::new("id");
             let pieces = pieces_of(&mut reader, text, step);
             let (final_text, calls) = reader.finish();
-            let shown: String = pieces
-                .iter()
-                .filter_map(|p| match p {
-                    Piece::Text(t) => Some(t.as_str()),
-                    _ => None,
-                })
-                .collect();
+            let shown = texts(&pieces);
             let args: String = pieces
                 .iter()
                 .filter_map(|p| match p {
@@ -625,13 +630,7 @@ mod tests {
         assert_eq!((rest.trim(), calls[0].name.as_str()), ("", "f"));
         let mut reader = Reader::new("b");
         let pieces = pieces_of(&mut reader, "{\"answer\": 42} and so on", 2);
-        let shown: String = pieces
-            .iter()
-            .filter_map(|p| match p {
-                Piece::Text(t) => Some(t.as_str()),
-                _ => None,
-            })
-            .collect();
+        let shown = texts(&pieces);
         assert_eq!(shown, "{\"answer\": 42} and so on");
         assert_eq!(
             reader.finish(),

@@ -441,17 +441,7 @@ async fn download_once(
     }
     let stated = stated_length(&response, resumed, have, url, partial)?;
     let (limit, bound) = download_limit(size, stated, url, partial)?;
-    let file = tokio::fs::OpenOptions::new()
-        .create(true)
-        .write(true)
-        .append(resumed)
-        .truncate(!resumed)
-        .open(partial)
-        .await
-        .map_err(|source| FetchError::Write {
-            path: partial.to_path_buf(),
-            source,
-        })?;
+    let file = open_part(partial, resumed).await?;
     let start = if resumed { have } else { 0 };
     let total = stated.or(size).unwrap_or(0);
     let written = Written {
@@ -464,6 +454,21 @@ async fn download_once(
         total,
     };
     written.copy(&mut response, file, progress).await
+}
+
+/// The part file, appended to when the download resumes, else started over.
+async fn open_part(partial: &Path, resumed: bool) -> Result<tokio::fs::File, FetchError> {
+    tokio::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .append(resumed)
+        .truncate(!resumed)
+        .open(partial)
+        .await
+        .map_err(|source| FetchError::Write {
+            path: partial.to_path_buf(),
+            source,
+        })
 }
 
 /// The bytes of the file `partial` already holds, from which the download resumes; `None`

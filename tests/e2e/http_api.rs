@@ -74,6 +74,31 @@ fn text_chunk(text: &str) -> String {
     .to_string()
 }
 
+/// The response to `body` at `url` (with the token), its body not read yet.
+async fn open_stream(url: &str, body: &Value) -> reqwest::Response {
+    http_client()
+        .post(url)
+        .header("x-api-key", TOKEN)
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap()
+}
+
+/// A server answered by the embedded model (fetched once), with the model's turn held.
+async fn embedded(env: &[(&str, &str)]) -> (tokio::sync::MutexGuard<'static, ()>, Replica) {
+    let fetched = crate::local::first_try();
+    assert!(
+        fetched.status.success(),
+        "the embedded model could not be fetched"
+    );
+    let turn = crate::local::TURN.lock().await;
+    let mut env = env.to_vec();
+    env.push(("AGENT_AS_MODEL_BACKEND", "local"));
+    (turn, start(&env).await)
+}
+
 #[tokio::test]
 async fn the_token_is_taken_in_every_spelling_and_a_missing_one_is_refused_in_each_envelope() {
     let provider = Scripted::start(vec![Reply::json(200, &completion("Paris."))]).await;
@@ -232,14 +257,7 @@ async fn a_client_that_goes_away_stops_the_providers_request() {
     let s = server("gone", &provider).await;
     let body = json!({"model": "gpt-4o-mini", "stream": true, "max_tokens": 10,
                       "messages": [{"role": "user", "content": "hi"}]});
-    let mut response = http_client()
-        .post(format!("{}/v1/messages", s.url))
-        .header("x-api-key", TOKEN)
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap();
+    let mut response = open_stream(&format!("{}/v1/messages", s.url), &body).await;
     assert_eq!(response.status(), 200);
     let first = response.chunk().await.unwrap().unwrap();
     assert!(String::from_utf8_lossy(&first).contains("message_start"));
@@ -258,13 +276,7 @@ async fn a_client_that_goes_away_stops_the_providers_request() {
 
 #[tokio::test]
 async fn the_embedded_model_reports_cached_tokens_and_refuses_a_prompt_over_its_context() {
-    let fetched = crate::local::first_try();
-    assert!(
-        fetched.status.success(),
-        "the embedded model could not be fetched"
-    );
-    let _turn = crate::local::TURN.lock().await;
-    let s = start(&[("AGENT_AS_MODEL_BACKEND", "local")]).await;
+    let (_turn, s) = embedded(&[]).await;
     let system = "You are a terse geography assistant. Answer with one word. ".repeat(8);
     let chat = json!({"model": "local", "max_tokens": 8, "messages": [
         {"role": "system", "content": system},
@@ -397,14 +409,7 @@ async fn a_tool_calls_arguments_reach_the_client_in_pieces_while_the_provider_ma
         ),
     ];
     for ((path, body, fragments), gate) in cases.into_iter().zip(&gates) {
-        let mut response = http_client()
-            .post(format!("{}{path}", s.url))
-            .header("x-api-key", TOKEN)
-            .header("content-type", "application/json")
-            .body(body.to_string())
-            .send()
-            .await
-            .unwrap();
+        let mut response = open_stream(&format!("{}{path}", s.url), &body).await;
         assert_eq!(response.status(), 200, "{path}");
         let mut text = String::new();
         let (events, ended) =
@@ -447,13 +452,7 @@ async fn a_tool_calls_arguments_reach_the_client_in_pieces_while_the_provider_ma
 
 #[tokio::test]
 async fn the_embedded_models_tool_call_streams_its_arguments_as_they_are_decoded() {
-    let fetched = crate::local::first_try();
-    assert!(
-        fetched.status.success(),
-        "the embedded model could not be fetched"
-    );
-    let _turn = crate::local::TURN.lock().await;
-    let s = start(&[("AGENT_AS_MODEL_BACKEND", "local")]).await;
+    let (_turn, s) = embedded(&[]).await;
     let schema = json!({"type": "object", "properties": {"city": {"type": "string"}},
                         "required": ["city"]});
     let url = format!("{}/v1/chat/completions", s.url);
@@ -527,13 +526,7 @@ async fn counted_and_read(s: &Replica, messages: &Value, responses: &Value) -> [
 
 #[tokio::test]
 async fn the_embedded_models_token_counts_are_the_prompt_its_answer_reads() {
-    let fetched = crate::local::first_try();
-    assert!(
-        fetched.status.success(),
-        "the embedded model could not be fetched"
-    );
-    let _turn = crate::local::TURN.lock().await;
-    let s = start(&[("AGENT_AS_MODEL_BACKEND", "local")]).await;
+    let (_turn, s) = embedded(&[]).await;
     let messages = json!({"model": "local", "max_tokens": 4, "system": "Answer in one word.",
                           "messages": [{"role": "user", "content": "Capital of France?"}]});
     let responses = json!({"model": "local", "max_output_tokens": 4,
@@ -560,13 +553,7 @@ async fn the_embedded_models_token_counts_are_the_prompt_its_answer_reads() {
 
 #[tokio::test]
 async fn the_embedded_models_token_counts_include_the_tools_in_its_template() {
-    let fetched = crate::local::first_try();
-    assert!(
-        fetched.status.success(),
-        "the embedded model could not be fetched"
-    );
-    let _turn = crate::local::TURN.lock().await;
-    let s = start(&[("AGENT_AS_MODEL_BACKEND", "local")]).await;
+    let (_turn, s) = embedded(&[]).await;
     let schema = json!({"type": "object", "properties": {"city": {"type": "string"}},
                         "required": ["city"]});
     let question = "What is the weather in Paris?";
@@ -592,17 +579,7 @@ async fn the_embedded_models_token_counts_include_the_tools_in_its_template() {
 
 #[tokio::test]
 async fn a_count_is_answered_while_the_embedded_models_one_slot_is_writing() {
-    let fetched = crate::local::first_try();
-    assert!(
-        fetched.status.success(),
-        "the embedded model could not be fetched"
-    );
-    let _turn = crate::local::TURN.lock().await;
-    let s = start(&[
-        ("AGENT_AS_MODEL_BACKEND", "local"),
-        ("AGENT_AS_MODEL_LOCAL_SLOTS", "1"),
-    ])
-    .await;
+    let (_turn, s) = embedded(&[("AGENT_AS_MODEL_LOCAL_SLOTS", "1")]).await;
     let long = json!({"model": "local", "max_tokens": 48, "stream": true, "temperature": 0,
                       "messages": [{"role": "user",
                                     "content": "Count from 1 to 200, one number a line."}]});
