@@ -287,6 +287,8 @@ struct Deltas {
     sender: mpsc::UnboundedSender<Piece>,
     /// The current attempt's output is the answer's own.
     verbatim: AtomicBool,
+    /// The API shows tool calls as they are made (Gemini sends them whole, at the end).
+    calls: bool,
     /// Something has been handed on: the client may have seen it.
     sent: AtomicBool,
 }
@@ -310,6 +312,7 @@ impl Sink for Deltas {
             Event::Delta { text, .. } if !text.is_empty() => {
                 self.hand_on(Piece::Text(text.to_owned()));
             }
+            Event::ToolCall { .. } | Event::ToolArgs { .. } if !self.calls => {}
             Event::ToolCall {
                 index, id, name, ..
             } => self.hand_on(Piece::CallStart {
@@ -379,6 +382,7 @@ async fn stream_answer(
     let sink: crate::fulfil::live::Events = Arc::new(Deltas {
         sender: deltas,
         verbatim: AtomicBool::new(false),
+        calls: dialect != Dialect::Gemini,
         sent: AtomicBool::new(false),
     });
     let cancel = CancellationToken::new();

@@ -222,4 +222,94 @@ mod tests {
         let counted = model.count_tokens(ModelRequest::default()).await.unwrap();
         assert_eq!(counted, None);
     }
+
+    /// A model that streams a call to a tool nobody offered, `text` in front of it.
+    struct WrongCall(&'static str);
+
+    impl Model for WrongCall {
+        fn kind(&self) -> Backend {
+            Backend::Provider
+        }
+        fn capabilities(&self) -> Capabilities {
+            caps(true, false)
+        }
+        fn describe(&self) -> Value {
+            Value::Null
+        }
+        fn complete(
+            &self,
+            _request: ModelRequest,
+            live: Option<Events>,
+        ) -> BoxFuture<'_, CallResult<Completion>> {
+            Box::pin(async move {
+                if let Some(live) = live.filter(|_| !self.0.is_empty()) {
+                    live.event(Event::Delta {
+                        tokens: 1,
+                        text: self.0,
+                    });
+                }
+                Ok(Completion {
+                    blocks: vec![
+                        crate::call::Block::Text(self.0.to_owned()),
+                        crate::call::Block::ToolUse {
+                            id: "c".into(),
+                            name: "nope".into(),
+                            input: Default::default(),
+                        },
+                    ],
+                    model: "m".into(),
+                    finish: crate::call::Finish::ToolUse,
+                    usage: None,
+                })
+            })
+        }
+    }
+
+    /// A caller's stream: it has shown the answer once a piece of text came.
+    #[derive(Default)]
+    struct Shown(std::sync::atomic::AtomicUsize);
+
+    impl crate::fulfil::live::Sink for Shown {
+        fn event(&self, event: Event<'_>) {
+            if let Event::Delta { .. } = event {
+                self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        fn committed(&self) -> bool {
+            self.0.load(std::sync::atomic::Ordering::Relaxed) > 0
+        }
+    }
+
+    #[tokio::test]
+    async fn an_answer_the_caller_has_been_shown_is_not_repaired() {
+        let call = parse(
+            &ChatComplete,
+            json!({"messages": [{"role": "user", "content": "weather?"}],
+                   "tools": [{"name": "get_weather", "input_schema": {"type": "object"}}]}),
+        )
+        .unwrap();
+        let cancel = CancellationToken::new();
+        let shown: Events = std::sync::Arc::new(Shown::default());
+        let model = WrongCall("Let me call a tool.");
+        let driver = Driver::Direct {
+            model: &model,
+            cancel: &cancel,
+        };
+        let Err(CallError::Rejected(problem)) = driver.run(&call, Some(&shown)).await else {
+            panic!("a shown answer that breaks the contract fails the call");
+        };
+        assert!(problem.contains("\"nope\""), "{problem}");
+        assert!(problem.contains("already streamed"), "{problem}");
+        // Nothing shown: the same answer is asked to be repaired, and fails only after that.
+        let quiet = WrongCall("");
+        let driver = Driver::Direct {
+            model: &quiet,
+            cancel: &cancel,
+        };
+        let unshown: Events = std::sync::Arc::new(Shown::default());
+        let Err(CallError::Rejected(problem)) = driver.run(&call, Some(&unshown)).await else {
+            panic!("a call to a tool not offered is rejected");
+        };
+        assert!(problem.contains("gave up after 2 attempt(s)"), "{problem}");
+    }
 }
