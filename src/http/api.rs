@@ -248,14 +248,24 @@ async fn complete(
     if prepared.stream {
         return streamed(api, dialect, prepared, call);
     }
+    whole(&api, dialect, prepared, &call, Value::Object).await
+}
+
+/// The whole answer, as `body` makes the response's body of the answer's API object.
+async fn whole(
+    api: &Api,
+    dialect: Dialect,
+    prepared: Prepared,
+    call: &Call,
+    body: impl FnOnce(Map<String, Value>) -> Value,
+) -> Response {
     // A client that goes away drops this future, and with it the work.
     let cancel = CancellationToken::new();
     let mut warnings = prepared.warnings;
-    match api.answer(dialect, &call, &cancel, None).await {
+    match api.answer(dialect, call, &cancel, None).await {
         Ok(answered) => {
             warnings.extend(answered.report.warnings);
-            let body = Value::Object(answered.rendered.object);
-            with_warnings(json_body(body), &warnings)
+            with_warnings(json_body(body(answered.rendered.object)), &warnings)
         }
         Err(e) => error(dialect, &e, &warnings),
     }
@@ -268,16 +278,10 @@ async fn gemini_array(api: Arc<Api>, body: Bytes, model: &str) -> Response {
         Ok(parsed) => parsed,
         Err(response) => return *response,
     };
-    let cancel = CancellationToken::new();
-    let mut warnings = prepared.warnings;
-    match api.answer(Dialect::Gemini, &call, &cancel, None).await {
-        Ok(answered) => {
-            warnings.extend(answered.report.warnings);
-            let body = json!([Value::Object(answered.rendered.object)]);
-            with_warnings(json_body(body), &warnings)
-        }
-        Err(e) => error(Dialect::Gemini, &e, &warnings),
-    }
+    whole(&api, Dialect::Gemini, prepared, &call, |object| {
+        json!([Value::Object(object)])
+    })
+    .await
 }
 
 /// What a call's answer shows while it is made (its text, the tool calls it begins and their
