@@ -30,6 +30,9 @@
     clippy::indexing_slicing
 )]
 
+#[path = "common/rss.rs"]
+mod rss;
+
 use bytes::Bytes;
 use http_body_util::{BodyExt, Either, Full, StreamBody};
 use hyper::body::Frame;
@@ -304,21 +307,16 @@ async fn start_ours(client: &reqwest::Client, upstream: &str) -> Gateway {
             .env("AGENT_AS_MODEL_AUTH_TOKEN", KEY),
         &bench_dir().join("agent-as-model.log"),
     );
-    let base = format!("http://127.0.0.1:{port}");
-    let mut gateway = Gateway {
-        child,
-        url: format!("{base}/v1"),
-    };
-    wait_ready(
+    let log = bench_dir().join("agent-as-model.log");
+    ready(
         client,
-        &mut gateway,
-        &format!("{base}/healthz"),
-        "agent-as-model",
-        Duration::from_secs(30),
-        &bench_dir().join("agent-as-model.log"),
+        child,
+        port,
+        "/healthz",
+        ("agent-as-model", &log),
+        30,
     )
-    .await;
-    gateway
+    .await
 }
 
 fn litellm_binary() -> std::path::PathBuf {
@@ -354,6 +352,28 @@ async fn start_litellm(client: &reqwest::Client, upstream: &str, workers: u32) -
             .env_remove("DATABASE_URL"),
         &bench_dir().join("litellm.log"),
     );
+    let log = bench_dir().join("litellm.log");
+    ready(
+        client,
+        child,
+        port,
+        "/health/liveliness",
+        ("LiteLLM", &log),
+        180,
+    )
+    .await
+}
+
+/// The gateway `child` on `port` once `health` answers (at most `secs` s); `name` and its log
+/// say what did not start.
+async fn ready(
+    client: &reqwest::Client,
+    child: std::process::Child,
+    port: u16,
+    health: &str,
+    (name, log): (&str, &std::path::Path),
+    secs: u64,
+) -> Gateway {
     let base = format!("http://127.0.0.1:{port}");
     let mut gateway = Gateway {
         child,
@@ -362,10 +382,10 @@ async fn start_litellm(client: &reqwest::Client, upstream: &str, workers: u32) -
     wait_ready(
         client,
         &mut gateway,
-        &format!("{base}/health/liveliness"),
-        "LiteLLM",
-        Duration::from_secs(180),
-        &bench_dir().join("litellm.log"),
+        &format!("{base}{health}"),
+        name,
+        Duration::from_secs(secs),
+        log,
     )
     .await;
     gateway
@@ -557,18 +577,6 @@ fn median(mut v: Vec<f64>) -> f64 {
     v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
-fn peak_rss_mib(pid: u32) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1).and_then(|n| n.parse().ok()))
-        })
-        .map(|kib: f64| kib / 1024.0)
-        .unwrap_or(f64::NAN)
-}
-
 const TARGETS: [&str; 3] = ["upstream (floor)", "agent-as-model", "LiteLLM"];
 
 fn env_f64(name: &str, default: f64) -> f64 {
@@ -670,8 +678,8 @@ async fn bench() {
     println!();
     println!(
         "peak resident memory (VmHWM): agent-as-model {:.1} MiB, LiteLLM {:.1} MiB (its main process)",
-        peak_rss_mib(ours.child.id()),
-        peak_rss_mib(litellm.child.id())
+        rss::peak_mib(ours.child.id()).unwrap_or(f64::NAN),
+        rss::peak_mib(litellm.child.id()).unwrap_or(f64::NAN)
     );
     for (clients, per_run) in levels.iter().zip(&figures) {
         print_summary(*clients, per_run);

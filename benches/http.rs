@@ -28,6 +28,8 @@ use std::time::{Duration, Instant};
 
 #[path = "common/floor.rs"]
 mod floor;
+#[path = "common/rss.rs"]
+mod rss;
 use floor::Floor;
 
 /// The floor: rmcp's HTTP service on hyper, nothing in front.
@@ -188,19 +190,6 @@ fn pct(sorted: &[Duration], q: f64) -> f64 {
     sorted[((sorted.len() as f64 - 1.0) * q).round() as usize].as_secs_f64() * 1e3
 }
 
-fn peak_rss_mib(pid: Option<u32>) -> f64 {
-    let pid = pid.unwrap_or(0);
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1).and_then(|n| n.parse().ok()))
-        })
-        .map(|kib: f64| kib / 1024.0)
-        .unwrap_or(0.0)
-}
-
 fn row(label: &str, ours: f64, floor: f64, unit: &str) {
     println!(
         "| {label} | {ours:.2} {unit} | {floor:.2} {unit} | {:.2}x |",
@@ -236,8 +225,8 @@ async fn bench() {
     }
     row(
         "peak resident memory",
-        peak_rss_mib(ours.child.id()),
-        peak_rss_mib(floor.child.id()),
+        ours.child.id().and_then(rss::peak_mib).unwrap_or(0.0),
+        floor.child.id().and_then(rss::peak_mib).unwrap_or(0.0),
         "MiB",
     );
 }

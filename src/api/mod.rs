@@ -32,6 +32,11 @@ pub enum Dialect {
 }
 
 impl Dialect {
+    /// Whether the API's stream shows a tool call as it is made (Gemini sends a call whole).
+    pub fn streams_calls(self) -> bool {
+        self != Dialect::Gemini
+    }
+
     /// The tool whose arguments this API's request body is.
     pub fn shape(self) -> &'static dyn Shape {
         match self {

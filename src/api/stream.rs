@@ -339,7 +339,7 @@ impl Stream {
     /// The model began its call numbered `index`: shown at once, before its arguments (Gemini
     /// sends a call whole, at the end). A call out of order is shown at the end.
     pub fn tool_start(&mut self, index: usize, id: &str, name: &str) -> Vec<String> {
-        if self.dialect == Dialect::Gemini || index != self.calls.len() {
+        if !self.dialect.streams_calls() || index != self.calls.len() {
             return Vec::new();
         }
         // Text held for a stop sequence that did not come before the call.

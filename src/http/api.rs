@@ -386,7 +386,7 @@ async fn stream_answer(
     let sink: crate::fulfil::live::Events = Arc::new(Deltas {
         sender: deltas,
         verbatim: AtomicBool::new(false),
-        calls: dialect != Dialect::Gemini,
+        calls: dialect.streams_calls(),
         sent: AtomicBool::new(false),
     });
     let cancel = CancellationToken::new();
