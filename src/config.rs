@@ -390,6 +390,12 @@ pub struct ProviderArgs {
           action = clap::ArgAction::Set)]
     pub provider_stream: bool,
 
+    /// The most tokens the provider's model writes in one answer (its output limit): a call
+    /// asking for more is sent this many, where the provider would refuse it
+    #[arg(long, env = "AGENT_AS_MODEL_PROVIDER_MAX_TOKENS",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub provider_max_tokens: Option<u32>,
+
     /// Longest wait for one provider answer, in seconds
     #[arg(long, env = "AGENT_AS_MODEL_PROVIDER_TIMEOUT_SECS", default_value_t = 120,
           value_parser = clap::value_parser!(u64).range(1..))]

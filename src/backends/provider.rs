@@ -41,6 +41,9 @@ pub struct ProviderSettings {
     pub max_tool_calls: usize,
     /// Ask for the answer as a stream of events (`stream: true`), read as it is made.
     pub stream: bool,
+    /// The most tokens the provider's model writes in one answer: a call asking for more is
+    /// sent this many (a provider refuses a larger `max_tokens` than its model's limit).
+    pub max_tokens: Option<u32>,
     /// Where the timeout was set, as an error names it: the environment variable, or a models
     /// file's setting.
     pub timeout_source: String,
@@ -108,6 +111,7 @@ impl ProviderSettings {
             max_response: usize::try_from(p.provider_max_response_bytes).unwrap_or(usize::MAX),
             max_tool_calls: usize::try_from(p.provider_max_tool_calls).unwrap_or(usize::MAX),
             stream: p.provider_stream,
+            max_tokens: p.provider_max_tokens,
             timeout_source: "AGENT_AS_MODEL_PROVIDER_TIMEOUT_SECS".to_owned(),
         }
     }
@@ -133,6 +137,14 @@ pub struct Provider {
     secrets: Vec<String>,
     /// The last call's failure (redacted), shown by `list_models` until a call succeeds.
     last_error: std::sync::Mutex<Option<String>>,
+}
+
+/// What a stream keeps back from the caller until the next piece shows it is no secret: the end
+/// of the text, and the end of one tool call's arguments (by the call's index).
+#[derive(Default)]
+struct Held {
+    text: String,
+    args: Option<(usize, String)>,
 }
 
 /// The HTTP client every provider shares (a models file may name thousands: one client each
@@ -409,7 +421,7 @@ impl Provider {
         let max = self.settings.max_response;
         let mut assembly = super::stream::Assembly::new(self.settings.max_tool_calls);
         let mut read = 0usize;
-        let mut held = String::new();
+        let mut held = Held::default();
         while let Some(chunk) = response.chunk().await.map_err(|e| self.failure(e))? {
             read = read.saturating_add(chunk.len());
             if read > max {
@@ -425,33 +437,30 @@ impl Provider {
                 self.tell(live, assembly.deltas, &mut held, added.pieces);
             }
         }
-        if let Some(live) = live.filter(|_| !held.is_empty()) {
-            live.event(Event::Delta {
-                tokens: assembly.deltas,
-                text: &self.scrub(held),
-            });
+        if let Some(live) = live {
+            self.flush(live, assembly.deltas, &mut held);
         }
         let answer = assembly.finish().map_err(stream_failure)?;
         let text = self.scrub(answer.to_string());
         serde_json::from_str(&text).map_err(|e| fail(format!("the provider's answer: {e}")))
     }
 
-    /// Tells `live` what a piece of the stream added, in order, with the secrets scrubbed; the
-    /// end of the text that could still become a secret waits in `held` (told before a call).
-    fn tell(&self, live: &dyn Sink, tokens: usize, held: &mut String, pieces: Vec<Piece>) {
+    /// Tells `live` what a piece of the stream added, in order, with the secrets scrubbed: the
+    /// end of a text, or of a call's arguments, that could still become a secret with the next
+    /// piece waits in `held`, told before anything else is (a client joins the pieces, so a
+    /// secret split across two would reach it whole).
+    fn tell(&self, live: &dyn Sink, tokens: usize, held: &mut Held, pieces: Vec<Piece>) {
         for piece in pieces {
             match piece {
-                Piece::Text(text) => live.event(Event::Delta {
-                    tokens,
-                    text: &self.release(held, &text),
-                }),
+                Piece::Text(text) => {
+                    self.flush_args(live, tokens, held);
+                    live.event(Event::Delta {
+                        tokens,
+                        text: &self.release(&mut held.text, &text),
+                    });
+                }
                 Piece::CallStart { index, id, name } => {
-                    if !held.is_empty() {
-                        live.event(Event::Delta {
-                            tokens,
-                            text: &self.scrub(std::mem::take(held)),
-                        });
-                    }
+                    self.flush(live, tokens, held);
                     live.event(Event::ToolCall {
                         tokens,
                         index,
@@ -459,12 +468,42 @@ impl Provider {
                         name: &self.scrub(name),
                     });
                 }
-                Piece::CallArgs { index, fragment } => live.event(Event::ToolArgs {
-                    tokens,
-                    index,
-                    fragment: &self.scrub(fragment),
-                }),
+                Piece::CallArgs { index, fragment } => {
+                    if held.args.as_ref().is_some_and(|(i, _)| *i != index) {
+                        self.flush_args(live, tokens, held);
+                    }
+                    let (_, args) = held.args.get_or_insert_with(|| (index, String::new()));
+                    let fragment = self.release(args, &fragment);
+                    if !fragment.is_empty() {
+                        live.event(Event::ToolArgs {
+                            tokens,
+                            index,
+                            fragment: &fragment,
+                        });
+                    }
+                }
             }
+        }
+    }
+
+    /// Tells `live` everything `held` keeps back, scrubbed.
+    fn flush(&self, live: &dyn Sink, tokens: usize, held: &mut Held) {
+        self.flush_args(live, tokens, held);
+        if !held.text.is_empty() {
+            live.event(Event::Delta {
+                tokens,
+                text: &self.scrub(std::mem::take(&mut held.text)),
+            });
+        }
+    }
+
+    fn flush_args(&self, live: &dyn Sink, tokens: usize, held: &mut Held) {
+        if let Some((index, args)) = held.args.take().filter(|(_, a)| !a.is_empty()) {
+            live.event(Event::ToolArgs {
+                tokens,
+                index,
+                fragment: &self.scrub(args),
+            });
         }
     }
 
@@ -626,6 +665,13 @@ impl Model for Provider {
     ) -> BoxFuture<'_, CallResult<Completion>> {
         Box::pin(async move {
             let mut body = body(&self.settings.model, &request);
+            if let Some(cap) = self
+                .settings
+                .max_tokens
+                .filter(|c| *c < request.base.max_tokens)
+            {
+                body["max_tokens"] = json!(cap);
+            }
             if let Some(fields) = body.as_object_mut().filter(|_| self.settings.stream) {
                 fields.insert("stream".into(), json!(true));
                 fields.insert("stream_options".into(), json!({"include_usage": true}));
@@ -1005,6 +1051,7 @@ mod tests {
             max_response: 1024,
             max_tool_calls: 1,
             stream: false,
+            max_tokens: None,
             timeout_source: String::new(),
         })
         .err()

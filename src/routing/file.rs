@@ -32,6 +32,7 @@ struct RawEntry {
     tools: Option<bool>,
     json_schema: Option<bool>,
     stream: Option<bool>,
+    max_tokens: Option<Spanned<u32>>,
     model_file: Option<PathBuf>,
     hints: Option<Vec<String>>,
     #[serde(default)]
@@ -65,6 +66,7 @@ pub struct ProviderSpec {
     pub tools: Option<bool>,
     pub json_schema: Option<bool>,
     pub stream: Option<bool>,
+    pub max_tokens: Option<u32>,
 }
 
 /// What answers an entry.
@@ -327,6 +329,7 @@ fn settings_of_its_backend(e: &RawEntry, name: &str, at: usize) -> Result<(), Pr
         ("tools", e.tools.is_some(), Backend::Provider),
         ("json_schema", e.json_schema.is_some(), Backend::Provider),
         ("stream", e.stream.is_some(), Backend::Provider),
+        ("max_tokens", e.max_tokens.is_some(), Backend::Provider),
         ("model_file", e.model_file.is_some(), Backend::Local),
         ("hints", e.hints.is_some(), Backend::Host),
     ];
@@ -383,10 +386,12 @@ fn provider(
         tools: e.tools,
         json_schema: e.json_schema,
         stream: e.stream,
+        max_tokens: e.max_tokens.as_ref().map(|m| *m.get_ref()),
     })
 }
 
-/// A provider entry's timeout is at least a second, and its retries at most [`MAX_RETRIES`].
+/// A provider entry's timeout is at least a second, its retries at most [`MAX_RETRIES`], and
+/// its `max_tokens` at least 1.
 fn check_limits(e: &RawEntry, name: &str) -> Result<(), Problem> {
     if let Some(t) = e.timeout_secs.as_ref().filter(|t| *t.get_ref() == 0) {
         return Err(Problem::at(
@@ -398,6 +403,12 @@ fn check_limits(e: &RawEntry, name: &str) -> Result<(), Problem> {
         return Err(Problem::at(
             r.span().start,
             format!("model {name:?}: `retries` may be at most {MAX_RETRIES}"),
+        ));
+    }
+    if let Some(m) = e.max_tokens.as_ref().filter(|m| *m.get_ref() == 0) {
+        return Err(Problem::at(
+            m.span().start,
+            format!("model {name:?}: `max_tokens` must be at least 1"),
         ));
     }
     Ok(())

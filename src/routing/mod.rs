@@ -521,6 +521,7 @@ fn provider(config: &Config, p: &file::ProviderSpec) -> Result<Arc<dyn Model>, S
     settings.tools = p.tools.unwrap_or(settings.tools);
     settings.json_schema = p.json_schema.unwrap_or(settings.json_schema);
     settings.stream = p.stream.unwrap_or(settings.stream);
+    settings.max_tokens = p.max_tokens.or(settings.max_tokens);
     settings.retries = p.retries.unwrap_or(settings.retries);
     if let Some(secs) = p.timeout_secs {
         settings.timeout = Duration::from_secs(secs);

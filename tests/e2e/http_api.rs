@@ -29,12 +29,21 @@ fn models_file(name: &str, provider: &Scripted) -> std::path::PathBuf {
 }
 
 async fn server(name: &str, provider: &Scripted) -> Replica {
+    server_with(name, provider, "", &[]).await
+}
+
+/// A server whose one provider entry has the settings `more` (TOML lines) besides, started with
+/// the variables `env` too.
+async fn server_with(name: &str, provider: &Scripted, more: &str, env: &[(&str, &str)]) -> Replica {
     let path = models_file(name, provider);
-    start(&[
+    let file = std::fs::read_to_string(&path).unwrap() + more;
+    std::fs::write(&path, file).unwrap();
+    let mut all = vec![
         ("AGENT_AS_MODEL_MODELS", path.to_str().unwrap()),
         ("AGENT_AS_MODEL_AUTH_TOKEN", TOKEN),
-    ])
-    .await
+    ];
+    all.extend_from_slice(env);
+    start(&all).await
 }
 
 async fn post(
@@ -450,6 +459,53 @@ async fn a_tool_calls_arguments_reach_the_client_in_pieces_while_the_provider_ma
     }
 }
 
+/// A client joins a call's argument fragments, so a provider key split across two of them would
+/// reach it whole: the end of a fragment that could still become the key waits for the next.
+#[tokio::test]
+async fn a_key_split_across_two_argument_fragments_never_reaches_the_client() {
+    const KEY: &str = "sk-split-secret-key-0123456789";
+    let (head, tail) = KEY.split_at(KEY.len() / 2);
+    let events = vec![
+        call_chunk(json!({"index": 0, "id": "call_k", "type": "function",
+                          "function": {"name": "note", "arguments": ""}})),
+        call_chunk(json!({"index": 0, "function": {"arguments": format!("{{\"text\": \"{head}")}})),
+        call_chunk(json!({"index": 0, "function": {"arguments": format!("{tail}\"}}")}})),
+        json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}).to_string(),
+        "[DONE]".to_owned(),
+    ];
+    let provider = Scripted::start(vec![Reply::Events(events, Duration::from_millis(50))]).await;
+    let s = server_with(
+        "split-key",
+        &provider,
+        "key_env = \"SPLIT_KEY\"\n",
+        &[("SPLIT_KEY", KEY)],
+    )
+    .await;
+    let body = json!({"model": "gpt-4o-mini", "stream": true,
+        "messages": [{"role": "user", "content": "Note something."}],
+        "tools": [{"type": "function", "function": {"name": "note",
+            "parameters": {"type": "object", "properties": {"text": {"type": "string"}}}}}]});
+    let mut response = open_stream(&format!("{}/v1/chat/completions", s.url), &body).await;
+    assert_eq!(response.status(), 200);
+    let mut text = String::new();
+    let (events, ended) = read_until(&mut response, &mut text, |_| false).await;
+    assert!(ended, "{text}");
+    let joined: String = events
+        .iter()
+        .filter_map(|e| e.pointer("/choices/0/delta/tool_calls/0/function/arguments"))
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        !text.contains(head),
+        "the key's first half was sent before it was known not to be the key: {text}"
+    );
+    assert_eq!(
+        serde_json::from_str::<Value>(&joined).unwrap(),
+        json!({"text": "[redacted]"}),
+        "the arguments as the client joins them: {text}"
+    );
+}
+
 #[tokio::test]
 async fn the_embedded_models_tool_call_streams_its_arguments_as_they_are_decoded() {
     let (_turn, s) = embedded(&[]).await;
@@ -618,4 +674,33 @@ async fn a_count_is_answered_while_the_embedded_models_one_slot_is_writing() {
         after >= 10,
         "only {after} text deltas came after the count was answered"
     );
+}
+
+/// Claude Code asks for 32,000 tokens; a provider whose model writes at most 1,000 would refuse
+/// that, so the entry's `max_tokens` is what the provider is sent (a smaller ask stays).
+#[tokio::test]
+async fn max_tokens_above_the_providers_limit_is_sent_as_its_limit() {
+    let provider = Scripted::start(vec![
+        Reply::json(200, &completion("Paris.")),
+        Reply::json(200, &completion("Paris.")),
+    ])
+    .await;
+    let s = server_with("max-tokens", &provider, "max_tokens = 1000\n", &[]).await;
+    for (asked, sent) in [(32000, 1000), (50, 50)] {
+        let body = json!({"model": "gpt-4o-mini", "max_tokens": asked,
+                          "messages": [{"role": "user", "content": "Capital of France?"}]});
+        let (status, _, text) = post(
+            &format!("{}/v1/messages", s.url),
+            &[("x-api-key", TOKEN), ("anthropic-version", "2023-06-01")],
+            &body,
+        )
+        .await;
+        assert_eq!(status, 200, "{text}");
+        let seen = provider.seen();
+        assert_eq!(
+            seen.last().map(|r| r.body["max_tokens"].clone()),
+            Some(json!(sent)),
+            "asked {asked}"
+        );
+    }
 }
