@@ -669,8 +669,9 @@ impl Model for Provider {
                 .settings
                 .max_tokens
                 .filter(|c| *c < request.base.max_tokens)
+                && let Some(fields) = body.as_object_mut()
             {
-                body["max_tokens"] = json!(cap);
+                fields.insert("max_tokens".into(), json!(cap));
             }
             if let Some(fields) = body.as_object_mut().filter(|_| self.settings.stream) {
                 fields.insert("stream".into(), json!(true));
