@@ -339,18 +339,24 @@ impl Sink for Deltas {
     }
 }
 
-/// The answer as the API's stream of server-sent events, made by a task that ends (and stops
-/// the work) when the client goes away.
+/// The answer as the API's stream of server-sent events. The work is driven by the response
+/// body itself, in the connection's task (no task of its own, so no hand-over between threads
+/// for each frame), and ends with it: a client that goes away drops the body, and the work.
 fn streamed(api: Arc<Api>, dialect: Dialect, prepared: Prepared, call: Call) -> Response {
-    let (frames, out) = mpsc::unbounded_channel::<String>();
+    let (frames, mut out) = mpsc::unbounded_channel::<String>();
     let warnings = prepared.warnings.clone();
-    tokio::spawn(stream_answer(api, dialect, prepared, call, frames));
-    let body = Body::from_stream(futures_util::stream::unfold(out, |mut out| async move {
-        let frame = out.recv().await?;
-        Some((
-            Ok::<Bytes, std::convert::Infallible>(Bytes::from(frame)),
-            out,
-        ))
+    let mut work = Some(Box::pin(stream_answer(
+        api, dialect, prepared, call, frames,
+    )));
+    let body = Body::from_stream(futures_util::stream::poll_fn(move |cx| {
+        if let Some(running) = work.as_mut()
+            && running.as_mut().poll(cx).is_ready()
+        {
+            // Its sender is gone with it: the frames left are read, then the stream ends.
+            work = None;
+        }
+        out.poll_recv(cx)
+            .map(|frame| frame.map(|f| Ok::<Bytes, std::convert::Infallible>(Bytes::from(f))))
     }));
     let mut response = Response::new(body);
     response.headers_mut().insert(
@@ -364,7 +370,7 @@ fn streamed(api: Arc<Api>, dialect: Dialect, prepared: Prepared, call: Call) -> 
 }
 
 /// Answers the call, handing each event's frames to `frames`; returns (dropping the work) as
-/// soon as the client has gone.
+/// soon as nobody reads them.
 async fn stream_answer(
     api: Arc<Api>,
     dialect: Dialect,
@@ -394,8 +400,9 @@ async fn stream_answer(
     let _stop = cancel.clone().drop_guard();
     let answer = api.answer(dialect, &call, &cancel, Some(sink));
     tokio::pin!(answer);
-    let mut ping = tokio::time::interval(PING_EVERY);
-    ping.tick().await;
+    // The first ping is due in PING_EVERY. (An interval's first tick is "now", which the
+    // timer rounds up to its next millisecond: awaiting it held every stream back 1 ms.)
+    let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + PING_EVERY, PING_EVERY);
     let result = loop {
         tokio::select! {
             result = &mut answer => break result,
