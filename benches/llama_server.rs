@@ -1,0 +1,351 @@
+//! The embedded model over `/v1/chat/completions`, streamed, against llama.cpp's own
+//! `llama-server` on the same GGUF file: time to first token, decode tokens per second, and a
+//! conversation's second turn's time to first token (what a prefix cache saves), plus each
+//! server's start-up and peak memory. The two servers run one after the other, never at once.
+//!
+//! `BENCH_LLAMA_SERVER=path/to/llama-server cargo bench --bench llama_server` (BENCHMARKS.md
+//! says how that binary was built). The default model must be cached (run `try` once), or
+//! `BENCH_MODEL=FILE`. `BENCH_RUNS` (default 5) conversations per server, alternating,, `BENCH_SERVER` another
+//! agent-as-model binary.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+#[path = "common/rss.rs"]
+mod rss;
+
+use agent_as_model::local::{engine, fetch};
+use serde_json::{Value, json};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const CONTEXT: u32 = 4096;
+const SLOTS: u32 = 2;
+const MAX_TOKENS: u32 = 256;
+/// The pause before each conversation (see its use).
+const SETTLE: Duration = Duration::from_secs(2);
+
+/// A server under test, killed (with its process group) when dropped.
+struct Server {
+    name: &'static str,
+    child: Child,
+    url: String,
+    started: Duration,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Starts `command` and waits (at most 120 s) until `health` answers 200 and a first chat
+/// completion comes back (the model loaded, the first call's set-up done).
+async fn start(
+    client: &reqwest::Client,
+    name: &'static str,
+    command: &mut Command,
+    port: u16,
+    health: &str,
+) -> Server {
+    let log = std::env::temp_dir().join(format!("aam-bench-{name}-{}.log", std::process::id()));
+    let out = std::fs::File::create(&log).unwrap();
+    let began = Instant::now();
+    let child = command
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
+    let mut server = Server {
+        name,
+        child,
+        url: format!("http://127.0.0.1:{port}"),
+        started: Duration::ZERO,
+    };
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        if let Ok(Some(status)) = server.child.try_wait() {
+            panic!(
+                "{name} exited ({status}): {}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+        }
+        let up = client
+            .get(format!("{}{health}", server.url))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success());
+        if up
+            && turn(client, &server.url, &conversation("warm-up", None))
+                .await
+                .is_some()
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{name} was not ready in 120 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    server.started = began.elapsed();
+    server
+}
+
+/// What one streamed turn showed: the time to its first token, its tokens, when it ended.
+struct Turn {
+    first: Duration,
+    decode_tps: f64,
+    text: String,
+    /// The prompt's tokens, and how many of them the server found cached (its usage).
+    prompt: u64,
+    cached: u64,
+}
+
+/// A conversation of `tag`'s own (so no turn finds another's prefix cached): a system prompt,
+/// a question, and, with `answer`, the assistant's answer and a second question.
+fn conversation(tag: &str, answer: Option<&str>) -> Value {
+    let system = format!(
+        "Conversation {tag}. You are a careful assistant for a physics class. Answer in plain \
+         sentences, without lists or headings, and keep every answer short and exact."
+    );
+    let mut messages = vec![
+        json!({"role": "system", "content": system}),
+        json!({"role": "user", "content": "Why is the sky blue? Explain it in three sentences."}),
+    ];
+    if let Some(answer) = answer {
+        messages.push(json!({"role": "assistant", "content": answer}));
+        messages.push(json!({"role": "user", "content": "And why are sunsets red?"}));
+    }
+    json!({"model": "local", "messages": messages, "stream": true, "temperature": 0,
+           "max_tokens": MAX_TOKENS, "stream_options": {"include_usage": true}})
+}
+
+/// One streamed chat completion: `None` when the server did not answer 200.
+async fn turn(client: &reqwest::Client, url: &str, body: &Value) -> Option<Turn> {
+    let sent = Instant::now();
+    let mut response = client
+        .post(format!("{url}/v1/chat/completions"))
+        .header("authorization", "Bearer bench")
+        .json(body)
+        .send()
+        .await
+        .inspect_err(|e| eprintln!("{url}: {e}"))
+        .ok()?;
+    if !response.status().is_success() {
+        eprintln!("{url}: {}", response.status());
+        return None;
+    }
+    let (mut buffer, mut text) = (String::new(), String::new());
+    let (mut first, mut chunks, mut usage) = (None, 0u32, None);
+    let (mut prompt, mut cached) = (0, 0);
+    loop {
+        let bytes = match response.chunk().await {
+            Ok(Some(bytes)) => bytes,
+            Ok(None) => break,
+            Err(e) => {
+                eprintln!("{url}: {e}");
+                return None;
+            }
+        };
+        buffer.push_str(&String::from_utf8_lossy(&bytes));
+        while let Some(end) = buffer.find("\n\n") {
+            let event: String = buffer.drain(..end + 2).collect();
+            let Some(data) = event.lines().find_map(|l| l.strip_prefix("data: ")) else {
+                continue;
+            };
+            let Ok(v) = serde_json::from_str::<Value>(data) else {
+                continue;
+            };
+            if let Some(t) = v
+                .pointer("/choices/0/delta/content")
+                .and_then(Value::as_str)
+                .filter(|t| !t.is_empty())
+            {
+                first.get_or_insert_with(|| sent.elapsed());
+                chunks += 1;
+                text.push_str(t);
+            }
+            if let Some(n) = v
+                .pointer("/usage/completion_tokens")
+                .and_then(Value::as_u64)
+            {
+                usage = Some(n as f64);
+                let count = |p: &str| v.pointer(p).and_then(Value::as_u64).unwrap_or(0);
+                prompt = count("/usage/prompt_tokens");
+                cached = count("/usage/prompt_tokens_details/cached_tokens");
+            }
+        }
+    }
+    let Some(first) = first else {
+        eprintln!("{url}: no token came");
+        return None;
+    };
+    let tokens = usage.unwrap_or(f64::from(chunks));
+    let decoding = (sent.elapsed() - first).as_secs_f64();
+    Some(Turn {
+        first,
+        decode_tps: (tokens - 1.0) / decoding,
+        text,
+        prompt,
+        cached,
+    })
+}
+
+/// One conversation of two turns: the first turn's time to first token (ms), its decode
+/// tokens/s, the second turn's time to first token (ms).
+async fn conversation_row(client: &reqwest::Client, server: &Server, run: usize) -> [f64; 3] {
+    // The same length for both servers (their prompts are then the same tokens long, and a
+    // greedy answer is the same text), different for each.
+    let tag = format!("{}-{run}-{}", &server.name[..1], std::process::id());
+    let one = turn(client, &server.url, &conversation(&tag, None))
+        .await
+        .unwrap_or_else(|| panic!("{}: the first turn failed", server.name));
+    let two = turn(client, &server.url, &conversation(&tag, Some(&one.text)))
+        .await
+        .unwrap_or_else(|| panic!("{}: the second turn failed", server.name));
+    println!(
+        "{:<15} run {run}: first turn {:.0} ms ({} prompt tokens, {} cached), {:.1} tokens/s; \
+         second turn {:.0} ms ({} prompt tokens, {} cached)",
+        server.name,
+        one.first.as_secs_f64() * 1e3,
+        one.prompt,
+        one.cached,
+        one.decode_tps,
+        two.first.as_secs_f64() * 1e3,
+        two.prompt,
+        two.cached
+    );
+    [
+        one.first.as_secs_f64() * 1e3,
+        one.decode_tps,
+        two.first.as_secs_f64() * 1e3,
+    ]
+}
+
+fn median(mut v: Vec<f64>) -> (f64, f64, f64) {
+    v.sort_by(f64::total_cmp);
+    (v[v.len() / 2], v[0], v[v.len() - 1])
+}
+
+fn show((m, lo, hi): (f64, f64, f64)) -> String {
+    format!("{m:.1} ({lo:.1}, {hi:.1})")
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    agent_as_model::install_tls();
+    let Some(llama_server) = std::env::var_os("BENCH_LLAMA_SERVER") else {
+        eprintln!("set BENCH_LLAMA_SERVER to a llama-server binary (BENCHMARKS.md)");
+        std::process::exit(2);
+    };
+    let model = std::env::var_os("BENCH_MODEL")
+        .map(std::path::PathBuf::from)
+        .or_else(fetch::cached_default)
+        .expect("the default model is cached: run `try` once");
+    let runs: usize = std::env::var("BENCH_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5);
+    let threads = engine::physical_cores().to_string();
+    let ours_binary = std::env::var_os("BENCH_SERVER")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_agent-as-model").into());
+    println!(
+        "model {}; {threads} threads, {SLOTS} slots of {CONTEXT} tokens each, greedy, \
+         {MAX_TOKENS} tokens at most, {runs} conversations each",
+        model.display()
+    );
+    // A new connection for every request, for both (llama-server closes a streamed one).
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
+    // Both are started (one at a time), then their conversations alternate, so a machine
+    // that drifts (other load, clock) drifts for both; only one of them works at any time.
+    let mut servers = Vec::new();
+    for name in ["agent-as-model", "llama-server"] {
+        let port = free_port();
+        let mut command;
+        let health = if name == "agent-as-model" {
+            command = Command::new(&ours_binary);
+            command
+                .args(["--http", &format!("127.0.0.1:{port}"), "--backend", "local"])
+                .arg("--model-file")
+                .arg(&model)
+                .env("AGENT_AS_MODEL_LOCAL_THREADS", &threads)
+                .env("AGENT_AS_MODEL_LOCAL_SLOTS", SLOTS.to_string())
+                .env("AGENT_AS_MODEL_LOCAL_CONTEXT", CONTEXT.to_string())
+                .env("RUST_LOG", "error");
+            "/healthz"
+        } else {
+            command = Command::new(&llama_server);
+            command
+                .arg("-m")
+                .arg(&model)
+                .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+                .args(["-t", &threads, "-np", &SLOTS.to_string()])
+                .args(["-c", &(CONTEXT * SLOTS).to_string(), "--no-webui"]);
+            "/health"
+        };
+        servers.push(start(&client, name, &mut command, port, health).await);
+    }
+    let mut rows = vec![Vec::new(), Vec::new()];
+    for run in 0..runs {
+        for (server, rows) in servers.iter().zip(rows.iter_mut()) {
+            // llama.cpp's threads spin a while after a call (ggml's polling): the other
+            // server's threads must be asleep before a conversation is timed.
+            tokio::time::sleep(SETTLE).await;
+            rows.push(conversation_row(&client, server, run).await);
+        }
+    }
+    let results: Vec<_> = servers
+        .iter()
+        .zip(rows)
+        .map(|(s, rows)| {
+            let peak = rss::peak_mib(s.child.id()).unwrap_or(f64::NAN);
+            (s.name, s.started.as_secs_f64(), rows, peak)
+        })
+        .collect();
+    print_table(&results);
+}
+
+type Results<'a> = [(&'a str, f64, Vec<[f64; 3]>, f64)];
+
+fn print_table(results: &Results) {
+    let col = |r: &[[f64; 3]], i: usize| median(r.iter().map(|row| row[i]).collect());
+    println!("\n| measure | agent-as-model | llama-server | ours against llama-server |");
+    println!("| --- | --- | --- | --- |");
+    let (ours, theirs) = (&results[0].2, &results[1].2);
+    for (label, i, higher_better) in [
+        ("time to first token, first turn (ms)", 0, false),
+        ("decode (tokens/s)", 1, true),
+        ("time to first token, second turn (ms)", 2, false),
+    ] {
+        let (a, b) = (col(ours, i), col(theirs, i));
+        let ratio = if higher_better { a.0 / b.0 } else { b.0 / a.0 };
+        println!("| {label} | {} | {} | {ratio:.2}x |", show(a), show(b));
+    }
+    println!(
+        "| start-up to a first answer (s) | {:.2} | {:.2} | |",
+        results[0].1, results[1].1
+    );
+    println!(
+        "| peak resident memory (MiB) | {:.0} | {:.0} | |",
+        results[0].3, results[1].3
+    );
+    println!(
+        "\nmedian (min, max); against: theirs / ours for times, ours / theirs for tokens/s, so \
+         1.00x or more means ours is at least as fast"
+    );
+}
