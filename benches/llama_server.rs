@@ -5,7 +5,7 @@
 //!
 //! `BENCH_LLAMA_SERVER=path/to/llama-server cargo bench --bench llama_server` (BENCHMARKS.md
 //! says how that binary was built). The default model must be cached (run `try` once), or
-//! `BENCH_MODEL=FILE`. `BENCH_RUNS` (default 5) conversations per server, alternating,, `BENCH_SERVER` another
+//! `BENCH_MODEL=FILE`. `BENCH_RUNS` (default 5) conversations per server, alternating; `BENCH_SERVER` another
 //! agent-as-model binary.
 #![allow(
     clippy::unwrap_used,
