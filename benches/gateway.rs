@@ -298,6 +298,7 @@ async fn start_ours(client: &reqwest::Client, upstream: &str) -> Gateway {
     )
     .unwrap();
     let port = free_port();
+    let log = bench_dir().join("agent-as-model.log");
     let child = spawn_group(
         std::process::Command::new(ours_binary())
             .args(["--http", &format!("127.0.0.1:{port}")])
@@ -305,9 +306,8 @@ async fn start_ours(client: &reqwest::Client, upstream: &str) -> Gateway {
             .arg(&models)
             .env("RUST_LOG", "error")
             .env("AGENT_AS_MODEL_AUTH_TOKEN", KEY),
-        &bench_dir().join("agent-as-model.log"),
+        &log,
     );
-    let log = bench_dir().join("agent-as-model.log");
     ready(
         client,
         child,
@@ -339,6 +339,7 @@ async fn start_litellm(client: &reqwest::Client, upstream: &str, workers: u32) -
     .unwrap();
     let port = free_port();
     let exe = litellm_binary();
+    let log = bench_dir().join("litellm.log");
     let child = spawn_group(
         std::process::Command::new(&exe)
             .arg("--config")
@@ -350,9 +351,8 @@ async fn start_litellm(client: &reqwest::Client, upstream: &str, workers: u32) -
             .env("LITELLM_LOCAL_MODEL_COST_MAP", "True")
             .env("LITELLM_MASTER_KEY", KEY)
             .env_remove("DATABASE_URL"),
-        &bench_dir().join("litellm.log"),
+        &log,
     );
-    let log = bench_dir().join("litellm.log");
     ready(
         client,
         child,

@@ -201,7 +201,7 @@ async fn gemini(
                 gemini_array(api, body, model).await
             }
         }
-        "countTokens" => count(api, Dialect::Gemini, body, Some(model)).await,
+        "countTokens" => count(api, Counting::Gemini, body, Some(model)).await,
         other => error(
             Dialect::Gemini,
             &ApiError::new(
@@ -430,7 +430,37 @@ async fn stream_answer(
 
 /// The prompt tokens a request would read: counted by the embedded model's tokenizer, estimated
 /// for other models.
-async fn count(api: Arc<Api>, dialect: Dialect, body: Bytes, model: Option<&str>) -> Response {
+/// The APIs with a token-counting endpoint (chat completions has none).
+#[derive(Clone, Copy)]
+enum Counting {
+    Messages,
+    Responses,
+    Gemini,
+}
+
+impl Counting {
+    fn dialect(self) -> Dialect {
+        match self {
+            Counting::Messages => Dialect::Messages,
+            Counting::Responses => Dialect::Responses,
+            Counting::Gemini => Dialect::Gemini,
+        }
+    }
+
+    /// The endpoint's answer for a prompt of `tokens`.
+    fn body(self, tokens: usize) -> Value {
+        match self {
+            Counting::Messages => json!({"input_tokens": tokens}),
+            Counting::Responses => {
+                json!({"object": "response.input_tokens", "input_tokens": tokens})
+            }
+            Counting::Gemini => json!({"totalTokens": tokens}),
+        }
+    }
+}
+
+async fn count(api: Arc<Api>, counting: Counting, body: Bytes, model: Option<&str>) -> Response {
+    let dialect = counting.dialect();
     let (prepared, call) = match parse(&api, dialect, &body, model, false) {
         Ok(parsed) => parsed,
         Err(response) => return *response,
@@ -440,21 +470,15 @@ async fn count(api: Arc<Api>, dialect: Dialect, body: Bytes, model: Option<&str>
         Ok(tokens) => tokens,
         Err(e) => return error(dialect, &e, &prepared.warnings),
     };
-    let body = match dialect {
-        Dialect::Messages => json!({"input_tokens": tokens}),
-        Dialect::Responses => json!({"object": "response.input_tokens", "input_tokens": tokens}),
-        Dialect::Gemini => json!({"totalTokens": tokens}),
-        Dialect::Chat => json!({"prompt_tokens": tokens}),
-    };
-    json_body(body)
+    json_body(counting.body(tokens))
 }
 
 async fn messages_tokens(State(api): State<Arc<Api>>, body: Bytes) -> Response {
-    count(api, Dialect::Messages, body, None).await
+    count(api, Counting::Messages, body, None).await
 }
 
 async fn responses_tokens(State(api): State<Arc<Api>>, body: Bytes) -> Response {
-    count(api, Dialect::Responses, body, None).await
+    count(api, Counting::Responses, body, None).await
 }
 
 /// The models calls may name: `(id, aliases)`.
