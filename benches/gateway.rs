@@ -30,8 +30,12 @@
     clippy::indexing_slicing
 )]
 
+#[path = "common/port.rs"]
+mod port;
 #[path = "common/rss.rs"]
 mod rss;
+
+use port::free_port;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Either, Full, StreamBody};
@@ -47,14 +51,6 @@ const PIECES: [&str; 3] = ["Hello", " from", " upstream."];
 /// The token both gateways require (LiteLLM's master key, agent-as-model's `--auth-token`):
 /// LiteLLM refuses to start without one, and both then check it on every request.
 const KEY: &str = "sk-bench-gateway-key-0123456789abcdef";
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 // ---------------------------------------------------------------------------------------------
 // The scripted upstream.

@@ -14,8 +14,12 @@
     clippy::indexing_slicing
 )]
 
+#[path = "common/port.rs"]
+mod port;
 #[path = "common/rss.rs"]
 mod rss;
+
+use port::free_port;
 
 use agent_as_model::local::{engine, fetch};
 use serde_json::{Value, json};
@@ -41,14 +45,6 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Starts `command` and waits (at most 120 s) until `health` answers 200 and a first chat
@@ -147,7 +143,7 @@ async fn turn(client: &reqwest::Client, url: &str, body: &Value) -> Option<Turn>
         return None;
     }
     let (mut buffer, mut text) = (String::new(), String::new());
-    let (mut first, mut chunks, mut usage) = (None, 0u32, None);
+    let (mut first, mut last, mut chunks) = (None, Duration::ZERO, 0u32);
     let (mut prompt, mut cached) = (0, 0);
     loop {
         let bytes = match response.chunk().await {
@@ -172,15 +168,13 @@ async fn turn(client: &reqwest::Client, url: &str, body: &Value) -> Option<Turn>
                 .and_then(Value::as_str)
                 .filter(|t| !t.is_empty())
             {
-                first.get_or_insert_with(|| sent.elapsed());
+                let now = sent.elapsed();
+                first.get_or_insert(now);
+                last = now;
                 chunks += 1;
                 text.push_str(t);
             }
-            if let Some(n) = v
-                .pointer("/usage/completion_tokens")
-                .and_then(Value::as_u64)
-            {
-                usage = Some(n as f64);
+            if v.pointer("/usage/completion_tokens").is_some() {
                 let count = |p: &str| v.pointer(p).and_then(Value::as_u64).unwrap_or(0);
                 prompt = count("/usage/prompt_tokens");
                 cached = count("/usage/prompt_tokens_details/cached_tokens");
@@ -191,11 +185,14 @@ async fn turn(client: &reqwest::Client, url: &str, body: &Value) -> Option<Turn>
         eprintln!("{url}: no token came");
         return None;
     };
-    let tokens = usage.unwrap_or(f64::from(chunks));
-    let decoding = (sent.elapsed() - first).as_secs_f64();
+    // Decode speed is the content chunks streamed after the first, over the time from the first
+    // to the last: what a reader sees, and the same measure for both servers (their usage does
+    // not count alike: llama-server's completion_tokens includes the end-of-turn token, ours
+    // does not, as OpenAI's does not), and free of what follows the last token.
+    let decoding = (last - first).as_secs_f64();
     Some(Turn {
         first,
-        decode_tps: (tokens - 1.0) / decoding,
+        decode_tps: f64::from(chunks.saturating_sub(1)) / decoding,
         text,
         prompt,
         cached,
