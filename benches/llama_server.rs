@@ -1,7 +1,7 @@
 //! The embedded model over `/v1/chat/completions`, streamed, against llama.cpp's own
 //! `llama-server` on the same GGUF file: time to first token, decode tokens per second, and a
-//! conversation's second turn's time to first token (what a prefix cache saves), plus each
-//! server's start-up and peak memory. The two servers run one after the other, never at once.
+//! conversation's second turn's time to first token (what a prefix cache saves), decode speed
+//! over a long answer, plus each server's start-up and peak memory. The two servers run one after the other, never at once.
 //!
 //! `BENCH_LLAMA_SERVER=path/to/llama-server cargo bench --bench llama_server` (BENCHMARKS.md
 //! says how that binary was built). The default model must be cached (run `try` once), or
@@ -127,6 +127,18 @@ fn conversation(tag: &str, answer: Option<&str>) -> Value {
            "max_tokens": MAX_TOKENS, "stream_options": {"include_usage": true}})
 }
 
+/// A request for a long answer (it runs to `MAX_TOKENS`): decode speed over many steps, where
+/// a step that waits for a core shows.
+fn long_answer(tag: &str) -> Value {
+    let messages = [
+        json!({"role": "system", "content": format!("Story {tag}. You are a storyteller.")}),
+        json!({"role": "user", "content": "Tell a long story about a lighthouse keeper and \
+                                            the ships she saw, in plain sentences."}),
+    ];
+    json!({"model": "local", "messages": messages, "stream": true, "temperature": 0,
+           "max_tokens": MAX_TOKENS, "stream_options": {"include_usage": true}})
+}
+
 /// One streamed chat completion: `None` when the server did not answer 200.
 async fn turn(client: &reqwest::Client, url: &str, body: &Value) -> Option<Turn> {
     let sent = Instant::now();
@@ -199,9 +211,10 @@ async fn turn(client: &reqwest::Client, url: &str, body: &Value) -> Option<Turn>
     })
 }
 
-/// One conversation of two turns: the first turn's time to first token (ms), its decode
-/// tokens/s, the second turn's time to first token (ms).
-async fn conversation_row(client: &reqwest::Client, server: &Server, run: usize) -> [f64; 3] {
+/// One conversation of two turns, then a long answer: the first turn's time to first token
+/// (ms), its decode tokens/s, the second turn's time to first token (ms), the long answer's
+/// decode tokens/s.
+async fn conversation_row(client: &reqwest::Client, server: &Server, run: usize) -> [f64; 4] {
     // The same length for both servers (their prompts are then the same tokens long, and a
     // greedy answer is the same text), different for each.
     let tag = format!("{}-{run}-{}", &server.name[..1], std::process::id());
@@ -211,9 +224,12 @@ async fn conversation_row(client: &reqwest::Client, server: &Server, run: usize)
     let two = turn(client, &server.url, &conversation(&tag, Some(&one.text)))
         .await
         .unwrap_or_else(|| panic!("{}: the second turn failed", server.name));
+    let long = turn(client, &server.url, &long_answer(&tag))
+        .await
+        .unwrap_or_else(|| panic!("{}: the long answer failed", server.name));
     println!(
         "{:<15} run {run}: first turn {:.0} ms ({} prompt tokens, {} cached), {:.1} tokens/s; \
-         second turn {:.0} ms ({} prompt tokens, {} cached)",
+         second turn {:.0} ms ({} prompt tokens, {} cached); long answer {:.1} tokens/s",
         server.name,
         one.first.as_secs_f64() * 1e3,
         one.prompt,
@@ -221,12 +237,14 @@ async fn conversation_row(client: &reqwest::Client, server: &Server, run: usize)
         one.decode_tps,
         two.first.as_secs_f64() * 1e3,
         two.prompt,
-        two.cached
+        two.cached,
+        long.decode_tps
     );
     [
         one.first.as_secs_f64() * 1e3,
         one.decode_tps,
         two.first.as_secs_f64() * 1e3,
+        long.decode_tps,
     ]
 }
 
@@ -317,10 +335,10 @@ async fn main() {
     print_table(&results);
 }
 
-type Results<'a> = [(&'a str, f64, Vec<[f64; 3]>, f64)];
+type Results<'a> = [(&'a str, f64, Vec<[f64; 4]>, f64)];
 
 fn print_table(results: &Results) {
-    let col = |r: &[[f64; 3]], i: usize| median(r.iter().map(|row| row[i]).collect());
+    let col = |r: &[[f64; 4]], i: usize| median(r.iter().map(|row| row[i]).collect());
     println!("\n| measure | agent-as-model | llama-server | ours against llama-server |");
     println!("| --- | --- | --- | --- |");
     let (ours, theirs) = (&results[0].2, &results[1].2);
@@ -328,6 +346,7 @@ fn print_table(results: &Results) {
         ("time to first token, first turn (ms)", 0, false),
         ("decode (tokens/s)", 1, true),
         ("time to first token, second turn (ms)", 2, false),
+        ("decode, a long answer (tokens/s)", 3, true),
     ] {
         let (a, b) = (col(ours, i), col(theirs, i));
         let ratio = if higher_better { a.0 / b.0 } else { b.0 / a.0 };
