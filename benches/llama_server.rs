@@ -1,12 +1,13 @@
 //! The embedded model over `/v1/chat/completions`, streamed, against llama.cpp's own
 //! `llama-server` on the same GGUF file: time to first token, decode tokens per second, and a
 //! conversation's second turn's time to first token (what a prefix cache saves), decode speed
-//! over a long answer, plus each server's start-up and peak memory. The two servers run one after the other, never at once.
+//! over a long answer, plus each server's start-up and peak memory. The two servers run one
+//! after the other, never at once.
 //!
 //! `BENCH_LLAMA_SERVER=path/to/llama-server cargo bench --bench llama_server` (BENCHMARKS.md
 //! says how that binary was built). The default model must be cached (run `try` once), or
-//! `BENCH_MODEL=FILE`. `BENCH_RUNS` (default 5) conversations per server, alternating; `BENCH_SERVER` another
-//! agent-as-model binary.
+//! `BENCH_MODEL=FILE`. `BENCH_RUNS` (default 5) conversations per server, alternating;
+//! `BENCH_SERVER` another agent-as-model binary.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,

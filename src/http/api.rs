@@ -428,8 +428,6 @@ async fn stream_answer(
     };
 }
 
-/// The prompt tokens a request would read: counted by the embedded model's tokenizer, estimated
-/// for other models.
 /// The APIs with a token-counting endpoint (chat completions has none).
 #[derive(Clone, Copy)]
 enum Counting {
@@ -459,6 +457,8 @@ impl Counting {
     }
 }
 
+/// The prompt tokens a request would read: counted by the embedded model's tokenizer, estimated
+/// for other models.
 async fn count(api: Arc<Api>, counting: Counting, body: Bytes, model: Option<&str>) -> Response {
     let dialect = counting.dialect();
     let (prepared, call) = match parse(&api, dialect, &body, model, false) {

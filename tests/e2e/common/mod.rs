@@ -363,14 +363,10 @@ pub fn http_client() -> reqwest::Client {
     reqwest::Client::new()
 }
 
-/// A loopback port nobody listens on right now.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+/// A loopback port nobody listens on right now (the benchmarks' helper).
+#[path = "../../../benches/common/port.rs"]
+mod port;
+pub use port::free_port;
 
 /// A small deterministic generator, so a failing case can be replayed from its seed.
 pub struct Lcg(pub u64);
