@@ -184,6 +184,19 @@ pub struct Config {
           value_parser = clap::value_parser!(u64).range(1024..))]
     pub max_body_buffer_bytes: u64,
 
+    /// Most JSON values (array elements, object members and their names) one HTTP request body
+    /// may hold; a body with more is answered 413. Parsed, each value takes tens of bytes, so a
+    /// body of tiny values takes many times its size in memory
+    #[arg(long, env = "AGENT_AS_MODEL_MAX_JSON_VALUES", default_value_t = 1_000_000,
+          value_parser = clap::value_parser!(u64).range(16..))]
+    pub max_json_values: u64,
+
+    /// Seconds a streamed answer over HTTP may wait for a client that reads none of it (its
+    /// buffer full); past it the call is cancelled and its model freed
+    #[arg(long, env = "AGENT_AS_MODEL_STREAM_WRITE_TIMEOUT_SECS", default_value_t = 30,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub stream_write_timeout_secs: u64,
+
     /// Log lines as text, or as JSON objects (one a line, each tool call with its request id
     /// and duration; the default level becomes info)
     #[arg(long, env = "AGENT_AS_MODEL_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]

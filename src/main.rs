@@ -15,7 +15,23 @@ use std::process::ExitCode;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
+/// glibc raises its threshold for serving an allocation with its own mapping each time such a
+/// block is freed, so later large blocks (request bodies, prompts) come from the heap, where
+/// freeing them seldom gives memory back: a server that once held a few 16 MB bodies kept
+/// their memory for good. A fixed threshold keeps large blocks mapped, and returned when freed.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn return_large_blocks() {
+    // SAFETY: mallopt sets one parameter of the allocator; this runs before any other thread.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024);
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn return_large_blocks() {}
+
 fn main() -> ExitCode {
+    return_large_blocks();
     let config = Config::parse();
     // A malformed setting of the local model is refused now, whichever backend answers.
     if let Err(e) = LocalSettings::from_config(&config) {
@@ -79,14 +95,15 @@ fn serve(config: &Config, runtime: &tokio::runtime::Runtime, sealer: Sealer) -> 
         Server::new(settings, config.limits.clone(), backends).map_err(|e| e.to_string())?;
     if let Some(http) = HttpSettings::from_config(config) {
         let stop = CancellationToken::new();
-        let api = std::sync::Arc::new(agent_as_model::api::Api {
-            service: server.service(),
-        });
-        let mcp = streamable::service(
-            server,
-            &streamable::Settings::from_config(config),
-            stop.child_token(),
-        );
+        let mcp_settings = streamable::Settings::from_config(config);
+        // One cap on calls in flight for the MCP tools and the model APIs alike.
+        let api = std::sync::Arc::new(agent_as_model::api::Api::new(
+            server.service(),
+            mcp_settings.calls.clone(),
+            mcp_settings.max_calls,
+            Duration::from_secs(config.stream_write_timeout_secs),
+        ));
+        let mcp = streamable::service(server, &mcp_settings, stop.child_token());
         let routes = agent_as_model::http::api::routes(api);
         return runtime
             .block_on(agent_as_model::http::serve_http(

@@ -16,6 +16,9 @@ use crate::error::CallError;
 use crate::service::{Answered, Origin, Served, Service};
 use crate::shapes::{self, Shape};
 use serde_json::{Map, Value, json};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 /// The API a request speaks.
@@ -276,9 +279,53 @@ impl From<CallError> for ApiError {
 /// The model APIs, answered by the completion service.
 pub struct Api {
     pub service: std::sync::Arc<Service>,
+    /// Places for calls in flight, shared with the MCP tools' calls (one server-wide cap).
+    calls: Arc<Semaphore>,
+    max_calls: usize,
+    /// How long a streamed answer waits for a client that reads none of it.
+    pub stream_write_timeout: Duration,
 }
 
+/// A call's place under the server's cap on calls in flight, given back when it is dropped.
+pub struct Admitted(#[allow(dead_code)] OwnedSemaphorePermit);
+
 impl Api {
+    /// The APIs answered by `service`, at most `max_calls` calls at once (counted on `calls`,
+    /// which the MCP front may share).
+    pub fn new(
+        service: Arc<Service>,
+        calls: Arc<Semaphore>,
+        max_calls: usize,
+        stream_write_timeout: Duration,
+    ) -> Self {
+        Api {
+            service,
+            calls,
+            max_calls,
+            stream_write_timeout,
+        }
+    }
+
+    /// A place for one more call, or a 429 saying to retry: calls over the cap are refused at
+    /// once, never queued, as MCP tool calls are.
+    pub fn admit(&self) -> Result<Admitted, ApiError> {
+        match self.calls.clone().try_acquire_owned() {
+            Ok(permit) => Ok(Admitted(permit)),
+            Err(_) => Err(ApiError {
+                retry_after: Some(1),
+                ..ApiError::new(
+                    429,
+                    ErrorKind::RateLimit,
+                    format!(
+                        "server busy: {} calls are in flight, the most this server takes at \
+                         once (AGENT_AS_MODEL_MAX_CALLS_IN_FLIGHT); retry shortly",
+                        self.max_calls
+                    ),
+                )
+            }),
+        }
+    }
+
     /// Parses a prepared request for `dialect`'s tool.
     pub fn parse(&self, dialect: Dialect, prepared: &Prepared) -> Result<Call, ApiError> {
         if self.service.backends().direct().next().is_none() {

@@ -5,13 +5,13 @@
 //! or the API's error envelope. The token is taken in every spelling the clients use.
 
 use crate::api::stream::Stream;
-use crate::api::{self, Api, ApiError, Dialect, ErrorKind, Prepared};
+use crate::api::{self, Admitted, Api, ApiError, Dialect, ErrorKind, Prepared};
 use crate::call::Call;
 use crate::fulfil::live::{Event, Sink};
 use crate::fulfil::written::Piece;
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::{Path, Request, State};
+use axum::extract::{Extension, Path, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
 use axum::routing::{get, head, post};
@@ -19,9 +19,10 @@ use serde_json::{Map, Value, json};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
+use super::body::Held;
 use super::{Routes, Token, bearer_credentials};
 
 /// The header that says what a backend could not do as asked.
@@ -29,6 +30,15 @@ const WARNINGS: &str = "x-agent-as-model-warnings";
 
 /// How often an Anthropic stream says `ping` while the answer is made.
 const PING_EVERY: Duration = Duration::from_secs(10);
+
+/// The longest a stream's head waits for the answer's first piece: until then a call that
+/// fails (refused by its model's queue, a provider's 429 or 401, a prompt over the context) is
+/// answered with a real HTTP status instead of an error event after a 200.
+const HEAD_WAIT: Duration = PING_EVERY;
+
+/// Frames of a streamed answer waiting for the client; when they are this many, the answer
+/// waits for the client (for `Api::stream_write_timeout`, then it is cancelled).
+const STREAM_BUFFER: usize = 64;
 
 /// The model APIs' routes, answered by `api`.
 pub fn routes(api: Arc<Api>) -> Routes {
@@ -162,16 +172,19 @@ fn object(body: &Bytes) -> Result<Map<String, Value>, ApiError> {
     }
 }
 
-async fn chat(State(api): State<Arc<Api>>, body: Bytes) -> Response {
-    complete(api, Dialect::Chat, body, None, false).await
+/// The body's share of the server's buffer, which a call keeps until its answer is sent.
+type Share = Option<Extension<Held>>;
+
+async fn chat(State(api): State<Arc<Api>>, held: Share, body: Bytes) -> Response {
+    complete(api, Dialect::Chat, body, None, false, held).await
 }
 
-async fn responses(State(api): State<Arc<Api>>, body: Bytes) -> Response {
-    complete(api, Dialect::Responses, body, None, false).await
+async fn responses(State(api): State<Arc<Api>>, held: Share, body: Bytes) -> Response {
+    complete(api, Dialect::Responses, body, None, false, held).await
 }
 
-async fn messages(State(api): State<Arc<Api>>, body: Bytes) -> Response {
-    complete(api, Dialect::Messages, body, None, false).await
+async fn messages(State(api): State<Arc<Api>>, held: Share, body: Bytes) -> Response {
+    complete(api, Dialect::Messages, body, None, false, held).await
 }
 
 /// `POST …/models/{model}:{action}`: `generateContent`, `streamGenerateContent` (SSE with
@@ -180,6 +193,7 @@ async fn gemini(
     State(api): State<Arc<Api>>,
     Path(name): Path<String>,
     uri: axum::http::Uri,
+    held: Share,
     body: Bytes,
 ) -> Response {
     let Some((model, action)) = name.rsplit_once(':') else {
@@ -190,13 +204,13 @@ async fn gemini(
         );
     };
     match action {
-        "generateContent" => complete(api, Dialect::Gemini, body, Some(model), false).await,
+        "generateContent" => complete(api, Dialect::Gemini, body, Some(model), false, held).await,
         "streamGenerateContent" => {
             let sse = uri
                 .query()
                 .is_some_and(|q| q.split('&').any(|p| p == "alt=sse"));
             if sse {
-                complete(api, Dialect::Gemini, body, Some(model), true).await
+                complete(api, Dialect::Gemini, body, Some(model), true, held).await
             } else {
                 gemini_array(api, body, model).await
             }
@@ -233,22 +247,40 @@ fn parse(
     }
 }
 
+/// What a call holds until its answer is sent: its place under the cap on calls in flight,
+/// and its body's share of the buffer (for the memory the call keeps).
+struct Holding {
+    _call: Admitted,
+    _body: Share,
+}
+
 async fn complete(
     api: Arc<Api>,
     dialect: Dialect,
     body: Bytes,
     model: Option<&str>,
     stream: bool,
+    held: Share,
 ) -> Response {
+    let admitted = match api.admit() {
+        Ok(admitted) => admitted,
+        Err(e) => return error(dialect, &e, &[]),
+    };
     let (prepared, call) = match parse(&api, dialect, &body, model, stream) {
         Ok(parsed) => parsed,
         Err(response) => return *response,
     };
     drop(body);
+    let holding = Holding {
+        _call: admitted,
+        _body: held,
+    };
     if prepared.stream {
-        return streamed(api, dialect, prepared, call);
+        return streamed(api, dialect, prepared, call, holding).await;
     }
-    whole(&api, dialect, prepared, &call, Value::Object).await
+    let answer = whole(&api, dialect, prepared, &call, Value::Object).await;
+    drop(holding);
+    answer
 }
 
 /// The whole answer, as `body` makes the response's body of the answer's API object.
@@ -274,10 +306,15 @@ async fn whole(
 /// Gemini's `streamGenerateContent` without `?alt=sse`: the answer as a JSON array of one
 /// response.
 async fn gemini_array(api: Arc<Api>, body: Bytes, model: &str) -> Response {
+    let _admitted = match api.admit() {
+        Ok(admitted) => admitted,
+        Err(e) => return error(Dialect::Gemini, &e, &[]),
+    };
     let (prepared, call) = match parse(&api, Dialect::Gemini, &body, Some(model), false) {
         Ok(parsed) => parsed,
         Err(response) => return *response,
     };
+    drop(body);
     whole(&api, Dialect::Gemini, prepared, &call, |object| {
         json!([Value::Object(object)])
     })
@@ -339,24 +376,39 @@ impl Sink for Deltas {
     }
 }
 
-/// The answer as the API's stream of server-sent events. The work is driven by the response
-/// body itself, in the connection's task (no task of its own, so no hand-over between threads
-/// for each frame), and ends with it: a client that goes away drops the body, and the work.
-fn streamed(api: Arc<Api>, dialect: Dialect, prepared: Prepared, call: Call) -> Response {
-    let (frames, mut out) = mpsc::unbounded_channel::<String>();
-    let warnings = prepared.warnings.clone();
-    let mut work = Some(Box::pin(stream_answer(
-        api, dialect, prepared, call, frames,
-    )));
-    let body = Body::from_stream(futures_util::stream::poll_fn(move |cx| {
-        if let Some(running) = work.as_mut()
-            && running.as_mut().poll(cx).is_ready()
-        {
-            // Its sender is gone with it: the frames left are read, then the stream ends.
-            work = None;
+/// The answer as the API's stream of server-sent events. The work runs on a task of its own,
+/// bounded by its own timeouts whether or not the client reads, and hands its frames over a
+/// bounded buffer; a client that reads none of them for `Api::stream_write_timeout`, or goes
+/// away, cancels it, and the call's place, model and memory are freed. The head waits for the
+/// answer's first piece (at most [`HEAD_WAIT`]), so a call that fails before it is answered with
+/// its HTTP status.
+async fn streamed(
+    api: Arc<Api>,
+    dialect: Dialect,
+    prepared: Prepared,
+    call: Call,
+    holding: Holding,
+) -> Response {
+    let (frames, mut out) = mpsc::channel::<Bytes>(STREAM_BUFFER);
+    let (head, began) = oneshot::channel();
+    let warnings = prepared.warnings;
+    let include_usage = prepared.include_usage;
+    drop(prepared.arguments);
+    tokio::spawn(async move {
+        stream_answer(api, dialect, include_usage, call, frames, head).await;
+        drop(holding);
+    });
+    match began.await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return error(dialect, &e, &warnings),
+        Err(_) => {
+            let e = ApiError::new(500, ErrorKind::Api, "the answer ended before it began");
+            return error(dialect, &e, &warnings);
         }
+    }
+    let body = Body::from_stream(futures_util::stream::poll_fn(move |cx| {
         out.poll_recv(cx)
-            .map(|frame| frame.map(|f| Ok::<Bytes, std::convert::Infallible>(Bytes::from(f))))
+            .map(|frame| frame.map(Ok::<Bytes, std::convert::Infallible>))
     }));
     let mut response = Response::new(body);
     response.headers_mut().insert(
@@ -369,25 +421,51 @@ fn streamed(api: Arc<Api>, dialect: Dialect, prepared: Prepared, call: Call) -> 
     with_warnings(response, &warnings)
 }
 
-/// Answers the call, handing each event's frames to `frames`; returns (dropping the work) as
+/// Hands `list` to the client's buffer, waiting at most `within` for room for each frame;
+/// `false` when the client is gone or reads nothing.
+async fn hand_over(frames: &mpsc::Sender<Bytes>, list: Vec<String>, within: Duration) -> bool {
+    for frame in list {
+        match tokio::time::timeout(within, frames.send(Bytes::from(frame))).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => return false,
+            Err(_) => {
+                tracing::warn!(
+                    waited_secs = within.as_secs(),
+                    "a streaming client read nothing for AGENT_AS_MODEL_STREAM_WRITE_TIMEOUT_SECS: \
+                     its call is cancelled"
+                );
+                return false;
+            }
+        }
+    }
+    true
+}
+
+/// How a streamed answer's beginning went: it ended before it showed anything, or it began
+/// (with its first piece, or with none by [`HEAD_WAIT`]).
+enum Early<T> {
+    Ended(T),
+    Began(Option<Piece>),
+}
+
+/// Answers the call, telling `head` whether it began (or the error to answer with instead of
+/// a stream) and then handing each event's frames to `frames`; returns (dropping the work) as
 /// soon as nobody reads them.
 async fn stream_answer(
     api: Arc<Api>,
     dialect: Dialect,
-    prepared: Prepared,
+    include_usage: bool,
     call: Call,
-    frames: mpsc::UnboundedSender<String>,
+    frames: mpsc::Sender<Bytes>,
+    head: oneshot::Sender<Result<(), ApiError>>,
 ) {
+    let within = api.stream_write_timeout;
     let mut stream = Stream::new(
         dialect,
         &call.request.model,
-        prepared.include_usage,
+        include_usage,
         call.request.stop.clone(),
     );
-    let send = |list: Vec<String>| list.into_iter().all(|f| frames.send(f).is_ok());
-    if !send(stream.start()) {
-        return;
-    }
     let (deltas, mut pieces) = mpsc::unbounded_channel();
     let sink: crate::fulfil::live::Events = Arc::new(Deltas {
         sender: deltas,
@@ -400,32 +478,67 @@ async fn stream_answer(
     let _stop = cancel.clone().drop_guard();
     let answer = api.answer(dialect, &call, &cancel, Some(sink));
     tokio::pin!(answer);
-    // The first ping is due in PING_EVERY. (An interval's first tick is "now", which the
-    // timer rounds up to its next millisecond: awaiting it held every stream back 1 ms.)
-    let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + PING_EVERY, PING_EVERY);
-    let result = loop {
-        tokio::select! {
-            result = &mut answer => break result,
-            Some(piece) = pieces.recv() => {
-                if !send(stream.piece(piece)) {
-                    return;
+    // Until the head is out: the first piece, the answer's end, or HEAD_WAIT.
+    let mut head = head;
+    let early = tokio::select! {
+        result = &mut answer => Early::Ended(result),
+        Some(piece) = pieces.recv() => Early::Began(Some(piece)),
+        () = tokio::time::sleep(HEAD_WAIT) => Early::Began(None),
+        () = head.closed() => return,
+    };
+    let result = match early {
+        // Nothing was sent: the error is the answer's status.
+        Early::Ended(Err(e)) => {
+            let _ = head.send(Err(e));
+            return;
+        }
+        Early::Ended(Ok(answered)) => {
+            if head.send(Ok(())).is_err() || !hand_over(&frames, stream.start(), within).await {
+                return;
+            }
+            Ok(answered)
+        }
+        Early::Began(first) => {
+            if head.send(Ok(())).is_err() || !hand_over(&frames, stream.start(), within).await {
+                return;
+            }
+            if let Some(piece) = first
+                && !hand_over(&frames, stream.piece(piece), within).await
+            {
+                return;
+            }
+            // The first ping is due in PING_EVERY. (An interval's first tick is "now", which
+            // the timer rounds up to its next millisecond.)
+            let mut ping =
+                tokio::time::interval_at(tokio::time::Instant::now() + PING_EVERY, PING_EVERY);
+            loop {
+                tokio::select! {
+                    result = &mut answer => break result,
+                    Some(piece) = pieces.recv() => {
+                        if !hand_over(&frames, stream.piece(piece), within).await {
+                            return;
+                        }
+                    }
+                    _ = ping.tick() => {
+                        if !hand_over(&frames, stream.ping().into_iter().collect(), within).await {
+                            return;
+                        }
+                    }
+                    () = frames.closed() => return,
                 }
             }
-            _ = ping.tick() => {
-                if !send(stream.ping().into_iter().collect()) {
-                    return;
-                }
-            }
-            () = frames.closed() => return,
         }
     };
     while let Ok(piece) = pieces.try_recv() {
-        send(stream.piece(piece));
+        if !hand_over(&frames, stream.piece(piece), within).await {
+            return;
+        }
     }
-    match result {
-        Ok(answered) => send(stream.finish(&answered.rendered.object)),
-        Err(e) => send(stream.error(&e)),
+    let last = match result {
+        Ok(answered) => stream.finish(&answered.rendered.object),
+        Err(e) => stream.error(&e),
     };
+    hand_over(&frames, last, within).await;
 }
 
 /// The APIs with a token-counting endpoint (chat completions has none).
@@ -461,6 +574,10 @@ impl Counting {
 /// for other models.
 async fn count(api: Arc<Api>, counting: Counting, body: Bytes, model: Option<&str>) -> Response {
     let dialect = counting.dialect();
+    let _admitted = match api.admit() {
+        Ok(admitted) => admitted,
+        Err(e) => return error(dialect, &e, &[]),
+    };
     let (prepared, call) = match parse(&api, dialect, &body, model, false) {
         Ok(parsed) => parsed,
         Err(response) => return *response,

@@ -1,8 +1,11 @@
 //! Request bodies, read whole before a route sees them: a declared length over the limit is 413
 //! before a byte is read, a body that grows past it is 413, one that stops arriving for the body
 //! timeout is 408, one that takes longer than the deadline in all is 408, and a malformed one (a
-//! bad chunk size) is 400. The bytes are counted against a buffer all connections share, held
-//! until the request is answered; past it, 503 with Retry-After. A refusal sent while the
+//! bad chunk size) is 400. The bytes are counted against a buffer all connections share, with
+//! what parsing them will build (an estimate from the JSON values the body holds, whose number
+//! is limited: 413 past it) and the copy the call keeps; past the buffer, 503 with Retry-After.
+//! The share is held until the answer's head is out, and by a handler that keeps a [`Held`]
+//! (a streamed answer) until its call ends. A refusal sent while the
 //! client may still be writing lingers: the rest is read and dropped for a while, so that the
 //! client reads the answer rather than a broken pipe.
 //!
@@ -32,7 +35,23 @@ pub(super) struct Limits {
     deadline: Duration,
     free: Arc<Semaphore>,
     max_buffer: usize,
+    max_values: usize,
 }
+
+/// Bytes one parsed JSON value (or an object member's name) is held to take: serde_json's
+/// `Value` is 32 bytes, in arrays that grow by doubling, and a member's name is a `String` of
+/// its own.
+const VALUE_BYTES: usize = 64;
+
+/// Copies of a body's text a call holds while it is answered, besides the body itself: the
+/// parsed call, the request made for the model, and that request as sent (a streamed call of
+/// 16 MB of text held 91 MB while its provider answered).
+const CALL_COPIES: usize = 5;
+
+/// A request body's share of the shared buffer, in the request's extensions: the route that
+/// clones it holds the share until it drops the clone.
+#[derive(Clone)]
+pub(super) struct Held(#[allow(dead_code)] Arc<OwnedSemaphorePermit>);
 
 impl Limits {
     pub(super) fn new(settings: &HttpSettings) -> Limits {
@@ -44,6 +63,7 @@ impl Limits {
                 settings.max_body_buffer.min(Semaphore::MAX_PERMITS),
             )),
             max_buffer: settings.max_body_buffer,
+            max_values: settings.max_json_values,
         }
     }
 }
@@ -65,7 +85,7 @@ pub(super) async fn read_whole(
         linger(body);
         return too_large(&limits);
     }
-    let (whole, _held) = match tokio::time::timeout(limits.deadline, read(body, &limits)).await {
+    let (whole, mut held) = match tokio::time::timeout(limits.deadline, read(body, &limits)).await {
         Ok(Ok(read)) => read,
         Ok(Err(refusal)) => return refusal,
         Err(_) => {
@@ -77,8 +97,47 @@ pub(super) async fn read_whole(
             return (StatusCode::REQUEST_TIMEOUT, text).into_response();
         }
     };
-    next.run(Request::from_parts(parts, Body::from(whole)))
-        .await
+    // What parsing builds and the call's copy of it are held as well.
+    let values = json_values(&whole);
+    if values > limits.max_values {
+        return too_many_values(&limits, values);
+    }
+    let parsed = values
+        .saturating_mul(VALUE_BYTES)
+        .saturating_add(whole.len().saturating_mul(CALL_COPIES));
+    if !hold(&limits, &mut held, parsed) {
+        return busy(&limits);
+    }
+    let held = held.map(|permit| Held(Arc::new(permit)));
+    let mut request = Request::from_parts(parts, Body::from(whole));
+    if let Some(held) = &held {
+        request.extensions_mut().insert(held.clone());
+    }
+    next.run(request).await
+}
+
+/// An upper bound on the JSON values (and object members' names) a body parses to, in one pass
+/// over its bytes: every value but the first follows a `[`, `{`, `,` or `:` outside a string.
+fn json_values(bytes: &[u8]) -> usize {
+    let mut values = 1usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    for &b in bytes {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_string = false;
+            }
+        } else if b == b'"' {
+            in_string = true;
+        } else if matches!(b, b'[' | b'{' | b',' | b':') {
+            values += 1;
+        }
+    }
+    values
 }
 
 async fn read(
@@ -151,13 +210,36 @@ fn too_large(limits: &Limits) -> Response {
     (StatusCode::PAYLOAD_TOO_LARGE, text).into_response()
 }
 
+/// 413: the body holds more JSON values than one request may.
+fn too_many_values(limits: &Limits, values: usize) -> Response {
+    let text = format!(
+        "payload too large: the body holds about {values} JSON values, and a request may hold at \
+         most {} (AGENT_AS_MODEL_MAX_JSON_VALUES)\n",
+        limits.max_values
+    );
+    (StatusCode::PAYLOAD_TOO_LARGE, text).into_response()
+}
+
 /// 503 with Retry-After: the bodies being read hold the whole shared buffer.
 fn busy(limits: &Limits) -> Response {
     let text = format!(
-        "busy: request bodies already hold {} bytes, the most this server buffers \
-         (AGENT_AS_MODEL_MAX_BODY_BUFFER_BYTES); retry shortly\n",
+        "busy: request bodies and the calls they make already hold {} bytes, the most this \
+         server buffers (AGENT_AS_MODEL_MAX_BODY_BUFFER_BYTES); retry shortly\n",
         limits.max_buffer
     );
     let retry = [(header::RETRY_AFTER, HeaderValue::from_static("1"))];
     (StatusCode::SERVICE_UNAVAILABLE, retry, text).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::json_values;
+
+    #[test]
+    fn values_are_counted_outside_strings() {
+        assert_eq!(json_values(br#"{"a":1,"b":[2,3]}"#), 7);
+        assert_eq!(json_values(br#"{"text":"a, b: [c] {d}"}"#), 3);
+        assert_eq!(json_values(br#"{"text":"quote \", then, commas"}"#), 3);
+        assert_eq!(json_values(b"[0,0,0,0]"), 5);
+    }
 }

@@ -259,6 +259,7 @@ mod tests {
             body_timeout: Duration::from_secs(1),
             body_deadline: Duration::from_secs(1),
             max_body_buffer: 1000,
+            max_json_values: 1000,
         }
     }
 

@@ -29,8 +29,11 @@ pub struct HttpSettings {
     pub body_timeout: Duration,
     /// How long a whole request body may take.
     pub body_deadline: Duration,
-    /// Most bytes of request bodies held at once, across every connection.
+    /// Most bytes of request bodies held at once, across every connection: their text, what
+    /// parsing it builds, and the copies a call holds until its answer is sent.
     pub max_body_buffer: usize,
+    /// Most JSON values one request body may hold.
+    pub max_json_values: usize,
 }
 
 impl HttpSettings {
@@ -68,6 +71,7 @@ impl HttpSettings {
             body_timeout: Duration::from_secs(config.body_timeout_secs),
             body_deadline: Duration::from_secs(config.body_deadline_secs),
             max_body_buffer: usize::try_from(config.max_body_buffer_bytes).unwrap_or(usize::MAX),
+            max_json_values: usize::try_from(config.max_json_values).unwrap_or(usize::MAX),
         })
     }
 }

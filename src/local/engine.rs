@@ -220,6 +220,9 @@ pub struct Model {
     model: LlamaModel,
     info: Info,
     template: Option<String>,
+    /// Bytes of the vocabulary's longest token (special tokens as written), so that a text's
+    /// bytes over this times the context are more tokens than the context holds.
+    longest_token: usize,
     /// Built on the first constrained answer (a walk over the whole vocabulary).
     guidance: OnceCell<Result<ParserFactory, GuidanceError>>,
 }
@@ -242,6 +245,12 @@ impl Model {
         let architecture = meta("general.architecture").unwrap_or_default();
         let name = meta("general.name").unwrap_or_else(|| architecture.clone());
         let template = meta("tokenizer.chat_template");
+        let longest_token = model
+            .tokens(true)
+            .map(|(_, bytes)| bytes.len())
+            .max()
+            .unwrap_or(1)
+            .max(1);
         let trained = usize::try_from(model.n_ctx_train()).unwrap_or(usize::MAX);
         let trained = if trained == 0 {
             settings.context
@@ -269,6 +278,7 @@ impl Model {
                 },
             },
             template,
+            longest_token,
             guidance: OnceCell::new(),
         })
     }
@@ -279,6 +289,11 @@ impl Model {
 
     pub fn template(&self) -> Option<&str> {
         self.template.as_deref()
+    }
+
+    /// Bytes of the vocabulary's longest token.
+    pub fn longest_token(&self) -> usize {
+        self.longest_token
     }
 
     /// The shared context: one sequence of `info.context` tokens per slot.

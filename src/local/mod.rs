@@ -169,6 +169,17 @@ pub enum RequestError {
          (AGENT_AS_MODEL_LOCAL_CONTEXT); send a shorter conversation"
     )]
     OverContext { tokens: usize, context: usize },
+    /// Too long to be worth tokenizing: even at the vocabulary's longest token the text is more
+    /// tokens than the context holds.
+    #[error(
+        "the prompt is {bytes} bytes, at least {tokens} tokens, over the local model's context \
+         of {context} tokens (AGENT_AS_MODEL_LOCAL_CONTEXT); send a shorter conversation"
+    )]
+    OverContextBytes {
+        bytes: usize,
+        tokens: usize,
+        context: usize,
+    },
 }
 
 impl From<LocalError> for CallError {
@@ -176,14 +187,17 @@ impl From<LocalError> for CallError {
     /// caller's to change; the rest another model might answer.
     fn from(e: LocalError) -> Self {
         match e {
-            LocalError::Request(RequestError::OverContext { tokens, context }) => {
-                CallError::OverContext {
-                    backend: KIND,
-                    tokens,
-                    context,
-                    problem: e.to_string(),
-                }
-            }
+            LocalError::Request(
+                RequestError::OverContext { tokens, context }
+                | RequestError::OverContextBytes {
+                    tokens, context, ..
+                },
+            ) => CallError::OverContext {
+                backend: KIND,
+                tokens,
+                context,
+                problem: e.to_string(),
+            },
             LocalError::Request(e) => fail(e.to_string()),
             e => CallError::unavailable(KIND, e.to_string()),
         }
@@ -512,24 +526,28 @@ impl Worker {
     ) {
         self.ready(model);
         loop {
+            // Counts share the worker with answers: one count a step at most, and answers
+            // waiting behind counts take the free slots first.
+            let mut counted = false;
             while slots.has_free_slot() {
                 let job = match waiting.take() {
                     Some(job) => job,
-                    None if slots.is_idle() => match queue.take() {
+                    None if slots.is_idle() && !counted => match queue.take() {
                         Some(job) => job,
                         None => return,
                     },
-                    None => match queue.try_take() {
+                    None => match queue.take_first(|job| !(counted && job.is_count())) {
                         Some(job) => job,
                         None => break,
                     },
                 };
+                counted |= job.is_count();
                 if !job.is_cancelled() {
                     self.begin(model, &mut slots, job);
                 }
             }
-            // Counts take no slot: those waiting are answered even while every slot is busy.
-            while let Some(job) = queue.take_first(Job::is_count) {
+            // Counts take no slot: one is answered each step even while every slot is busy.
+            if !counted && let Some(job) = queue.take_first(Job::is_count) {
                 self.begin(model, &mut slots, job);
             }
             slots.step();
@@ -565,8 +583,9 @@ impl Worker {
         }
     }
 
-    /// Answers a count with the length of the prompt an answer would read, whatever its
-    /// length: one over the context is counted too.
+    /// Answers a count with the length of the prompt an answer would read: one over the
+    /// context is counted too, unless its text is too long for any context of this size (see
+    /// [`prompt`]).
     fn count(model: &engine::Model, count: Count) {
         if count.reply.is_closed() {
             return;
@@ -721,6 +740,16 @@ fn prompt(model: &engine::Model, request: &ModelRequest) -> Result<Vec<LlamaToke
     } else {
         template::plain(&messages)
     };
+    // A text no context of this size could take is refused by its length, untokenized.
+    let context = model.info().context;
+    let fewest = text.len().div_ceil(model.longest_token().max(1));
+    if fewest > context {
+        return Err(RequestError::OverContextBytes {
+            bytes: text.len(),
+            tokens: fewest,
+            context,
+        });
+    }
     Ok(model.tokenize(&text))
 }
 

@@ -32,10 +32,19 @@ pub struct GlobalCap {
 
 impl GlobalCap {
     pub fn new(max: usize) -> Self {
-        let max = max.clamp(1, Semaphore::MAX_PERMITS);
+        GlobalCap::shared(GlobalCap::places(max), max)
+    }
+
+    /// `max` places for calls, to share between fronts with [`GlobalCap::shared`].
+    pub fn places(max: usize) -> Arc<Semaphore> {
+        Arc::new(Semaphore::new(max.clamp(1, Semaphore::MAX_PERMITS)))
+    }
+
+    /// The cap over `slots`, which other fronts take places from too.
+    pub fn shared(slots: Arc<Semaphore>, max: usize) -> Self {
         GlobalCap {
-            slots: Arc::new(Semaphore::new(max)),
-            max,
+            slots,
+            max: max.clamp(1, Semaphore::MAX_PERMITS),
         }
     }
 

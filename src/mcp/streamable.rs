@@ -48,6 +48,9 @@ pub struct Settings {
     /// Most tool calls in flight, in all and per session.
     pub max_calls: usize,
     pub max_calls_per_session: usize,
+    /// The places for calls in flight server-wide (`max_calls` of them), which the model APIs
+    /// over HTTP take too: one cap for every front.
+    pub calls: Arc<tokio::sync::Semaphore>,
 }
 
 impl Settings {
@@ -58,6 +61,9 @@ impl Settings {
             max_calls: usize::try_from(config.max_calls_in_flight).unwrap_or(usize::MAX),
             max_calls_per_session: usize::try_from(config.max_calls_per_session)
                 .unwrap_or(usize::MAX),
+            calls: GlobalCap::places(
+                usize::try_from(config.max_calls_in_flight).unwrap_or(usize::MAX),
+            ),
         }
     }
 }
@@ -84,7 +90,7 @@ pub fn service(server: Server, settings: &Settings, stop: CancellationToken) -> 
         settings.max_sessions,
         settings.session_idle,
     ));
-    let calls = GlobalCap::new(settings.max_calls);
+    let calls = GlobalCap::shared(settings.calls.clone(), settings.max_calls);
     let per_session = settings.max_calls_per_session;
     let mcp = StreamableHttpService::new(
         move || Ok(server.with_gate(calls.session(per_session))),

@@ -12,10 +12,10 @@ use crate::http::{Replica, start};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
-const TOKEN: &str = "api-test-token";
+pub const TOKEN: &str = "api-test-token";
 
 /// A models file with one provider entry, `scripted` (alias `gpt-4o-mini`), at `provider`.
-fn models_file(name: &str, provider: &Scripted) -> std::path::PathBuf {
+pub fn models_file(name: &str, provider: &Scripted) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("aam-http-api-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("models.toml");
@@ -28,13 +28,18 @@ fn models_file(name: &str, provider: &Scripted) -> std::path::PathBuf {
     path
 }
 
-async fn server(name: &str, provider: &Scripted) -> Replica {
+pub async fn server(name: &str, provider: &Scripted) -> Replica {
     server_with(name, provider, "", &[]).await
 }
 
 /// A server whose one provider entry has the settings `more` (TOML lines) besides, started with
 /// the variables `env` too.
-async fn server_with(name: &str, provider: &Scripted, more: &str, env: &[(&str, &str)]) -> Replica {
+pub async fn server_with(
+    name: &str,
+    provider: &Scripted,
+    more: &str,
+    env: &[(&str, &str)],
+) -> Replica {
     let path = models_file(name, provider);
     let file = std::fs::read_to_string(&path).unwrap() + more;
     std::fs::write(&path, file).unwrap();
@@ -46,7 +51,7 @@ async fn server_with(name: &str, provider: &Scripted, more: &str, env: &[(&str, 
     start(&all).await
 }
 
-async fn post(
+pub async fn post(
     url: &str,
     headers: &[(&str, &str)],
     body: &Value,
@@ -63,12 +68,12 @@ async fn post(
     (status, headers, response.text().await.unwrap())
 }
 
-fn chat_body() -> Value {
+pub fn chat_body() -> Value {
     json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Capital of France?"}]})
 }
 
 /// The `data:` payloads of an event stream.
-fn data(body: &str) -> Vec<Value> {
+pub fn data(body: &str) -> Vec<Value> {
     body.lines()
         .filter_map(|l| l.strip_prefix("data: "))
         .filter(|d| *d != "[DONE]")
@@ -77,14 +82,14 @@ fn data(body: &str) -> Vec<Value> {
 }
 
 /// An OpenAI chat-completion chunk carrying `text`.
-fn text_chunk(text: &str) -> String {
+pub fn text_chunk(text: &str) -> String {
     json!({"id": "c", "object": "chat.completion.chunk", "model": "upstream",
            "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": null}]})
     .to_string()
 }
 
 /// The response to `body` at `url` (with the token), its body not read yet.
-async fn open_stream(url: &str, body: &Value) -> reqwest::Response {
+pub async fn open_stream(url: &str, body: &Value) -> reqwest::Response {
     http_client()
         .post(url)
         .header("x-api-key", TOKEN)
@@ -96,7 +101,7 @@ async fn open_stream(url: &str, body: &Value) -> reqwest::Response {
 }
 
 /// A server answered by the embedded model (fetched once), with the model's turn held.
-async fn embedded(env: &[(&str, &str)]) -> (tokio::sync::MutexGuard<'static, ()>, Replica) {
+pub async fn embedded(env: &[(&str, &str)]) -> (tokio::sync::MutexGuard<'static, ()>, Replica) {
     let fetched = crate::local::first_try();
     assert!(
         fetched.status.success(),

@@ -33,6 +33,7 @@ mod hardening;
 mod hosts;
 mod http;
 mod http_api;
+mod http_attacks;
 mod http_limits;
 mod http_ops;
 mod hub;
