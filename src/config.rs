@@ -409,10 +409,17 @@ pub struct ProviderArgs {
           value_parser = clap::value_parser!(u32).range(1..))]
     pub provider_max_tokens: Option<u32>,
 
-    /// Longest wait for one provider answer, in seconds
+    /// Longest wait for a provider's first byte, and between two parts of its answer, in
+    /// seconds (an answer still arriving is not cut; see --provider-deadline-secs)
     #[arg(long, env = "AGENT_AS_MODEL_PROVIDER_TIMEOUT_SECS", default_value_t = 120,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub provider_timeout_secs: u64,
+
+    /// Longest a provider call may take in all, in seconds: every attempt, the waits between
+    /// them, and the whole answer however steadily it streams
+    #[arg(long, env = "AGENT_AS_MODEL_PROVIDER_DEADLINE_SECS", default_value_t = 600,
+          value_parser = clap::value_parser!(u64).range(1..=7 * 86_400))]
+    pub provider_deadline_secs: u64,
 
     /// Retries on 429, 5xx, timeouts and refused connections, with backoff
     #[arg(long, env = "AGENT_AS_MODEL_PROVIDER_RETRIES", default_value_t = 3,

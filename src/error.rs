@@ -4,6 +4,7 @@
 
 pub use crate::config::Backend;
 use serde_json::Value;
+use std::time::Duration;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CallError {
@@ -29,6 +30,8 @@ pub enum CallError {
         /// Worth trying another model: the backend could not be reached, was overloaded (429,
         /// 5xx after its retries, a full queue) or timed out; not a refusal of the request.
         transient: bool,
+        /// What the backend's peer said besides its words, when one answered.
+        upstream: Upstream,
     },
     /// The prompt is longer than the model's context: the caller must send less.
     #[error("{backend} backend failed: {problem}")]
@@ -45,6 +48,17 @@ pub enum CallError {
     /// not open, a client capability missing): the MCP front answers it as a JSON-RPC error.
     #[error("{}", .0.message)]
     Protocol(Fault),
+}
+
+/// What a backend's peer (a provider) answered when it failed, apart from the message: the
+/// logs show it where they never show the peer's words at their default level, and the API
+/// edge tells the client the wait the peer asked for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Upstream {
+    /// The HTTP status the peer answered.
+    pub status: Option<u16>,
+    /// The wait before another try the peer asked for and this server did not take.
+    pub retry_after: Option<Duration>,
 }
 
 /// See [`CallError::Protocol`].
@@ -119,6 +133,7 @@ impl CallError {
             backend,
             message: message.into(),
             transient: false,
+            upstream: Upstream::default(),
         }
     }
 
@@ -129,6 +144,23 @@ impl CallError {
             backend,
             message: message.into(),
             transient: true,
+            upstream: Upstream::default(),
+        }
+    }
+
+    /// This error with what the backend's peer answered (a backend failure only).
+    pub fn with_upstream(mut self, said: Upstream) -> Self {
+        if let CallError::Backend { upstream, .. } = &mut self {
+            *upstream = said;
+        }
+        self
+    }
+
+    /// What the backend's peer answered, when this is a backend failure it answered.
+    pub fn upstream(&self) -> Upstream {
+        match self {
+            CallError::Backend { upstream, .. } => *upstream,
+            _ => Upstream::default(),
         }
     }
 

@@ -12,7 +12,7 @@
 pub mod stream;
 
 use crate::call::Call;
-use crate::error::CallError;
+use crate::error::{CallError, Upstream};
 use crate::service::{Answered, Origin, Served, Service};
 use crate::shapes::{self, Shape};
 use serde_json::{Map, Value, json};
@@ -261,6 +261,26 @@ impl From<CallError> for ApiError {
             } => ApiError::invalid(format!(
                 "prompt is too long: {tokens} tokens > {context} maximum ({message})"
             )),
+            // A provider that asked for a wait this call could not take: its status (503
+            // stays 503, the rest 429) and its wait, as the client should honour it.
+            CallError::Backend {
+                transient: true,
+                upstream:
+                    Upstream {
+                        status,
+                        retry_after: Some(wait),
+                    },
+                ..
+            } => {
+                let (code, kind) = match status {
+                    Some(503) => (503, ErrorKind::Overloaded),
+                    _ => (429, ErrorKind::RateLimit),
+                };
+                ApiError {
+                    retry_after: Some(retry_after_secs(wait)),
+                    ..ApiError::new(code, kind, message)
+                }
+            }
             // A cap reached, an overloaded or unreachable backend: worth a retry shortly.
             CallError::Backend {
                 transient: true, ..
@@ -274,6 +294,19 @@ impl From<CallError> for ApiError {
             }
         }
     }
+}
+
+/// The longest `Retry-After` told to a client, in seconds (a day): a peer's longer wait is
+/// passed on as this.
+pub const MAX_RETRY_AFTER_SECS: u64 = 86_400;
+
+/// A peer's wait as whole seconds for `Retry-After`: rounded up, at least 1, at most
+/// [`MAX_RETRY_AFTER_SECS`].
+fn retry_after_secs(wait: std::time::Duration) -> u64 {
+    let secs = wait
+        .as_secs()
+        .saturating_add(u64::from(wait.subsec_nanos() > 0));
+    secs.clamp(1, MAX_RETRY_AFTER_SECS)
 }
 
 /// The model APIs, answered by the completion service.
@@ -499,5 +532,41 @@ mod tests {
             "not_found_error"
         );
         assert_eq!(e.body(Dialect::Gemini)["error"]["status"], "NOT_FOUND");
+    }
+
+    #[test]
+    fn a_wait_a_provider_asked_for_is_passed_on_up_to_a_day() {
+        let asked = |status, secs: f64| {
+            ApiError::from(
+                CallError::unavailable(crate::config::Backend::Provider, "busy").with_upstream(
+                    Upstream {
+                        status: Some(status),
+                        retry_after: Some(std::time::Duration::from_secs_f64(secs)),
+                    },
+                ),
+            )
+        };
+        let e = asked(429, 30.0);
+        assert_eq!(
+            (e.status, e.kind, e.retry_after),
+            (429, ErrorKind::RateLimit, Some(30))
+        );
+        let e = asked(503, 100_000.0);
+        assert_eq!(
+            (e.status, e.kind, e.retry_after),
+            (503, ErrorKind::Overloaded, Some(86_400))
+        );
+        // A 500 that asked for a wait is a rate limit; part of a second is a second.
+        assert_eq!(asked(500, 0.2).retry_after, Some(1));
+        assert_eq!(asked(500, 2.5).status, 429);
+        assert_eq!(asked(429, 2.5).retry_after, Some(3));
+        // Without an asked-for wait: a retry shortly.
+        let e = ApiError::from(CallError::unavailable(
+            crate::config::Backend::Local,
+            "busy",
+        ));
+        assert_eq!((e.status, e.retry_after), (429, Some(1)));
+        let e = ApiError::from(CallError::backend(crate::config::Backend::Local, "broken"));
+        assert_eq!((e.status, e.retry_after), (502, None));
     }
 }

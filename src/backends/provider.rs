@@ -12,7 +12,7 @@ use super::direct::{BoxFuture, Model, ModelRequest, ModelTool};
 use super::stream::StreamError;
 use crate::call::{Block, Completion, Usage};
 use crate::config::Config;
-use crate::error::{Backend, CallError, CallResult, clip};
+use crate::error::{Backend, CallError, CallResult, Upstream, clip};
 use crate::fulfil::Capabilities;
 use crate::fulfil::live::{Event, Events, Sink};
 use crate::fulfil::written::Piece;
@@ -21,6 +21,7 @@ use crate::wire::openai::{self, Reader};
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::time::Instant;
 
 /// How to reach the provider.
 #[derive(Clone)]
@@ -31,7 +32,11 @@ pub struct ProviderSettings {
     pub key: Option<String>,
     pub tools: bool,
     pub json_schema: bool,
+    /// The longest wait for the first byte of an answer, and between two of its parts.
     pub timeout: Duration,
+    /// The longest a call may take in all: its attempts, the waits between them, and the
+    /// whole answer however steadily it arrives.
+    pub deadline: Duration,
     pub retries: u32,
     /// The longest `Retry-After` honoured; a longer one fails the call at once.
     pub max_retry_after: Duration,
@@ -106,6 +111,7 @@ impl ProviderSettings {
             tools: p.provider_tools,
             json_schema: p.provider_json_schema,
             timeout: Duration::from_secs(p.provider_timeout_secs),
+            deadline: Duration::from_secs(p.provider_deadline_secs),
             retries: p.provider_retries,
             max_retry_after: Duration::from_secs(60),
             max_response: usize::try_from(p.provider_max_response_bytes).unwrap_or(usize::MAX),
@@ -288,7 +294,7 @@ impl Provider {
 
     /// The answer's body, at most `max_response` bytes (a declared longer one is refused before
     /// it is read), with the secrets scrubbed.
-    async fn read(&self, mut response: reqwest::Response) -> CallResult<String> {
+    async fn read(&self, mut response: reqwest::Response, deadline: Instant) -> CallResult<String> {
         let max = self.settings.max_response;
         let too_long = || {
             fail(format!(
@@ -300,7 +306,7 @@ impl Provider {
             return Err(too_long());
         }
         let mut body = Vec::new();
-        while let Some(chunk) = response.chunk().await.map_err(|e| self.failure(e))? {
+        while let Some(chunk) = self.chunk(&mut response, deadline).await? {
             if body.len().saturating_add(chunk.len()) > max {
                 return Err(too_long());
             }
@@ -310,38 +316,59 @@ impl Provider {
     }
 
     /// The provider's answer to `body`, retried with backoff while it fails in a way it may
-    /// not next time (429, 5xx, a timeout, a refused connection).
+    /// not next time (429, 5xx, a timeout, a refused connection), all of it within the call's
+    /// deadline: no wait runs past it, and a wait asked for that would ends the retries.
     async fn call(&self, body: &Value, live: Option<&dyn Sink>) -> CallResult<Value> {
         let policy = retry::Policy {
             max_retry_after: self.settings.max_retry_after,
             ..retry::Policy::new(self.settings.retries)
         };
         let body = body.to_string();
-        retry::retry(&policy, None, |_| self.attempt(&body, live))
-            .await
-            .map_err(|gave_up| self.gave_up(gave_up))
+        let started = Instant::now();
+        // The setting is at most a week; a deadline past the clock's end is a week.
+        let deadline = started
+            .checked_add(self.settings.deadline)
+            .or_else(|| started.checked_add(Duration::from_secs(MAX_DEADLINE_SECS)))
+            .unwrap_or(started);
+        retry::retry(&policy, Some(deadline), |_| {
+            self.attempt(&body, live, deadline)
+        })
+        .await
+        .map_err(|gave_up| self.gave_up(gave_up))
     }
 
-    /// One request and its answer.
-    async fn attempt(&self, body: &str, live: Option<&dyn Sink>) -> Result<Value, Failure<Failed>> {
+    /// One request and its answer: its first byte within the timeout, each later part within
+    /// the timeout of the one before, and all of it before `deadline`.
+    async fn attempt(
+        &self,
+        body: &str,
+        live: Option<&dyn Sink>,
+        deadline: Instant,
+    ) -> Result<Value, Failure<Failed>> {
         let mut request = self
             .client
             .post(self.endpoint.clone())
-            .timeout(self.settings.timeout)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body.to_owned());
         if let Some(key) = &self.settings.key {
             request = request.bearer_auth(key);
         }
-        let response = match request.send().await {
-            Ok(response) => response,
-            Err(e) if e.is_timeout() || e.is_connect() => {
+        let response = match tokio::time::timeout_at(self.by(deadline), request.send()).await {
+            Ok(Ok(response)) => response,
+            Ok(Err(e)) if e.is_timeout() || e.is_connect() => {
                 return Err(Failure::Retryable {
                     error: Failed::Transport(e),
                     retry_after: None,
                 });
             }
-            Err(e) => return Err(Failed::call(self.failure(e))),
+            Ok(Err(e)) => return Err(Failed::call(self.failure(e))),
+            // Silent past the timeout: worth another try while the deadline allows one.
+            Err(_) => {
+                return Err(Failure::Retryable {
+                    error: Failed::Call(self.timed_out(deadline, Waited::First)),
+                    retry_after: None,
+                });
+            }
         };
         let status = response.status();
         let retry_after = retry::retry_after(response.headers());
@@ -349,13 +376,20 @@ impl Provider {
             return Err(Failed::call(self.redirect_refused(&response)));
         }
         if status.is_success() && is_event_stream(&response) {
-            return self.stream(response, live).await.map_err(Failed::call);
+            return self
+                .stream(response, live, deadline)
+                .await
+                .map_err(Failed::call);
         }
-        let text = self.read(response).await.map_err(Failed::call)?;
+        let text = self.read(response, deadline).await.map_err(Failed::call)?;
         if status.is_success() {
             return self.answer(status, &text).map_err(Failed::call);
         }
-        let error = Failed::Status { status, text };
+        let error = Failed::Status {
+            status,
+            text,
+            retry_after,
+        };
         if status.as_u16() == 429 || status.is_server_error() {
             Err(Failure::Retryable { error, retry_after })
         } else {
@@ -374,41 +408,59 @@ impl Provider {
         self.scrub_decoded(answer)
     }
 
-    /// The error for a call whose attempts ended without an answer.
+    /// The error for a call whose attempts ended without an answer. A wait the provider asked
+    /// for and this server did not take is said, and kept for the client with the status.
     fn gave_up(&self, gave_up: GaveUp<Failed>) -> CallError {
-        match gave_up {
-            GaveUp::Exhausted {
-                error: Failed::Status { status, text },
-                attempts,
+        let (error, asked, why) = match gave_up {
+            GaveUp::Exhausted { error, attempts } => (error, None, Ended::Attempts(attempts)),
+            GaveUp::Deadline { error, attempts } => (error, None, Ended::Deadline(attempts)),
+            GaveUp::TooLong { error, asked, .. } => (error, Some(asked), Ended::TooLong),
+            GaveUp::Final(error) => (error, None, Ended::Final),
+        };
+        let (status, text, retry_after) = match error {
+            Failed::Call(e) => return e,
+            Failed::Transport(e) => return self.failure(e),
+            Failed::Status {
+                status,
+                text,
+                retry_after,
+            } => (status, text, asked.or(retry_after)),
+        };
+        let said = provider_message(&text);
+        let wait = retry_after.map(|w| w.as_secs()).unwrap_or_default();
+        let message = match (why, retry_after) {
+            // A status not worth retrying.
+            (Ended::Final, _) => {
+                return fail(format!("the provider answered {status}: {said}")).with_upstream(
+                    Upstream {
+                        status: Some(status.as_u16()),
+                        retry_after: None,
+                    },
+                );
             }
-            | GaveUp::Deadline {
-                error: Failed::Status { status, text },
-                attempts,
-            } => unavailable(format!(
-                "the provider answered {status} after {attempts} attempt(s): {}",
-                provider_message(&text)
-            )),
-            GaveUp::TooLong {
-                error: Failed::Status { status, text },
-                asked,
-                ..
-            } => unavailable(format!(
-                "the provider answered {status} and asked to retry after {} s, longer than \
-                 this server waits ({} s): {}",
-                asked.as_secs(),
+            (Ended::TooLong, _) => format!(
+                "the provider answered {status} and asked to retry after {wait} s, longer than \
+                 this server waits ({} s): {said}",
                 self.settings.max_retry_after.as_secs(),
-                provider_message(&text)
-            )),
-            gave_up => match gave_up.into_error() {
-                Failed::Call(e) => e,
-                Failed::Transport(e) => self.failure(e),
-                // A status not worth retrying.
-                Failed::Status { status, text } => fail(format!(
-                    "the provider answered {status}: {}",
-                    provider_message(&text)
-                )),
-            },
-        }
+            ),
+            (Ended::Deadline(attempts), Some(_)) => format!(
+                "the provider answered {status} after {attempts} attempt(s) and asked to retry \
+                 after {wait} s, past the {} s a provider call may take \
+                 (AGENT_AS_MODEL_PROVIDER_DEADLINE_SECS): {said}",
+                self.settings.deadline.as_secs(),
+            ),
+            (Ended::Attempts(attempts), Some(_)) => format!(
+                "the provider answered {status} after {attempts} attempt(s) and asks to retry \
+                 after {wait} s: {said}"
+            ),
+            (Ended::Attempts(attempts) | Ended::Deadline(attempts), None) => {
+                format!("the provider answered {status} after {attempts} attempt(s): {said}")
+            }
+        };
+        unavailable(message).with_upstream(Upstream {
+            status: Some(status.as_u16()),
+            retry_after,
+        })
     }
 
     /// Reads a streamed answer as it arrives (bounded like a whole one), telling `live` its
@@ -417,12 +469,13 @@ impl Provider {
         &self,
         mut response: reqwest::Response,
         live: Option<&dyn Sink>,
+        deadline: Instant,
     ) -> CallResult<Value> {
         let max = self.settings.max_response;
         let mut assembly = super::stream::Assembly::new(self.settings.max_tool_calls);
         let mut read = 0usize;
         let mut held = Held::default();
-        while let Some(chunk) = response.chunk().await.map_err(|e| self.failure(e))? {
+        while let Some(chunk) = self.chunk(&mut response, deadline).await? {
             read = read.saturating_add(chunk.len());
             if read > max {
                 return Err(fail(format!(
@@ -507,6 +560,45 @@ impl Provider {
         }
     }
 
+    /// When a wait for the provider ends: the timeout from now, and never past `deadline`.
+    fn by(&self, deadline: Instant) -> Instant {
+        Instant::now()
+            .checked_add(self.settings.timeout)
+            .map_or(deadline, |idle| idle.min(deadline))
+    }
+
+    /// The next part of an answer's body (`None` at its end), waited for at most the timeout
+    /// and never past `deadline`: an answer that keeps arriving is read to its end.
+    async fn chunk(
+        &self,
+        response: &mut reqwest::Response,
+        deadline: Instant,
+    ) -> CallResult<Option<bytes::Bytes>> {
+        match tokio::time::timeout_at(self.by(deadline), response.chunk()).await {
+            Ok(chunk) => chunk.map_err(|e| self.failure(e)),
+            Err(_) => Err(self.timed_out(deadline, Waited::Next)),
+        }
+    }
+
+    /// The error for a wait that ran out: the call's deadline, or the timeout for the first
+    /// byte or the next part.
+    fn timed_out(&self, deadline: Instant, waited: Waited) -> CallError {
+        let idle = self.settings.timeout.as_secs();
+        let source = &self.settings.timeout_source;
+        let what = if Instant::now() >= deadline {
+            format!(
+                "had not finished answering after {} s, the most a provider call may take, \
+                 retries included (AGENT_AS_MODEL_PROVIDER_DEADLINE_SECS)",
+                self.settings.deadline.as_secs()
+            )
+        } else if waited == Waited::First {
+            format!("did not answer within {idle} s ({source})")
+        } else {
+            format!("sent nothing for {idle} s in the middle of its answer ({source})")
+        };
+        unavailable(format!("the provider at {} {what}", self.shown))
+    }
+
     /// The error for a redirect that is not followed (it leaves the provider's origin), naming
     /// where it led without the URL's secrets.
     fn redirect_refused(&self, response: &reqwest::Response) -> CallError {
@@ -530,10 +622,12 @@ impl Provider {
                 backend,
                 message,
                 transient,
+                upstream,
             } => CallError::Backend {
                 backend,
                 message: self.scrub(message),
                 transient,
+                upstream,
             },
             e => e,
         }
@@ -542,14 +636,14 @@ impl Provider {
     /// A transport failure, said without its URL (which may carry credentials).
     fn failure(&self, e: reqwest::Error) -> CallError {
         let e = e.without_url();
-        let what = if e.is_timeout() {
+        let what = if e.is_connect() {
+            "could not be reached (is it running, and is the URL right?)".to_owned()
+        } else if e.is_timeout() {
             format!(
                 "did not answer within {} s ({})",
                 self.settings.timeout.as_secs(),
                 self.settings.timeout_source
             )
-        } else if e.is_connect() {
-            "could not be reached (is it running, and is the URL right?)".to_owned()
         } else {
             format!("failed: {e}")
         };
@@ -567,10 +661,12 @@ impl Provider {
 enum Failed {
     /// For good, and said.
     Call(CallError),
-    /// The provider answered this status with this body (worth retrying when 429 or 5xx).
+    /// The provider answered this status with this body (worth retrying when 429 or 5xx),
+    /// and asked for this wait before another try.
     Status {
         status: reqwest::StatusCode,
         text: String,
+        retry_after: Option<Duration>,
     },
     /// The request timed out or could not connect.
     Transport(reqwest::Error),
@@ -580,6 +676,31 @@ impl Failed {
     fn call(e: CallError) -> Failure<Failed> {
         Failure::Final(Failed::Call(e))
     }
+}
+
+/// Why the attempts ended ([`Provider::gave_up`]).
+#[derive(Clone, Copy)]
+enum Ended {
+    /// The failure was not worth another attempt.
+    Final,
+    /// The retries were used up after this many attempts.
+    Attempts(u32),
+    /// The next wait would have run past the call's deadline, after this many attempts.
+    Deadline(u32),
+    /// The provider asked for a wait longer than this server takes.
+    TooLong,
+}
+
+/// The longest `AGENT_AS_MODEL_PROVIDER_DEADLINE_SECS` (a week).
+pub const MAX_DEADLINE_SECS: u64 = 7 * 86_400;
+
+/// What a timed-out wait was for.
+#[derive(Clone, Copy, PartialEq)]
+enum Waited {
+    /// The answer's first byte.
+    First,
+    /// The next part of an answer begun.
+    Next,
 }
 
 fn fail(message: String) -> CallError {
@@ -1047,6 +1168,7 @@ mod tests {
             tools: true,
             json_schema: true,
             timeout: Duration::from_secs(1),
+            deadline: Duration::from_secs(1),
             retries: 0,
             max_retry_after: Duration::from_secs(1),
             max_response: 1024,

@@ -164,7 +164,7 @@ pub enum FetchError {
 impl FetchError {
     /// Whether another attempt may mend it: a break is resumed, a server that sends what it
     /// should not is given up on.
-    fn again(&self) -> bool {
+    pub(crate) fn again(&self) -> bool {
         !matches!(
             self,
             FetchError::OverSize { .. } | FetchError::OverMax { .. } | FetchError::TooLong { .. }

@@ -145,6 +145,18 @@ pub enum HubError {
     },
 }
 
+impl HubError {
+    /// Whether another attempt may mend it: not when storage sent more than the Hub stated
+    /// (or a server states more than a download may be).
+    pub(crate) fn again(&self) -> bool {
+        match self {
+            HubError::Fetch(e) => e.again(),
+            HubError::Download { error, .. } => error.again(),
+            _ => true,
+        }
+    }
+}
+
 impl std::str::FromStr for HubFile {
     type Err = SourceError;
 

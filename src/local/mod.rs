@@ -156,6 +156,17 @@ pub enum LoadError {
     Hub(#[from] HubError),
 }
 
+impl LoadError {
+    /// Whether another attempt may mend it (see [`HubError::again`]).
+    fn again(&self) -> bool {
+        match self {
+            LoadError::Default(e) => e.again(),
+            LoadError::Hub(e) => e.again(),
+            LoadError::Engine(_) | LoadError::Runtime(_) => true,
+        }
+    }
+}
+
 /// Why this model cannot take a request.
 #[derive(Debug, thiserror::Error)]
 pub enum RequestError {
@@ -199,6 +210,8 @@ impl From<LocalError> for CallError {
                 problem: e.to_string(),
             },
             LocalError::Request(e) => fail(e.to_string()),
+            // A server that sent more than it stated: not overloaded, and no sooner mended.
+            LocalError::Unavailable(load) if !load.again() => fail(load.to_string()),
             e => CallError::unavailable(KIND, e.to_string()),
         }
     }

@@ -134,7 +134,14 @@ impl Service {
                         && started.elapsed() < self.fallback_window
                         && !events.as_ref().is_some_and(|s| s.committed()) =>
                 {
-                    tracing::warn!(model = %entry.name, error = %e, "falling back");
+                    // The error's words may quote the prompt (a provider echoing it): only
+                    // its kind and status at the default level, the words at debug.
+                    let status = e.upstream().status;
+                    tracing::warn!(model = %entry.name, kind = e.kind(), status, "falling back");
+                    tracing::debug!(
+                        model = %entry.name, error = %crate::error::clip(&e.to_string()),
+                        "falling back"
+                    );
                     fell_back_from.push(json!({"model": entry.name, "error": e.to_string()}));
                     continue;
                 }

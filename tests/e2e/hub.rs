@@ -425,6 +425,53 @@ fn a_hub_download_stops_at_the_size_the_hub_states() {
     let _ = std::fs::remove_dir_all(&cache);
 }
 
+/// Over the model APIs, a Hub that sends more than it states is a bad gateway: not a rate
+/// limit, which would invite the client to retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hub_that_sends_more_than_it_states_is_a_502_over_the_apis() {
+    let cache = std::env::temp_dir().join(format!("aam-hub-flood-api-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&cache);
+    let mut file = b"GGUF".to_vec();
+    file.resize(1024, 0);
+    let hub = Hub::scripted(
+        file,
+        Script::Flood {
+            watch: cache.clone(),
+            largest: Arc::default(),
+            sent: Arc::default(),
+        },
+    );
+    let source = format!("hf:{REPO}/{FILE}");
+    let server = crate::http::start(&[
+        ("AGENT_AS_MODEL_BACKEND", "local"),
+        ("AGENT_AS_MODEL_MODEL", &source),
+        ("AGENT_AS_MODEL_CACHE_DIR", cache.to_str().unwrap()),
+        ("HF_ENDPOINT", &hub.endpoint),
+        ("HF_TOKEN", TOKEN),
+    ])
+    .await;
+    let response = crate::common::http_client()
+        .post(format!("{}/v1/chat/completions", server.url))
+        .timeout(LONG)
+        .json(&json!({"model": "local", "max_tokens": 2,
+                      "messages": [{"role": "user", "content": "Hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    let (status, retry_after) = (
+        response.status().as_u16(),
+        response.headers().get("retry-after").cloned(),
+    );
+    let body: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(status, 502, "{body}");
+    assert_eq!(body["error"]["type"], "server_error", "{body}");
+    assert!(retry_after.is_none(), "{retry_after:?}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("more than 1024 bytes"), "{message}");
+    drop(server);
+    let _ = std::fs::remove_dir_all(&cache);
+}
+
 #[test]
 fn two_processes_fetching_one_hub_model_at_once_both_load_a_good_file() {
     let _turn = TURN.blocking_lock();

@@ -45,6 +45,7 @@ mod packaging;
 mod properties;
 mod provider;
 mod provider_limits;
+mod provider_waits;
 mod rich;
 mod routing;
 mod streaming;
