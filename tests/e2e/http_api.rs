@@ -766,3 +766,42 @@ async fn max_tokens_above_the_providers_limit_is_sent_as_its_limit() {
         );
     }
 }
+
+/// llama.cpp maps the GGUF into memory: a model file cut short in place after loading would
+/// kill the server with SIGBUS at the next call. The call is refused instead, naming what
+/// changed, and the server stays up.
+#[tokio::test]
+async fn a_model_file_cut_short_after_loading_is_refused_not_a_crash() {
+    let _turn = crate::local::TURN.lock().await;
+    let dir = std::env::temp_dir().join(format!("aam-cut-model-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("model.gguf");
+    std::fs::copy(crate::engine::gemma(), &path).unwrap();
+    let s = start(&[
+        ("AGENT_AS_MODEL_BACKEND", "local"),
+        ("AGENT_AS_MODEL_MODEL_FILE", path.to_str().unwrap()),
+    ])
+    .await;
+    let chat = format!("{}/v1/chat/completions", s.url);
+    let mut body = chat_body();
+    body["max_tokens"] = json!(4);
+    let (status, _, text) = post(&chat, &[], &body).await;
+    assert_eq!(status, 200, "{text}");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(1 << 20)
+        .unwrap();
+    let (status, _, text) = post(&chat, &[], &body).await;
+    assert_ne!(status, 200, "{text}");
+    assert!(text.contains("changed since it was loaded"), "{text}");
+    assert!(text.contains("restart the server"), "{text}");
+    let health = http_client()
+        .get(format!("{}/healthz", s.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 200, "the server is still up");
+    let _ = std::fs::remove_dir_all(&dir);
+}
