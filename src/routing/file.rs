@@ -618,7 +618,12 @@ backend = "local"
             (
                 FILE.replace("backend = \"local\"", "backend = \"remote\""),
                 16,
-                "unknown variant `remote`",
+                "`backend`: unknown variant (the value is not shown), expected one of `host`",
+            ),
+            (
+                FILE.replace("cost = 0.2", "timeout_secs = \"sk-secret-typed-here\""),
+                11,
+                "`timeout_secs`: expected u64, found string (the value is not shown)",
             ),
         ] {
             let e = parse(&text).unwrap_err();
