@@ -135,8 +135,10 @@ pub struct Config {
     #[arg(long, env = "AGENT_AS_MODEL_ALLOWED_ORIGINS", value_delimiter = ',')]
     pub allowed_origins: Vec<String>,
 
-    /// Bearer token every HTTP request must carry (prefer the environment variable)
-    #[arg(long, env = "AGENT_AS_MODEL_AUTH_TOKEN", hide_env_values = true)]
+    /// Bearer token every HTTP request must carry (prefer the environment variable); an empty
+    /// one is refused at start, not taken as "no token"
+    #[arg(long, env = "AGENT_AS_MODEL_AUTH_TOKEN", hide_env_values = true,
+          value_parser = non_empty_token)]
     pub auth_token: Option<String>,
 
     /// Most legacy (stateful) HTTP sessions held at once; a new one beyond it gets 503
@@ -319,7 +321,10 @@ pub enum Direct {
 #[derive(Debug, Clone, clap::Args)]
 pub struct LocalArgs {
     /// A GGUF model file (any architecture llama.cpp runs) instead of the default
-    /// Qwen2.5-Coder-0.5B-Instruct, which is fetched into the cache on first use
+    /// Qwen2.5-Coder-0.5B-Instruct, which is fetched into the cache on first use. The file is
+    /// memory-mapped, not copied: replace it by renaming a new file over it, never by writing
+    /// into it in place (a file cut short under the map kills the process with SIGBUS); a
+    /// file changed since it was loaded is refused for every call until a restart
     #[arg(long, env = "AGENT_AS_MODEL_MODEL_FILE", conflicts_with = "model")]
     pub model_file: Option<std::path::PathBuf>,
 
@@ -435,6 +440,18 @@ pub struct ProviderArgs {
     #[arg(long, env = "AGENT_AS_MODEL_PROVIDER_MAX_TOOL_CALLS", default_value_t = 128,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub provider_max_tool_calls: u64,
+}
+
+/// `--auth-token`: an empty (or blank) token would turn authentication off in silence.
+fn non_empty_token(token: &str) -> Result<String, String> {
+    if token.trim().is_empty() {
+        return Err(
+            "an empty AGENT_AS_MODEL_AUTH_TOKEN (--auth-token) would let every request \
+                    in: give a secret, or unset the variable to serve without a token"
+                .into(),
+        );
+    }
+    Ok(token.to_owned())
 }
 
 impl Config {

@@ -214,6 +214,32 @@ pub fn clip(s: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
+/// Longest list of names (models, aliases) an error message carries, in bytes, before the
+/// count of those left out: a models file with huge or many names never makes an error long.
+pub const MAX_LIST_BYTES: usize = 2000;
+
+/// `items` joined with `", "` while the list stays within `budget` bytes (the first always
+/// shown), and how many were left out. Callers [`clip`] each item first.
+pub fn bounded_list<S: AsRef<str>>(
+    items: impl IntoIterator<Item = S>,
+    budget: usize,
+) -> (String, usize) {
+    let mut list = String::new();
+    let mut left_out = 0usize;
+    for item in items {
+        let item = item.as_ref();
+        if left_out > 0 || (!list.is_empty() && list.len() + 2 + item.len() > budget) {
+            left_out += 1;
+            continue;
+        }
+        if !list.is_empty() {
+            list.push_str(", ");
+        }
+        list.push_str(item);
+    }
+    (list, left_out)
+}
+
 /// A short description of a JSON value for error messages: its type, and for short strings the
 /// value itself.
 pub fn describe(v: &Value) -> String {
@@ -244,5 +270,19 @@ mod tests {
         let long = "x".repeat(10_000);
         let c = clip(&long);
         assert!(c.len() < 200 && c.contains("10000 bytes"), "{c}");
+    }
+
+    #[test]
+    fn a_list_stops_at_its_budget_and_counts_the_rest() {
+        assert_eq!(bounded_list(["a", "b"], 100), ("a, b".to_owned(), 0));
+        let names: Vec<String> = (0..1000).map(|i| format!("model-{i}")).collect();
+        let (list, left) = bounded_list(&names, 50);
+        assert!(
+            list.len() <= 50 && list.starts_with("model-0, model-1"),
+            "{list}"
+        );
+        assert_eq!(list.split(", ").count() + left, 1000);
+        // The first is shown even when over the budget on its own.
+        assert_eq!(bounded_list(["long-name"], 3), ("long-name".to_owned(), 0));
     }
 }

@@ -61,6 +61,9 @@ pub struct Prepared {
     pub include_usage: bool,
     /// What was set aside, said in the `x-agent-as-model-warnings` header.
     pub warnings: Vec<String>,
+    /// Anthropic: `role: "system"` messages moved into `system`, still counted against
+    /// `AGENT_AS_MODEL_MAX_MESSAGES` with the messages left.
+    pub system_messages: usize,
 }
 
 /// Makes `body` the arguments of `dialect`'s tool. `model` is the one a Gemini path names;
@@ -72,13 +75,14 @@ pub fn prepare(
     stream: bool,
 ) -> Prepared {
     let mut warnings = Vec::new();
+    let mut moved = 0;
     let asked_stream = matches!(body.remove("stream"), Some(Value::Bool(true)));
     let include_usage = body
         .remove("stream_options")
         .and_then(|o| o.get("include_usage").and_then(Value::as_bool))
         .unwrap_or(false);
     match dialect {
-        Dialect::Messages => system_messages(&mut body),
+        Dialect::Messages => moved = system_messages(&mut body),
         Dialect::Responses => responses_tools(&mut body, &mut warnings),
         Dialect::Gemini => {
             if let Some(model) = model {
@@ -92,15 +96,17 @@ pub fn prepare(
         stream: stream || asked_stream,
         include_usage,
         warnings,
+        system_messages: moved,
     }
 }
 
 /// Anthropic: `role: "system"` messages (Claude Code sends one) join the `system` prompt, in
-/// order, after what `system` already says.
-fn system_messages(body: &mut Map<String, Value>) {
+/// order, after what `system` already says. Returns how many messages were moved.
+fn system_messages(body: &mut Map<String, Value>) -> usize {
     let Some(Value::Array(messages)) = body.get_mut("messages") else {
-        return;
+        return 0;
     };
+    let sent = messages.len();
     let mut system = Vec::new();
     messages.retain(|m| {
         if m.get("role").and_then(Value::as_str) != Some("system") {
@@ -113,8 +119,9 @@ fn system_messages(body: &mut Map<String, Value>) {
         }
         false
     });
+    let moved = sent.saturating_sub(messages.len());
     if system.is_empty() {
-        return;
+        return moved;
     }
     let mut blocks = match body.remove("system") {
         Some(Value::String(text)) => vec![json!({"type": "text", "text": text})],
@@ -123,6 +130,7 @@ fn system_messages(body: &mut Map<String, Value>) {
     };
     blocks.extend(system);
     body.insert("system".into(), Value::Array(blocks));
+    moved
 }
 
 /// Responses: a `namespace` tool's functions are offered as functions; a hosted tool no
@@ -369,6 +377,21 @@ impl Api {
                  server has only the host's sampling (which answers MCP tool calls alone): \
                  start it with --backend local, --backend provider or a models file",
             ));
+        }
+        // System messages moved into `system` count against the limit as the client sent them.
+        let max = self.service.limits().max_messages;
+        let kept = prepared
+            .arguments
+            .get("messages")
+            .and_then(Value::as_array)
+            .map_or(0, Vec::len);
+        let sent = kept.saturating_add(prepared.system_messages);
+        if prepared.system_messages > 0 && sent > max {
+            return Err(CallError::at(
+                "messages",
+                format!("{sent} messages is over the limit of {max} (AGENT_AS_MODEL_MAX_MESSAGES)"),
+            )
+            .into());
         }
         Ok(self.service.parse(dialect.shape(), &prepared.arguments)?)
     }

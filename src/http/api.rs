@@ -87,23 +87,24 @@ fn models_dialect(headers: &HeaderMap) -> Dialect {
     }
 }
 
-/// The token as `Authorization: Bearer`, `x-api-key`, `x-goog-api-key` or `?key=`; a missing
-/// or wrong one is a 401 in the API's envelope.
+/// The token as `Authorization: Bearer`, `x-api-key`, `x-goog-api-key` or `?key=` (any of
+/// them, percent-decoded); a missing or wrong one is a 401 in the API's envelope.
 fn api_key(request: &Request, token: &Token) -> Option<Response> {
     let headers = request.headers();
     let header_value = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    let query_key = request.uri().query().and_then(|q| {
-        q.split('&')
-            .find_map(|pair| pair.strip_prefix("key="))
-            .map(str::to_owned)
+    // Every `key=` of the query, percent-decoded (`+` as a space), as a form decodes it.
+    let query_keys = request.uri().query().into_iter().flat_map(|q| {
+        url::form_urlencoded::parse(q.as_bytes())
+            .filter(|(name, _)| name == "key")
+            .map(|(_, value)| value.into_owned())
     });
     let presented = [
         bearer_credentials(headers).map(str::to_owned),
         header_value("x-api-key").map(str::to_owned),
         header_value("x-goog-api-key").map(str::to_owned),
-        query_key,
     ];
-    if presented.iter().flatten().any(|t| token.matches(t.trim())) {
+    let mut presented = presented.into_iter().flatten().chain(query_keys);
+    if presented.any(|t| token.matches(t.trim())) {
         return None;
     }
     let dialect = dialect_of(request.uri().path(), headers);
@@ -664,10 +665,14 @@ fn one_model(api: &Api, dialect: Dialect, name: &str) -> Response {
     {
         Some((id, _)) => json_body(model_object(dialect, id)),
         None => {
-            let known: Vec<&str> = all.iter().map(|(id, _)| id.as_str()).collect();
+            let ids = all.iter().map(|(id, _)| crate::error::clip(id));
+            let known = match crate::error::bounded_list(ids, crate::error::MAX_LIST_BYTES) {
+                (known, 0) => known,
+                (known, more) => format!("{known} and {more} more (GET /v1/models lists them all)"),
+            };
             let e = ApiError::from(crate::error::CallError::UnknownModel {
                 name: crate::error::clip(name).into_owned(),
-                known: known.join(", "),
+                known,
             });
             error(dialect, &e, &[])
         }

@@ -1,5 +1,6 @@
 //! Connections: the controls `axum::serve` lacks. A cap on connections held open (past it a few
-//! more are answered at once, `/healthz` 200 and the rest 503, then closed), a pause after a
+//! more are answered at once, `/healthz` 200 and the rest 503, then closed; a new one past
+//! those ends the oldest, so idle connections cannot keep a health check out), a pause after a
 //! failed accept (out of descriptors) instead of a spin, the header timeout (which also bounds
 //! an idle keep-alive connection), and a graceful stop on SIGTERM or Ctrl-C with a grace period.
 
@@ -9,6 +10,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
@@ -17,7 +19,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 /// Connections answered past the cap at once (`/healthz` 200, else 503), each for at most
-/// [`OVER_CAP_TIMEOUT`]; past these too a connection is closed without an answer.
+/// [`OVER_CAP_TIMEOUT`]; one more ends the oldest of them (which has had the longest to send
+/// its request), so a health check is answered however many idle connections arrive.
 const OVERFLOW_CONNECTIONS: usize = 32;
 const OVER_CAP_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -39,7 +42,8 @@ pub(super) async fn serve(
     let connections = TaskTracker::new();
     // Connections held open, and the few answered past the cap (health checks among them).
     let open = Arc::new(Semaphore::new(limits.max_connections.max(1)));
-    let overflow = Arc::new(Semaphore::new(OVERFLOW_CONNECTIONS));
+    // Those answered past the cap, oldest first; each cancels its token when done.
+    let mut overflow: VecDeque<CancellationToken> = VecDeque::with_capacity(OVERFLOW_CONNECTIONS);
     let over_cap = Router::new()
         .route("/healthz", any(super::health))
         .fallback(full);
@@ -75,15 +79,24 @@ pub(super) async fn serve(
                 serve_connection(stream, app, stop, timeout).await;
                 drop(permit);
             });
-        } else if let Ok(permit) = overflow.clone().try_acquire_owned() {
+        } else {
             backoff.warn_full(limits.max_connections);
-            let app = over_cap.clone();
+            overflow.retain(|done| !done.is_cancelled());
+            if overflow.len() >= OVERFLOW_CONNECTIONS
+                && let Some(oldest) = overflow.pop_front()
+            {
+                oldest.cancel();
+            }
+            let (app, done) = (over_cap.clone(), CancellationToken::new());
+            overflow.push_back(done.clone());
             connections.spawn(async move {
-                serve_over_cap(stream, app).await;
-                drop(permit);
+                tokio::select! {
+                    () = serve_over_cap(stream, app) => {}
+                    () = done.cancelled() => {}
+                }
+                done.cancel();
             });
         }
-        // Past both, the connection is closed at once: its descriptor is freed here.
     }
     finish(connections, stop, limits.shutdown_grace).await;
 }

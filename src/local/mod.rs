@@ -31,7 +31,7 @@ use llguidance::api::TopLevelGrammar;
 use queue::{Queue, Refused};
 use serde_json::{Map, Value, json};
 use slots::{Call, Counters, Slots};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use tokio::sync::{oneshot, watch};
@@ -141,6 +141,14 @@ pub enum LocalError {
     /// step is told the one error).
     #[error("the local model failed: {}", engine::brief(.0))]
     Engine(#[source] Arc<llama_cpp_2::DecodeError>),
+    /// The model file is not what was loaded: llama.cpp maps it into memory, and reading a
+    /// file cut short under the map would kill the process (SIGBUS).
+    #[error(
+        "the {0}; llama.cpp reads it through a memory map, so it is not used again: restart the \
+         server to load it anew (replace a model file by renaming a new one over it, never by \
+         writing into it in place)"
+    )]
+    FileChanged(String),
 }
 
 /// Why the model could not be had: fetched, loaded, or given a context.
@@ -262,6 +270,42 @@ impl Job {
             Job::Count(count) => {
                 let _ = count.reply.send(Err(why));
             }
+        }
+    }
+}
+
+/// The model file as it was when loaded: its length and modification time.
+struct OnDisk {
+    path: PathBuf,
+    len: u64,
+    modified: Option<std::time::SystemTime>,
+    /// The path is the user's own (`--model-file`), not this user's cache.
+    shown_path: bool,
+}
+
+impl OnDisk {
+    fn stat(path: &Path) -> Option<(u64, Option<std::time::SystemTime>)> {
+        let meta = std::fs::metadata(path).ok()?;
+        Some((meta.len(), meta.modified().ok()))
+    }
+
+    /// How the file differs from what was loaded, if it does.
+    fn changed(&self) -> Option<String> {
+        let file = if self.shown_path {
+            format!("model file {}", self.path.display())
+        } else {
+            "model file".to_owned()
+        };
+        match OnDisk::stat(&self.path) {
+            None => Some(format!("{file} is gone since it was loaded")),
+            Some((len, _)) if len != self.len => Some(format!(
+                "{file} changed since it was loaded ({} bytes then, {len} now)",
+                self.len
+            )),
+            Some((_, modified)) if modified != self.modified => {
+                Some(format!("{file} was written to since it was loaded"))
+            }
+            Some(_) => None,
         }
     }
 }
@@ -510,8 +554,10 @@ impl Worker {
         loop {
             self.set(State::Loading);
             let why = match self.load() {
-                Ok(model) => match Slots::new(&model, self.counters.clone()) {
-                    Ok(slots) => return self.serve(&model, slots, queue, waiting),
+                Ok((model, on_disk)) => match Slots::new(&model, self.counters.clone()) {
+                    Ok(slots) => {
+                        return self.serve(&model, on_disk.as_ref(), slots, queue, waiting);
+                    }
                     Err(e) => LoadError::Engine(e),
                 },
                 Err(e) => e,
@@ -533,6 +579,7 @@ impl Worker {
     fn serve(
         &self,
         model: &engine::Model,
+        on_disk: Option<&OnDisk>,
         mut slots: Slots,
         queue: &Queue<Job>,
         mut waiting: Option<Job>,
@@ -556,14 +603,29 @@ impl Worker {
                 };
                 counted |= job.is_count();
                 if !job.is_cancelled() {
-                    self.begin(model, &mut slots, job);
+                    self.begin_unless_changed(model, on_disk, &mut slots, job);
                 }
             }
             // Counts take no slot: one is answered each step even while every slot is busy.
             if !counted && let Some(job) = queue.take_first(Job::is_count) {
-                self.begin(model, &mut slots, job);
+                self.begin_unless_changed(model, on_disk, &mut slots, job);
             }
             slots.step();
+        }
+    }
+
+    /// Begins a job, unless the model's file changed on disk since it was loaded (its mapped
+    /// pages may be gone): then the job fails, saying so.
+    fn begin_unless_changed(
+        &self,
+        model: &engine::Model,
+        on_disk: Option<&OnDisk>,
+        slots: &mut Slots,
+        job: Job,
+    ) {
+        match on_disk.and_then(OnDisk::changed) {
+            Some(why) => job.fail(LocalError::FileChanged(why)),
+            None => self.begin(model, slots, job),
         }
     }
 
@@ -609,7 +671,7 @@ impl Worker {
         let _ = count.reply.send(counted);
     }
 
-    fn load(&self) -> Result<engine::Model, LoadError> {
+    fn load(&self) -> Result<(engine::Model, Option<OnDisk>), LoadError> {
         let path = self.locate()?;
         let started = std::time::Instant::now();
         let settings = engine::Settings {
@@ -618,6 +680,8 @@ impl Worker {
             threads: self.settings.threads,
             step: engine::STEP_TOKENS,
         };
+        // What the file is as it is mapped: checked before each call uses the map.
+        let on_disk = OnDisk::stat(&path);
         let model = match engine::Model::load(&path, &settings) {
             Ok(model) => model,
             // The cache is ours: a default model that will not load is damaged; it is fetched
@@ -637,12 +701,18 @@ impl Worker {
                 return Err(e.naming(ModelFile::Removed(what)).into());
             }
         };
+        let on_disk = on_disk.map(|(len, modified)| OnDisk {
+            path,
+            len,
+            modified,
+            shown_path: matches!(self.settings.source, Source::File(_)),
+        });
         tracing::info!(
             model = %model.info().name,
             seconds = started.elapsed().as_secs_f64(),
             "local model loaded"
         );
-        Ok(model)
+        Ok((model, on_disk))
     }
 
     /// The model file: given, or fetched into the cache (once).

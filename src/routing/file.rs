@@ -191,7 +191,8 @@ impl Models {
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Models, FileError> {
         let raw: Raw = toml::from_str(text).map_err(|e| {
-            Problem::at(e.span().map_or(0, |s| s.start), e.message()).shown(path, text)
+            let at = e.span().map_or(0, |s| s.start);
+            Problem::at(at, without_value(e.message(), key_at(text, at))).shown(path, text)
         })?;
         Models::check(&raw, &env).map_err(|p| p.shown(path, text))
     }
@@ -245,6 +246,44 @@ impl Models {
         }
         Ok(Models { default, entries })
     }
+}
+
+/// The key of the `key = value` line `offset` falls in, if it has one.
+fn key_at(text: &str, offset: usize) -> Option<&str> {
+    let before = text.get(..offset)?;
+    let line = before.rsplit('\n').next()?;
+    let (key, _) = line.rsplit_once('=')?;
+    let key = key.trim_end();
+    let bare = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
+    let start = key.rfind(|c: char| !bare(c)).map_or(0, |i| i + 1);
+    key.get(start..).filter(|k| !k.is_empty())
+}
+
+/// A TOML or serde message without the value it quotes (a key typed into another setting must
+/// not be printed): "invalid type: string \"sk-…\", expected u64" becomes "`timeout_secs`:
+/// expected u64, found a string (the value is not shown)".
+fn without_value(message: &str, key: Option<&str>) -> String {
+    let field = key.map_or_else(String::new, |k| format!("`{}`: ", crate::error::clip(k)));
+    let message = message.trim();
+    for prefix in ["invalid type: ", "invalid value: "] {
+        let Some(rest) = message.strip_prefix(prefix) else {
+            continue;
+        };
+        let Some((found, expected)) = rest.rsplit_once(", expected ") else {
+            return format!(
+                "{field}{} (the value is not shown)",
+                prefix.trim_end_matches(": ")
+            );
+        };
+        // The kind alone: `string "…"`, `integer `5``, `floating point `1.5`` lose the value.
+        let kind = found.split(['"', '`']).next().unwrap_or_default().trim();
+        return format!("{field}expected {expected}, found {kind} (the value is not shown)");
+    }
+    if let Some(rest) = message.strip_prefix("unknown variant ") {
+        let expected = rest.split_once(", ").map_or("", |(_, e)| e);
+        return format!("{field}unknown variant (the value is not shown), {expected}");
+    }
+    format!("{field}{message}")
 }
 
 /// Every name and alias is non-empty and names one model.
@@ -579,7 +618,12 @@ backend = "local"
             (
                 FILE.replace("backend = \"local\"", "backend = \"remote\""),
                 16,
-                "unknown variant `remote`",
+                "`backend`: unknown variant (the value is not shown), expected one of `host`",
+            ),
+            (
+                FILE.replace("cost = 0.2", "timeout_secs = \"sk-secret-typed-here\""),
+                11,
+                "`timeout_secs`: expected u64, found string (the value is not shown)",
             ),
         ] {
             let e = parse(&text).unwrap_err();

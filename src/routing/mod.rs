@@ -10,7 +10,7 @@ pub mod file;
 use crate::backends::direct::Model;
 use crate::backends::provider::{Provider, ProviderSettings};
 use crate::config::{Backend, Config, Direct, Fallback};
-use crate::error::{CallError, CallResult};
+use crate::error::{CallError, CallResult, MAX_LIST_BYTES, bounded_list, clip};
 use crate::local::{Local, LocalError, LocalSettings};
 use crate::shapes::DEFAULT_MODEL;
 use file::{Answer, Models, Scores};
@@ -323,7 +323,7 @@ impl Backends {
         match host_entry {
             Some(i) if host_samples => Ok(i),
             _ => Err(CallError::UnknownModel {
-                name: crate::error::clip(model).into_owned(),
+                name: clip(model).into_owned(),
                 known: self.names(),
             }),
         }
@@ -335,29 +335,30 @@ impl Backends {
             .position(|e| e.name == name || e.aliases.iter().any(|a| a == name))
     }
 
-    /// The names, with their aliases: the first [`NAMES_SHOWN`], then how many more
-    /// `list_models` lists.
+    /// The names, with their aliases: the first [`NAMES_SHOWN`] (each clipped, the list within
+    /// [`MAX_LIST_BYTES`]), then how many more `list_models` lists.
     fn names(&self) -> String {
-        let more = self.entries.len().saturating_sub(NAMES_SHOWN);
-        let names: Vec<String> = self
+        let shown = self.entries.iter().take(NAMES_SHOWN).map(|e| {
+            let name = clip(&e.name);
+            if e.aliases.is_empty() {
+                return name.into_owned();
+            }
+            let aliases = e.aliases.iter().map(|a| clip(a));
+            match bounded_list(aliases, MAX_LIST_BYTES / 4) {
+                (aliases, 0) => format!("{name} (also {aliases})"),
+                (aliases, more) => format!("{name} (also {aliases} and {more} more)"),
+            }
+        });
+        let (names, cut) = bounded_list(shown, MAX_LIST_BYTES);
+        let more = self
             .entries
-            .iter()
-            .take(NAMES_SHOWN)
-            .map(|e| {
-                if e.aliases.is_empty() {
-                    e.name.clone()
-                } else {
-                    format!("{} (also {})", e.name, e.aliases.join(", "))
-                }
-            })
-            .collect();
+            .len()
+            .saturating_sub(NAMES_SHOWN)
+            .saturating_add(cut);
         if more > 0 {
-            format!(
-                "{} and {more} more (list_models lists them all)",
-                names.join(", ")
-            )
+            format!("{names} and {more} more (list_models lists them all)")
         } else {
-            names.join(", ")
+            names
         }
     }
 

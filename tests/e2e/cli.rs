@@ -44,6 +44,47 @@ fn a_short_state_key_is_refused_at_startup() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("at least 32 bytes"));
 }
 
+/// An empty token, in the variable or the flag, would turn authentication off: the server
+/// refuses to start, naming the setting, instead of serving every request.
+#[test]
+fn an_empty_auth_token_is_refused_at_startup() {
+    let port = crate::common::free_port();
+    let address = format!("127.0.0.1:{port}");
+    for (env, args) in [
+        (Some(""), vec![]),
+        (Some("   "), vec![]),
+        (None, vec!["--auth-token", ""]),
+    ] {
+        let mut command = Command::new(BIN);
+        command
+            .args(["--http", &address])
+            .args(&args)
+            .env_remove("AGENT_AS_MODEL_AUTH_TOKEN")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        if let Some(value) = env {
+            command.env("AGENT_AS_MODEL_AUTH_TOKEN", value);
+        }
+        let mut child = crate::common::Killed(command.spawn().unwrap());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let status = loop {
+            if let Some(status) = child.0.try_wait().unwrap() {
+                break Some(status);
+            }
+            if Instant::now() > deadline {
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let status = status.unwrap_or_else(|| panic!("{env:?} {args:?}: the server started"));
+        assert_eq!(status.code(), Some(2), "{env:?} {args:?}");
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(child.0.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+        assert!(stderr.contains("AGENT_AS_MODEL_AUTH_TOKEN"), "{stderr}");
+    }
+}
+
 #[test]
 fn stdout_is_only_json_rpc_and_the_process_exits_when_stdin_closes() {
     let mut child = Command::new(BIN)

@@ -155,6 +155,68 @@ async fn the_token_is_taken_in_every_spelling_and_a_missing_one_is_refused_in_ea
     assert_eq!(provider.seen().len(), 4);
 }
 
+/// `?key=` is read as a form decodes it (percent-escapes and `+`), and any `key` of the query
+/// that is the token lets the request in, not only the first.
+#[tokio::test]
+async fn a_query_key_is_percent_decoded_and_any_of_several_may_match() {
+    let token = "tok/en+with=odd&chars é";
+    let provider = Scripted::start(vec![
+        Reply::json(200, &completion("one")),
+        Reply::json(200, &completion("two")),
+        Reply::json(200, &completion("three")),
+    ])
+    .await;
+    let s = server_with(
+        "query-key",
+        &provider,
+        "",
+        &[("AGENT_AS_MODEL_AUTH_TOKEN", token)],
+    )
+    .await;
+    let chat = format!("{}/v1/chat/completions", s.url);
+    let encoded = "tok%2Fen%2Bwith%3Dodd%26chars%20%C3%A9";
+    for query in [
+        format!("key={encoded}"),
+        format!("key=wrong&key={encoded}"),
+        format!("alt=sse&key=nope&key={}", encoded.replace("%20", "+")),
+    ] {
+        let (status, _, body) = post(&format!("{chat}?{query}"), &[], &chat_body()).await;
+        assert_eq!(status, 200, "?{query}: {body}");
+    }
+    for query in ["key=wrong", "key=wrong&key=also-wrong", "key=tok/en"] {
+        let (status, _, body) = post(&format!("{chat}?{query}"), &[], &chat_body()).await;
+        assert_eq!(status, 401, "?{query}: {body}");
+    }
+    assert_eq!(provider.seen().len(), 3);
+}
+
+/// Anthropic `role: "system"` messages, moved into `system`, still count against the message
+/// limit: a flood of them is refused, not folded into one huge system prompt.
+#[tokio::test]
+async fn system_messages_count_against_the_message_limit() {
+    let provider = Scripted::start(vec![Reply::json(200, &completion("fine"))]).await;
+    let s = server_with(
+        "system-flood",
+        &provider,
+        "",
+        &[("AGENT_AS_MODEL_MAX_MESSAGES", "4")],
+    )
+    .await;
+    let url = format!("{}/v1/messages", s.url);
+    let with_system = |n: usize| {
+        let mut messages = vec![json!({"role": "system", "content": "Be brief."}); n];
+        messages.push(json!({"role": "user", "content": "hi"}));
+        json!({"model": "gpt-4o-mini", "max_tokens": 10, "messages": messages})
+    };
+    let (status, _, body) = post(&url, &[("x-api-key", TOKEN)], &with_system(10)).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("AGENT_AS_MODEL_MAX_MESSAGES"), "{body}");
+    assert!(body.contains("11 messages"), "{body}");
+    let (status, _, body) = post(&url, &[("x-api-key", TOKEN)], &with_system(3)).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(provider.seen().len(), 1);
+}
+
 #[tokio::test]
 async fn with_only_the_hosts_sampling_the_apis_say_they_need_a_direct_backend() {
     let s = start(&[]).await;
@@ -708,4 +770,43 @@ async fn max_tokens_above_the_providers_limit_is_sent_as_its_limit() {
             "asked {asked}"
         );
     }
+}
+
+/// llama.cpp maps the GGUF into memory: a model file cut short in place after loading would
+/// kill the server with SIGBUS at the next call. The call is refused instead, naming what
+/// changed, and the server stays up.
+#[tokio::test]
+async fn a_model_file_cut_short_after_loading_is_refused_not_a_crash() {
+    let _turn = crate::local::TURN.lock().await;
+    let dir = std::env::temp_dir().join(format!("aam-cut-model-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("model.gguf");
+    std::fs::copy(crate::engine::gemma(), &path).unwrap();
+    let s = start(&[
+        ("AGENT_AS_MODEL_BACKEND", "local"),
+        ("AGENT_AS_MODEL_MODEL_FILE", path.to_str().unwrap()),
+    ])
+    .await;
+    let chat = format!("{}/v1/chat/completions", s.url);
+    let mut body = chat_body();
+    body["max_tokens"] = json!(4);
+    let (status, _, text) = post(&chat, &[], &body).await;
+    assert_eq!(status, 200, "{text}");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(1 << 20)
+        .unwrap();
+    let (status, _, text) = post(&chat, &[], &body).await;
+    assert_ne!(status, 200, "{text}");
+    assert!(text.contains("changed since it was loaded"), "{text}");
+    assert!(text.contains("restart the server"), "{text}");
+    let health = http_client()
+        .get(format!("{}/healthz", s.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 200, "the server is still up");
+    let _ = std::fs::remove_dir_all(&dir);
 }

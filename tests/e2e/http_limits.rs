@@ -175,6 +175,33 @@ fn idle_connections_past_the_descriptor_limit_leave_the_server_answering() {
     assert!(text.contains("chat_complete"), "{text}");
 }
 
+/// With the cap reached and idle connections still arriving (each new batch fills the few
+/// answered past the cap), a health check is answered within a second, as a load balancer
+/// needs: a new connection ends the oldest past the cap instead of being closed unanswered.
+#[test]
+fn healthz_answers_within_a_second_while_idle_connections_keep_arriving() {
+    // 256 descriptors, so the default cap is 128.
+    let (_child, address) = start_limited(256, &[]);
+    let mut idle: Vec<TcpStream> = (0..400)
+        .filter_map(|_| TcpStream::connect(&address).ok())
+        .collect();
+    assert!(idle.len() >= 300, "the kernel took the connections");
+    for round in 0..3 {
+        idle.extend((0..40).filter_map(|_| TcpStream::connect(&address).ok()));
+        let health = exchange(
+            &address,
+            b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+            1,
+        );
+        assert_eq!(
+            health.map(|h| h.0),
+            Some(200),
+            "round {round}: /healthz with {} idle connections",
+            idle.len()
+        );
+    }
+}
+
 #[test]
 fn the_connection_cap_is_a_setting() {
     let (_child, address) = start_limited(1024, &[("AGENT_AS_MODEL_MAX_CONNECTIONS", "4")]);

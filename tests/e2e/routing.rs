@@ -389,6 +389,16 @@ fn bad_files_are_refused_at_start_with_their_line() {
             ":4: model \"p\": `url` is not a URL",
         ),
         (
+            "key-in-timeout",
+            "[[models]]\nname = \"p\"\nbackend = \"provider\"\nurl = \"http://x/v1\"\nmodel = \"m\"\ntimeout_secs = \"sk-typed-in-0123\"\n",
+            ":6: `timeout_secs`: expected u64, found string (the value is not shown)",
+        ),
+        (
+            "key-in-backend",
+            "[[models]]\nname = \"p\"\nbackend = \"sk-typed-in-0123\"\n",
+            ":3: `backend`: unknown variant (the value is not shown), expected one of",
+        ),
+        (
             "key-in-key-env",
             "[[models]]\nname = \"p\"\nbackend = \"provider\"\nurl = \"http://x/v1\"\nmodel = \"m\"\nkey_env = \"sk-typed-in-0123\"\n",
             ":6: model \"p\": key_env must name an environment variable",
@@ -729,4 +739,48 @@ async fn ten_thousand_models_start_lean_and_an_unknown_name_gets_a_short_error()
         &message[..message.len().min(2000)]
     );
     assert!(message.len() < 4096, "an error of {} bytes", message.len());
+}
+
+/// A models file with a 1 MB alias and long names: an unknown model's 404 (by a call or by
+/// `GET /v1/models/{id}`) clips each name and bounds the list, instead of echoing megabytes.
+#[tokio::test]
+async fn huge_names_in_the_models_file_leave_unknown_model_errors_short() {
+    use std::fmt::Write as _;
+    let mut file = format!(
+        "[[models]]\nname = \"a\"\naliases = [\"{}\"]\nbackend = \"provider\"\n\
+         url = \"http://127.0.0.1:9/v1\"\nmodel = \"m\"\n",
+        "x".repeat(1 << 20)
+    );
+    for i in 0..15 {
+        let _ = write!(
+            file,
+            "[[models]]\nname = \"n{i}-{}\"\nbackend = \"provider\"\n\
+             url = \"http://127.0.0.1:9/v1\"\nmodel = \"m\"\n",
+            "y".repeat(100_000)
+        );
+    }
+    let path = models_file("huge-names", &file);
+    let s = crate::http::start(&[("AGENT_AS_MODEL_MODELS", path.to_str().unwrap())]).await;
+    let client = http_client();
+    let body = json!({"model": "nope", "messages": [{"role": "user", "content": "hi"}]});
+    let call = client
+        .post(format!("{}/v1/chat/completions", s.url))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let lookup = client
+        .get(format!("{}/v1/models/nope", s.url))
+        .send()
+        .await
+        .unwrap();
+    for response in [call, lookup] {
+        assert_eq!(response.status(), 404);
+        let text = response.text().await.unwrap();
+        assert!(text.len() < 8192, "a 404 of {} bytes", text.len());
+        let v: Value = serde_json::from_str(&text).unwrap();
+        let message = v["error"]["message"].as_str().unwrap();
+        assert!(message.contains("\"nope\" names no model"), "{message}");
+        assert!(message.contains(" more"), "{message}");
+    }
 }
