@@ -318,12 +318,14 @@ impl Provider {
     /// The provider's answer to `body`, retried with backoff while it fails in a way it may
     /// not next time (429, 5xx, a timeout, a refused connection), all of it within the call's
     /// deadline: no wait runs past it, and a wait asked for that would ends the retries.
-    async fn call(&self, body: &Value, live: Option<&dyn Sink>) -> CallResult<Value> {
+    async fn call(&self, body: Value, live: Option<&dyn Sink>) -> CallResult<Value> {
         let policy = retry::Policy {
             max_retry_after: self.settings.max_retry_after,
             ..retry::Policy::new(self.settings.retries)
         };
-        let body = body.to_string();
+        // Written once, and shared by every attempt rather than copied for each: a long
+        // conversation is held once as sent.
+        let body = bytes::Bytes::from(body.to_string());
         let started = Instant::now();
         // The setting is at most a week; a deadline past the clock's end is a week.
         let deadline = started
@@ -341,7 +343,7 @@ impl Provider {
     /// the timeout of the one before, and all of it before `deadline`.
     async fn attempt(
         &self,
-        body: &str,
+        body: &bytes::Bytes,
         live: Option<&dyn Sink>,
         deadline: Instant,
     ) -> Result<Value, Failure<Failed>> {
@@ -349,7 +351,7 @@ impl Provider {
             .client
             .post(self.endpoint.clone())
             .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(body.to_owned());
+            .body(body.clone());
         if let Some(key) = &self.settings.key {
             request = request.bearer_auth(key);
         }
@@ -798,7 +800,9 @@ impl Model for Provider {
                 fields.insert("stream".into(), json!(true));
                 fields.insert("stream_options".into(), json!({"include_usage": true}));
             }
-            let answer = match self.call(&body, live.as_deref()).await {
+            // The request as built is not needed once it is written.
+            drop(request);
+            let answer = match self.call(body, live.as_deref()).await {
                 Ok(answer) => {
                     completion(&answer, &self.settings.model, self.settings.max_tool_calls)
                 }

@@ -45,8 +45,8 @@ const VALUE_BYTES: usize = 64;
 
 /// Copies of a body's text a call holds while it is answered, besides the body itself: the
 /// parsed call, the request made for the model, and that request as sent (a streamed call of
-/// 16 MB of text held 91 MB while its provider answered).
-const CALL_COPIES: usize = 5;
+/// 16 MB of text holds 60 MB while its provider answers).
+const CALL_COPIES: usize = 4;
 
 /// A request body's share of the shared buffer, in the request's extensions: the route that
 /// clones it holds the share until it drops the clone.

@@ -98,12 +98,12 @@ async fn a_streamed_call_holds_its_bodys_share_of_the_buffer_until_it_ends() {
     ])
     .await;
     // A megabyte of text takes its bytes while read, then as parsed and copied by its call:
-    // more than half of a 10 MB buffer for as long as the call lasts.
+    // more than half of a 9 MB buffer for as long as the call lasts.
     let s = server_with(
         "held",
         &provider,
         "",
-        &[("AGENT_AS_MODEL_MAX_BODY_BUFFER_BYTES", "10000000")],
+        &[("AGENT_AS_MODEL_MAX_BODY_BUFFER_BYTES", "9000000")],
     )
     .await;
     let url = format!("{}/v1/chat/completions", s.url);
