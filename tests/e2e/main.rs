@@ -46,6 +46,7 @@ mod provider;
 mod provider_limits;
 mod rich;
 mod routing;
+mod stops;
 mod streaming;
 mod structured;
 mod tools;
