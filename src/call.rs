@@ -447,25 +447,185 @@ impl Reply<'_> {
     }
 }
 
-/// A fresh id: `prefix` and 32 random lowercase hex digits.
-/// Where the earliest of `stops` begins in `text`, and which it is; an empty one never matches.
+/// Where the earliest of `stops` begins in `text`, and which it is (the first listed when two
+/// begin at the same place); an empty one never matches. One pass over `text` for all of them.
 pub fn first_stop<'a>(text: &str, stops: &'a [String]) -> Option<(usize, &'a str)> {
-    stops
-        .iter()
-        .filter(|s| !s.is_empty())
-        .filter_map(|s| text.find(s.as_str()).map(|at| (at, s.as_str())))
-        .min_by_key(|(at, _)| *at)
+    let matcher = Stops::new(stops);
+    let (at, index) = matcher.find(text)?;
+    let seq = matcher.index.get(index).and_then(|i| stops.get(*i))?;
+    Some((at, seq.as_str()))
 }
 
 /// How many bytes at the end of `text` begin `needle` without being all of it: the most that
-/// more text could still turn into `needle` (0 when no end of `text` begins it).
+/// more text could still turn into `needle` (0 when no end of `text` begins it). Linear in
+/// `needle`'s length, however long `text` is.
 pub fn partial_suffix(text: &str, needle: &str) -> usize {
-    (1..needle.len())
-        .rev()
-        .find(|n| needle.get(..*n).is_some_and(|p| text.ends_with(p)))
-        .unwrap_or(0)
+    let needle = needle.as_bytes();
+    held_by(text.as_bytes(), needle, &failure(needle))
 }
 
+/// The KMP failure function of `needle`: for each prefix `needle[..=i]`, the length of its
+/// longest proper prefix that is also its suffix.
+fn failure(needle: &[u8]) -> Vec<usize> {
+    let mut fail = vec![0; needle.len()];
+    let mut k = 0;
+    for (i, &b) in needle.iter().enumerate().skip(1) {
+        while k > 0 && needle.get(k) != Some(&b) {
+            k = fail.get(k - 1).copied().unwrap_or(0);
+        }
+        if needle.get(k) == Some(&b) {
+            k += 1;
+        }
+        if let Some(f) = fail.get_mut(i) {
+            *f = k;
+        }
+    }
+    fail
+}
+
+/// The longest proper prefix of `needle` that ends `text`, found by running the KMP automaton
+/// over the last `needle.len() - 1` bytes of `text` (no longer suffix can be a proper prefix).
+/// Over valid UTF-8 the result is a character boundary of `text`: the suffix starts where
+/// `needle`'s first character does.
+fn held_by(text: &[u8], needle: &[u8], fail: &[usize]) -> usize {
+    let Some(most) = needle.len().checked_sub(1) else {
+        return 0;
+    };
+    let tail = text
+        .get(text.len().saturating_sub(most)..)
+        .unwrap_or_default();
+    let mut k = 0;
+    for &b in tail {
+        while k > 0 && needle.get(k) != Some(&b) {
+            k = fail.get(k - 1).copied().unwrap_or(0);
+        }
+        if needle.get(k) == Some(&b) {
+            k += 1;
+        }
+    }
+    k
+}
+
+/// A call's stop sequences, ready to be looked for, in a whole text or in one that arrives in
+/// pieces. In a whole text one Aho–Corasick automaton finds the earliest of them in one pass.
+/// In a text that grows ([`Stops::feed`]), each sequence keeps its KMP state (the longest
+/// prefix of it that ends the text so far), so a piece costs its own length per sequence,
+/// however long the sequences are, and how much of the text could still become one is known
+/// without looking back ([`Stops::held`]).
+#[derive(Debug, Clone, Default)]
+pub struct Stops {
+    /// The non-empty sequences, in the caller's order.
+    seqs: Vec<String>,
+    /// Where each of `seqs` is in the list the matcher was made from.
+    index: Vec<usize>,
+    /// Leftmost-first: the earliest start, and the first listed of those starting there.
+    automaton: Option<aho_corasick::AhoCorasick>,
+    /// Each sequence's KMP failure function.
+    fail: Vec<Vec<usize>>,
+    /// Each sequence's KMP state: how many of its bytes end the text fed so far.
+    states: Vec<usize>,
+}
+
+impl Stops {
+    pub fn new(stops: &[String]) -> Self {
+        let (index, seqs): (Vec<usize>, Vec<String>) = stops
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| !s.is_empty())
+            .map(|(i, s)| (i, s.clone()))
+            .unzip();
+        let automaton = if seqs.is_empty() {
+            None
+        } else {
+            // The NFA, not a DFA: its construction is linear in the sequences' length (a DFA's
+            // is quadratic for one like `aaa…ab`). A build error (an automaton too large)
+            // leaves the plain search per sequence, linear too; the limits keep it away.
+            aho_corasick::AhoCorasick::builder()
+                .match_kind(aho_corasick::MatchKind::LeftmostFirst)
+                .kind(Some(aho_corasick::AhoCorasickKind::NoncontiguousNFA))
+                .build(&seqs)
+                .ok()
+        };
+        Stops {
+            fail: seqs.iter().map(|s| failure(s.as_bytes())).collect(),
+            states: vec![0; seqs.len()],
+            seqs,
+            index,
+            automaton,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.seqs.is_empty()
+    }
+
+    /// Where the earliest sequence begins in `text`, and its place among the non-empty ones.
+    fn find(&self, text: &str) -> Option<(usize, usize)> {
+        match &self.automaton {
+            Some(ac) => ac.find(text).map(|m| (m.start(), m.pattern().as_usize())),
+            None => self
+                .seqs
+                .iter()
+                .enumerate()
+                .filter_map(|(i, s)| text.find(s.as_str()).map(|at| (at, i)))
+                .min_by_key(|(at, _)| *at),
+        }
+    }
+
+    /// Where the earliest sequence begins in `text`, and which it is.
+    pub fn first<'a>(&'a self, text: &str) -> Option<(usize, &'a str)> {
+        let (at, i) = self.find(text)?;
+        Some((at, self.seqs.get(i)?.as_str()))
+    }
+
+    /// Adds `new` to the text fed so far. When a sequence is now complete, returns the
+    /// earliest (the first listed of those starting at the same place): how many bytes before
+    /// the end of the text, `new` included, it begins, and which it is. Costs `new`'s length
+    /// per sequence (amortized), whatever their lengths.
+    pub fn feed(&mut self, new: &str) -> Option<(usize, &str)> {
+        let mut found: Option<(usize, usize)> = None;
+        for (i, ((seq, fail), state)) in self
+            .seqs
+            .iter()
+            .zip(&self.fail)
+            .zip(self.states.iter_mut())
+            .enumerate()
+        {
+            let needle = seq.as_bytes();
+            let mut k = *state;
+            let mut ended = false;
+            for (j, &b) in new.as_bytes().iter().enumerate() {
+                while k > 0 && needle.get(k) != Some(&b) {
+                    k = fail.get(k - 1).copied().unwrap_or(0);
+                }
+                if needle.get(k) == Some(&b) {
+                    k += 1;
+                }
+                if k == needle.len() {
+                    // The first end of this sequence is its earliest start; the text after
+                    // it is `new[j + 1..]`.
+                    let back = new.len() - (j + 1) + needle.len();
+                    if !ended && found.is_none_or(|(most, _)| back > most) {
+                        found = Some((back, i));
+                    }
+                    ended = true;
+                    k = fail.get(k - 1).copied().unwrap_or(0);
+                }
+            }
+            *state = k;
+        }
+        let (back, i) = found?;
+        Some((back, self.seqs.get(i)?.as_str()))
+    }
+
+    /// How many bytes at the end of the text fed so far could still become a sequence: the
+    /// longest proper prefix of any of them that ends it (a character boundary of the text).
+    pub fn held(&self) -> usize {
+        self.states.iter().copied().max().unwrap_or(0)
+    }
+}
+
+/// A fresh id: `prefix` and 32 random lowercase hex digits.
 pub fn new_id(prefix: &str) -> String {
     format!("{prefix}{}", uuid::Uuid::new_v4().simple())
 }
@@ -551,5 +711,85 @@ mod tests {
         };
         c.enforce_stop(&["STOP".into()]);
         assert_eq!(c.text(), "a ");
+    }
+
+    /// The matchers as they were: a search per sequence, and every prefix length tried.
+    fn naive_first<'a>(text: &str, stops: &'a [String]) -> Option<(usize, &'a str)> {
+        stops
+            .iter()
+            .filter(|s| !s.is_empty())
+            .filter_map(|s| text.find(s.as_str()).map(|at| (at, s.as_str())))
+            .min_by_key(|(at, _)| *at)
+    }
+
+    fn naive_partial(text: &str, needle: &str) -> usize {
+        (1..needle.len())
+            .rev()
+            .find(|n| needle.get(..*n).is_some_and(|p| text.ends_with(p)))
+            .unwrap_or(0)
+    }
+
+    /// Short strings over a few characters (one of them two bytes, one four), so that matches,
+    /// overlaps and prefixes are common.
+    fn small() -> impl proptest::strategy::Strategy<Value = String> {
+        proptest::collection::vec(proptest::sample::select(vec!['a', 'b', 'é', '🦀']), 0..12)
+            .prop_map(|cs| cs.into_iter().collect())
+    }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn the_linear_matchers_agree_with_the_naive_ones(
+            text in small(),
+            stops in proptest::collection::vec(small(), 0..5),
+        ) {
+            prop_assert_eq!(first_stop(&text, &stops), naive_first(&text, &stops));
+            let matcher = Stops::new(&stops);
+            prop_assert_eq!(matcher.first(&text), naive_first(&text, &stops));
+            for s in &stops {
+                prop_assert_eq!(partial_suffix(&text, s), naive_partial(&text, s));
+            }
+        }
+
+        #[test]
+        fn a_text_fed_in_pieces_finds_what_the_whole_text_would(
+            pieces in proptest::collection::vec(small(), 0..6),
+            stops in proptest::collection::vec(small(), 0..5),
+        ) {
+            let mut matcher = Stops::new(&stops);
+            let mut text = String::new();
+            for piece in &pieces {
+                text.push_str(piece);
+                let found = matcher.feed(piece).map(|(back, s)| (text.len() - back, s));
+                prop_assert_eq!(found, naive_first(&text, &stops));
+                if found.is_some() {
+                    break;
+                }
+                let held = matcher.held();
+                let naive = stops.iter().map(|s| naive_partial(&text, s)).max().unwrap_or(0);
+                prop_assert_eq!(held, naive);
+                prop_assert!(text.is_char_boundary(text.len() - held));
+            }
+        }
+    }
+
+    #[test]
+    fn a_long_stop_sequence_is_matched_in_linear_time() {
+        // The review's case: a sequence of a million characters against as many `a`s, which
+        // took K²/2 comparisons (minutes); this is a few million steps.
+        let needle = format!("{}b", "a".repeat(1_000_000));
+        let text = "a".repeat(900_000);
+        assert_eq!(partial_suffix(&text, &needle), 900_000);
+        let mut stops = Stops::new(&[needle]);
+        assert_eq!(stops.first(&text), None);
+        for piece in text.as_bytes().chunks(1000) {
+            let piece = std::str::from_utf8(piece).unwrap();
+            assert_eq!(stops.feed(piece), None);
+        }
+        assert_eq!(stops.held(), 900_000);
+        assert_eq!(stops.feed(&"a".repeat(100_000)), None);
+        let (back, seq) = stops.feed("b").unwrap();
+        assert_eq!((back, seq.len()), (1_000_001, 1_000_001));
     }
 }

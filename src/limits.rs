@@ -40,6 +40,12 @@ pub struct Limits {
     /// Deepest nesting accepted in a JSON Schema
     #[arg(long, env = "AGENT_AS_MODEL_MAX_SCHEMA_DEPTH", default_value_t = 64, value_parser = positive)]
     pub max_schema_depth: usize,
+    /// Most stop sequences in one call (`stop`, `stop_sequences`, `stopSequences`)
+    #[arg(long, env = "AGENT_AS_MODEL_MAX_STOP_SEQUENCES", default_value_t = 16, value_parser = positive)]
+    pub max_stop_sequences: usize,
+    /// Longest stop sequence, in characters
+    #[arg(long, env = "AGENT_AS_MODEL_MAX_STOP_CHARS", default_value_t = 500, value_parser = positive)]
+    pub max_stop_chars: usize,
 }
 
 impl Default for Limits {
@@ -52,6 +58,8 @@ impl Default for Limits {
             max_request_bytes: 16 * 1024 * 1024,
             max_schema_bytes: 256 * 1024,
             max_schema_depth: 64,
+            max_stop_sequences: 16,
+            max_stop_chars: 500,
         }
     }
 }

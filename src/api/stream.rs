@@ -41,7 +41,7 @@ pub struct Stream {
     model: String,
     created: u64,
     include_usage: bool,
-    stop: Vec<String>,
+    stop: crate::call::Stops,
     /// Text received and not yet shown: it could still become a stop sequence.
     held: String,
     /// Text shown so far.
@@ -83,7 +83,7 @@ impl Stream {
             model: model.to_owned(),
             created,
             include_usage,
-            stop: stop.into_iter().filter(|s| !s.is_empty()).collect(),
+            stop: crate::call::Stops::new(&stop),
             held: String::new(),
             shown: String::new(),
             stopped: false,
@@ -164,29 +164,22 @@ impl Stream {
             return Vec::new();
         }
         self.held.push_str(delta);
-        let safe = match crate::call::first_stop(&self.held, &self.stop).map(|(at, _)| at) {
-            Some(at) => {
-                self.held.truncate(at);
+        // The matcher reads the delta only: the work is the delta's length per sequence.
+        let safe = match self.stop.feed(delta).map(|(back, _)| back) {
+            Some(back) => {
+                self.held.truncate(self.held.len().saturating_sub(back));
                 self.stopped = true;
                 self.held.len()
             }
-            None => self.safe_len(),
+            None => self.held.len().saturating_sub(self.stop.held()),
         };
-        let (show, keep) = self.held.split_at(safe);
+        // A boundary: a stop sequence begins at one (`held` is whole characters).
+        let Some((show, keep)) = self.held.split_at_checked(safe) else {
+            return Vec::new();
+        };
         let (show, keep) = (show.to_owned(), keep.to_owned());
         self.held = keep;
         self.show(&show)
-    }
-
-    /// How much of the held text can be shown: all but a tail that begins a stop sequence.
-    fn safe_len(&self) -> usize {
-        let keep = self
-            .stop
-            .iter()
-            .map(|s| crate::call::partial_suffix(&self.held, s))
-            .max()
-            .unwrap_or(0);
-        self.held.len() - keep
     }
 
     fn show(&mut self, text: &str) -> Vec<String> {

@@ -399,22 +399,28 @@ pub fn sampler(params: &Params, constraint: Option<LlamaSampler>) -> LlamaSample
 }
 
 /// An answer's text, decoded as its tokens arrive: bytes that do not yet make a whole
-/// character wait for the next token, and stop sequences are looked for only where the new
-/// text could complete one, so the work per token does not grow with the answer.
+/// character wait for the next token, and stop sequences are looked for in the new text only
+/// (each keeps how much of it ends the text so far), so the work per token is the token's
+/// length per sequence: it grows with neither the answer nor the sequences' lengths.
 #[derive(Debug, Default)]
 pub struct Text {
     text: String,
     pending: Vec<u8>,
+    stops: crate::call::Stops,
 }
 
 impl Text {
+    /// The text of an answer that ends at the first of `stops`.
+    pub fn new(stops: &[String]) -> Self {
+        Text {
+            stops: crate::call::Stops::new(stops),
+            ..Text::default()
+        }
+    }
+
     /// Adds a token's bytes; returns the new text and, when a stop sequence is now complete,
     /// where the earliest one starts and which it is.
-    pub fn push<'s>(
-        &mut self,
-        bytes: &[u8],
-        stops: &'s [String],
-    ) -> (String, Option<(usize, &'s str)>) {
+    pub fn push(&mut self, bytes: &[u8]) -> (String, Option<(usize, String)>) {
         self.pending.extend_from_slice(bytes);
         let valid = match std::str::from_utf8(&self.pending) {
             Ok(s) => s.len(),
@@ -423,27 +429,20 @@ impl Text {
             Err(_) => {
                 let lossy = String::from_utf8_lossy(&self.pending).into_owned();
                 self.pending.clear();
-                return self.append(lossy, stops);
+                return self.append(lossy);
             }
         };
         let rest = self.pending.split_off(valid);
         let done = std::mem::replace(&mut self.pending, rest);
-        self.append(String::from_utf8(done).unwrap_or_default(), stops)
+        self.append(String::from_utf8(done).unwrap_or_default())
     }
 
-    fn append<'s>(
-        &mut self,
-        new: String,
-        stops: &'s [String],
-    ) -> (String, Option<(usize, &'s str)>) {
-        let longest = stops.iter().map(String::len).max().unwrap_or(0);
-        let mut from = self.text.len().saturating_sub(longest.saturating_sub(1));
-        while !self.text.is_char_boundary(from) {
-            from -= 1;
-        }
+    fn append(&mut self, new: String) -> (String, Option<(usize, String)>) {
         self.text.push_str(&new);
-        let stop = crate::call::first_stop(self.text.get(from..).unwrap_or(""), stops)
-            .map(|(at, s)| (from + at, s));
+        let stop = self
+            .stops
+            .feed(&new)
+            .map(|(back, s)| (self.text.len().saturating_sub(back), s.to_owned()));
         (new, stop)
     }
 
@@ -478,16 +477,15 @@ mod tests {
 
     #[test]
     fn text_waits_for_whole_characters_and_finds_stops_across_tokens() {
-        let stops = vec!["\nQ:".to_owned()];
-        let mut text = Text::default();
+        let mut text = Text::new(&["\nQ:".to_owned()]);
         let e = "é".as_bytes();
-        assert_eq!(text.push(&e[..1], &stops).0, "");
-        assert_eq!(text.push(&e[1..], &stops).0, "é");
-        assert_eq!(text.push(b" Paris.\n", &stops).1, None);
-        let (_, stop) = text.push(b"Q", &stops);
+        assert_eq!(text.push(&e[..1]).0, "");
+        assert_eq!(text.push(&e[1..]).0, "é");
+        assert_eq!(text.push(b" Paris.\n").1, None);
+        let (_, stop) = text.push(b"Q");
         assert_eq!(stop, None);
-        let (_, stop) = text.push(b": next", &stops);
-        assert_eq!(stop, Some(("é Paris.".len(), "\nQ:")));
+        let (_, stop) = text.push(b": next");
+        assert_eq!(stop, Some(("é Paris.".len(), "\nQ:".to_owned())));
         assert_eq!(text.finish(stop.map(|s| s.0)), "é Paris.");
     }
 
@@ -518,7 +516,7 @@ mod tests {
     #[test]
     fn bytes_that_are_never_a_character_are_replaced() {
         let mut text = Text::default();
-        text.push(&[0xff, b'a'], &[]);
+        text.push(&[0xff, b'a']);
         assert_eq!(text.finish(None), "\u{fffd}a");
     }
 }

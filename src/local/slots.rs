@@ -146,13 +146,14 @@ impl<'m> Slots<'m> {
             keep
         };
         slot.cached.truncate(keep);
+        let text = Text::new(&call.params.stop);
         slot.active = Some(Active {
             call,
             fed: keep,
             reused: keep,
             next: None,
             generated: 0,
-            text: Text::default(),
+            text,
         });
     }
 
@@ -287,14 +288,12 @@ impl<'m> Slots<'m> {
             return self.finish(index, Finish::EndTurn, None);
         }
         active.generated += 1;
-        let (new, stop) = active
-            .text
-            .push(&model.piece(token), &active.call.params.stop);
+        let (new, stop) = active.text.push(&model.piece(token));
         if let Some(sink) = active.call.sink.as_mut() {
             sink(active.generated, &new);
         }
         if let Some((at, stop)) = stop {
-            let finish = Finish::StopSequence(Some(stop.to_owned()));
+            let finish = Finish::StopSequence(Some(stop));
             return self.finish(index, finish, Some(at));
         }
         if active.generated >= active.call.budget {

@@ -160,7 +160,7 @@ impl<'a> Common<'a> {
     pub fn read(o: &Obj<'a>, sp: &Spelling, env: &Env<'_>) -> CallResult<Self> {
         let settings = settings(o, sp.settings)?;
         let stop = match sp.stop {
-            Some(key) => parse_stop(&settings, key)?,
+            Some(key) => parse_stop(&settings, key, env.limits)?,
             None => Vec::new(),
         };
         let max_tokens = parse_max_tokens(&settings, sp.max_tokens, sp.max_tokens_alias)?;
@@ -491,11 +491,8 @@ fn check_pairs(
     Ok(())
 }
 
-/// Most stop sequences accepted.
-pub const MAX_STOP: usize = 16;
-
 /// Stop sequences under `key`: `stop` takes a string or a list, any other key a list.
-fn parse_stop(o: &Obj<'_>, key: &str) -> CallResult<Vec<String>> {
+fn parse_stop(o: &Obj<'_>, key: &str, limits: &Limits) -> CallResult<Vec<String>> {
     let list: Vec<&Value> = match o.get(key) {
         None => return Ok(Vec::new()),
         Some(v @ Value::String(_)) if key == "stop" => vec![v],
@@ -509,21 +506,36 @@ fn parse_stop(o: &Obj<'_>, key: &str) -> CallResult<Vec<String>> {
             return Err(CallError::expected(&o.path(key), what, other));
         }
     };
-    stop_list(&list, &o.path(key))
+    stop_list(&list, &o.path(key), limits)
 }
 
-/// Checks a list of stop sequences at `path`: at most [`MAX_STOP`], each a non-empty string.
-pub fn stop_list(list: &[&Value], path: &str) -> CallResult<Vec<String>> {
-    if list.len() > MAX_STOP {
+/// Checks a list of stop sequences at `path`: at most `max_stop_sequences`, each a non-empty
+/// string of at most `max_stop_chars` characters (they are looked for in every streamed delta).
+pub fn stop_list(list: &[&Value], path: &str, limits: &Limits) -> CallResult<Vec<String>> {
+    if list.len() > limits.max_stop_sequences {
         return Err(CallError::at(
             path,
-            format!("at most {MAX_STOP} stop sequences are accepted"),
+            format!(
+                "{} stop sequences is over the limit of {} (AGENT_AS_MODEL_MAX_STOP_SEQUENCES)",
+                list.len(),
+                limits.max_stop_sequences
+            ),
         ));
     }
     list.iter()
         .enumerate()
         .map(|(i, v)| match v.as_str() {
-            Some(s) if !s.is_empty() => Ok(s.to_owned()),
+            Some(s) if !s.is_empty() => match s.chars().count() {
+                chars if chars > limits.max_stop_chars => Err(CallError::at(
+                    &args::index(path, i),
+                    format!(
+                        "{chars} characters is over the limit of {} per stop sequence \
+                         (AGENT_AS_MODEL_MAX_STOP_CHARS)",
+                        limits.max_stop_chars
+                    ),
+                )),
+                _ => Ok(s.to_owned()),
+            },
             _ => Err(CallError::expected(
                 &args::index(path, i),
                 "a non-empty string",
@@ -849,6 +861,58 @@ pub mod tests_support {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stop_sequences_over_the_limits_are_refused_naming_the_field_and_the_setting() {
+        let limits = Limits {
+            max_stop_sequences: 2,
+            max_stop_chars: 5,
+            ..Limits::default()
+        };
+        let user = json!([{"role": "user", "content": "hi"}]);
+        let cases = [
+            (
+                "chat_complete",
+                json!({"messages": user, "stop": ["a", "b", "c"]}),
+                "`stop`",
+            ),
+            (
+                "generate",
+                json!({"prompt": "hi", "stop": "abcdef"}),
+                "`stop[0]`",
+            ),
+            (
+                "messages_create",
+                json!({"messages": user, "stop_sequences": ["ok", "é1234é"]}),
+                "`stop_sequences[1]`",
+            ),
+            (
+                "generate_content",
+                json!({"contents": [{"parts": [{"text": "hi"}]}],
+                       "generationConfig": {"stopSequences": ["a", "b", "c"]}}),
+                "`generationConfig.stopSequences`",
+            ),
+        ];
+        for (tool, args, field) in cases {
+            let shape = crate::shapes::find(tool).unwrap();
+            let e = crate::shapes::parse(shape, args.as_object().unwrap(), &limits)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(field), "{tool}: {e}");
+            let setting = if field.ends_with("]`") {
+                "6 characters is over the limit of 5 per stop sequence \
+                 (AGENT_AS_MODEL_MAX_STOP_CHARS)"
+            } else {
+                "3 stop sequences is over the limit of 2 (AGENT_AS_MODEL_MAX_STOP_SEQUENCES)"
+            };
+            assert!(e.contains(setting), "{tool}: {e}");
+        }
+        // At the limits, they are taken (characters, not bytes, are counted).
+        let shape = crate::shapes::find("messages_create").unwrap();
+        let args = json!({"messages": user, "stop_sequences": ["ééééé", "END"]});
+        let call = crate::shapes::parse(shape, args.as_object().unwrap(), &limits).unwrap();
+        assert_eq!(call.request.stop, ["ééééé", "END"]);
+    }
 
     #[test]
     fn cursor_envelope_wraps_the_completion() {

@@ -48,6 +48,7 @@ mod provider_limits;
 mod provider_waits;
 mod rich;
 mod routing;
+mod stops;
 mod streaming;
 mod structured;
 mod tools;
