@@ -4,8 +4,8 @@
 //! never read, calls that fail before their first token, and token counts that would starve
 //! the embedded model's answers.
 
-use crate::common::http_client;
 use crate::common::openai::{Reply, Scripted, completion};
+use crate::common::{HealthWatch, http_client};
 use crate::http_api::{
     TOKEN, chat_body, data, embedded, open_stream, post, server_with, text_chunk,
 };
@@ -107,6 +107,7 @@ async fn a_streamed_call_holds_its_bodys_share_of_the_buffer_until_it_ends() {
     )
     .await;
     let url = format!("{}/v1/chat/completions", s.url);
+    let health = HealthWatch::start(&s.url);
     let mut first = open_stream(&url, &streamed_chat(1_000_000)).await;
     assert_eq!(first.status(), 200);
     let chunk = first.chunk().await.unwrap().unwrap();
@@ -124,6 +125,7 @@ async fn a_streamed_call_holds_its_bodys_share_of_the_buffer_until_it_ends() {
     while first.chunk().await.unwrap().is_some() {}
     let (status, _, text) = post(&url, &[KEY], &streamed_chat(1_000_000)).await;
     assert_eq!(status, 200, "{text}");
+    health.stop().await;
     assert!(
         data(&text)
             .iter()
@@ -173,11 +175,13 @@ async fn a_body_of_more_json_values_than_the_setting_is_413_and_memory_stays_bou
             }
         })
     };
+    let health = HealthWatch::start(&s.url);
     let all: Vec<_> = (0..9).map(|_| tokio::spawn(send(junk.clone()))).collect();
     for one in all {
         let (status, _) = one.await.unwrap();
         assert!(status == 413 || status == 503, "{status}");
     }
+    health.stop().await;
     watching.abort();
     let peak_mib = peak.load(std::sync::atomic::Ordering::Relaxed) / 1024;
     assert!(peak_mib < 512, "peak resident memory {peak_mib} MiB");
@@ -211,6 +215,7 @@ async fn a_streaming_client_that_reads_nothing_is_cut_off_and_its_model_freed() 
     )
     .await;
     let url = format!("{}/v1/chat/completions", s.url);
+    let health = HealthWatch::start(&s.url);
     let idle = open_stream(&url, &streamed_chat(10)).await;
     assert_eq!(idle.status(), 200);
     // The client reads nothing; within the write timeout (and the time its buffers take to
@@ -234,6 +239,7 @@ async fn a_streaming_client_that_reads_nothing_is_cut_off_and_its_model_freed() 
         0,
         "the idle stream's provider request was closed"
     );
+    health.stop().await;
     drop(idle);
 }
 

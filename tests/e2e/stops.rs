@@ -7,8 +7,6 @@ use crate::common::openai::{Reply, Scripted, completion};
 use crate::common::*;
 use crate::http::{Replica, start};
 use serde_json::{Value, json};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 const TOKEN: &str = "stops-test-token";
@@ -196,31 +194,7 @@ async fn the_longest_stop_sequences_against_a_long_stream_leave_healthz_answerin
     let body = json!({"model": "gpt-4o-mini", "stream": true, "stop": stops,
                       "messages": [{"role": "user", "content": "Say a"}]});
     let url = format!("{}/v1/chat/completions", s.url);
-    let done = Arc::new(AtomicBool::new(false));
-    let watch = {
-        let done = done.clone();
-        let healthz = format!("{}/healthz", s.url);
-        tokio::spawn(async move {
-            let mut answered = 0;
-            while !done.load(Ordering::SeqCst) {
-                let started = std::time::Instant::now();
-                let r = tokio::time::timeout(
-                    Duration::from_secs(1),
-                    http_client().get(&healthz).send(),
-                )
-                .await;
-                assert!(
-                    matches!(&r, Ok(Ok(r)) if r.status() == 200),
-                    "/healthz did not answer within 1 s while the streams ran \
-                     (after {:?}; {answered} answered before)",
-                    started.elapsed()
-                );
-                answered += 1;
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            answered
-        })
-    };
+    let watch = HealthWatch::start(&s.url);
     let streams = async {
         let (a, b) = tokio::join!(post(&url, &body), post(&url, &body));
         [a, b]
@@ -228,11 +202,7 @@ async fn the_longest_stop_sequences_against_a_long_stream_leave_healthz_answerin
     let answers = tokio::time::timeout(Duration::from_secs(180), streams)
         .await
         .expect("both streams ended within 180 s");
-    done.store(true, Ordering::SeqCst);
-    let answered = watch
-        .await
-        .expect("/healthz answered within 1 s throughout");
-    assert!(answered > 0);
+    watch.stop().await;
     for (status, body) in answers {
         assert_eq!(status, 200, "{}", &body[..body.len().min(500)]);
         let (text, finish) = shown(&body);

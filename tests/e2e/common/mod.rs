@@ -446,3 +446,50 @@ pub fn resident_kib(pid: u32) -> u64 {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap()
 }
+
+/// Asks a server's `/healthz` every 100 ms, each answer due within 1 s, until stopped.
+pub struct HealthWatch {
+    done: Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<usize>,
+}
+
+impl HealthWatch {
+    pub fn start(server: &str) -> Self {
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let healthz = format!("{server}/healthz");
+        let task = {
+            let done = done.clone();
+            tokio::spawn(async move {
+                let mut answered = 0;
+                while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                    let started = std::time::Instant::now();
+                    let r = tokio::time::timeout(
+                        Duration::from_secs(1),
+                        http_client().get(&healthz).send(),
+                    )
+                    .await;
+                    assert!(
+                        matches!(&r, Ok(Ok(r)) if r.status() == 200),
+                        "/healthz did not answer within 1 s (after {:?}; {answered} answered before)",
+                        started.elapsed()
+                    );
+                    answered += 1;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                answered
+            })
+        };
+        HealthWatch { done, task }
+    }
+
+    /// Stops the watch: how many times `/healthz` answered (it panics if one was late).
+    pub async fn stop(self) -> usize {
+        self.done.store(true, std::sync::atomic::Ordering::SeqCst);
+        let answered = self
+            .task
+            .await
+            .expect("/healthz answered within 1 s throughout");
+        assert!(answered > 0, "/healthz was asked");
+        answered
+    }
+}
