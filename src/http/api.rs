@@ -9,6 +9,7 @@ use crate::api::{self, Api, ApiError, Dialect, ErrorKind, Prepared};
 use crate::call::Call;
 use crate::fulfil::live::{Event, Sink};
 use crate::fulfil::written::Piece;
+use crate::service::Parsed;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, Request, State};
@@ -217,18 +218,41 @@ async fn gemini(
     }
 }
 
-/// The request made ready and parsed, or the error to send.
-fn parse(
+/// The request made ready and parsed, or the error to send: on tokio's blocking threads, as
+/// reading a large body and compiling its schemas (64 tool schemas of 80 KB take a second of
+/// CPU) must not hold one of the async runtime's threads and every request queued on it.
+async fn parse(
+    api: &Arc<Api>,
+    dialect: Dialect,
+    body: &Bytes,
+    model: Option<&str>,
+    stream: bool,
+) -> Result<(Prepared, Parsed), Box<Response>> {
+    let (api, body, model) = (Arc::clone(api), body.clone(), model.map(str::to_owned));
+    tokio::task::spawn_blocking(move || parse_now(&api, dialect, &body, model.as_deref(), stream))
+        .await
+        .unwrap_or_else(|e| {
+            let e = ApiError::new(
+                500,
+                ErrorKind::Api,
+                format!("parsing the request failed: {e}"),
+            );
+            Err(Box::new(error(dialect, &e, &[])))
+        })
+}
+
+/// [`parse`], on the calling thread.
+fn parse_now(
     api: &Api,
     dialect: Dialect,
     body: &Bytes,
     model: Option<&str>,
     stream: bool,
-) -> Result<(Prepared, Call), Box<Response>> {
+) -> Result<(Prepared, Parsed), Box<Response>> {
     let body = object(body).map_err(|e| Box::new(error(dialect, &e, &[])))?;
     let prepared = api::prepare(dialect, body, model, stream);
     match api.parse(dialect, &prepared) {
-        Ok(call) => Ok((prepared, call)),
+        Ok(call) => Ok((prepared, Parsed(call))),
         Err(e) => Err(Box::new(error(dialect, &e, &prepared.warnings))),
     }
 }
@@ -240,7 +264,7 @@ async fn complete(
     model: Option<&str>,
     stream: bool,
 ) -> Response {
-    let (prepared, call) = match parse(&api, dialect, &body, model, stream) {
+    let (prepared, call) = match parse(&api, dialect, &body, model, stream).await {
         Ok(parsed) => parsed,
         Err(response) => return *response,
     };
@@ -274,7 +298,7 @@ async fn whole(
 /// Gemini's `streamGenerateContent` without `?alt=sse`: the answer as a JSON array of one
 /// response.
 async fn gemini_array(api: Arc<Api>, body: Bytes, model: &str) -> Response {
-    let (prepared, call) = match parse(&api, Dialect::Gemini, &body, Some(model), false) {
+    let (prepared, call) = match parse(&api, Dialect::Gemini, &body, Some(model), false).await {
         Ok(parsed) => parsed,
         Err(response) => return *response,
     };
@@ -342,7 +366,7 @@ impl Sink for Deltas {
 /// The answer as the API's stream of server-sent events. The work is driven by the response
 /// body itself, in the connection's task (no task of its own, so no hand-over between threads
 /// for each frame), and ends with it: a client that goes away drops the body, and the work.
-fn streamed(api: Arc<Api>, dialect: Dialect, prepared: Prepared, call: Call) -> Response {
+fn streamed(api: Arc<Api>, dialect: Dialect, prepared: Prepared, call: Parsed) -> Response {
     let (frames, mut out) = mpsc::unbounded_channel::<String>();
     let warnings = prepared.warnings.clone();
     let mut work = Some(Box::pin(stream_answer(
@@ -375,7 +399,7 @@ async fn stream_answer(
     api: Arc<Api>,
     dialect: Dialect,
     prepared: Prepared,
-    call: Call,
+    call: Parsed,
     frames: mpsc::UnboundedSender<String>,
 ) {
     let mut stream = Stream::new(
@@ -461,7 +485,7 @@ impl Counting {
 /// for other models.
 async fn count(api: Arc<Api>, counting: Counting, body: Bytes, model: Option<&str>) -> Response {
     let dialect = counting.dialect();
-    let (prepared, call) = match parse(&api, dialect, &body, model, false) {
+    let (prepared, call) = match parse(&api, dialect, &body, model, false).await {
         Ok(parsed) => parsed,
         Err(response) => return *response,
     };
