@@ -87,12 +87,20 @@ impl std::ops::Deref for Parsed {
     }
 }
 
+/// Freeing more than this hands the allocator's free memory back to the system.
+const GIVE_BACK_OVER: usize = 16 << 20;
+
 impl Drop for Parsed {
     fn drop(&mut self) {
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let mode = std::mem::replace(&mut self.0.mode, crate::call::Mode::Text);
             let persona = self.0.persona.take();
-            drop(runtime.spawn_blocking(move || drop((mode, persona))));
+            drop(runtime.spawn_blocking(move || {
+                let freed = crate::contract::held::freed(|| drop((mode, persona)));
+                if freed > GIVE_BACK_OVER {
+                    crate::contract::held::give_back();
+                }
+            }));
         }
     }
 }
