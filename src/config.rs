@@ -375,6 +375,12 @@ pub struct LocalArgs {
     /// repeat [default: a new one for each call]
     #[arg(long, env = "AGENT_AS_MODEL_LOCAL_SEED")]
     pub local_seed: Option<u64>,
+
+    /// Memory the model's chat template may use while it renders a prompt, in bytes: on
+    /// Linux it renders in a child process limited to this much and killed at its deadline
+    #[arg(long, env = "AGENT_AS_MODEL_CHAT_TEMPLATE_MEMORY_BYTES", default_value_t = 1 << 30,
+          value_parser = clap::value_parser!(u64).range(16 << 20..))]
+    pub chat_template_memory_bytes: u64,
 }
 
 /// The OpenAI-compatible provider.

@@ -32,6 +32,10 @@ fn return_large_blocks() {}
 
 fn main() -> ExitCode {
     return_large_blocks();
+    // Started as the chat template's renderer by a server (see local::template).
+    if let Some(code) = agent_as_model::local::template::helper_main() {
+        return code;
+    }
     let config = Config::parse();
     // A malformed setting of the local model is refused now, whichever backend answers.
     if let Err(e) = LocalSettings::from_config(&config) {
@@ -39,6 +43,22 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     agent_as_model::logging::init(config.log_format);
+    // The model's chat template renders in a child process: this binary, re-executed (on Linux
+    // through /proc/self/exe, which still opens if the file was replaced since it started).
+    let program = if cfg!(target_os = "linux") {
+        Ok(std::path::PathBuf::from("/proc/self/exe"))
+    } else {
+        std::env::current_exe()
+    };
+    match program {
+        Ok(program) => agent_as_model::local::template::set_sandbox(Some(
+            agent_as_model::local::template::Sandbox {
+                program,
+                memory: config.local.chat_template_memory_bytes,
+            },
+        )),
+        Err(e) => tracing::warn!(error = %e, "chat templates render unbounded in memory"),
+    }
     agent_as_model::install_tls();
     // One stdio client is served on one thread: its calls are short and wait on the host, and
     // handing them between worker threads cost more than it gained (BENCHMARKS.md). HTTP, the

@@ -2,5 +2,6 @@
 //! runs before anything is sent or after the answer is in.
 
 pub mod cursor;
+pub mod held;
 pub mod persona;
 pub mod schema;

@@ -9,6 +9,7 @@ use crate::api::{self, Admitted, Api, ApiError, Dialect, ErrorKind, Prepared};
 use crate::call::Call;
 use crate::fulfil::live::{Event, Sink};
 use crate::fulfil::written::Piece;
+use crate::service::Parsed;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{Extension, Path, Request, State};
@@ -232,18 +233,41 @@ async fn gemini(
     }
 }
 
-/// The request made ready and parsed, or the error to send.
-fn parse(
+/// The request made ready and parsed, or the error to send: on tokio's blocking threads, as
+/// reading a large body and compiling its schemas (64 tool schemas of 80 KB take a second of
+/// CPU) must not hold one of the async runtime's threads and every request queued on it.
+async fn parse(
+    api: &Arc<Api>,
+    dialect: Dialect,
+    body: &Bytes,
+    model: Option<&str>,
+    stream: bool,
+) -> Result<(Prepared, Parsed), Box<Response>> {
+    let (api, body, model) = (Arc::clone(api), body.clone(), model.map(str::to_owned));
+    tokio::task::spawn_blocking(move || parse_now(&api, dialect, &body, model.as_deref(), stream))
+        .await
+        .unwrap_or_else(|e| {
+            let e = ApiError::new(
+                500,
+                ErrorKind::Api,
+                format!("parsing the request failed: {e}"),
+            );
+            Err(Box::new(error(dialect, &e, &[])))
+        })
+}
+
+/// [`parse`], on the calling thread.
+fn parse_now(
     api: &Api,
     dialect: Dialect,
     body: &Bytes,
     model: Option<&str>,
     stream: bool,
-) -> Result<(Prepared, Call), Box<Response>> {
+) -> Result<(Prepared, Parsed), Box<Response>> {
     let body = object(body).map_err(|e| Box::new(error(dialect, &e, &[])))?;
     let prepared = api::prepare(dialect, body, model, stream);
     match api.parse(dialect, &prepared) {
-        Ok(call) => Ok((prepared, call)),
+        Ok(call) => Ok((prepared, Parsed(call))),
         Err(e) => Err(Box::new(error(dialect, &e, &prepared.warnings))),
     }
 }
@@ -267,7 +291,7 @@ async fn complete(
         Ok(admitted) => admitted,
         Err(e) => return error(dialect, &e, &[]),
     };
-    let (prepared, call) = match parse(&api, dialect, &body, model, stream) {
+    let (prepared, call) = match parse(&api, dialect, &body, model, stream).await {
         Ok(parsed) => parsed,
         Err(response) => return *response,
     };
@@ -311,7 +335,7 @@ async fn gemini_array(api: Arc<Api>, body: Bytes, model: &str) -> Response {
         Ok(admitted) => admitted,
         Err(e) => return error(Dialect::Gemini, &e, &[]),
     };
-    let (prepared, call) = match parse(&api, Dialect::Gemini, &body, Some(model), false) {
+    let (prepared, call) = match parse(&api, Dialect::Gemini, &body, Some(model), false).await {
         Ok(parsed) => parsed,
         Err(response) => return *response,
     };
@@ -387,7 +411,7 @@ async fn streamed(
     api: Arc<Api>,
     dialect: Dialect,
     prepared: Prepared,
-    call: Call,
+    call: Parsed,
     holding: Holding,
 ) -> Response {
     let (frames, mut out) = mpsc::channel::<Bytes>(STREAM_BUFFER);
@@ -456,7 +480,7 @@ async fn stream_answer(
     api: Arc<Api>,
     dialect: Dialect,
     include_usage: bool,
-    call: Call,
+    call: Parsed,
     frames: mpsc::Sender<Bytes>,
     head: oneshot::Sender<Result<(), ApiError>>,
 ) {
@@ -579,7 +603,7 @@ async fn count(api: Arc<Api>, counting: Counting, body: Bytes, model: Option<&st
         Ok(admitted) => admitted,
         Err(e) => return error(dialect, &e, &[]),
     };
-    let (prepared, call) = match parse(&api, dialect, &body, model, false) {
+    let (prepared, call) = match parse(&api, dialect, &body, model, false).await {
         Ok(parsed) => parsed,
         Err(response) => return *response,
     };

@@ -6,7 +6,7 @@ use crate::wire::openai::{Message, Tool};
 use serde_json::json;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
-use std::sync::{Arc, mpsc};
+use std::sync::{Arc, Mutex, PoisonError, mpsc};
 use std::time::Duration;
 
 /// ChatML, for a model that carries no template.
@@ -29,6 +29,46 @@ const OUTPUT_PER_BYTE: usize = 4;
 /// string repeated to 100 MB), so the clock bounds them too.
 const DEADLINE: Duration = Duration::from_secs(10);
 
+// Fuel and the output cap bound steps and what is written, not the values a template builds:
+// `{% set s = s ~ s %}` doubles a string in one step, and twelve of them on a 10 MB string ask
+// for 40 GB. minijinja offers no hook on `~`, `+`, `*` or its filters, and an allocation that
+// fails aborts the whole process, so on Linux the template runs in a child process of its own
+// (this binary, re-executed with `HELPER_ARG`): its address space is limited to the memory
+// setting, an allocation past it ends the child alone, and at the deadline it is killed rather
+// than abandoned. Elsewhere, and where no sandbox is set (a library user, unit tests), the
+// template runs on a thread as before.
+
+/// The first argument that makes this binary the chat template's renderer (see
+/// [`helper_main`]).
+pub const HELPER_ARG: &str = "__agent-as-model-render-chat-template";
+
+/// Where chat templates run: the program to re-execute (this binary) and the memory a
+/// rendering may use beyond what the program takes when it starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sandbox {
+    pub program: std::path::PathBuf,
+    /// Bytes of address space a rendering may add (AGENT_AS_MODEL_CHAT_TEMPLATE_MEMORY_BYTES).
+    pub memory: u64,
+}
+
+static SANDBOX: Mutex<Option<Sandbox>> = Mutex::new(None);
+
+/// Renders chat templates in `sandbox` from now on (`None`: on a thread, unbounded in memory).
+/// Only Linux limits a child's memory; elsewhere this changes nothing.
+pub fn set_sandbox(sandbox: Option<Sandbox>) {
+    *SANDBOX.lock().unwrap_or_else(PoisonError::into_inner) = sandbox;
+}
+
+fn sandbox() -> Option<Sandbox> {
+    if !cfg!(target_os = "linux") {
+        return None;
+    }
+    SANDBOX
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone()
+}
+
 /// Why the model's chat template did not render the prompt.
 #[derive(Debug, thiserror::Error)]
 pub enum TemplateError {
@@ -46,11 +86,19 @@ pub enum TemplateError {
     Fuel { fuel: u64 },
     #[error("the model's chat template produced more than {cap} bytes")]
     Output { cap: usize },
+    #[error(
+        "the model's chat template used more than {limit} bytes of memory and was stopped \
+         (AGENT_AS_MODEL_CHAT_TEMPLATE_MEMORY_BYTES)"
+    )]
+    Memory { limit: u64 },
     /// Its thread ended without a result, or its output is not UTF-8.
     #[error("the model's chat template failed")]
     Failed,
+    /// Its process ended without a result, for another reason than memory.
+    #[error("the model's chat template's renderer ended without a result ({0})")]
+    Crashed(String),
     #[error("the model's chat template failed: {0}")]
-    Render(#[source] minijinja::Error),
+    Render(String),
 }
 
 /// The prompt of a base model (one without a chat template that knows no ChatML): the
@@ -78,7 +126,11 @@ pub fn render(
         .len()
         .saturating_add(tools.map_or(0, <[Tool]>::len));
     let limits = Limits::scaled(items, bytes);
-    guarded(template.unwrap_or(CHATML), context, limits, &LATE)
+    let template = template.unwrap_or(CHATML);
+    match sandbox() {
+        Some(sandbox) => isolated(&sandbox, template, &context, limits),
+        None => guarded(template, context, limits, &LATE),
+    }
 }
 
 /// What one rendering may take.
@@ -201,7 +253,7 @@ fn run(
         Err(e) if e.kind() == minijinja::ErrorKind::OutOfFuel => {
             Err(TemplateError::Fuel { fuel: limits.fuel })
         }
-        Err(e) => Err(TemplateError::Render(e)),
+        Err(e) => Err(TemplateError::Render(e.to_string())),
     }
 }
 
@@ -289,6 +341,249 @@ impl std::fmt::Write for Meter {
         }
         Ok(())
     }
+}
+
+/// One rendering, as the parent hands it to the renderer's process.
+#[derive(serde::Serialize)]
+struct Job<'a> {
+    template: &'a str,
+    context: &'a serde_json::Value,
+    fuel: u64,
+    output: usize,
+}
+
+/// [`Job`] as the renderer reads it.
+#[derive(serde::Deserialize)]
+struct OwnedJob {
+    template: String,
+    context: serde_json::Value,
+    fuel: u64,
+    output: usize,
+}
+
+/// What the renderer's process answers.
+#[derive(serde::Serialize, serde::Deserialize)]
+enum Reply {
+    Ok(String),
+    Fuel,
+    Output,
+    Failed,
+    Render(String),
+}
+
+/// Most bytes read from the renderer's stderr (an allocation failure's one line).
+const STDERR_CAP: u64 = 16 * 1024;
+
+/// Renders in a child process limited to `sandbox.memory`, killed at the deadline.
+fn isolated(
+    sandbox: &Sandbox,
+    template: &str,
+    context: &serde_json::Value,
+    limits: Limits,
+) -> Result<String, TemplateError> {
+    use std::io::{Read, Write};
+    use std::process::{Command, Stdio};
+    let job = serde_json::to_vec(&Job {
+        template,
+        context,
+        fuel: limits.fuel,
+        output: limits.output,
+    })
+    .map_err(|e| TemplateError::Thread(io::Error::other(e)))?;
+    let mut child = Command::new(&sandbox.program)
+        .arg(HELPER_ARG)
+        .arg(sandbox.memory.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(TemplateError::Thread)?;
+    let (Some(mut stdin), Some(stdout), Some(stderr)) =
+        (child.stdin.take(), child.stdout.take(), child.stderr.take())
+    else {
+        end(&mut child);
+        return Err(TemplateError::Failed);
+    };
+    // A reply is the output as a JSON string: at most six bytes for each byte, and a little.
+    let reply_cap = u64::try_from(limits.output)
+        .unwrap_or(u64::MAX)
+        .saturating_mul(6)
+        .saturating_add(1024);
+    let (tx, rx) = mpsc::sync_channel(1);
+    let io = std::thread::Builder::new()
+        .name("chat-template".into())
+        .spawn(move || {
+            // A child that dies early closes the pipe: the write fails and the reads end.
+            let _ = stdin.write_all(&job).and_then(|()| stdin.flush());
+            drop(stdin);
+            drop(job);
+            let mut out = Vec::new();
+            let _ = stdout.take(reply_cap).read_to_end(&mut out);
+            let mut err = Vec::new();
+            let _ = stderr.take(STDERR_CAP).read_to_end(&mut err);
+            let _ = tx.send((out, err));
+        });
+    if let Err(e) = io {
+        end(&mut child);
+        return Err(TemplateError::Thread(e));
+    }
+    let started = std::time::Instant::now();
+    let (out, err) = match rx.recv_timeout(limits.deadline) {
+        Ok(read) => read,
+        Err(mpsc::RecvTimeoutError::Timeout) => {
+            end(&mut child);
+            return Err(TemplateError::Deadline {
+                deadline: limits.deadline,
+            });
+        }
+        Err(mpsc::RecvTimeoutError::Disconnected) => {
+            end(&mut child);
+            return Err(TemplateError::Failed);
+        }
+    };
+    // Its pipes are closed: it is ending. Waited for until the deadline, then killed.
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Some(status),
+            Ok(None) if started.elapsed() < limits.deadline => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            _ => {
+                end(&mut child);
+                break None;
+            }
+        }
+    };
+    if let Ok(reply) = serde_json::from_slice::<Reply>(&out) {
+        return match reply {
+            Reply::Ok(text) => Ok(text),
+            Reply::Fuel => Err(TemplateError::Fuel { fuel: limits.fuel }),
+            Reply::Output => Err(TemplateError::Output { cap: limits.output }),
+            Reply::Failed => Err(TemplateError::Failed),
+            Reply::Render(message) => Err(TemplateError::Render(message)),
+        };
+    }
+    let err = String::from_utf8_lossy(&err);
+    if err.contains("memory allocation of") {
+        return Err(TemplateError::Memory {
+            limit: sandbox.memory,
+        });
+    }
+    Err(TemplateError::Crashed(match status {
+        Some(status) => status.to_string(),
+        None => "it did not exit".to_owned(),
+    }))
+}
+
+/// Kills the renderer's process and reaps it (a killed process ends at once).
+fn end(child: &mut std::process::Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// When this process was started as the chat template's renderer (`HELPER_ARG MEMORY` as its
+/// arguments), renders the job on its stdin and gives the exit code; otherwise `None`. The
+/// binary calls this first thing.
+pub fn helper_main() -> Option<std::process::ExitCode> {
+    let mut args = std::env::args_os().skip(1);
+    if args.next()? != HELPER_ARG {
+        return None;
+    }
+    let memory = args
+        .next()
+        .and_then(|m| m.to_str().and_then(|m| m.parse::<u64>().ok()));
+    Some(helper(memory))
+}
+
+/// The renderer's process: limits its memory, reads the job, answers it on stdout.
+fn helper(memory: Option<u64>) -> std::process::ExitCode {
+    use std::io::{Read, Write};
+    use std::process::ExitCode;
+    // A rendering that cannot be bounded does not run.
+    let Some(memory) = memory else {
+        eprintln!("{HELPER_ARG}: expected the memory limit in bytes");
+        return ExitCode::from(2);
+    };
+    if let Err(e) = limit_memory(memory) {
+        eprintln!("{HELPER_ARG}: cannot limit memory: {e}");
+        return ExitCode::from(2);
+    }
+    let mut input = Vec::new();
+    if io::stdin().lock().read_to_end(&mut input).is_err() {
+        return ExitCode::FAILURE;
+    }
+    let Ok(job) = serde_json::from_slice::<OwnedJob>(&input) else {
+        return ExitCode::FAILURE;
+    };
+    drop(input);
+    let limits = Limits {
+        fuel: job.fuel,
+        output: job.output,
+        deadline: DEADLINE,
+    };
+    let reply = match run(&job.template, job.context, limits) {
+        Ok(text) => Reply::Ok(text),
+        Err(TemplateError::Fuel { .. }) => Reply::Fuel,
+        Err(TemplateError::Output { .. }) => Reply::Output,
+        Err(TemplateError::Render(message)) => Reply::Render(message),
+        Err(_) => Reply::Failed,
+    };
+    let mut out = io::stdout().lock();
+    match serde_json::to_writer(&mut out, &reply).map(|()| out.flush()) {
+        Ok(Ok(())) => ExitCode::SUCCESS,
+        _ => ExitCode::FAILURE,
+    }
+}
+
+/// Limits this process's address space to what it uses now plus `memory` bytes, and its core
+/// dumps to nothing (an allocation past the limit aborts it).
+#[cfg(target_os = "linux")]
+fn limit_memory(memory: u64) -> io::Result<()> {
+    // VmSize, in pages, is the first field of statm.
+    let statm = std::fs::read_to_string("/proc/self/statm")?;
+    let pages = statm
+        .split_whitespace()
+        .next()
+        .and_then(|p| p.parse::<u64>().ok())
+        .ok_or_else(|| io::Error::other("/proc/self/statm has no size"))?;
+    // SAFETY: sysconf reads a constant of the system.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    let page = u64::try_from(page).map_err(|_| io::Error::other("no page size"))?;
+    let limit = pages.saturating_mul(page).saturating_add(memory);
+    set_limit(libc::RLIMIT_CORE, 0)?;
+    set_limit(libc::RLIMIT_AS, limit)
+}
+
+/// A resource's number, as the C library spells its type.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+type Resource = libc::__rlimit_resource_t;
+#[cfg(all(target_os = "linux", not(target_env = "gnu")))]
+type Resource = libc::c_int;
+
+/// Lowers the soft limit of `resource` to `value` (never above its hard limit).
+#[cfg(target_os = "linux")]
+fn set_limit(resource: Resource, value: u64) -> io::Result<()> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the limit it reads into `limit`, which outlives the call.
+    if unsafe { libc::getrlimit(resource, &raw mut limit) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let value = libc::rlim_t::try_from(value).unwrap_or(libc::RLIM_INFINITY);
+    limit.rlim_cur = value.min(limit.rlim_max);
+    // SAFETY: setrlimit reads `limit`, which outlives the call.
+    if unsafe { libc::setrlimit(resource, &raw const limit) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Only Linux limits the renderer's memory; elsewhere it is not started (see [`sandbox`]).
+#[cfg(not(target_os = "linux"))]
+fn limit_memory(_memory: u64) -> io::Result<()> {
+    Err(io::Error::other("only Linux limits the renderer's memory"))
 }
 
 #[cfg(test)]

@@ -113,9 +113,12 @@ impl Server {
         request: CallToolRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let arguments = request.arguments.unwrap_or_default();
+        let (parsed, arguments) = self
+            .service
+            .parse_blocking(shape, request.arguments.unwrap_or_default())
+            .await;
         let result = async {
-            let call = self.service.parse(shape, &arguments)?;
+            let call = crate::service::Parsed(parsed?);
             let retry = Retry {
                 arguments: &arguments,
                 request_state: request.request_state.as_deref(),

@@ -73,7 +73,40 @@ pub struct Report {
     pub host_model: String,
 }
 
-/// The completion service.
+/// A parsed call whose compiled schemas, once it is done with, are freed on tokio's blocking
+/// threads: they are megabytes of small allocations (64 tool schemas of 80 KB take a good part
+/// of a second to free), which the async runtime's threads must not spend. Outside a runtime
+/// they are freed where it is dropped.
+pub struct Parsed(pub Call);
+
+impl std::ops::Deref for Parsed {
+    type Target = Call;
+
+    fn deref(&self) -> &Call {
+        &self.0
+    }
+}
+
+/// Freeing more than this hands the allocator's free memory back to the system.
+const GIVE_BACK_OVER: usize = 16 << 20;
+
+impl Drop for Parsed {
+    fn drop(&mut self) {
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let mode = std::mem::replace(&mut self.0.mode, crate::call::Mode::Text);
+            let persona = self.0.persona.take();
+            drop(runtime.spawn_blocking(move || {
+                let freed = crate::contract::held::freed(|| drop((mode, persona)));
+                if freed > GIVE_BACK_OVER {
+                    crate::contract::held::give_back();
+                }
+            }));
+        }
+    }
+}
+
+/// The completion service (cheap to clone: what it holds is shared).
+#[derive(Clone)]
 pub struct Service {
     limits: Arc<Limits>,
     backends: Arc<Backends>,
@@ -102,6 +135,33 @@ impl Service {
     pub fn parse(&self, shape: &dyn Shape, arguments: &Map<String, Value>) -> CallResult<Call> {
         check_size(arguments, self.limits.max_request_bytes)?;
         shapes::parse(shape, arguments, &self.limits)
+    }
+
+    /// [`Service::parse`] on tokio's blocking threads, handing `arguments` back: parsing compiles
+    /// the call's schemas (64 tool schemas of 80 KB take a second of CPU), which must not hold
+    /// one of the async runtime's threads and every request and `/healthz` queued on it.
+    pub async fn parse_blocking(
+        &self,
+        shape: &'static dyn Shape,
+        arguments: Map<String, Value>,
+    ) -> (CallResult<Call>, Map<String, Value>) {
+        let service = self.clone();
+        let parsing = tokio::task::spawn_blocking(move || {
+            let parsed = service.parse(shape, &arguments);
+            (parsed, arguments)
+        });
+        match parsing.await {
+            Ok(done) => done,
+            // Only a panic (none is expected) or a runtime shutting down end it otherwise.
+            Err(e) => (
+                Err(CallError::Protocol(crate::error::Fault {
+                    kind: crate::error::FaultKind::Internal,
+                    message: format!("parsing the call failed: {e}"),
+                    data: None,
+                })),
+                Map::new(),
+            ),
+        }
     }
 
     /// The call answered by the first model its route names that can, on to the next after a

@@ -1,0 +1,132 @@
+//! Many large tool schemas in one request compile off the async runtime's threads: `/healthz`
+//! and other requests keep being answered while they compile. The requests name a model the
+//! server does not have: they are parsed (their schemas compiled) and refused, so what is
+//! measured is the compilation, not the provider's work.
+
+use crate::common::http_client;
+use crate::common::openai::{Reply, Scripted, completion};
+use crate::http::start;
+use serde_json::{Map, Value, json};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// 64 tools, each with 450 object parameters (83 KB of schema): 5.3 MB, under every limit.
+/// `round` makes every schema new, so none comes from the cache.
+fn request(round: usize) -> Value {
+    let tools: Vec<Value> = (0..64)
+        .map(|t| {
+            let mut props = Map::new();
+            for p in 0..450 {
+                props.insert(
+                    format!("r{round}_t{t}_p{p}"),
+                    json!({"type": "object", "properties": {
+                        "a": {"type": "integer", "minimum": 0},
+                        "b": {"type": "string", "enum": ["x", "y"]},
+                        "c": {"type": "array", "items": {"type": "number"}}},
+                        "required": ["a"]}),
+                );
+            }
+            json!({"type": "function", "function": {"name": format!("tool_{t}"),
+                "parameters": {"type": "object", "properties": props}}})
+        })
+        .collect();
+    json!({"model": "nobody", "messages": [{"role": "user", "content": "hi"}],
+           "tools": tools})
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn large_tool_schemas_compile_while_healthz_answers() {
+    let provider = Scripted::start(vec![Reply::json(200, &completion("ok"))]).await;
+    let dir = std::env::temp_dir().join(format!("aam-schema-load-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let models = dir.join("models.toml");
+    let entry = format!(
+        "[[models]]\nname = \"scripted\"\nbackend = \"provider\"\nurl = \"{}\"\n\
+         model = \"upstream\"\nretries = 0\n",
+        provider.url
+    );
+    std::fs::write(&models, entry).unwrap();
+    let server = start(&[("AGENT_AS_MODEL_MODELS", models.to_str().unwrap())]).await;
+    let pid = server.child.0.id();
+    let bodies: Vec<String> = (0..8).map(|r| request(r).to_string()).collect();
+    assert!(
+        bodies
+            .iter()
+            .all(|b| b.len() > 5_000_000 && b.len() < 6_000_000)
+    );
+    // Compiled, then refused: the model is not one of the server's.
+    let refused = http_client()
+        .post(format!("{}/v1/chat/completions", server.url))
+        .header("content-type", "application/json")
+        .body(request(99).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 404);
+
+    // `/healthz`, every 100 ms, while the requests compile.
+    let done = Arc::new(AtomicBool::new(false));
+    let polling = {
+        let (done, url) = (done.clone(), format!("{}/healthz", server.url));
+        tokio::spawn(async move {
+            let mut slowest = Duration::ZERO;
+            while !done.load(Ordering::Relaxed) {
+                let asked = Instant::now();
+                let answered = http_client()
+                    .get(&url)
+                    .timeout(Duration::from_secs(30))
+                    .send()
+                    .await
+                    .is_ok_and(|r| r.status() == 200);
+                assert!(answered, "/healthz did not answer");
+                slowest = slowest.max(asked.elapsed());
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            slowest
+        })
+    };
+    // Four at a time (more than the server's async threads on a small machine), twice.
+    for round in bodies.chunks(4) {
+        let sent: Vec<_> = round
+            .iter()
+            .map(|body| {
+                let (url, body) = (format!("{}/v1/chat/completions", server.url), body.clone());
+                tokio::spawn(async move {
+                    http_client()
+                        .post(url)
+                        .header("content-type", "application/json")
+                        .body(body)
+                        .timeout(Duration::from_secs(120))
+                        .send()
+                        .await
+                        .map(|r| r.status().as_u16())
+                })
+            })
+            .collect();
+        for request in sent {
+            assert_eq!(request.await.unwrap().unwrap(), 404);
+        }
+    }
+    done.store(true, Ordering::Relaxed);
+    let slowest = polling.await.unwrap();
+    // Once the calls are freed (on blocking threads), the heap is handed back.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    eprintln!(
+        "slowest /healthz {slowest:?}; server RSS 2 s after 9 requests of 64 new schemas: {} MiB",
+        rss_kib(pid) / 1024
+    );
+    assert!(
+        slowest < Duration::from_secs(1),
+        "/healthz took {slowest:?}"
+    );
+}
