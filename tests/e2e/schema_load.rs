@@ -35,15 +35,6 @@ fn request(round: usize) -> Value {
            "tools": tools})
 }
 
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn large_tool_schemas_compile_while_healthz_answers() {
     let provider = Scripted::start(vec![Reply::json(200, &completion("ok"))]).await;
@@ -56,7 +47,13 @@ async fn large_tool_schemas_compile_while_healthz_answers() {
         provider.url
     );
     std::fs::write(&models, entry).unwrap();
-    let server = start(&[("AGENT_AS_MODEL_MODELS", models.to_str().unwrap())]).await;
+    // Room for four such bodies at once (each is charged its copies and its 600,000 JSON
+    // values), so that every request reaches its schemas' compilation.
+    let server = start(&[
+        ("AGENT_AS_MODEL_MODELS", models.to_str().unwrap()),
+        ("AGENT_AS_MODEL_MAX_BODY_BUFFER_BYTES", "1073741824"),
+    ])
+    .await;
     let pid = server.child.0.id();
     let bodies: Vec<String> = (0..8).map(|r| request(r).to_string()).collect();
     assert!(
@@ -123,7 +120,7 @@ async fn large_tool_schemas_compile_while_healthz_answers() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     eprintln!(
         "slowest /healthz {slowest:?}; server RSS 2 s after 9 requests of 64 new schemas: {} MiB",
-        rss_kib(pid) / 1024
+        crate::common::resident_kib(pid) / 1024
     );
     assert!(
         slowest < Duration::from_secs(1),
