@@ -30,21 +30,9 @@ fn return_large_blocks() {
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 fn return_large_blocks() {}
 
-fn main() -> ExitCode {
-    return_large_blocks();
-    // Started as the chat template's renderer by a server (see local::template).
-    if let Some(code) = agent_as_model::local::template::helper_main() {
-        return code;
-    }
-    let config = Config::parse();
-    // A malformed setting of the local model is refused now, whichever backend answers.
-    if let Err(e) = LocalSettings::from_config(&config) {
-        eprintln!("agent-as-model: {e}");
-        return ExitCode::from(2);
-    }
-    agent_as_model::logging::init(config.log_format);
-    // The model's chat template renders in a child process: this binary, re-executed (on Linux
-    // through /proc/self/exe, which still opens if the file was replaced since it started).
+/// The model's chat template renders in a child process: this binary, re-executed (on Linux
+/// through /proc/self/exe, which still opens if the file was replaced since it started).
+fn render_templates_apart(config: &Config) {
     let program = if cfg!(target_os = "linux") {
         Ok(std::path::PathBuf::from("/proc/self/exe"))
     } else {
@@ -59,6 +47,22 @@ fn main() -> ExitCode {
         )),
         Err(e) => tracing::warn!(error = %e, "chat templates render unbounded in memory"),
     }
+}
+
+fn main() -> ExitCode {
+    return_large_blocks();
+    // Started as the chat template's renderer by a server (see local::template).
+    if let Some(code) = agent_as_model::local::template::helper_main() {
+        return code;
+    }
+    let config = Config::parse();
+    // A malformed setting of the local model is refused now, whichever backend answers.
+    if let Err(e) = LocalSettings::from_config(&config) {
+        eprintln!("agent-as-model: {e}");
+        return ExitCode::from(2);
+    }
+    agent_as_model::logging::init(config.log_format);
+    render_templates_apart(&config);
     agent_as_model::install_tls();
     // One stdio client is served on one thread: its calls are short and wait on the host, and
     // handing them between worker threads cost more than it gained (BENCHMARKS.md). HTTP, the

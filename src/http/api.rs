@@ -511,48 +511,29 @@ async fn stream_answer(
         () = tokio::time::sleep(HEAD_WAIT) => Early::Began(None),
         () = head.closed() => return,
     };
-    let result = match early {
+    let (ended, first) = match early {
         // Nothing was sent: the error is the answer's status.
         Early::Ended(Err(e)) => {
             let _ = head.send(Err(e));
             return;
         }
-        Early::Ended(Ok(answered)) => {
-            if head.send(Ok(())).is_err() || !hand_over(&frames, stream.start(), within).await {
-                return;
-            }
-            Ok(answered)
-        }
-        Early::Began(first) => {
-            if head.send(Ok(())).is_err() || !hand_over(&frames, stream.start(), within).await {
-                return;
-            }
-            if let Some(piece) = first
-                && !hand_over(&frames, stream.piece(piece), within).await
-            {
-                return;
-            }
-            // The first ping is due in PING_EVERY. (An interval's first tick is "now", which
-            // the timer rounds up to its next millisecond.)
-            let mut ping =
-                tokio::time::interval_at(tokio::time::Instant::now() + PING_EVERY, PING_EVERY);
-            loop {
-                tokio::select! {
-                    result = &mut answer => break result,
-                    Some(piece) = pieces.recv() => {
-                        if !hand_over(&frames, stream.piece(piece), within).await {
-                            return;
-                        }
-                    }
-                    _ = ping.tick() => {
-                        if !hand_over(&frames, stream.ping().into_iter().collect(), within).await {
-                            return;
-                        }
-                    }
-                    () = frames.closed() => return,
-                }
-            }
-        }
+        Early::Ended(Ok(answered)) => (Some(Ok(answered)), None),
+        Early::Began(first) => (None, first),
+    };
+    if head.send(Ok(())).is_err() || !hand_over(&frames, stream.start(), within).await {
+        return;
+    }
+    if let Some(piece) = first
+        && !hand_over(&frames, stream.piece(piece), within).await
+    {
+        return;
+    }
+    let result = match ended {
+        Some(result) => result,
+        None => match relay(answer, &mut pieces, &frames, &mut stream, within).await {
+            Some(result) => result,
+            None => return,
+        },
     };
     while let Ok(piece) = pieces.try_recv() {
         if !hand_over(&frames, stream.piece(piece), within).await {
@@ -564,6 +545,39 @@ async fn stream_answer(
         Err(e) => stream.error(&e),
     };
     hand_over(&frames, last, within).await;
+}
+
+/// Hands the answer's pieces (and Anthropic's pings) to the client while it is made; its
+/// result, or `None` when the client is gone or reads nothing.
+async fn relay<F>(
+    mut answer: std::pin::Pin<&mut F>,
+    pieces: &mut mpsc::UnboundedReceiver<Piece>,
+    frames: &mpsc::Sender<Bytes>,
+    stream: &mut Stream,
+    within: Duration,
+) -> Option<F::Output>
+where
+    F: std::future::Future,
+{
+    // The first ping is due in PING_EVERY. (An interval's first tick is "now", which the timer
+    // rounds up to its next millisecond.)
+    let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + PING_EVERY, PING_EVERY);
+    loop {
+        tokio::select! {
+            result = &mut answer => return Some(result),
+            Some(piece) = pieces.recv() => {
+                if !hand_over(frames, stream.piece(piece), within).await {
+                    return None;
+                }
+            }
+            _ = ping.tick() => {
+                if !hand_over(frames, stream.ping().into_iter().collect(), within).await {
+                    return None;
+                }
+            }
+            () = frames.closed() => return None,
+        }
+    }
 }
 
 /// The APIs with a token-counting endpoint (chat completions has none).

@@ -5,30 +5,15 @@
 
 use crate::common::openai::{Reply, Scripted, completion};
 use crate::common::*;
-use crate::http::{Replica, start};
+use crate::http::Replica;
+use crate::http_api::TOKEN;
 use serde_json::{Value, json};
 use std::time::Duration;
-
-const TOKEN: &str = "stops-test-token";
 
 /// A server whose one entry, `scripted` (alias `gpt-4o-mini`), is the provider at `provider`,
 /// started with the variables `env` too.
 async fn server(name: &str, provider: &Scripted, env: &[(&str, &str)]) -> Replica {
-    let dir = std::env::temp_dir().join(format!("aam-stops-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("models.toml");
-    let text = format!(
-        "[[models]]\nname = \"scripted\"\naliases = [\"gpt-4o-mini\", \"gemini-2.5-flash\"]\n\
-         backend = \"provider\"\nurl = \"{}\"\nmodel = \"upstream\"\nretries = 0\n",
-        provider.url
-    );
-    std::fs::write(&path, text).unwrap();
-    let mut all = vec![
-        ("AGENT_AS_MODEL_MODELS", path.to_str().unwrap()),
-        ("AGENT_AS_MODEL_AUTH_TOKEN", TOKEN),
-    ];
-    all.extend_from_slice(env);
-    start(&all).await
+    crate::http_api::server_with(&format!("stops-{name}"), provider, "", env).await
 }
 
 /// The status and body of `body` posted to `url`, with the token under `header`.
