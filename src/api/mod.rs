@@ -9,6 +9,9 @@
 //! These calls come from no MCP host, so they are answered by the direct backends (the
 //! embedded model, providers, the models file's entries), never by sampling.
 
+pub mod gate;
+pub mod responses;
+pub mod store;
 pub mod stream;
 
 use crate::call::Call;
@@ -20,6 +23,25 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
+
+/// One streamed answer's events, in an API's form, as server-sent event text: what opens the
+/// stream, each piece of the answer as the model makes it, a keep-alive, and what closes it
+/// (the answer's end, or an error after the stream began).
+pub trait Encode: Send {
+    fn start(&mut self) -> Vec<String>;
+    fn piece(&mut self, piece: crate::fulfil::written::Piece) -> Vec<String>;
+    /// The keep-alive sent while the answer is made, for the APIs that have one.
+    fn ping(&self) -> Option<String> {
+        None
+    }
+    fn finish(&mut self, answered: &Answered) -> Vec<String>;
+    fn error(&mut self, e: &ApiError) -> Vec<String>;
+    /// Work to finish before the closing events are sent (a response stored, so that a client
+    /// continuing from it at once finds it).
+    fn save(&mut self) -> Option<futures_util::future::BoxFuture<'static, ()>> {
+        None
+    }
+}
 
 /// The API a request speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -176,6 +198,9 @@ pub struct ApiError {
     pub param: Option<String>,
     /// Seconds to wait before a retry (429, 503).
     pub retry_after: Option<u64>,
+    /// OpenAI's machine-readable `code` (`context_length_exceeded`,
+    /// `previous_response_not_found`, …), when there is one.
+    pub code: Option<String>,
 }
 
 /// The kinds of failure the APIs tell apart.
@@ -197,6 +222,23 @@ impl ApiError {
             message: message.into(),
             param: None,
             retry_after: None,
+            code: None,
+        }
+    }
+
+    /// `self` with OpenAI's `code`.
+    pub fn with_code(mut self, code: &str) -> Self {
+        self.code = Some(code.to_owned());
+        self
+    }
+
+    /// The error's `type` in OpenAI's envelope.
+    pub fn openai_type(&self) -> &'static str {
+        match self.kind {
+            ErrorKind::InvalidRequest | ErrorKind::NotFound => "invalid_request_error",
+            ErrorKind::Authentication => "authentication_error",
+            ErrorKind::RateLimit => "rate_limit_error",
+            ErrorKind::Overloaded | ErrorKind::Api => "server_error",
         }
     }
 
@@ -210,16 +252,12 @@ impl ApiError {
         match dialect {
             Dialect::Chat | Dialect::Responses => json!({"error": {
                 "message": self.message,
-                "type": match self.kind {
-                    ErrorKind::InvalidRequest | ErrorKind::NotFound => "invalid_request_error",
-                    ErrorKind::Authentication => "authentication_error",
-                    ErrorKind::RateLimit => "rate_limit_error",
-                    ErrorKind::Overloaded | ErrorKind::Api => "server_error",
-                },
+                "type": self.openai_type(),
                 "param": self.param,
-                "code": match self.kind {
-                    ErrorKind::NotFound => json!("model_not_found"),
-                    ErrorKind::Authentication => json!("invalid_api_key"),
+                "code": match (&self.code, self.kind) {
+                    (Some(code), _) => json!(code),
+                    (None, ErrorKind::NotFound) => json!("model_not_found"),
+                    (None, ErrorKind::Authentication) => json!("invalid_api_key"),
                     _ => Value::Null,
                 },
             }}),
@@ -268,7 +306,8 @@ impl From<CallError> for ApiError {
                 tokens, context, ..
             } => ApiError::invalid(format!(
                 "prompt is too long: {tokens} tokens > {context} maximum ({message})"
-            )),
+            ))
+            .with_code("context_length_exceeded"),
             // A provider that asked for a wait this call could not take: its status (503
             // stays 503, the rest 429) and its wait, as the client should honour it.
             CallError::Backend {
@@ -325,6 +364,8 @@ pub struct Api {
     max_calls: usize,
     /// How long a streamed answer waits for a client that reads none of it.
     pub stream_write_timeout: Duration,
+    /// Where Responses are kept for `previous_response_id` and `GET /v1/responses/{id}`.
+    pub store: store::Store,
 }
 
 /// A call's place under the server's cap on calls in flight, given back when it is dropped.
@@ -344,7 +385,14 @@ impl Api {
             calls,
             max_calls,
             stream_write_timeout,
+            store: store::Store::memory(store::Bounds::default()),
         }
+    }
+
+    /// `self` keeping Responses in `store`.
+    pub fn with_store(mut self, store: store::Store) -> Self {
+        self.store = store;
+        self
     }
 
     /// A place for one more call, or a 429 saying to retry: calls over the cap are refused at
@@ -394,6 +442,15 @@ impl Api {
             .into());
         }
         Ok(self.service.parse(dialect.shape(), &prepared.arguments)?)
+    }
+
+    /// The model a call's answer is reported as made by, before the answer says (the backend's
+    /// name for it; the name asked for when none is known).
+    pub fn model_name(&self, call: &Call) -> String {
+        self.service
+            .backends()
+            .answering_model(&call.request.model)
+            .unwrap_or_else(|| call.request.model.clone())
     }
 
     /// The prompt tokens a parsed call would have its model read (see

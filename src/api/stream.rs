@@ -680,6 +680,28 @@ impl Stream {
     }
 }
 
+impl super::Encode for Stream {
+    fn start(&mut self) -> Vec<String> {
+        Stream::start(self)
+    }
+
+    fn piece(&mut self, piece: Piece) -> Vec<String> {
+        Stream::piece(self, piece)
+    }
+
+    fn ping(&self) -> Option<String> {
+        Stream::ping(self)
+    }
+
+    fn finish(&mut self, answered: &crate::service::Answered) -> Vec<String> {
+        Stream::finish(self, &answered.rendered.object)
+    }
+
+    fn error(&mut self, e: &ApiError) -> Vec<String> {
+        Stream::error(self, e)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,8 +4,9 @@
 //! tool of the same shape is answered) and writes the API object, the API's stream of events,
 //! or the API's error envelope. The token is taken in every spelling the clients use.
 
+use crate::api::responses::{self as resp, Echo, Encoder, Keep, Stored, Streamed};
 use crate::api::stream::Stream;
-use crate::api::{self, Admitted, Api, ApiError, Dialect, ErrorKind, Prepared};
+use crate::api::{self, Admitted, Api, ApiError, Dialect, Encode, ErrorKind, Prepared};
 use crate::call::Call;
 use crate::fulfil::live::{Event, Sink};
 use crate::fulfil::written::Piece;
@@ -48,6 +49,11 @@ pub fn routes(api: Arc<Api>) -> Routes {
         .route("/v1/chat/completions", post(chat))
         .route("/v1/responses", post(responses))
         .route("/v1/responses/input_tokens", post(responses_tokens))
+        .route(
+            "/v1/responses/{id}",
+            get(responses_get).delete(responses_delete),
+        )
+        .route("/v1/responses/{id}/input_items", get(responses_input_items))
         .route("/v1/messages", post(messages))
         .route("/v1/messages/count_tokens", post(messages_tokens))
         .route("/v1/models", get(models))
@@ -181,8 +187,176 @@ async fn chat(State(api): State<Arc<Api>>, held: Share, body: Bytes) -> Response
     complete(api, Dialect::Chat, body, None, false, held).await
 }
 
+/// `POST /v1/responses`: a conversation continued from a stored response when the request
+/// names one (`previous_response_id`), answered as the other APIs are, written by the
+/// Responses encoder, and stored unless `store: false`.
 async fn responses(State(api): State<Arc<Api>>, held: Share, body: Bytes) -> Response {
-    complete(api, Dialect::Responses, body, None, false, held).await
+    let dialect = Dialect::Responses;
+    let admitted = match api.admit() {
+        Ok(admitted) => admitted,
+        Err(e) => return error(dialect, &e, &[]),
+    };
+    let mut map = match read_object(&body).await {
+        Ok(map) => map,
+        Err(e) => return error(dialect, &e, &[]),
+    };
+    drop(body);
+    let echo = Echo::read(&map);
+    let mut input = resp::input_items(map.get("input"));
+    if let Some(previous) = map.remove("previous_response_id") {
+        let stored = match previous_response(&api, &previous).await {
+            Ok(stored) => stored,
+            Err(e) => return error(dialect, &e, &[]),
+        };
+        let mut conversation = stored.conversation();
+        conversation.append(&mut input);
+        input = conversation;
+        map.insert("input".into(), Value::Array(input.clone()));
+    }
+    let keep = echo.store.then(|| Keep {
+        store: api.store.clone(),
+        input,
+    });
+    let (prepared, call) = match parse_map(&api, dialect, map, None, false).await {
+        Ok(parsed) => parsed,
+        Err(response) => return *response,
+    };
+    let holding = Holding {
+        _call: admitted,
+        _body: held,
+    };
+    let encoder = Encoder::new(echo, &api.model_name(&call), &call.request.stop);
+    if prepared.stream {
+        let encode = Box::new(Streamed::new(encoder, keep));
+        return streamed(api, dialect, prepared, call, holding, encode).await;
+    }
+    let cancel = CancellationToken::new();
+    let mut warnings = prepared.warnings;
+    let answer = api.answer(dialect, &call, &cancel, None).await;
+    drop(holding);
+    match answer {
+        Ok(answered) => {
+            warnings.extend(answered.report.warnings);
+            let resource = encoder.whole(&answered.finished);
+            if let Some(keep) = keep {
+                keep.save(resource.clone()).await;
+            }
+            with_warnings(json_body(serialized(&resource)), &warnings)
+        }
+        Err(e) => error(dialect, &e, &warnings),
+    }
+}
+
+/// A typed API object as JSON.
+fn serialized(object: &impl serde::Serialize) -> Value {
+    serde_json::to_value(object).unwrap_or_default()
+}
+
+/// The stored response `previous_response_id` names, or the error saying it is not there.
+async fn previous_response(api: &Api, previous: &Value) -> Result<Stored, ApiError> {
+    let param = |e: ApiError| ApiError {
+        param: Some("previous_response_id".into()),
+        ..e
+    };
+    let Some(id) = previous.as_str() else {
+        return Err(param(ApiError::invalid(
+            "`previous_response_id`: expected the id of a stored response (a string)",
+        )));
+    };
+    match stored_response(api, id).await? {
+        Some(stored) => Ok(stored),
+        None => Err(param(
+            ApiError::invalid(format!(
+                "Previous response with id '{}' not found: it was never stored here (store: \
+                 false), it expired or was deleted, or another store holds it",
+                crate::error::clip(id)
+            ))
+            .with_code("previous_response_not_found"),
+        )),
+    }
+}
+
+/// The response stored under `id`, if any.
+async fn stored_response(api: &Api, id: &str) -> Result<Option<Stored>, ApiError> {
+    let text = api.store.get(id).await.map_err(|e| ApiError {
+        retry_after: Some(1),
+        ..ApiError::new(503, ErrorKind::Overloaded, e.to_string())
+    })?;
+    let Some(text) = text else {
+        return Ok(None);
+    };
+    serde_json::from_str(&text).map(Some).map_err(|e| {
+        ApiError::new(
+            500,
+            ErrorKind::Api,
+            format!(
+                "the stored response {} could not be read: {e}",
+                crate::error::clip(id)
+            ),
+        )
+    })
+}
+
+/// The 404 for a response id no store here holds.
+fn no_response(id: &str) -> ApiError {
+    ApiError {
+        param: Some("response_id".into()),
+        ..ApiError::new(
+            404,
+            ErrorKind::NotFound,
+            format!("No response found with id '{}'.", crate::error::clip(id)),
+        )
+        .with_code("not_found")
+    }
+}
+
+/// `GET /v1/responses/{id}`: a stored response.
+async fn responses_get(State(api): State<Arc<Api>>, Path(id): Path<String>) -> Response {
+    match stored_response(&api, &id).await {
+        Ok(Some(stored)) => json_body(serialized(&stored.response)),
+        Ok(None) => error(Dialect::Responses, &no_response(&id), &[]),
+        Err(e) => error(Dialect::Responses, &e, &[]),
+    }
+}
+
+/// `GET /v1/responses/{id}/input_items`: the input a stored response answered, as a list.
+async fn responses_input_items(State(api): State<Arc<Api>>, Path(id): Path<String>) -> Response {
+    match stored_response(&api, &id).await {
+        Ok(Some(stored)) => {
+            let data: Vec<Value> = stored
+                .input
+                .iter()
+                .enumerate()
+                .map(|(i, item)| {
+                    let mut item = item.clone();
+                    if let Some(o) = item.as_object_mut() {
+                        o.entry("type").or_insert_with(|| json!("message"));
+                        o.entry("id").or_insert_with(|| json!(format!("item_{i}")));
+                    }
+                    item
+                })
+                .collect();
+            json_body(json!({"object": "list", "data": data,
+                             "first_id": data.first().and_then(|d| d.get("id")),
+                             "last_id": data.last().and_then(|d| d.get("id")),
+                             "has_more": false}))
+        }
+        Ok(None) => error(Dialect::Responses, &no_response(&id), &[]),
+        Err(e) => error(Dialect::Responses, &e, &[]),
+    }
+}
+
+/// `DELETE /v1/responses/{id}`: forgets a stored response.
+async fn responses_delete(State(api): State<Arc<Api>>, Path(id): Path<String>) -> Response {
+    match api.store.delete(&id).await {
+        Ok(true) => json_body(json!({"id": id, "object": "response", "deleted": true})),
+        Ok(false) => error(Dialect::Responses, &no_response(&id), &[]),
+        Err(e) => error(
+            Dialect::Responses,
+            &ApiError::new(503, ErrorKind::Overloaded, e.to_string()),
+            &[],
+        ),
+    }
 }
 
 async fn messages(State(api): State<Arc<Api>>, held: Share, body: Bytes) -> Response {
@@ -233,9 +407,98 @@ async fn gemini(
     }
 }
 
-/// The request made ready and parsed, or the error to send: on tokio's blocking threads, as
-/// reading a large body and compiling its schemas (64 tool schemas of 80 KB take a second of
-/// CPU) must not hold one of the async runtime's threads and every request queued on it.
+/// Bodies up to this size are parsed on the thread that received them; larger ones (and
+/// every request with tools, whose schemas are compiled) on tokio's blocking threads.
+const INLINE_PARSE_BYTES: usize = 16 * 1024;
+
+/// Whether parsing `body` may take long enough to hold up the async runtime's thread: a large
+/// body, or one that may carry schemas to compile.
+fn parses_long(len: usize, has_schemas: bool) -> bool {
+    len > INLINE_PARSE_BYTES || has_schemas
+}
+
+/// Runs `work` where parsing of this size belongs: here when it is quick, else on tokio's
+/// blocking threads.
+async fn parse_where<T: Send + 'static>(
+    long: bool,
+    dialect: Dialect,
+    work: impl FnOnce() -> Result<T, Box<Response>> + Send + 'static,
+) -> Result<T, Box<Response>> {
+    if !long {
+        return work();
+    }
+    tokio::task::spawn_blocking(work).await.unwrap_or_else(|e| {
+        let e = ApiError::new(
+            500,
+            ErrorKind::Api,
+            format!("parsing the request failed: {e}"),
+        );
+        Err(Box::new(error(dialect, &e, &[])))
+    })
+}
+
+/// The request body as a JSON object, read where its size says (see [`parse_where`]).
+async fn read_object(body: &Bytes) -> Result<Map<String, Value>, ApiError> {
+    let body = body.clone();
+    parse_where(parses_long(body.len(), false), Dialect::Chat, move || {
+        Ok(object(&body))
+    })
+    .await
+    .unwrap_or_else(|_| {
+        Err(ApiError::new(
+            500,
+            ErrorKind::Api,
+            "parsing the request failed",
+        ))
+    })
+}
+
+/// A request object made ready and parsed, or the error to send: a large one, or one with
+/// schemas to compile (64 tool schemas of 80 KB take a second of CPU), on tokio's blocking
+/// threads, which must not hold one of the async runtime's threads and every request queued
+/// on it.
+async fn parse_map(
+    api: &Arc<Api>,
+    dialect: Dialect,
+    body: Map<String, Value>,
+    model: Option<&str>,
+    stream: bool,
+) -> Result<(Prepared, Parsed), Box<Response>> {
+    let has_schemas = [
+        "tools",
+        "text",
+        "response_format",
+        "output_schema",
+        "generationConfig",
+    ]
+    .iter()
+    .any(|k| body.contains_key(*k));
+    let long = parses_long(approximate_size(&body), has_schemas);
+    let (api, model) = (Arc::clone(api), model.map(str::to_owned));
+    parse_where(long, dialect, move || {
+        let prepared = api::prepare(dialect, body, model.as_deref(), stream);
+        match api.parse(dialect, &prepared) {
+            Ok(call) => Ok((prepared, Parsed(call))),
+            Err(e) => Err(Box::new(error(dialect, &e, &prepared.warnings))),
+        }
+    })
+    .await
+}
+
+/// About how many bytes of JSON `body` is: its strings' lengths, without writing it.
+fn approximate_size(body: &Map<String, Value>) -> usize {
+    fn size(v: &Value) -> usize {
+        match v {
+            Value::String(s) => s.len() + 2,
+            Value::Array(a) => a.iter().map(size).sum::<usize>() + 2,
+            Value::Object(o) => o.iter().map(|(k, v)| k.len() + 3 + size(v)).sum::<usize>() + 2,
+            _ => 8,
+        }
+    }
+    body.iter().map(|(k, v)| k.len() + 3 + size(v)).sum()
+}
+
+/// The request made ready and parsed, or the error to send (see [`parse_map`]).
 async fn parse(
     api: &Arc<Api>,
     dialect: Dialect,
@@ -243,33 +506,10 @@ async fn parse(
     model: Option<&str>,
     stream: bool,
 ) -> Result<(Prepared, Parsed), Box<Response>> {
-    let (api, body, model) = (Arc::clone(api), body.clone(), model.map(str::to_owned));
-    tokio::task::spawn_blocking(move || parse_now(&api, dialect, &body, model.as_deref(), stream))
+    let map = read_object(body)
         .await
-        .unwrap_or_else(|e| {
-            let e = ApiError::new(
-                500,
-                ErrorKind::Api,
-                format!("parsing the request failed: {e}"),
-            );
-            Err(Box::new(error(dialect, &e, &[])))
-        })
-}
-
-/// [`parse`], on the calling thread.
-fn parse_now(
-    api: &Api,
-    dialect: Dialect,
-    body: &Bytes,
-    model: Option<&str>,
-    stream: bool,
-) -> Result<(Prepared, Parsed), Box<Response>> {
-    let body = object(body).map_err(|e| Box::new(error(dialect, &e, &[])))?;
-    let prepared = api::prepare(dialect, body, model, stream);
-    match api.parse(dialect, &prepared) {
-        Ok(call) => Ok((prepared, Parsed(call))),
-        Err(e) => Err(Box::new(error(dialect, &e, &prepared.warnings))),
-    }
+        .map_err(|e| Box::new(error(dialect, &e, &[])))?;
+    parse_map(api, dialect, map, model, stream).await
 }
 
 /// What a call holds until its answer is sent: its place under the cap on calls in flight,
@@ -301,7 +541,13 @@ async fn complete(
         _body: held,
     };
     if prepared.stream {
-        return streamed(api, dialect, prepared, call, holding).await;
+        let encode = Box::new(Stream::new(
+            dialect,
+            &api.model_name(&call),
+            prepared.include_usage,
+            call.request.stop.clone(),
+        ));
+        return streamed(api, dialect, prepared, call, holding, encode).await;
     }
     let answer = whole(&api, dialect, prepared, &call, Value::Object).await;
     drop(holding);
@@ -413,14 +659,14 @@ async fn streamed(
     prepared: Prepared,
     call: Parsed,
     holding: Holding,
+    encode: Box<dyn Encode>,
 ) -> Response {
     let (frames, mut out) = mpsc::channel::<Bytes>(STREAM_BUFFER);
     let (head, began) = oneshot::channel();
     let warnings = prepared.warnings;
-    let include_usage = prepared.include_usage;
     drop(prepared.arguments);
     tokio::spawn(async move {
-        stream_answer(api, dialect, include_usage, call, frames, head).await;
+        stream_answer(api, dialect, encode, call, frames, head).await;
         drop(holding);
     });
     match began.await {
@@ -479,18 +725,12 @@ enum Early<T> {
 async fn stream_answer(
     api: Arc<Api>,
     dialect: Dialect,
-    include_usage: bool,
+    mut stream: Box<dyn Encode>,
     call: Parsed,
     frames: mpsc::Sender<Bytes>,
     head: oneshot::Sender<Result<(), ApiError>>,
 ) {
     let within = api.stream_write_timeout;
-    let mut stream = Stream::new(
-        dialect,
-        &call.request.model,
-        include_usage,
-        call.request.stop.clone(),
-    );
     let (deltas, mut pieces) = mpsc::unbounded_channel();
     let sink: crate::fulfil::live::Events = Arc::new(Deltas {
         sender: deltas,
@@ -541,9 +781,12 @@ async fn stream_answer(
         }
     }
     let last = match result {
-        Ok(answered) => stream.finish(&answered.rendered.object),
+        Ok(answered) => stream.finish(&answered),
         Err(e) => stream.error(&e),
     };
+    if let Some(saving) = stream.save() {
+        saving.await;
+    }
     hand_over(&frames, last, within).await;
 }
 
@@ -553,7 +796,7 @@ async fn relay<F>(
     mut answer: std::pin::Pin<&mut F>,
     pieces: &mut mpsc::UnboundedReceiver<Piece>,
     frames: &mpsc::Sender<Bytes>,
-    stream: &mut Stream,
+    stream: &mut Box<dyn Encode>,
     within: Duration,
 ) -> Option<F::Output>
 where

@@ -246,6 +246,7 @@ fn tool_result(shape: &dyn Shape, answered: Answered) -> CallToolResult {
         rendered,
         report,
         media,
+        ..
     } = answered;
     let mut structured = Map::new();
     match shape.placement() {

@@ -274,6 +274,17 @@ impl Backends {
         self.named
     }
 
+    /// The name the model that would answer a call for `model` without a sampling host goes by
+    /// (what its backend reports: the embedded model's, the provider's model): the name the
+    /// model APIs report before the answer says. `None` when no direct model would answer.
+    pub fn answering_model(&self, model: &str) -> Option<String> {
+        let chain = self.route(model, false).ok()?;
+        match &chain.first()?.answerer {
+            Answerer::Model(m) => m.describe().get("id")?.as_str().map(str::to_owned),
+            Answerer::Host { .. } => None,
+        }
+    }
+
     /// The entries that may answer a call for `model`, in order: the one it names (or the
     /// default) and its fallbacks, without host entries when the host cannot sample (unless
     /// nothing else is left, so that the call gets the host's -32021).

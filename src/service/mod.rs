@@ -54,6 +54,19 @@ pub struct Answered {
     pub report: Report,
     /// Images and audio in the answer, besides its text.
     pub media: Vec<Block>,
+    /// The answer in neutral form, for the fronts that write their API's objects themselves.
+    pub finished: Finished,
+}
+
+/// A fulfilled call in neutral form: what each API's encoder writes its objects from.
+#[derive(Debug, Clone)]
+pub struct Finished {
+    pub answer: crate::call::Answer,
+    pub finish: crate::call::Finish,
+    /// Measured by the backend, else estimated.
+    pub usage: crate::call::Usage,
+    /// The model the backend says answered.
+    pub model: String,
 }
 
 /// What a front reports beside the API object.
@@ -320,6 +333,7 @@ fn finish(shape: &dyn Shape, call: &Call, done: Fulfilled, route: &Route<'_>) ->
         media: &done.media,
     };
     let rendered = shape.render(&reply);
+    let usage = reply.usage();
     let mut warnings = call.warnings.clone();
     warnings.extend(done.warnings);
     let backend = route.entry.backend();
@@ -335,13 +349,19 @@ fn finish(shape: &dyn Shape, call: &Call, done: Fulfilled, route: &Route<'_>) ->
             .strategy
             .structured_via()
             .map(|via| json!({"via": via, "attempts": done.attempts})),
-        host_model: done.host_model,
+        host_model: done.host_model.clone(),
     };
     tracing::debug!(tool = call.tool, attempts = done.attempts, "call completed");
     Answered {
         rendered,
         report,
         media: done.media,
+        finished: Finished {
+            answer: done.answer,
+            finish: done.finish,
+            usage,
+            model: done.host_model,
+        },
     }
 }
 

@@ -905,3 +905,93 @@ async fn every_sdk_is_answered_by_the_embedded_model_whole_and_streamed() {
         );
     }
 }
+
+/// The messages a provider was sent, as `role: text` lines (tool calls and results by id).
+fn conversation(seen: &Seen) -> Vec<String> {
+    seen.body["messages"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no messages: {}", seen.body))
+        .iter()
+        .map(|m| {
+            let text = match &m["content"] {
+                Value::String(s) => s.clone(),
+                Value::Array(parts) => parts.iter().filter_map(|p| p["text"].as_str()).collect(),
+                _ => String::new(),
+            };
+            format!("{}: {text}", m["role"].as_str().unwrap_or("?"))
+        })
+        .collect()
+}
+
+/// The openai SDK keeps a Responses conversation by `previous_response_id`, whole and streamed:
+/// each provider is sent the turns before (the earlier answers as assistant turns); the stored
+/// response is retrieved; a deleted one is gone (404) and cannot be continued (400,
+/// `previous_response_not_found`).
+#[tokio::test]
+async fn the_openai_sdk_continues_a_responses_conversation_by_previous_response_id() {
+    let f = Fixture::start("conversation").await;
+    let out = f.run(Sdk::OpenAi, &["responses_conversation"]).await;
+    let v = ok(&out, "responses_conversation");
+    let ids: Vec<&str> = v["ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i.as_str().unwrap())
+        .collect();
+    assert!(ids.iter().all(|id| id.starts_with("resp_")), "{v:#}");
+    assert!(
+        v["item_ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|i| i.as_str().unwrap().starts_with("msg_")),
+        "{v:#}"
+    );
+    assert_eq!(v["second_text"], ANSWER, "{v:#}");
+    assert_eq!(v["second_previous"], ids[0], "{v:#}");
+    assert_eq!(v["final_text"], ANSWER, "{v:#}");
+    assert_eq!(v["final_previous"], ids[1], "{v:#}");
+    assert_eq!(v["final_status"], "completed", "{v:#}");
+    assert_eq!(
+        v["retrieved"],
+        json!({"id": ids[1], "text": ANSWER, "status": "completed"})
+    );
+    let events: Vec<&str> = v["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap())
+        .collect();
+    assert_eq!(events.first(), Some(&"response.created"), "{v:#}");
+    assert_eq!(events.last(), Some(&"response.completed"), "{v:#}");
+    assert_eq!(v["gone"], 404, "{v:#}");
+    assert_eq!(
+        v["refused"],
+        json!({"status": 400, "code": "previous_response_not_found",
+               "param": "previous_response_id"})
+    );
+    // What the providers were sent: every earlier turn, the answers as the assistant's.
+    let plain = f.plain.seen();
+    assert_eq!(plain.len(), 2, "{plain:#?}");
+    assert_eq!(conversation(&plain[0]), ["user: My name is Ada."]);
+    assert_eq!(
+        conversation(&plain[1]),
+        [
+            "user: My name is Ada.".to_owned(),
+            format!("assistant: {ANSWER}"),
+            format!("user: {QUESTION}")
+        ]
+    );
+    let live = f.live.seen();
+    assert_eq!(live.len(), 1, "{live:#?}");
+    assert_eq!(
+        conversation(&live[0]),
+        [
+            "user: My name is Ada.".to_owned(),
+            format!("assistant: {ANSWER}"),
+            format!("user: {QUESTION}"),
+            format!("assistant: {ANSWER}"),
+            "user: And of Italy?".to_owned()
+        ]
+    );
+}

@@ -47,6 +47,7 @@ mod properties;
 mod provider;
 mod provider_limits;
 mod provider_waits;
+mod responses_api;
 mod rich;
 mod routing;
 mod schema_load;

@@ -146,6 +146,49 @@ def responses_stream(args, model):
     }
 
 
+def responses_conversation(args):
+    """A conversation kept by the server: each turn names the one before by
+    previous_response_id (the last one streamed); then retrieve, delete, and the deleted
+    one refused."""
+    c = client(args)
+    first = c.responses.create(model=args.models["plain"], input="My name is Ada.")
+    second = c.responses.create(
+        model=args.models["plain"], previous_response_id=first.id, input=QUESTION
+    )
+    events = []
+    with c.responses.stream(
+        model=args.models["live"], previous_response_id=second.id, input="And of Italy?"
+    ) as stream:
+        for event in stream:
+            events.append(event.type)
+        final = stream.get_final_response()
+    got = c.responses.retrieve(second.id)
+    c.responses.delete(first.id)
+    try:
+        c.responses.retrieve(first.id)
+        gone = None
+    except openai.NotFoundError as e:
+        gone = e.status_code
+    try:
+        c.responses.create(model=args.models["plain"], previous_response_id=first.id, input="x")
+        refused = None
+    except openai.BadRequestError as e:
+        refused = {"status": e.status_code, "code": e.code, "param": e.param}
+    return {
+        "ids": [first.id, second.id, final.id],
+        "item_ids": [first.output[0].id, final.output[0].id],
+        "second_text": second.output_text,
+        "second_previous": second.previous_response_id,
+        "final_text": final.output_text,
+        "final_previous": final.previous_response_id,
+        "final_status": final.status,
+        "retrieved": {"id": got.id, "text": got.output_text, "status": got.status},
+        "events": dedup(events),
+        "gone": gone,
+        "refused": refused,
+    }
+
+
 def chat_tool_calls(message):
     return [
         {
@@ -300,6 +343,7 @@ harness.main(
         "responses_plain": lambda a: responses_answer(a, a.models["plain"]),
         "responses_live": lambda a: responses_answer(a, a.models["live"]),
         "responses_stream": lambda a: responses_stream(a, a.models["live"]),
+        "responses_conversation": responses_conversation,
         "chat_tool": chat_tool,
         "chat_tool_stream": chat_tool_stream,
         "responses_tool": responses_tool,

@@ -1,0 +1,962 @@
+//! The OpenAI Responses API as the Open Responses specification has it: the response object
+//! ([`Resource`], every field its `ResponseResource` schema requires), its output items, and the
+//! stream of `response.*` events, all written from typed values by one [`Encoder`]. The whole
+//! answer is the encoder's last event's response: what a stream ends with and what a
+//! non-streamed call returns are one value. Responses are stored (see [`super::store`]) with the
+//! input they answered, so that `previous_response_id` continues a conversation.
+
+use super::ApiError;
+use super::gate::TextGate;
+use crate::call::{Answer, Finish};
+use crate::fulfil::written::Piece;
+use crate::pyjson::{self, Style};
+use crate::service::Finished;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+
+/// A response's status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    InProgress,
+    Completed,
+    Incomplete,
+    Failed,
+}
+
+/// Why a response is incomplete.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IncompleteDetails {
+    pub reason: String,
+}
+
+/// Why a response failed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResponseError {
+    pub code: String,
+    pub message: String,
+}
+
+/// A part of an assistant message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OutputText {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub text: String,
+    pub annotations: Vec<Value>,
+    pub logprobs: Vec<Value>,
+}
+
+impl OutputText {
+    fn new(text: String) -> Self {
+        OutputText {
+            kind: "output_text".into(),
+            text,
+            annotations: Vec::new(),
+            logprobs: Vec::new(),
+        }
+    }
+}
+
+/// An output item.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Item {
+    Message {
+        id: String,
+        status: Status,
+        role: String,
+        content: Vec<OutputText>,
+    },
+    FunctionCall {
+        id: String,
+        call_id: String,
+        name: String,
+        arguments: String,
+        status: Status,
+    },
+}
+
+impl Item {
+    /// The item's id.
+    pub fn id(&self) -> &str {
+        match self {
+            Item::Message { id, .. } | Item::FunctionCall { id, .. } => id,
+        }
+    }
+
+    fn set_status(&mut self, to: Status) {
+        match self {
+            Item::Message { status, .. } | Item::FunctionCall { status, .. } => *status = to,
+        }
+    }
+
+    /// The item as a next request's input item carries it.
+    pub fn as_input(&self) -> Value {
+        match self {
+            Item::Message { content, .. } => json!({
+                "type": "message", "role": "assistant",
+                "content": content.iter()
+                    .map(|part| json!({"type": "output_text", "text": part.text}))
+                    .collect::<Vec<_>>(),
+            }),
+            Item::FunctionCall {
+                call_id,
+                name,
+                arguments,
+                ..
+            } => json!({"type": "function_call", "call_id": call_id, "name": name,
+                        "arguments": arguments}),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InputTokensDetails {
+    pub cached_tokens: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OutputTokensDetails {
+    pub reasoning_tokens: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Usage {
+    pub input_tokens: usize,
+    pub output_tokens: usize,
+    pub total_tokens: usize,
+    pub input_tokens_details: InputTokensDetails,
+    pub output_tokens_details: OutputTokensDetails,
+}
+
+impl From<crate::call::Usage> for Usage {
+    fn from(u: crate::call::Usage) -> Self {
+        Usage {
+            input_tokens: u.prompt,
+            output_tokens: u.completion,
+            total_tokens: u.total(),
+            input_tokens_details: InputTokensDetails {
+                cached_tokens: u.cached.unwrap_or(0),
+            },
+            output_tokens_details: OutputTokensDetails {
+                reasoning_tokens: 0,
+            },
+        }
+    }
+}
+
+/// What a response repeats of the request that made it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Echo {
+    pub previous_response_id: Option<String>,
+    pub instructions: Option<String>,
+    pub tools: Vec<Value>,
+    pub tool_choice: Value,
+    pub truncation: String,
+    pub parallel_tool_calls: bool,
+    pub text: Value,
+    pub top_p: f64,
+    pub presence_penalty: f64,
+    pub frequency_penalty: f64,
+    pub top_logprobs: u64,
+    pub temperature: f64,
+    pub reasoning: Option<Value>,
+    pub max_output_tokens: Option<u64>,
+    pub max_tool_calls: Option<u64>,
+    pub store: bool,
+    pub background: bool,
+    pub service_tier: String,
+    pub metadata: Value,
+    pub safety_identifier: Option<String>,
+    pub prompt_cache_key: Option<String>,
+}
+
+impl Echo {
+    /// The fields of a request body (as the client sent it) a response repeats, each in the
+    /// form the specification gives it; the defaults where the request has none. The body is
+    /// checked elsewhere: what is of the wrong type here takes the default.
+    pub fn read(body: &Map<String, Value>) -> Echo {
+        let string = |k: &str| body.get(k).and_then(Value::as_str).map(str::to_owned);
+        let number = |k: &str, default: f64| body.get(k).and_then(Value::as_f64).unwrap_or(default);
+        let count = |k: &str| body.get(k).and_then(Value::as_u64);
+        let tools: Vec<Value> = body
+            .get("tools")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .flat_map(|t| match t.get("type").and_then(Value::as_str) {
+                Some("namespace") => t
+                    .get("tools")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default(),
+                _ => vec![t.clone()],
+            })
+            .filter(|t| t.get("type").and_then(Value::as_str).unwrap_or("function") == "function")
+            .map(|t| {
+                json!({"type": "function", "name": t.get("name").cloned().unwrap_or(json!("")),
+                       "description": t.get("description").cloned().unwrap_or(Value::Null),
+                       "parameters": t.get("parameters").cloned().unwrap_or(Value::Null),
+                       "strict": t.get("strict").cloned().unwrap_or(Value::Null)})
+            })
+            .collect();
+        let tool_choice = match body.get("tool_choice") {
+            Some(Value::String(s)) if ["none", "auto", "required"].contains(&s.as_str()) => {
+                json!(s)
+            }
+            Some(Value::Object(o)) => Value::Object(o.clone()),
+            _ => json!("auto"),
+        };
+        Echo {
+            previous_response_id: string("previous_response_id"),
+            instructions: string("instructions"),
+            tools,
+            tool_choice,
+            truncation: match string("truncation").as_deref() {
+                Some("auto") => "auto".into(),
+                _ => "disabled".into(),
+            },
+            parallel_tool_calls: body
+                .get("parallel_tool_calls")
+                .and_then(Value::as_bool)
+                .unwrap_or(true),
+            text: json!({"format": text_format(body.get("text").and_then(|t| t.get("format")))}),
+            top_p: number("top_p", 1.0),
+            presence_penalty: number("presence_penalty", 0.0),
+            frequency_penalty: number("frequency_penalty", 0.0),
+            top_logprobs: count("top_logprobs").unwrap_or(0),
+            temperature: number("temperature", 1.0),
+            reasoning: body.get("reasoning").filter(|r| r.is_object()).map(|r| {
+                json!({"effort": r.get("effort").cloned().unwrap_or(Value::Null),
+                       "summary": r.get("summary").cloned().unwrap_or(Value::Null)})
+            }),
+            max_output_tokens: count("max_output_tokens").or_else(|| count("max_tokens")),
+            max_tool_calls: count("max_tool_calls"),
+            store: body.get("store").and_then(Value::as_bool).unwrap_or(true),
+            background: false,
+            service_tier: "default".into(),
+            metadata: body
+                .get("metadata")
+                .filter(|m| m.is_object())
+                .cloned()
+                .unwrap_or_else(|| json!({})),
+            safety_identifier: string("safety_identifier"),
+            prompt_cache_key: string("prompt_cache_key"),
+        }
+    }
+}
+
+/// `text.format` as the response repeats it: `text`, `json_object`, or `json_schema` with its
+/// name, description and strictness. (The specification's `JsonSchemaResponseFormat` has the
+/// schema itself as `null`.)
+fn text_format(format: Option<&Value>) -> Value {
+    match format.and_then(|f| f.get("type")).and_then(Value::as_str) {
+        Some("json_object") => json!({"type": "json_object"}),
+        Some("json_schema") => {
+            let f = format.cloned().unwrap_or_default();
+            json!({"type": "json_schema",
+                   "name": f.get("name").and_then(Value::as_str).unwrap_or("response"),
+                   "description": f.get("description").and_then(Value::as_str),
+                   "schema": null,
+                   "strict": f.get("strict").and_then(Value::as_bool).unwrap_or(false)})
+        }
+        _ => json!({"type": "text"}),
+    }
+}
+
+/// The response object.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Resource {
+    pub id: String,
+    pub object: String,
+    pub created_at: u64,
+    pub completed_at: Option<u64>,
+    pub status: Status,
+    pub incomplete_details: Option<IncompleteDetails>,
+    pub model: String,
+    pub output: Vec<Item>,
+    pub error: Option<ResponseError>,
+    pub usage: Option<Usage>,
+    #[serde(flatten)]
+    pub echo: Echo,
+}
+
+/// A response as it is stored: with the input it answered (the conversation before it, as
+/// input items), which a next request's `previous_response_id` continues.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Stored {
+    pub response: Resource,
+    pub input: Vec<Value>,
+}
+
+impl Stored {
+    /// The conversation up to and with this response, as the input items of a next request.
+    pub fn conversation(&self) -> Vec<Value> {
+        let mut items = self.input.clone();
+        items.extend(self.response.output.iter().map(Item::as_input));
+        items
+    }
+}
+
+/// A request's `input` as a list of items (a string is one user message).
+pub fn input_items(input: Option<&Value>) -> Vec<Value> {
+    match input {
+        Some(Value::String(text)) => vec![json!({"role": "user", "content": text})],
+        Some(Value::Array(items)) => items.clone(),
+        _ => Vec::new(),
+    }
+}
+
+fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// One `response.*` event.
+#[derive(Serialize)]
+#[serde(tag = "type")]
+enum Event<'a> {
+    #[serde(rename = "response.created")]
+    Created {
+        sequence_number: u64,
+        response: &'a Resource,
+    },
+    #[serde(rename = "response.in_progress")]
+    InProgress {
+        sequence_number: u64,
+        response: &'a Resource,
+    },
+    #[serde(rename = "response.completed")]
+    Completed {
+        sequence_number: u64,
+        response: &'a Resource,
+    },
+    #[serde(rename = "response.incomplete")]
+    Incomplete {
+        sequence_number: u64,
+        response: &'a Resource,
+    },
+    #[serde(rename = "response.failed")]
+    Failed {
+        sequence_number: u64,
+        response: &'a Resource,
+    },
+    #[serde(rename = "response.output_item.added")]
+    ItemAdded {
+        sequence_number: u64,
+        output_index: usize,
+        item: &'a Item,
+    },
+    #[serde(rename = "response.output_item.done")]
+    ItemDone {
+        sequence_number: u64,
+        output_index: usize,
+        item: &'a Item,
+    },
+    #[serde(rename = "response.content_part.added")]
+    PartAdded {
+        sequence_number: u64,
+        item_id: &'a str,
+        output_index: usize,
+        content_index: usize,
+        part: &'a OutputText,
+    },
+    #[serde(rename = "response.content_part.done")]
+    PartDone {
+        sequence_number: u64,
+        item_id: &'a str,
+        output_index: usize,
+        content_index: usize,
+        part: &'a OutputText,
+    },
+    #[serde(rename = "response.output_text.delta")]
+    TextDelta {
+        sequence_number: u64,
+        item_id: &'a str,
+        output_index: usize,
+        content_index: usize,
+        delta: &'a str,
+        logprobs: [Value; 0],
+    },
+    #[serde(rename = "response.output_text.done")]
+    TextDone {
+        sequence_number: u64,
+        item_id: &'a str,
+        output_index: usize,
+        content_index: usize,
+        text: &'a str,
+        logprobs: [Value; 0],
+    },
+    #[serde(rename = "response.function_call_arguments.delta")]
+    ArgsDelta {
+        sequence_number: u64,
+        item_id: &'a str,
+        output_index: usize,
+        delta: &'a str,
+    },
+    #[serde(rename = "response.function_call_arguments.done")]
+    ArgsDone {
+        sequence_number: u64,
+        item_id: &'a str,
+        output_index: usize,
+        name: &'a str,
+        arguments: &'a str,
+    },
+    #[serde(rename = "error")]
+    Error {
+        sequence_number: u64,
+        error: ErrorPayload<'a>,
+    },
+}
+
+#[derive(Serialize)]
+struct ErrorPayload<'a> {
+    #[serde(rename = "type")]
+    kind: &'a str,
+    code: Option<&'a str>,
+    message: &'a str,
+    param: Option<&'a str>,
+}
+
+impl Event<'_> {
+    fn kind(&self) -> &'static str {
+        match self {
+            Event::Created { .. } => "response.created",
+            Event::InProgress { .. } => "response.in_progress",
+            Event::Completed { .. } => "response.completed",
+            Event::Incomplete { .. } => "response.incomplete",
+            Event::Failed { .. } => "response.failed",
+            Event::ItemAdded { .. } => "response.output_item.added",
+            Event::ItemDone { .. } => "response.output_item.done",
+            Event::PartAdded { .. } => "response.content_part.added",
+            Event::PartDone { .. } => "response.content_part.done",
+            Event::TextDelta { .. } => "response.output_text.delta",
+            Event::TextDone { .. } => "response.output_text.done",
+            Event::ArgsDelta { .. } => "response.function_call_arguments.delta",
+            Event::ArgsDone { .. } => "response.function_call_arguments.done",
+            Event::Error { .. } => "error",
+        }
+    }
+
+    /// The event as server-sent event text.
+    fn frame(&self) -> String {
+        let data = serde_json::to_string(self).unwrap_or_default();
+        format!("event: {}\ndata: {data}\n\n", self.kind())
+    }
+}
+
+/// A tool call shown as it was made.
+struct LiveCall {
+    call_id: String,
+    slot: usize,
+}
+
+/// One response, written as its events while it is made and as its object when done.
+pub struct Encoder {
+    resource: Resource,
+    sequence: u64,
+    gate: TextGate,
+    /// The open message item: its place in the output.
+    text_slot: Option<usize>,
+    calls: Vec<LiveCall>,
+    /// Whether a tool call is shown as it is made.
+    live_calls: bool,
+}
+
+impl Encoder {
+    /// A response to a request repeating `echo`, answered by `model`, its text stopped at
+    /// `stop`.
+    pub fn new(echo: Echo, model: &str, stop: &[String]) -> Self {
+        Encoder {
+            resource: Resource {
+                id: crate::call::new_id("resp_"),
+                object: "response".into(),
+                created_at: now(),
+                completed_at: None,
+                status: Status::InProgress,
+                incomplete_details: None,
+                model: model.to_owned(),
+                output: Vec::new(),
+                error: None,
+                usage: None,
+                echo,
+            },
+            sequence: 0,
+            gate: TextGate::new(stop),
+            text_slot: None,
+            calls: Vec::new(),
+            live_calls: true,
+        }
+    }
+
+    /// The response as it stands (whole once [`Encoder::finish`] has run).
+    pub fn resource(&self) -> &Resource {
+        &self.resource
+    }
+
+    /// The whole response to `finished`: the object the stream of the same answer ends with.
+    pub fn whole(mut self, finished: &Finished) -> Resource {
+        self.finish(finished);
+        self.resource
+    }
+
+    fn next(&mut self) -> u64 {
+        let n = self.sequence;
+        self.sequence += 1;
+        n
+    }
+
+    /// What opens the stream.
+    pub fn start(&mut self) -> Vec<String> {
+        let (a, b) = (self.next(), self.next());
+        vec![
+            Event::Created {
+                sequence_number: a,
+                response: &self.resource,
+            }
+            .frame(),
+            Event::InProgress {
+                sequence_number: b,
+                response: &self.resource,
+            }
+            .frame(),
+        ]
+    }
+
+    /// What a piece of the answer shows, as the model made it.
+    pub fn piece(&mut self, piece: Piece) -> Vec<String> {
+        match piece {
+            Piece::Text(text) => {
+                let show = self.gate.feed(&text);
+                self.show(&show)
+            }
+            Piece::CallStart { index, id, name } => self.call_start(index, &id, &name),
+            Piece::CallArgs { index, fragment } => self.call_args(index, &fragment),
+        }
+    }
+
+    /// Adds an item to the output: its place.
+    fn add(&mut self, item: Item, out: &mut Vec<String>) -> usize {
+        let slot = self.resource.output.len();
+        self.resource.output.push(item);
+        let n = self.next();
+        if let Some(item) = self.resource.output.get(slot) {
+            out.push(
+                Event::ItemAdded {
+                    sequence_number: n,
+                    output_index: slot,
+                    item,
+                }
+                .frame(),
+            );
+        }
+        slot
+    }
+
+    fn show(&mut self, text: &str) -> Vec<String> {
+        if text.is_empty() {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        let slot = self.open_text(&mut out);
+        let n = self.next();
+        if let Some(Item::Message { id, content, .. }) = self.resource.output.get_mut(slot) {
+            if let Some(part) = content.first_mut() {
+                part.text.push_str(text);
+            }
+            out.push(
+                Event::TextDelta {
+                    sequence_number: n,
+                    item_id: id,
+                    output_index: slot,
+                    content_index: 0,
+                    delta: text,
+                    logprobs: [],
+                }
+                .frame(),
+            );
+        }
+        out
+    }
+
+    /// The open message item's place, opened (with its text part) when none is.
+    fn open_text(&mut self, out: &mut Vec<String>) -> usize {
+        if let Some(slot) = self.text_slot {
+            return slot;
+        }
+        let item = Item::Message {
+            id: crate::call::new_id("msg_"),
+            status: Status::InProgress,
+            role: "assistant".into(),
+            content: Vec::new(),
+        };
+        let slot = self.add(item, out);
+        self.text_slot = Some(slot);
+        let n = self.next();
+        if let Some(Item::Message { id, content, .. }) = self.resource.output.get_mut(slot) {
+            content.push(OutputText::new(String::new()));
+            if let Some(part) = content.first() {
+                out.push(
+                    Event::PartAdded {
+                        sequence_number: n,
+                        item_id: id,
+                        output_index: slot,
+                        content_index: 0,
+                        part,
+                    }
+                    .frame(),
+                );
+            }
+        }
+        slot
+    }
+
+    /// Closes the open message item: its text's, its part's and its own `.done` events.
+    fn close_text(&mut self, status: Status, out: &mut Vec<String>) {
+        let Some(slot) = self.text_slot.take() else {
+            return;
+        };
+        let (a, b, c) = (self.next(), self.next(), self.next());
+        let Some(item) = self.resource.output.get_mut(slot) else {
+            return;
+        };
+        item.set_status(status);
+        if let Item::Message { id, content, .. } = &*item
+            && let Some(part) = content.first()
+        {
+            out.push(
+                Event::TextDone {
+                    sequence_number: a,
+                    item_id: id,
+                    output_index: slot,
+                    content_index: 0,
+                    text: &part.text,
+                    logprobs: [],
+                }
+                .frame(),
+            );
+            out.push(
+                Event::PartDone {
+                    sequence_number: b,
+                    item_id: id,
+                    output_index: slot,
+                    content_index: 0,
+                    part,
+                }
+                .frame(),
+            );
+        }
+        out.push(
+            Event::ItemDone {
+                sequence_number: c,
+                output_index: slot,
+                item,
+            }
+            .frame(),
+        );
+    }
+
+    /// The model began its call numbered `index`: its item is added at once, the text before
+    /// it closed. A call out of order is shown at the end.
+    fn call_start(&mut self, index: usize, call_id: &str, name: &str) -> Vec<String> {
+        if !self.live_calls || index != self.calls.len() {
+            return Vec::new();
+        }
+        // Text held for a stop sequence that did not come before the call.
+        let held = self.gate.release();
+        let mut out = self.show(&held);
+        self.close_text(Status::Completed, &mut out);
+        let item = Item::FunctionCall {
+            id: crate::call::new_id("fc_"),
+            call_id: call_id.to_owned(),
+            name: name.to_owned(),
+            arguments: String::new(),
+            status: Status::InProgress,
+        };
+        let slot = self.add(item, &mut out);
+        self.calls.push(LiveCall {
+            call_id: call_id.to_owned(),
+            slot,
+        });
+        out
+    }
+
+    fn call_args(&mut self, index: usize, fragment: &str) -> Vec<String> {
+        let Some(slot) = self.calls.get(index).map(|c| c.slot) else {
+            return Vec::new();
+        };
+        let n = self.next();
+        match self.resource.output.get_mut(slot) {
+            Some(Item::FunctionCall { id, arguments, .. }) => {
+                arguments.push_str(fragment);
+                vec![
+                    Event::ArgsDelta {
+                        sequence_number: n,
+                        item_id: id,
+                        output_index: slot,
+                        delta: fragment,
+                    }
+                    .frame(),
+                ]
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// A call's arguments' `.done` and its item's, with the arguments as the answer has them.
+    fn call_done(&mut self, slot: usize, final_arguments: String, out: &mut Vec<String>) {
+        let (a, b) = (self.next(), self.next());
+        let Some(item) = self.resource.output.get_mut(slot) else {
+            return;
+        };
+        if let Item::FunctionCall {
+            id,
+            name,
+            arguments,
+            status,
+            ..
+        } = item
+        {
+            *arguments = final_arguments;
+            *status = Status::Completed;
+            out.push(
+                Event::ArgsDone {
+                    sequence_number: a,
+                    item_id: id,
+                    output_index: slot,
+                    name,
+                    arguments,
+                }
+                .frame(),
+            );
+        }
+        out.push(
+            Event::ItemDone {
+                sequence_number: b,
+                output_index: slot,
+                item,
+            }
+            .frame(),
+        );
+    }
+
+    /// What closes the stream: the text and calls not shown yet, each item done, and the
+    /// response `completed` (or `incomplete`, cut by `max_output_tokens`) with its usage.
+    pub fn finish(&mut self, finished: &Finished) -> Vec<String> {
+        let (text, calls) = match &finished.answer {
+            Answer::Text(t) => (t.clone(), &[][..]),
+            Answer::Json(v) => (pyjson::dumps(v, Style::SORTED), &[][..]),
+            Answer::ToolCalls { text, calls } => (text.clone(), calls.as_slice()),
+        };
+        let cut = matches!(finished.finish, Finish::MaxTokens);
+        let mut out = Vec::new();
+        let rest = self.gate.rest(&text);
+        out.extend(self.show(&rest));
+        // A text answer always has its message, if empty.
+        if calls.is_empty() && self.resource.output.is_empty() {
+            self.open_text(&mut out);
+        }
+        let text_status = if cut && calls.is_empty() {
+            Status::Incomplete
+        } else {
+            Status::Completed
+        };
+        self.close_text(text_status, &mut out);
+        for call in calls {
+            let arguments = call.arguments_json();
+            let shown = self
+                .calls
+                .iter()
+                .find(|c| c.call_id == call.id)
+                .map(|c| c.slot);
+            let slot = match shown {
+                Some(slot) => slot,
+                None => {
+                    let item = Item::FunctionCall {
+                        id: crate::call::new_id("fc_"),
+                        call_id: call.id.clone(),
+                        name: call.name.clone(),
+                        arguments: String::new(),
+                        status: Status::InProgress,
+                    };
+                    let slot = self.add(item, &mut out);
+                    let n = self.next();
+                    if let Some(Item::FunctionCall { id, .. }) = self.resource.output.get(slot) {
+                        out.push(
+                            Event::ArgsDelta {
+                                sequence_number: n,
+                                item_id: id,
+                                output_index: slot,
+                                delta: &arguments,
+                            }
+                            .frame(),
+                        );
+                    }
+                    slot
+                }
+            };
+            self.call_done(slot, arguments, &mut out);
+        }
+        // Calls shown as they were made that the answer does not have (a repair dropped
+        // them) are done as they stand.
+        let dropped: Vec<usize> = self
+            .resource
+            .output
+            .iter()
+            .enumerate()
+            .filter(|(_, item)| {
+                matches!(
+                    item,
+                    Item::FunctionCall {
+                        status: Status::InProgress,
+                        ..
+                    }
+                )
+            })
+            .map(|(slot, _)| slot)
+            .collect();
+        for slot in dropped {
+            let arguments = match self.resource.output.get(slot) {
+                Some(Item::FunctionCall { arguments, .. }) => arguments.clone(),
+                _ => continue,
+            };
+            self.call_done(slot, arguments, &mut out);
+        }
+        self.resource.model = finished.model.clone();
+        self.resource.usage = Some(finished.usage.into());
+        self.resource.completed_at = Some(now());
+        let n = self.next();
+        if cut {
+            self.resource.status = Status::Incomplete;
+            self.resource.incomplete_details = Some(IncompleteDetails {
+                reason: "max_output_tokens".into(),
+            });
+            out.push(
+                Event::Incomplete {
+                    sequence_number: n,
+                    response: &self.resource,
+                }
+                .frame(),
+            );
+        } else {
+            self.resource.status = Status::Completed;
+            out.push(
+                Event::Completed {
+                    sequence_number: n,
+                    response: &self.resource,
+                }
+                .frame(),
+            );
+        }
+        out
+    }
+
+    /// An error after the stream began: the `error` event, then the response `failed`.
+    pub fn error(&mut self, e: &ApiError) -> Vec<String> {
+        let (a, b) = (self.next(), self.next());
+        let kind = e.openai_type();
+        let code = e.code.as_deref();
+        let error = Event::Error {
+            sequence_number: a,
+            error: ErrorPayload {
+                kind,
+                code,
+                message: &e.message,
+                param: e.param.as_deref(),
+            },
+        }
+        .frame();
+        self.resource.status = Status::Failed;
+        self.resource.error = Some(ResponseError {
+            code: code.unwrap_or(kind).to_owned(),
+            message: e.message.clone(),
+        });
+        let failed = Event::Failed {
+            sequence_number: b,
+            response: &self.resource,
+        }
+        .frame();
+        vec![error, failed]
+    }
+
+    /// The response's id.
+    pub fn id(&self) -> &str {
+        &self.resource.id
+    }
+}
+
+/// Where a response is kept once made, with the input it answered; `None`: not kept
+/// (`store: false`).
+pub struct Keep {
+    pub store: super::store::Store,
+    pub input: Vec<Value>,
+}
+
+impl Keep {
+    /// Stores `response`; a store that fails is logged (the answer is sent all the same).
+    pub async fn save(self, response: Resource) {
+        let id = response.id.clone();
+        let stored = Stored {
+            response,
+            input: self.input,
+        };
+        let text = match serde_json::to_string(&stored) {
+            Ok(text) => text,
+            Err(e) => {
+                tracing::warn!(error = %e, "a response could not be written for the store");
+                return;
+            }
+        };
+        if let Err(e) = self.store.put(&id, text).await {
+            tracing::warn!(error = %e, response = %id, "a response was not stored");
+        }
+    }
+}
+
+/// A streamed response: the encoder, and where the response is kept when done.
+pub struct Streamed {
+    pub encoder: Encoder,
+    pub keep: Option<Keep>,
+    /// The answer ended: the response is whole.
+    done: bool,
+}
+
+impl Streamed {
+    pub fn new(encoder: Encoder, keep: Option<Keep>) -> Self {
+        Streamed {
+            encoder,
+            keep,
+            done: false,
+        }
+    }
+}
+
+impl super::Encode for Streamed {
+    fn start(&mut self) -> Vec<String> {
+        self.encoder.start()
+    }
+
+    fn piece(&mut self, piece: Piece) -> Vec<String> {
+        self.encoder.piece(piece)
+    }
+
+    fn finish(&mut self, answered: &crate::service::Answered) -> Vec<String> {
+        self.done = true;
+        self.encoder.finish(&answered.finished)
+    }
+
+    fn error(&mut self, e: &ApiError) -> Vec<String> {
+        self.encoder.error(e)
+    }
+
+    fn save(&mut self) -> Option<futures_util::future::BoxFuture<'static, ()>> {
+        if !self.done {
+            return None;
+        }
+        let keep = self.keep.take()?;
+        let response = self.encoder.resource().clone();
+        Some(Box::pin(keep.save(response)))
+    }
+}
