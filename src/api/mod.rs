@@ -9,10 +9,13 @@
 //! These calls come from no MCP host, so they are answered by the direct backends (the
 //! embedded model, providers, the models file's entries), never by sampling.
 
+pub mod chat;
 pub mod gate;
+pub mod gemini;
+pub mod messages;
 pub mod responses;
+pub mod sse;
 pub mod store;
-pub mod stream;
 
 use crate::call::Call;
 use crate::error::{CallError, Upstream};

@@ -960,3 +960,106 @@ impl super::Encode for Streamed {
         Some(Box::pin(keep.save(response)))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::sse::tests_support::*;
+
+    fn streamed(answered: &crate::service::Answered, pieces: Vec<Piece>) -> Vec<Value> {
+        let mut s = Streamed::new(Encoder::new(Echo::read(&Map::new()), "m", &[]), None);
+        run(&mut s, pieces, answered)
+    }
+
+    #[test]
+    fn a_call_is_an_item_done_with_the_answers_arguments_and_the_stream_ends_with_the_whole() {
+        let answered = answered(text_and_call(), Finish::ToolUse);
+        let events = streamed(&answered, pieces());
+        let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+        let at = |k: &str| kinds.iter().position(|x| *x == k).unwrap();
+        // The message is done before the call is added, and the call's pieces follow it.
+        assert!(at("response.output_item.done") < at("response.function_call_arguments.delta"));
+        let deltas = kinds
+            .iter()
+            .filter(|k| **k == "response.function_call_arguments.delta")
+            .count();
+        assert_eq!(deltas, 3);
+        assert!(
+            events
+                .iter()
+                .enumerate()
+                .all(|(i, e)| e["sequence_number"] == i)
+        );
+        let last = &events.last().unwrap()["response"];
+        assert_eq!(kinds.last(), Some(&"response.completed"));
+        let whole = serde_json::to_value(
+            Encoder::new(Echo::read(&Map::new()), "m", &[]).whole(&answered.finished),
+        )
+        .unwrap();
+        // The same output, item for item, but for the ids each response mints.
+        let strip = |v: &Value| {
+            let mut v = v.clone();
+            for item in v["output"].as_array_mut().unwrap() {
+                item["id"] = Value::Null;
+            }
+            for k in ["id", "created_at", "completed_at"] {
+                v[k] = Value::Null;
+            }
+            v
+        };
+        assert_eq!(strip(last), strip(&whole));
+        assert_eq!(last["output"][1]["arguments"], "{\"city\": \"Paris\"}");
+        assert!(
+            last["output"][0]["id"]
+                .as_str()
+                .unwrap()
+                .starts_with("msg_")
+        );
+        assert!(last["output"][1]["id"].as_str().unwrap().starts_with("fc_"));
+        assert_eq!(last["usage"]["input_tokens_details"]["cached_tokens"], 4);
+    }
+
+    #[test]
+    fn a_cut_answer_is_incomplete_and_an_error_fails_the_response() {
+        let answered = answered(Answer::Text("1 2".into()), Finish::MaxTokens);
+        let events = streamed(&answered, vec![Piece::Text("1 2".into())]);
+        let last = events.last().unwrap();
+        assert_eq!(last["type"], "response.incomplete");
+        assert_eq!(
+            last["response"]["incomplete_details"]["reason"],
+            "max_output_tokens"
+        );
+        assert_eq!(last["response"]["output"][0]["status"], "incomplete");
+        let mut e = Encoder::new(Echo::read(&Map::new()), "m", &[]);
+        e.start();
+        let failed =
+            data(&e.error(&ApiError::invalid("too long").with_code("context_length_exceeded")));
+        assert_eq!(failed[0]["type"], "error");
+        assert_eq!(failed[0]["error"]["code"], "context_length_exceeded");
+        assert_eq!(failed[1]["type"], "response.failed");
+        assert_eq!(failed[1]["response"]["status"], "failed");
+        assert_eq!(failed[1]["sequence_number"], 3);
+    }
+
+    #[test]
+    fn a_stored_response_continues_as_the_turns_before_and_its_output() {
+        let answered = answered(text_and_call(), Finish::ToolUse);
+        let response = Encoder::new(Echo::read(&Map::new()), "m", &[]).whole(&answered.finished);
+        let stored = Stored {
+            response,
+            input: input_items(Some(&json!("Weather?"))),
+        };
+        let text = serde_json::to_string(&stored).unwrap();
+        let back: Stored = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            back.conversation(),
+            vec![
+                json!({"role": "user", "content": "Weather?"}),
+                json!({"type": "message", "role": "assistant",
+                       "content": [{"type": "output_text", "text": "Sure."}]}),
+                json!({"type": "function_call", "call_id": "call_1", "name": "get_weather",
+                       "arguments": "{\"city\": \"Paris\"}"}),
+            ]
+        );
+    }
+}

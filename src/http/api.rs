@@ -5,11 +5,12 @@
 //! or the API's error envelope. The token is taken in every spelling the clients use.
 
 use crate::api::responses::{self as resp, Echo, Encoder, Keep, Stored, Streamed};
-use crate::api::stream::Stream;
 use crate::api::{self, Admitted, Api, ApiError, Dialect, Encode, ErrorKind, Prepared};
+use crate::api::{chat, gemini, messages};
 use crate::call::Call;
 use crate::fulfil::live::{Event, Sink};
 use crate::fulfil::written::Piece;
+use crate::service::Answered;
 use crate::service::Parsed;
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -541,15 +542,10 @@ async fn complete(
         _body: held,
     };
     if prepared.stream {
-        let encode = Box::new(Stream::new(
-            dialect,
-            &api.model_name(&call),
-            prepared.include_usage,
-            call.request.stop.clone(),
-        ));
+        let encode = stream_encoder(&api, dialect, &prepared, &call).await;
         return streamed(api, dialect, prepared, call, holding, encode).await;
     }
-    let answer = whole(&api, dialect, prepared, &call, Value::Object).await;
+    let answer = whole(&api, dialect, prepared, &call, |object| object).await;
     drop(holding);
     answer
 }
@@ -560,17 +556,61 @@ async fn whole(
     dialect: Dialect,
     prepared: Prepared,
     call: &Call,
-    body: impl FnOnce(Map<String, Value>) -> Value,
+    body: impl FnOnce(Value) -> Value,
 ) -> Response {
     // A client that goes away drops this future, and with it the work.
     let cancel = CancellationToken::new();
     let mut warnings = prepared.warnings;
     match api.answer(dialect, call, &cancel, None).await {
         Ok(answered) => {
-            warnings.extend(answered.report.warnings);
-            with_warnings(json_body(body(answered.rendered.object)), &warnings)
+            warnings.extend(answered.report.warnings.iter().cloned());
+            let object = whole_object(api, dialect, call, &answered);
+            with_warnings(json_body(body(object)), &warnings)
         }
         Err(e) => error(dialect, &e, &warnings),
+    }
+}
+
+/// The API object of a whole answer, written by the dialect's encoder.
+fn whole_object(api: &Api, dialect: Dialect, call: &Call, answered: &Answered) -> Value {
+    let (model, stop) = (api.model_name(call), &call.request.stop);
+    match dialect {
+        Dialect::Chat => {
+            serialized(&chat::Encoder::new(&model, stop, false).whole(&answered.finished))
+        }
+        Dialect::Messages => {
+            serialized(&messages::Encoder::new(&model, stop, 0).whole(&answered.finished))
+        }
+        Dialect::Gemini => serialized(&gemini::Encoder::new(&model, stop).whole(answered)),
+        Dialect::Responses => serialized(
+            &resp::Encoder::new(Echo::read(&Map::new()), &model, stop).whole(&answered.finished),
+        ),
+    }
+}
+
+/// The encoder of a streamed answer in `dialect`. Anthropic's `message_start` says how long
+/// the prompt is: counted by the embedded model, estimated for others.
+async fn stream_encoder(
+    api: &Api,
+    dialect: Dialect,
+    prepared: &Prepared,
+    call: &Call,
+) -> Box<dyn Encode> {
+    let (model, stop) = (api.model_name(call), &call.request.stop);
+    match dialect {
+        Dialect::Chat => Box::new(chat::Encoder::new(&model, stop, prepared.include_usage)),
+        Dialect::Messages => {
+            let input_tokens = api
+                .count_tokens(call)
+                .await
+                .unwrap_or_else(|_| call.prompt_tokens_estimate());
+            Box::new(messages::Encoder::new(&model, stop, input_tokens))
+        }
+        Dialect::Gemini => Box::new(gemini::Encoder::new(&model, stop)),
+        Dialect::Responses => Box::new(Streamed::new(
+            Encoder::new(Echo::read(&Map::new()), &model, stop),
+            None,
+        )),
     }
 }
 
@@ -587,7 +627,7 @@ async fn gemini_array(api: Arc<Api>, body: Bytes, model: &str) -> Response {
     };
     drop(body);
     whole(&api, Dialect::Gemini, prepared, &call, |object| {
-        json!([Value::Object(object)])
+        json!([object])
     })
     .await
 }

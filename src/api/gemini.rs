@@ -1,0 +1,231 @@
+//! Gemini `generateContent`: the `GenerateContentResponse` and the stream of them
+//! (`streamGenerateContent`), written by one [`Encoder`] from typed values. The stream sends
+//! the text as it is made and a call whole at the end (as Gemini does); its last response has
+//! the finish reason and the usage; the whole answer is what the stream's parts add up to.
+
+use super::gate::TextGate;
+use super::sse::{frame, text_and_calls};
+use super::{ApiError, Dialect, Encode};
+use crate::call::{Block, Finish};
+use crate::fulfil::written::Piece;
+use crate::service::{Answered, Finished};
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FunctionCall {
+    pub id: String,
+    pub name: String,
+    pub args: Map<String, Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InlineData {
+    pub mime_type: String,
+    pub data: String,
+}
+
+/// A part of the model's content.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Part {
+    Text(String),
+    FunctionCall(FunctionCall),
+    InlineData(InlineData),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Content {
+    pub role: &'static str,
+    pub parts: Vec<Part>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Candidate {
+    pub content: Content,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub finish_reason: Option<&'static str>,
+    pub index: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UsageMetadata {
+    pub prompt_token_count: usize,
+    pub candidates_token_count: usize,
+    pub total_token_count: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cached_content_token_count: Option<usize>,
+    /// Counted by this server from the text, not by the model.
+    pub estimated: bool,
+}
+
+impl From<crate::call::Usage> for UsageMetadata {
+    fn from(u: crate::call::Usage) -> Self {
+        UsageMetadata {
+            prompt_token_count: u.prompt,
+            candidates_token_count: u.completion,
+            total_token_count: u.total(),
+            cached_content_token_count: u.cached,
+            estimated: u.estimated,
+        }
+    }
+}
+
+/// A `GenerateContentResponse`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Response {
+    pub candidates: Vec<Candidate>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage_metadata: Option<UsageMetadata>,
+    pub model_version: String,
+    pub response_id: String,
+}
+
+/// One response, as its stream of responses while it is made and whole when done.
+pub struct Encoder {
+    id: String,
+    model: String,
+    gate: TextGate,
+}
+
+impl Encoder {
+    /// A response answered by `model`, its text stopped at `stop`.
+    pub fn new(model: &str, stop: &[String]) -> Self {
+        Encoder {
+            id: uuid::Uuid::new_v4().simple().to_string(),
+            model: model.to_owned(),
+            gate: TextGate::new(stop),
+        }
+    }
+
+    fn response(&self, parts: Vec<Part>, end: Option<(&Finished, &str)>) -> Response {
+        Response {
+            candidates: vec![Candidate {
+                content: Content {
+                    role: "model",
+                    parts,
+                },
+                finish_reason: end.map(|(f, _)| match f.finish {
+                    Finish::MaxTokens => "MAX_TOKENS",
+                    _ => "STOP",
+                }),
+                index: 0,
+            }],
+            usage_metadata: end.map(|(f, _)| f.usage.into()),
+            model_version: end.map_or_else(|| self.model.clone(), |(_, m)| m.to_owned()),
+            response_id: self.id.clone(),
+        }
+    }
+
+    /// The parts after `text`: the calls, the answer's images and audio.
+    fn other_parts(answered: &Answered) -> Vec<Part> {
+        let (_, calls) = text_and_calls(&answered.finished.answer);
+        let mut parts: Vec<Part> = calls
+            .iter()
+            .map(|c| {
+                Part::FunctionCall(FunctionCall {
+                    id: c.id.clone(),
+                    name: c.name.clone(),
+                    args: c.input.clone(),
+                })
+            })
+            .collect();
+        parts.extend(answered.media.iter().filter_map(|block| match block {
+            Block::Image { data, mime, .. } | Block::Audio { data, mime, .. } => {
+                Some(Part::InlineData(InlineData {
+                    mime_type: mime.clone(),
+                    data: data.clone(),
+                }))
+            }
+            _ => None,
+        }));
+        parts
+    }
+
+    /// The whole response for an answer.
+    pub fn whole(&self, answered: &Answered) -> Response {
+        let finished = &answered.finished;
+        let (text, calls) = text_and_calls(&finished.answer);
+        let mut parts = Vec::new();
+        if !text.is_empty() || calls.is_empty() {
+            parts.push(Part::Text(text));
+        }
+        parts.extend(Self::other_parts(answered));
+        self.response(parts, Some((finished, &finished.model)))
+    }
+}
+
+impl Encode for Encoder {
+    fn start(&mut self) -> Vec<String> {
+        Vec::new()
+    }
+
+    fn piece(&mut self, piece: Piece) -> Vec<String> {
+        let Piece::Text(text) = piece else {
+            // Gemini sends a call whole, at the end.
+            return Vec::new();
+        };
+        let show = self.gate.feed(&text);
+        if show.is_empty() {
+            return Vec::new();
+        }
+        vec![frame(None, &self.response(vec![Part::Text(show)], None))]
+    }
+
+    fn finish(&mut self, answered: &Answered) -> Vec<String> {
+        let finished = &answered.finished;
+        let (text, _) = text_and_calls(&finished.answer);
+        let rest = self.gate.rest(&text);
+        let mut parts = Vec::new();
+        if !rest.is_empty() {
+            parts.push(Part::Text(rest));
+        }
+        parts.extend(Self::other_parts(answered));
+        vec![frame(
+            None,
+            &self.response(parts, Some((finished, &finished.model))),
+        )]
+    }
+
+    fn error(&mut self, e: &ApiError) -> Vec<String> {
+        vec![frame(None, &e.body(Dialect::Gemini))]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::sse::tests_support::*;
+
+    #[test]
+    fn text_streams_a_call_comes_whole_at_the_end_and_the_parts_fold_into_the_whole() {
+        let answered = answered(text_and_call(), Finish::ToolUse);
+        let mut e = Encoder::new("m", &[]);
+        let events = run(&mut e, pieces(), &answered);
+        assert_eq!(events.len(), 2, "{events:?}");
+        let whole = serde_json::to_value(e.whole(&answered)).unwrap();
+        let parts: Vec<Value> = events
+            .iter()
+            .flat_map(|e| {
+                e["candidates"][0]["content"]["parts"]
+                    .as_array()
+                    .unwrap()
+                    .clone()
+            })
+            .collect();
+        assert_eq!(
+            Value::Array(parts),
+            whole["candidates"][0]["content"]["parts"]
+        );
+        let last = events.last().unwrap();
+        assert_eq!(last["candidates"][0]["finishReason"], "STOP");
+        assert_eq!(last["usageMetadata"], whole["usageMetadata"]);
+        assert_eq!(last["responseId"], whole["responseId"]);
+        assert!(events[0].get("usageMetadata").is_none());
+    }
+}
