@@ -17,6 +17,7 @@
 mod common;
 
 mod api_clis;
+mod api_letter;
 mod api_sdks;
 mod bridge;
 mod bridge_limits;

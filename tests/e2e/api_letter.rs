@@ -1,0 +1,198 @@
+//! The model APIs to the letter, on every dialect: a prompt over the context is an HTTP 400
+//! before any stream, in each API's form (OpenAI's `context_length_exceeded`); Anthropic's
+//! `message_start` says the prompt's real count (what `count_tokens` says) and its usage always
+//! has both cache fields; a stream and a whole answer name the same model, the backend's.
+
+use crate::common::openai::{Reply, Scripted, completion};
+use crate::http_api::{TOKEN, data, embedded, post, server};
+use serde_json::{Value, json};
+use std::time::Duration;
+
+/// Each API's request for `text`, streamed: its path and body.
+fn streamed_requests(text: &str) -> [(&'static str, Value); 4] {
+    [
+        (
+            "/v1/chat/completions",
+            json!({"model": "local", "stream": true,
+                   "messages": [{"role": "user", "content": text}]}),
+        ),
+        (
+            "/v1/messages",
+            json!({"model": "local", "stream": true, "max_tokens": 16,
+                   "messages": [{"role": "user", "content": text}]}),
+        ),
+        (
+            "/v1/responses",
+            json!({"model": "local", "stream": true, "input": text}),
+        ),
+        (
+            "/v1beta/models/local:streamGenerateContent?alt=sse",
+            json!({"contents": [{"role": "user", "parts": [{"text": text}]}]}),
+        ),
+    ]
+}
+
+#[tokio::test]
+async fn a_prompt_over_the_context_streamed_is_a_400_before_any_stream_in_each_apis_form() {
+    let (_turn, s) = embedded(&[("AGENT_AS_MODEL_AUTH_TOKEN", TOKEN)]).await;
+    let long = "word ".repeat(6000);
+    for (path, body) in streamed_requests(&long) {
+        let (status, headers, text) =
+            post(&format!("{}{path}", s.url), &[("x-api-key", TOKEN)], &body).await;
+        assert_eq!(status, 400, "{path}: {text}");
+        assert_eq!(headers["content-type"], "application/json", "{path}");
+        let e: Value = serde_json::from_str(&text).unwrap();
+        match path {
+            "/v1/messages" => {
+                assert_eq!(e["type"], "error", "{e}");
+                assert_eq!(e["error"]["type"], "invalid_request_error", "{e}");
+                assert!(
+                    e["error"]["message"]
+                        .as_str()
+                        .unwrap()
+                        .starts_with("prompt is too long"),
+                    "{e}"
+                );
+            }
+            p if p.starts_with("/v1beta") => {
+                assert_eq!(e["error"]["status"], "INVALID_ARGUMENT", "{e}");
+                assert_eq!(e["error"]["code"], 400, "{e}");
+            }
+            _ => {
+                assert_eq!(e["error"]["code"], "context_length_exceeded", "{e}");
+                assert_eq!(e["error"]["type"], "invalid_request_error", "{e}");
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn anthropics_message_start_says_the_prompts_real_count() {
+    let (_turn, s) = embedded(&[("AGENT_AS_MODEL_AUTH_TOKEN", TOKEN)]).await;
+    let messages = json!([{"role": "user", "content": "Name three colours of the rainbow."}]);
+    let (status, _, counted) = post(
+        &format!("{}/v1/messages/count_tokens", s.url),
+        &[("x-api-key", TOKEN)],
+        &json!({"model": "local", "messages": messages}),
+    )
+    .await;
+    assert_eq!(status, 200, "{counted}");
+    let counted: Value = serde_json::from_str(&counted).unwrap();
+    let (status, _, text) = post(
+        &format!("{}/v1/messages", s.url),
+        &[("x-api-key", TOKEN)],
+        &json!({"model": "local", "stream": true, "max_tokens": 8, "messages": messages}),
+    )
+    .await;
+    assert_eq!(status, 200, "{text}");
+    let events = data(&text);
+    let start = &events[0]["message"];
+    assert_eq!(events[0]["type"], "message_start");
+    assert!(counted["input_tokens"].as_u64().unwrap() > 5, "{counted}");
+    assert_eq!(
+        start["usage"]["input_tokens"], counted["input_tokens"],
+        "{start}"
+    );
+    let delta = events
+        .iter()
+        .find(|e| e["type"] == "message_delta")
+        .unwrap();
+    for field in ["cache_creation_input_tokens", "cache_read_input_tokens"] {
+        assert!(start["usage"][field].is_u64(), "{field}: {start}");
+        assert!(delta["usage"][field].is_u64(), "{field}: {delta}");
+    }
+    assert_eq!(delta["usage"]["output_tokens"], 8, "{delta}");
+}
+
+fn chunk(delta: Value, finish: Value) -> String {
+    json!({"id": "c", "object": "chat.completion.chunk", "model": "upstream",
+           "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+    .to_string()
+}
+
+#[tokio::test]
+async fn a_stream_and_a_whole_answer_name_the_same_model_on_every_api() {
+    let mut whole = completion("Paris.");
+    whole["model"] = json!("upstream");
+    let stream = Reply::Events(
+        vec![
+            chunk(json!({"content": "Paris."}), Value::Null),
+            chunk(json!({}), json!("stop")),
+            "[DONE]".into(),
+        ],
+        Duration::from_millis(5),
+    );
+    let provider = Scripted::start(vec![
+        Reply::json(200, &whole),
+        stream.clone(),
+        Reply::json(200, &whole),
+        stream.clone(),
+        Reply::json(200, &whole),
+        stream.clone(),
+        Reply::json(200, &whole),
+        stream,
+    ])
+    .await;
+    let s = server("letter-model", &provider).await;
+    // (path, body, where the model is in the whole answer, where in each streamed event)
+    let cases: [(&str, Value, &str, &str); 4] = [
+        (
+            "/v1/chat/completions",
+            json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Hi"}]}),
+            "/model",
+            "/model",
+        ),
+        (
+            "/v1/messages",
+            json!({"model": "gpt-4o-mini", "max_tokens": 10,
+                   "messages": [{"role": "user", "content": "Hi"}]}),
+            "/model",
+            "/message/model",
+        ),
+        (
+            "/v1/responses",
+            json!({"model": "gpt-4o-mini", "input": "Hi"}),
+            "/model",
+            "/response/model",
+        ),
+        (
+            "/v1beta/models/gpt-4o-mini:generateContent",
+            json!({"contents": [{"role": "user", "parts": [{"text": "Hi"}]}]}),
+            "/modelVersion",
+            "/modelVersion",
+        ),
+    ];
+    for (path, body, at_whole, at_event) in cases {
+        let url = format!("{}{path}", s.url);
+        let (status, _, text) = post(&url, &[("x-api-key", TOKEN)], &body).await;
+        assert_eq!(status, 200, "{path}: {text}");
+        let whole: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            whole.pointer(at_whole).unwrap(),
+            "upstream",
+            "{path}: {whole}"
+        );
+        let (url, body) = match path {
+            p if p.starts_with("/v1beta") => (
+                format!(
+                    "{}/v1beta/models/gpt-4o-mini:streamGenerateContent?alt=sse",
+                    s.url
+                ),
+                body,
+            ),
+            _ => {
+                let mut b = body;
+                b["stream"] = json!(true);
+                (url, b)
+            }
+        };
+        let (status, _, text) = post(&url, &[("x-api-key", TOKEN)], &body).await;
+        assert_eq!(status, 200, "{path}: {text}");
+        let named: Vec<Value> = data(&text)
+            .iter()
+            .filter_map(|e| e.pointer(at_event).cloned())
+            .collect();
+        assert!(!named.is_empty(), "{path}: {text}");
+        assert!(named.iter().all(|m| *m == "upstream"), "{path}: {text}");
+    }
+}
