@@ -74,6 +74,10 @@ pub trait Model: Send + Sync {
     fn capabilities(&self) -> Capabilities;
     /// The `list_models` entry.
     fn describe(&self) -> Value;
+    /// The name the model goes by, as its answers report it (the entry's `id`).
+    fn model_name(&self) -> Option<String> {
+        self.describe().get("id")?.as_str().map(str::to_owned)
+    }
     /// Answers one request; a backend that makes its answer token by token reports them to
     /// `live` as they come.
     fn complete(

@@ -766,6 +766,10 @@ impl Model for Provider {
         }
     }
 
+    fn model_name(&self) -> Option<String> {
+        Some(self.settings.model.clone())
+    }
+
     fn describe(&self) -> Value {
         json!({
             "id": self.settings.model,

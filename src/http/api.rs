@@ -202,6 +202,16 @@ async fn responses(State(api): State<Arc<Api>>, held: Share, body: Bytes) -> Res
         Err(e) => return error(dialect, &e, &[]),
     };
     drop(body);
+    if map.get("background") == Some(&Value::Bool(true)) {
+        let e = ApiError {
+            param: Some("background".into()),
+            ..ApiError::invalid(
+                "`background`: background responses are not run here; leave it out (or false) \
+                 and wait for the answer, or stream it",
+            )
+        };
+        return error(dialect, &e, &[]);
+    }
     let echo = Echo::read(&map);
     let mut input = resp::input_items(map.get("input"));
     if let Some(previous) = map.remove("previous_response_id") {

@@ -410,6 +410,10 @@ impl Model for Local {
         }
     }
 
+    fn model_name(&self) -> Option<String> {
+        Some(self.name())
+    }
+
     fn describe(&self) -> Value {
         let s = &self.settings;
         let (status, context, slots, threads, device) = match self.state() {

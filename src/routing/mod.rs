@@ -280,7 +280,7 @@ impl Backends {
     pub fn answering_model(&self, model: &str) -> Option<String> {
         let chain = self.route(model, false).ok()?;
         match &chain.first()?.answerer {
-            Answerer::Model(m) => m.describe().get("id")?.as_str().map(str::to_owned),
+            Answerer::Model(m) => m.model_name(),
             Answerer::Host { .. } => None,
         }
     }

@@ -372,6 +372,14 @@ async fn responses_are_retrieved_deleted_and_not_kept_with_store_false() {
     assert_eq!(unkept["store"], false);
     let (status, _) = get(&format!("{base}/{}", unkept["id"].as_str().unwrap())).await;
     assert_eq!(status, 404);
+    // Background responses are not run here: refused by name, never accepted and lost.
+    let (status, refused) = create(
+        &s.url,
+        &json!({"model": "gpt-4o-mini", "input": "Hi", "background": true}),
+    )
+    .await;
+    assert_eq!(status, 400, "{refused}");
+    assert_eq!(refused["error"]["param"], "background");
 }
 
 /// The embedded model's answers, whole, streamed and cut, are valid responses too.
