@@ -2,7 +2,11 @@
 //!
 //! `messages: [{role: user|assistant, content: string | blocks}]` and `system: string | text
 //! blocks`; a list of text blocks becomes one text joined with `"\n"`. Blocks are `text`,
-//! `image` (base64 source), `tool_use` (assistant) and `tool_result` (user).
+//! `image` (base64 source), `tool_use` (assistant) and `tool_result` (user). An assistant's
+//! `thinking` and `redacted_thinking` blocks, which Anthropic asks clients to send back, are
+//! accepted and left out of the turn (no template here takes them; the debug log says so). A
+//! user message whose `tool_result` blocks are followed by text (Anthropic's order) becomes the
+//! tool results and then a user turn.
 
 use super::common::{
     Common, Env, Format, Hooks, Msg, Parts, Spelling, flatten_text, message_objects, render_text,
@@ -59,7 +63,14 @@ impl Shape for MessagesCreate {
 }
 
 const ROLES: [&str; 2] = ["user", "assistant"];
-const BLOCK_TYPES: [&str; 4] = ["text", "image", "tool_use", "tool_result"];
+const BLOCK_TYPES: [&str; 6] = [
+    "text",
+    "image",
+    "tool_use",
+    "tool_result",
+    "thinking",
+    "redacted_thinking",
+];
 
 fn image(block: &Obj<'_>, limits: &Limits) -> CallResult<Block> {
     let spath = block.path("source");
@@ -131,6 +142,14 @@ fn content(v: &Value, path: &str, limits: &Limits, nested: bool) -> CallResult<V
                     .and_then(Value::as_bool)
                     .unwrap_or(false),
             },
+            "thinking" | "redacted_thinking" if !nested => {
+                tracing::debug!(
+                    block = %p,
+                    "a {ty} block in the history is left out: no chat template here takes the \
+                     model's reasoning back"
+                );
+                continue;
+            }
             other => {
                 return Err(CallError::at(
                     &block.path("type"),
@@ -140,6 +159,31 @@ fn content(v: &Value, path: &str, limits: &Limits, nested: bool) -> CallResult<V
         });
     }
     Ok(flatten_text(blocks))
+}
+
+/// A user message's `tool_result` blocks apart from what follows them: Anthropic's order is
+/// the results first, then any text. `None` when the message has no results or nothing else.
+#[allow(clippy::type_complexity)]
+fn tool_results_first(
+    blocks: Vec<Block>,
+    m: &Obj<'_>,
+) -> CallResult<(Option<Vec<Block>>, Vec<Block>)> {
+    let is_result = |b: &Block| matches!(b, Block::ToolResult { .. });
+    let leading = blocks.iter().take_while(|b| is_result(b)).count();
+    let results = blocks.iter().filter(|b| is_result(b)).count();
+    if results == 0 || results == blocks.len() {
+        return Ok((None, blocks));
+    }
+    if leading != results {
+        return Err(CallError::at(
+            &m.path("content"),
+            "tool_result blocks come first in a user message, before any other content \
+             (Anthropic's order); move them to the front",
+        ));
+    }
+    let mut results = blocks;
+    let rest = results.split_off(leading);
+    Ok((Some(results), rest))
 }
 
 /// The system prompt: a string or text blocks joined with `"\n"`.
@@ -182,10 +226,18 @@ fn parse(o: &Obj<'_>, env: &Env<'_>) -> CallResult<Call> {
         if common.persona.is_some() {
             plain.push(json!({"role": role, "content": raw}));
         }
+        let (results, rest) = tool_results_first(blocks, &m)?;
+        if let Some(results) = results {
+            turns.push(Msg {
+                index,
+                role: r,
+                blocks: results,
+            });
+        }
         turns.push(Msg {
             index,
             role: r,
-            blocks,
+            blocks: rest,
         });
     }
     let mut view = Map::new();
@@ -279,6 +331,44 @@ mod tests {
     }
 
     #[test]
+    fn thinking_history_is_left_out_and_results_followed_by_text_split() {
+        let c = call(json!({"messages": [
+            {"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "content": [
+                {"type": "thinking", "thinking": "I should call the tool.", "signature": "c2ln"},
+                {"type": "redacted_thinking", "data": "ZW5j"},
+                {"type": "tool_use", "id": "t1", "name": "weather", "input": {"city": "Paris"}}]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "t1", "content": "21C"},
+                {"type": "text", "text": "Answer in French."}]}
+        ]}))
+        .unwrap();
+        let turns = &c.request.turns;
+        assert_eq!(turns.len(), 4, "{turns:?}");
+        assert!(matches!(
+            turns[1].blocks.as_slice(),
+            [Block::ToolUse { id, .. }] if id == "t1"
+        ));
+        assert!(matches!(
+            turns[2].blocks.as_slice(),
+            [Block::ToolResult { id, .. }] if id == "t1"
+        ));
+        assert_eq!(turns[3], Turn::text(Role::User, "Answer in French."));
+        let e = call(json!({"messages": [
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {}}]},
+            {"role": "user", "content": [
+                {"type": "text", "text": "first"},
+                {"type": "tool_result", "tool_use_id": "t1", "content": "r"}]}
+        ]}))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("`messages[1].content`: tool_result blocks come first"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn bad_input_names_the_field() {
         let cases = [
             (
@@ -287,7 +377,7 @@ mod tests {
             ),
             (
                 json!({"messages": [{"role": "user", "content": [{"type": "video"}]}]}),
-                "`messages[0].content[0].type`: expected one of \"text\", \"image\", \"tool_use\", \"tool_result\", got \"video\"",
+                "`messages[0].content[0].type`: expected one of \"text\", \"image\", \"tool_use\", \"tool_result\", \"thinking\", \"redacted_thinking\", got \"video\"",
             ),
             (
                 json!({"messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": "https://x"}}]}]}),

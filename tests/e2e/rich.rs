@@ -226,9 +226,9 @@ async fn broken_tool_sequences_name_the_message() {
     );
     let e = err_text(&client, "messages_create", json!({"messages": [
         {"role": "assistant", "content": [{"type": "tool_use", "id": "a", "name": "f", "input": {}}]},
-        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "a", "content": "r"}, {"type": "text", "text": "and more"}]}]})).await;
+        {"role": "user", "content": [{"type": "text", "text": "first"}, {"type": "tool_result", "tool_use_id": "a", "content": "r"}]}]})).await;
     assert!(
-        e.contains("`messages[1]`: a message carrying tool results must carry nothing else"),
+        e.contains("`messages[1].content`: tool_result blocks come first in a user message"),
         "{e}"
     );
     let e = err_text(&client, "chat_complete", json!({"messages": [

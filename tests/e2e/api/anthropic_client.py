@@ -177,6 +177,39 @@ def count_tokens(args):
     }
 
 
+# What Claude Code sends back after a tool call: the assistant's thinking blocks (Anthropic asks
+# clients to return them unchanged) beside its tool_use, then the tool_result followed by text in
+# one user message (Anthropic's documented order).
+CLAUDE_CODE_HISTORY = [
+    {"role": "user", "content": WEATHER_QUESTION},
+    {
+        "role": "assistant",
+        "content": [
+            {"type": "thinking", "thinking": "The user wants the weather.", "signature": "c2lnbmF0dXJl"},
+            {"type": "redacted_thinking", "data": "ZW5jcnlwdGVk"},
+            {"type": "tool_use", "id": "toolu_01", "name": "get_weather", "input": {"city": "Paris"}},
+        ],
+    },
+    {
+        "role": "user",
+        "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_01", "content": "21C and sunny"},
+            {"type": "text", "text": "Now answer the first question."},
+        ],
+    },
+]
+
+
+def claude_code_history(args):
+    c = client(args)
+    model = args.models["plain"]
+    r = c.messages.create(
+        model=model, max_tokens=100, messages=CLAUDE_CODE_HISTORY, tools=[TOOL]
+    )
+    counted = c.messages.count_tokens(model=model, messages=CLAUDE_CODE_HISTORY, tools=[TOOL])
+    return {"text": text_of(r), "stop_reason": r.stop_reason, "counted": counted.input_tokens}
+
+
 def models(args):
     listed = list(client(args).models.list())
     return {"ids": [m.id for m in listed], "types": dedup([m.type for m in listed])}
@@ -235,6 +268,7 @@ def local_stream(args):
 harness.main(
     {
         "plain": lambda a: answer(a, a.models["plain"]),
+        "claude_code_history": claude_code_history,
         "plain_bearer": lambda a: answer(a, a.models["plain"], bearer=True),
         "live": lambda a: answer(a, a.models["live"]),
         "stream": lambda a: stream(a, a.models["live"]),
