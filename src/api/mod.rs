@@ -110,6 +110,7 @@ pub fn prepare(
         Dialect::Messages => moved = system_messages(&mut body),
         Dialect::Responses => responses_tools(&mut body, &mut warnings),
         Dialect::Gemini => {
+            shapes::gemini::camel_case_fields(&mut body, &mut warnings);
             if let Some(model) = model {
                 body.insert("model".into(), json!(model));
             }

@@ -366,6 +366,84 @@ fn declaration(path: String, d: &Value) -> CallResult<common::ToolSpec<'_>> {
     })
 }
 
+/// Keys whose values are the caller's data, not the API's fields: schemas (whose property
+/// names are the caller's), a function call's arguments and a function's response.
+const OPAQUE: [&str; 6] = [
+    "parameters",
+    "parametersJsonSchema",
+    "responseSchema",
+    "responseJsonSchema",
+    "args",
+    "response",
+];
+
+/// Gemini's fields in proto JSON's other spelling: the protocol buffer's own field names
+/// (`system_instruction`, `generation_config`, `parameters_json_schema`, `inline_data`,
+/// `mime_type`, …), which the API accepts as it accepts lowerCamelCase and the google-genai
+/// Python SDK sends, renamed to the camelCase this shape reads, at every level of the request
+/// but inside the caller's own data ([`OPAQUE`]). A field given in both spellings keeps the
+/// camelCase one; the other is named in `warnings`.
+pub fn camel_case_fields(body: &mut Map<String, Value>, warnings: &mut Vec<String>) {
+    rename_fields(body, "", warnings);
+}
+
+fn rename_fields(object: &mut Map<String, Value>, path: &str, warnings: &mut Vec<String>) {
+    let snake: Vec<String> = object.keys().filter(|k| k.contains('_')).cloned().collect();
+    for key in snake {
+        let camel = camel_case(&key);
+        if camel == key {
+            continue;
+        }
+        let Some(value) = object.remove(&key) else {
+            continue;
+        };
+        if object.contains_key(&camel) {
+            warnings.push(format!(
+                "`{path}{}` and `{path}{camel}` are the same field; `{path}{}` was ignored",
+                crate::error::clip(&key),
+                crate::error::clip(&key),
+            ));
+        } else {
+            object.insert(camel, value);
+        }
+    }
+    for (key, value) in object.iter_mut() {
+        if OPAQUE.contains(&key.as_str()) {
+            continue;
+        }
+        let here = format!("{path}{key}");
+        match value {
+            Value::Object(inner) => rename_fields(inner, &format!("{here}."), warnings),
+            Value::Array(items) => {
+                for (i, item) in items.iter_mut().enumerate() {
+                    if let Value::Object(inner) = item {
+                        rename_fields(inner, &format!("{here}[{i}]."), warnings);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// `snake_case` as `lowerCamelCase` (proto JSON's rule: an underscore drops and the next letter
+/// is upper case); a leading underscore stays.
+fn camel_case(key: &str) -> String {
+    let mut out = String::with_capacity(key.len());
+    let mut upper = false;
+    for (i, c) in key.chars().enumerate() {
+        if c == '_' && i > 0 {
+            upper = true;
+        } else if upper {
+            out.extend(c.to_uppercase());
+            upper = false;
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// `toolConfig.functionCallingConfig`: the choice and the allowed function names.
 fn tool_config(o: &Obj<'_>) -> CallResult<(Option<ToolChoice>, Option<Vec<String>>)> {
     let Some(config) = o.opt_object("toolConfig")? else {
@@ -715,6 +793,49 @@ mod tests {
         };
         assert_eq!(id, answered);
         assert_eq!(c.transcript[2].role, "tool");
+    }
+
+    #[test]
+    fn snake_case_fields_are_read_as_camel_case_outside_the_callers_data() {
+        let mut body = json!({
+            "contents": [{"role": "user", "parts": [
+                {"text": "hi"},
+                {"inline_data": {"mime_type": "image/png", "data": "AA=="}}]}],
+            "system_instruction": {"parts": [{"text": "Be brief."}]},
+            "generation_config": {"max_output_tokens": 7, "stop_sequences": ["x"]},
+            "generationConfig": {"temperature": 0.5},
+            "tools": [{"function_declarations": [{"name": "f",
+                "parameters_json_schema": {"type": "object",
+                    "properties": {"city_name": {"type": "string"}}}}]}],
+            "tool_config": {"function_calling_config": {"mode": "ANY",
+                "allowed_function_names": ["f"]}}
+        });
+        let mut warnings = Vec::new();
+        camel_case_fields(body.as_object_mut().unwrap(), &mut warnings);
+        assert_eq!(body["systemInstruction"]["parts"][0]["text"], "Be brief.");
+        assert_eq!(
+            body["contents"][0]["parts"][1]["inlineData"]["mimeType"],
+            "image/png"
+        );
+        let declaration = &body["tools"][0]["functionDeclarations"][0];
+        assert_eq!(
+            declaration["parametersJsonSchema"]["properties"]["city_name"]["type"], "string",
+            "the caller's property names stay: {declaration}"
+        );
+        assert_eq!(
+            body["toolConfig"]["functionCallingConfig"]["allowedFunctionNames"],
+            json!(["f"])
+        );
+        assert_eq!(body["generationConfig"], json!({"temperature": 0.5}));
+        assert_eq!(
+            warnings,
+            [
+                "`generation_config` and `generationConfig` are the same field; \
+              `generation_config` was ignored"
+            ]
+        );
+        assert_eq!(camel_case("_private"), "_private");
+        assert_eq!(camel_case("thinking_budget"), "thinkingBudget");
     }
 
     #[test]

@@ -13,7 +13,7 @@ except ImportError as e:
     sys.exit(f"the google-genai SDK is missing from {sys.executable} ({e}): run scripts/peers")
 
 import harness
-from harness import CAPITAL_SCHEMA, QUESTION, WEATHER_QUESTION, describe
+from harness import CAPITAL_SCHEMA, QUESTION, WEATHER_QUESTION, WEATHER_SCHEMA, describe
 
 
 class Capital(BaseModel):
@@ -109,6 +109,25 @@ def stream(args, model, contents=QUESTION, config=None):
 def tool(args):
     r = client(args).models.generate_content(
         model=args.models["tool"], contents=WEATHER_QUESTION, config=TOOL_CONFIG
+    )
+    return {"function_calls": calls(r), "finish_reason": finish_of(r)}
+
+
+def tool_json_schema(args):
+    """A declaration with `parameters_json_schema` (plain JSON Schema), which this SDK sends
+    under its snake_case name."""
+    declaration = types.FunctionDeclaration(
+        name="get_weather",
+        description="Weather for a city",
+        parameters_json_schema=WEATHER_SCHEMA,
+    )
+    config = types.GenerateContentConfig(
+        tools=[types.Tool(function_declarations=[declaration])],
+        tool_config=TOOL_CONFIG.tool_config,
+        automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
+    )
+    r = client(args).models.generate_content(
+        model=args.models["tool"], contents=WEATHER_QUESTION, config=config
     )
     return {"function_calls": calls(r), "finish_reason": finish_of(r)}
 
@@ -228,6 +247,7 @@ harness.main(
         "live": lambda a: answer(a, a.models["live"]),
         "stream": lambda a: stream(a, a.models["live"]),
         "tool": tool,
+        "tool_json_schema": tool_json_schema,
         "tool_stream": tool_stream,
         "schema": schema,
         "json_schema": json_schema,
