@@ -15,7 +15,7 @@ use crate::service::Parsed;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{Extension, Path, Request, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::Response;
 use axum::routing::{get, head, post};
 use serde_json::{Map, Value, json};
@@ -61,11 +61,60 @@ pub fn routes(api: Arc<Api>) -> Routes {
         .route("/v1/models/{name}", get(model).post(gemini))
         .route("/v1beta/models", get(gemini_models))
         .route("/v1beta/models/{name}", get(gemini_model).post(gemini))
+        .method_not_allowed_fallback(wrong_method)
         .with_state(api);
     Routes {
         router,
         auth: api_key,
+        unknown: Some(unknown_route),
     }
+}
+
+/// A path under `/v1` or `/v1beta` that no route serves: a 404 in the API's JSON envelope
+/// (OpenAI's "Invalid URL (POST /v1/…)"), as a client's error handling expects of the API.
+fn unknown_route(request: &Request) -> Option<Response> {
+    let path = request.uri().path();
+    let under = |prefix: &str| {
+        path.strip_prefix(prefix)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+    };
+    if !under("/v1") && !under("/v1beta") {
+        return None;
+    }
+    Some(route_error(
+        404,
+        request.method(),
+        path,
+        request.headers(),
+        "Invalid URL",
+    ))
+}
+
+/// A method a route does not take (`GET /v1/chat/completions`): a 405 in the API's envelope.
+async fn wrong_method(method: Method, uri: Uri, headers: HeaderMap) -> Response {
+    route_error(405, &method, uri.path(), &headers, "Method not allowed")
+}
+
+/// The error for a request no route answers: OpenAI says `invalid_request_error` with a null
+/// code, Anthropic `not_found_error`, Gemini `NOT_FOUND` (or the status's own name).
+fn route_error(
+    status: u16,
+    method: &Method,
+    path: &str,
+    headers: &HeaderMap,
+    what: &str,
+) -> Response {
+    let dialect = dialect_of(path, headers);
+    let kind = match (dialect, status) {
+        (Dialect::Chat | Dialect::Responses, _) | (_, 405) => ErrorKind::InvalidRequest,
+        _ => ErrorKind::NotFound,
+    };
+    let e = ApiError::new(
+        status,
+        kind,
+        format!("{what} ({method} {})", crate::error::clip(path)),
+    );
+    error(dialect, &e, &[])
 }
 
 /// The dialect a request's errors are written in, from its path and headers.

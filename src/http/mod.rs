@@ -55,6 +55,10 @@ use tower_http::request_id::{
 pub struct Routes {
     pub router: Router,
     pub auth: Auth,
+    /// The group's answer to a path none of its routes serves, when the path is its own (the
+    /// model APIs answer an unknown `/v1/…` in their JSON envelope); `None` leaves it to the
+    /// server's 404.
+    pub unknown: Option<fn(&Request) -> Option<Response>>,
 }
 
 /// Why HTTP could not be served.
@@ -125,8 +129,11 @@ fn app(settings: &HttpSettings, mcp: Mcp, api: Option<Routes>) -> Router {
     let mut routes = guarded(Routes {
         router: mcp,
         auth: bearer,
+        unknown: None,
     });
+    let mut unknown = None;
     if let Some(api) = api {
+        unknown = api.unknown;
         routes = routes.merge(guarded(api));
     }
     let allowed = Arc::new(checks::Allowed::new(
@@ -136,7 +143,12 @@ fn app(settings: &HttpSettings, mcp: Mcp, api: Option<Routes>) -> Router {
     routes
         .route_layer(from_fn_with_state(allowed, check_head))
         .route("/healthz", any(health))
-        .fallback(not_found)
+        .fallback(move |request: Request| async move {
+            match unknown.and_then(|answer| answer(&request)) {
+                Some(response) => response,
+                None => not_found(),
+            }
+        })
         // Extractors (`Bytes`, `Json`) take what `body::read_whole` took.
         .layer(DefaultBodyLimit::max(settings.max_body))
         .layer(PropagateRequestIdLayer::new(REQUEST_ID))
@@ -168,7 +180,7 @@ async fn health() -> &'static str {
     "ok\n"
 }
 
-async fn not_found() -> Response {
+fn not_found() -> Response {
     (StatusCode::NOT_FOUND, "not found: MCP is served at /mcp\n").into_response()
 }
 
@@ -285,6 +297,7 @@ mod tests {
         Routes {
             router: Router::new().route("/v1/models", any(|| async { "models" })),
             auth: api_key,
+            unknown: None,
         }
     }
 

@@ -69,7 +69,13 @@ impl Shape for ResponsesCreate {
 }
 
 const ROLES: [&str; 4] = ["user", "assistant", "system", "developer"];
-const PART_TYPES: [&str; 4] = ["input_text", "text", "output_text", "input_image"];
+const PART_TYPES: [&str; 5] = [
+    "input_text",
+    "text",
+    "output_text",
+    "input_image",
+    "input_file",
+];
 const ITEM_TYPES: [&str; 3] = ["message", "function_call", "function_call_output"];
 
 fn content(v: &Value, path: &str, limits: &Limits) -> CallResult<Vec<Block>> {
@@ -81,10 +87,17 @@ fn content(v: &Value, path: &str, limits: &Limits) -> CallResult<Vec<Block>> {
             for (i, part) in parts.iter().enumerate() {
                 let p = args::index(path, i);
                 let part = Obj::new(as_object(part, &p)?, p.as_str());
-                if part.required_enum("type", &PART_TYPES)? == "input_image" {
-                    let url = part.required_str("image_url")?;
-                    blocks.push(media::image_url(url, &part.path("image_url"), limits)?);
-                    continue;
+                match part.required_enum("type", &PART_TYPES)? {
+                    "input_image" => {
+                        let url = part.required_str("image_url")?;
+                        blocks.push(media::image_url(url, &part.path("image_url"), limits)?);
+                        continue;
+                    }
+                    "input_file" => {
+                        blocks.push(media::text_file(&part, limits)?);
+                        continue;
+                    }
+                    _ => {}
                 }
                 let text = match (part.opt_str("input_text")?, part.opt_str("text")?) {
                     (Some(t), _) | (None, Some(t)) => t,
@@ -310,6 +323,30 @@ mod tests {
     }
 
     #[test]
+    fn a_text_file_is_read_into_the_turn_by_data_url_or_by_its_name() {
+        // "name,score\n" and "a,1" in base64.
+        let c = call(json!({"input": [{"role": "user", "content": [
+            {"type": "input_text", "text": "Sum the scores."},
+            {"type": "input_file", "filename": "scores.csv",
+             "file_data": "data:text/csv;base64,bmFtZSxzY29yZQo="},
+            {"type": "input_file", "filename": "more.csv", "file_data": "YSwx"}]}]}))
+        .unwrap();
+        assert_eq!(
+            c.request.turns,
+            vec![Turn::text(
+                Role::User,
+                "Sum the scores.\n<file name=\"scores.csv\">\nname,score\n\n</file>\n\
+                 <file name=\"more.csv\">\na,1\n</file>"
+            )]
+        );
+        let e = call(json!({"input": [{"role": "user", "content": [
+            {"type": "input_file", "filename": "x.bin", "file_data": "AAEC"}]}]}))
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("a file of type \"x.bin\" cannot be read"), "{e}");
+    }
+
+    #[test]
     fn a_string_input_is_one_user_message() {
         let c = call(json!({"input": "hello"})).unwrap();
         assert_eq!(c.request.turns, vec![Turn::text(Role::User, "hello")]);
@@ -328,8 +365,22 @@ mod tests {
                 "`input[0].content`: must contain at least one item",
             ),
             (
-                json!({"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "x"}]}]}),
+                json!({"input": [{"role": "user", "content": [{"type": "input_video", "file_id": "x"}]}]}),
                 "`input[0].content[0].type`: expected one of \"input_text\", \"text\"",
+            ),
+            (
+                json!({"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "x"}]}]}),
+                "`input[0].content[0].file_id`: a file is read from its file_data",
+            ),
+            (
+                json!({"input": [{"role": "user", "content": [{"type": "input_file", "filename": "a.pdf",
+                    "file_data": "data:application/pdf;base64,JVBERg=="}]}]}),
+                "`input[0].content[0].file_data`: a file of type application/pdf cannot be read",
+            ),
+            (
+                json!({"input": [{"role": "user", "content": [{"type": "input_file",
+                    "file_url": "https://x/a.txt"}]}]}),
+                "`input[0].content[0].file_url`: file URLs are not fetched",
             ),
             (
                 json!({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "https://x/y.png"}]}]}),

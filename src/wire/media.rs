@@ -107,6 +107,94 @@ pub fn image_url(url: &str, path: &str, limits: &Limits) -> CallResult<Block> {
     block(Kind::Image, data, mime, path, path, limits)
 }
 
+/// MIME types read as text besides `text/*`.
+const TEXT_TYPES: [&str; 8] = [
+    "application/json",
+    "application/xml",
+    "application/yaml",
+    "application/x-yaml",
+    "application/toml",
+    "application/javascript",
+    "application/x-sh",
+    "application/sql",
+];
+
+/// File name endings read as text when the data names no MIME type.
+const TEXT_ENDINGS: [&str; 24] = [
+    "txt", "md", "markdown", "csv", "tsv", "json", "jsonl", "xml", "yaml", "yml", "toml", "ini",
+    "html", "css", "js", "ts", "py", "rs", "go", "java", "c", "h", "sh", "sql",
+];
+
+/// A file part (`input_file`): its `file_data`, a `data:<mime>;base64,<data>` URL or bare
+/// base64, read as UTF-8 text into the turn, headed by its `filename`. Only text files are
+/// read: no backend here reads a PDF or an office document, so any other type is refused by
+/// name; a `file_url` is not fetched and a `file_id` names an upload this server does not keep.
+pub fn text_file(part: &crate::args::Obj<'_>, limits: &Limits) -> CallResult<Block> {
+    if part.get("file_url").is_some_and(|v| !v.is_null()) {
+        return Err(CallError::at(
+            &part.path("file_url"),
+            "file URLs are not fetched (this server never fetches anything): send the file's \
+             content as file_data (base64) or as input_text",
+        ));
+    }
+    let name = part.opt_str("filename")?.unwrap_or("file");
+    let Some(data) = part.opt_str("file_data")? else {
+        let field = if part.get("file_id").is_some() {
+            "file_id"
+        } else {
+            "file_data"
+        };
+        return Err(CallError::at(
+            &part.path(field),
+            "a file is read from its file_data (base64 or a data URL); this server keeps no \
+             uploaded files to name by file_id",
+        ));
+    };
+    let path = part.path("file_data");
+    let (mime, data) = match data.strip_prefix("data:") {
+        Some(rest) => match rest.split_once(";base64,") {
+            Some((mime, data)) => (Some(mime.to_ascii_lowercase()), data),
+            None => {
+                return Err(CallError::at(
+                    &path,
+                    "expected base64 or a base64 data URL, data:<mime type>;base64,<data>",
+                ));
+            }
+        },
+        None => (None, data),
+    };
+    let ending = name
+        .rsplit_once('.')
+        .map(|(_, e)| e.to_ascii_lowercase())
+        .unwrap_or_default();
+    let text_like = match &mime {
+        Some(m) => m.starts_with("text/") || TEXT_TYPES.contains(&m.as_str()),
+        None => TEXT_ENDINGS.contains(&ending.as_str()),
+    };
+    let unreadable = || {
+        let kind = mime
+            .clone()
+            .unwrap_or_else(|| format!("{:?}", crate::error::clip(name)));
+        CallError::at(
+            &path,
+            format!(
+                "a file of type {kind} cannot be read by any backend here; text files (text/*, \
+                 JSON, XML, YAML, TOML, CSV, source code) are read into the turn: send other \
+                 documents' text as input_text"
+            ),
+        )
+    };
+    if !text_like {
+        return Err(unreadable());
+    }
+    let bytes = decode(data, &path, limits)?;
+    let text = String::from_utf8(bytes).map_err(|_| unreadable())?;
+    Ok(Block::Text(format!(
+        "<file name=\"{}\">\n{text}\n</file>",
+        crate::error::clip(name)
+    )))
+}
+
 /// OpenAI's `input_audio.format` (`wav`, `mp3`) as a MIME type.
 pub fn audio_format(format: &str, path: &str) -> CallResult<&'static str> {
     match format {

@@ -196,3 +196,127 @@ async fn a_stream_and_a_whole_answer_name_the_same_model_on_every_api() {
         assert!(named.iter().all(|m| *m == "upstream"), "{path}: {text}");
     }
 }
+
+/// Gemini's fields in proto JSON's snake_case spelling are read as their camelCase names at
+/// every level (system instruction, config, declarations, function calling config); a field
+/// given in both spellings keeps the camelCase one and the other is named in the warnings
+/// header; the caller's own property names are left as they are.
+#[tokio::test]
+async fn gemini_fields_in_snake_case_reach_the_model_and_a_duplicate_is_named() {
+    let call = json!({"id": "c", "object": "chat.completion", "model": "upstream",
+        "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant",
+            "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+            "function": {"name": "get_weather", "arguments": "{\"city_name\": \"Paris\"}"}}]}}],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}});
+    let provider = Scripted::start(vec![Reply::json(200, &call)]).await;
+    let s = server("letter-gemini-snake", &provider).await;
+    let body = json!({
+        "contents": [{"role": "user", "parts": [{"text": "Weather in Paris?"}]}],
+        "system_instruction": {"parts": [{"text": "Answer with a tool."}]},
+        "generation_config": {"max_output_tokens": 33, "stop_sequences": ["END"]},
+        "generationConfig": {"temperature": 0.25},
+        "tools": [{"function_declarations": [{"name": "get_weather",
+            "parameters_json_schema": {"type": "object",
+                "properties": {"city_name": {"type": "string"}}, "required": ["city_name"]}}]}],
+        "tool_config": {"function_calling_config": {"mode": "ANY"}}
+    });
+    let (status, headers, text) = post(
+        &format!("{}/v1beta/models/gpt-4o-mini:generateContent", s.url),
+        &[("x-goog-api-key", TOKEN)],
+        &body,
+    )
+    .await;
+    assert_eq!(status, 200, "{text}");
+    let answer: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        answer["candidates"][0]["content"]["parts"][0]["functionCall"]["args"],
+        json!({"city_name": "Paris"}),
+        "{answer}"
+    );
+    let warnings = headers
+        .get("x-agent-as-model-warnings")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    assert!(
+        warnings.contains("`generation_config` and `generationConfig` are the same field"),
+        "{warnings}"
+    );
+    let seen = provider.seen();
+    let sent = &seen[0].body;
+    assert_eq!(sent["messages"][0]["role"], "system", "{sent}");
+    assert!(
+        sent["messages"][0]["content"]
+            .to_string()
+            .contains("Answer with a tool.")
+    );
+    assert_eq!(sent["temperature"], 0.25, "{sent}");
+    let parameters = &sent["tools"][0]["function"]["parameters"];
+    assert_eq!(
+        parameters["properties"]["city_name"]["type"], "string",
+        "{sent}"
+    );
+    assert_eq!(parameters["required"], json!(["city_name"]), "{sent}");
+    assert_eq!(sent["tool_choice"], "required", "{sent}");
+}
+
+/// A path under `/v1` or `/v1beta` that no route serves is a 404, and a method a route does not
+/// take a 405, each in the JSON envelope of the API the path belongs to; paths elsewhere keep
+/// the server's plain 404.
+#[tokio::test]
+async fn unknown_routes_and_methods_answer_in_the_apis_json_envelope() {
+    let provider = Scripted::start(vec![]).await;
+    let s = server("letter-routes", &provider).await;
+    let client = crate::common::http_client();
+    let send = |method: reqwest::Method, path: &str, headers: &[(&str, &str)]| {
+        let mut request = client
+            .request(method, format!("{}{path}", s.url))
+            .header("authorization", format!("Bearer {TOKEN}"));
+        for (k, v) in headers {
+            request = request.header(*k, *v);
+        }
+        async move {
+            let r = request.send().await.unwrap();
+            let status = r.status().as_u16();
+            let kind = r
+                .headers()
+                .get("content-type")
+                .map(|v| v.to_str().unwrap().to_owned())
+                .unwrap_or_default();
+            (status, kind, r.text().await.unwrap())
+        }
+    };
+    let (status, kind, text) = send(reqwest::Method::POST, "/v1/embeddingz", &[]).await;
+    assert_eq!((status, kind.as_str()), (404, "application/json"), "{text}");
+    let e: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        e["error"]["message"], "Invalid URL (POST /v1/embeddingz)",
+        "{e}"
+    );
+    assert_eq!(e["error"]["type"], "invalid_request_error", "{e}");
+    assert!(e["error"]["code"].is_null(), "{e}");
+
+    let (status, _, text) = send(reqwest::Method::POST, "/v1/messages/batches", &[]).await;
+    assert_eq!(status, 404, "{text}");
+    let e: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(e["type"], "error", "{e}");
+    assert_eq!(e["error"]["type"], "not_found_error", "{e}");
+
+    let (status, _, text) = send(reqwest::Method::GET, "/v1beta/cachedContents", &[]).await;
+    assert_eq!(status, 404, "{text}");
+    let e: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(e["error"]["status"], "NOT_FOUND", "{e}");
+    assert_eq!(e["error"]["code"], 404, "{e}");
+
+    let (status, kind, text) = send(reqwest::Method::GET, "/v1/chat/completions", &[]).await;
+    assert_eq!((status, kind.as_str()), (405, "application/json"), "{text}");
+    let e: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        e["error"]["message"], "Method not allowed (GET /v1/chat/completions)",
+        "{e}"
+    );
+
+    let (status, kind, _) = send(reqwest::Method::GET, "/elsewhere", &[]).await;
+    assert_eq!(status, 404);
+    assert!(kind.starts_with("text/plain"), "{kind}");
+    assert!(provider.seen().is_empty());
+}

@@ -711,6 +711,49 @@ async fn the_anthropic_sdk_parses_structured_output_asked_with_output_config() {
     assert_schema_asked(&f.json, 2);
 }
 
+/// Claude Code's history after a tool call: `thinking` and `redacted_thinking` blocks beside the
+/// `tool_use`, and a user message holding the `tool_result` and then text. Both the answer and the
+/// count take it; the provider gets the call, its result and the text as a user turn after it,
+/// and none of the reasoning.
+#[tokio::test]
+async fn the_anthropic_sdk_sends_claude_codes_thinking_history_and_results_followed_by_text() {
+    let f = Fixture::start("anthropic-history").await;
+    let out = f.run(Sdk::Anthropic, &["claude_code_history"]).await;
+    let v = ok(&out, "claude_code_history");
+    assert_eq!(v["text"], ANSWER, "{v}");
+    assert!(v["counted"].as_u64().is_some_and(|n| n > 0), "{v}");
+    let seen = f.plain.seen();
+    assert_eq!(seen.len(), 1, "{seen:#?}");
+    let messages = seen[0].body["messages"].as_array().unwrap();
+    let roles: Vec<&str> = messages
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        roles,
+        ["user", "assistant", "tool", "user"],
+        "{messages:#?}"
+    );
+    assert_eq!(messages[1]["tool_calls"][0]["id"], "toolu_01");
+    assert_eq!(messages[2]["tool_call_id"], "toolu_01");
+    assert!(messages[2]["content"].to_string().contains("21C and sunny"));
+    assert_eq!(
+        messages[3]["content"]
+            .as_str()
+            .map(str::to_owned)
+            .unwrap_or_else(|| messages[3]["content"][0]["text"]
+                .as_str()
+                .unwrap()
+                .to_owned()),
+        "Now answer the first question."
+    );
+    let body = seen[0].body.to_string();
+    assert!(
+        !body.contains("The user wants the weather") && !body.contains("ZW5jcnlwdGVk"),
+        "no reasoning reaches the provider: {body}"
+    );
+}
+
 #[tokio::test]
 async fn the_anthropic_sdk_counts_the_tokens_of_messages_and_tools() {
     let f = Fixture::start("anthropic-tokens").await;
@@ -790,8 +833,10 @@ async fn the_genai_sdk_gets_whole_and_streamed_content() {
 #[tokio::test]
 async fn the_genai_sdk_gets_function_calls_whole_and_streamed() {
     let f = Fixture::start("genai-tools").await;
-    let out = f.run(Sdk::Genai, &["tool", "tool_stream"]).await;
-    for case in ["tool", "tool_stream"] {
+    let out = f
+        .run(Sdk::Genai, &["tool", "tool_stream", "tool_json_schema"])
+        .await;
+    for case in ["tool", "tool_stream", "tool_json_schema"] {
         let v = ok(&out, case);
         assert_eq!(
             v["function_calls"],
@@ -800,8 +845,9 @@ async fn the_genai_sdk_gets_function_calls_whole_and_streamed() {
         );
         assert_eq!(v["finish_reason"], "STOP", "{case}: {v}");
     }
-    // Gemini's uppercase schema reached the provider as JSON Schema.
-    assert_tool_offered(&f.tool, 2);
+    // Gemini's uppercase schema, and the JSON Schema the SDK sends as `parameters_json_schema`,
+    // reached the provider as JSON Schema.
+    assert_tool_offered(&f.tool, 3);
 }
 
 #[tokio::test]
