@@ -180,6 +180,7 @@ impl Redis {
         })
     }
 
+    /// `SET <prefix><id> <entry> PX <ttl>`; an entry larger than `max_bytes` is not stored.
     async fn put(&self, id: &str, entry: String) -> Result<(), StoreError> {
         if id.len().saturating_add(entry.len()) > self.max_bytes {
             return Ok(());
@@ -197,6 +198,7 @@ impl Redis {
         bounded(command.query_async::<()>(&mut connection)).await
     }
 
+    /// `GET <prefix><id>`.
     async fn get(&self, id: &str) -> Result<Option<String>, StoreError> {
         let mut command = redis::cmd("GET");
         command.arg(format!("{REDIS_PREFIX}{id}"));
@@ -204,6 +206,7 @@ impl Redis {
         bounded(command.query_async::<Option<String>>(&mut connection)).await
     }
 
+    /// `DEL <prefix><id>`; whether a key was removed.
     async fn delete(&self, id: &str) -> Result<bool, StoreError> {
         let mut command = redis::cmd("DEL");
         command.arg(format!("{REDIS_PREFIX}{id}"));
