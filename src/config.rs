@@ -200,10 +200,15 @@ pub struct Config {
     pub stream_write_timeout_secs: u64,
 
     /// Where Responses are kept for previous_response_id and GET /v1/responses/{id}: `memory`
-    /// (this process), or a Redis URL (redis://host:port[/db]) that replicas share
-    #[arg(long, env = "AGENT_AS_MODEL_RESPONSES_STORE", default_value = "memory",
-          value_parser = crate::api::store::Setting::parse)]
-    pub responses_store: crate::api::store::Setting,
+    /// (this process), or a Redis URL (redis://host:port[/db]) that replicas share. Read by
+    /// [`Config::responses_store`] (a URL may carry a password: never shown)
+    #[arg(
+        long,
+        env = "AGENT_AS_MODEL_RESPONSES_STORE",
+        default_value = "memory",
+        hide_env_values = true
+    )]
+    pub responses_store: String,
 
     /// Most Responses the memory store keeps; the oldest goes first (with Redis, Redis's own
     /// maxmemory bounds the count)
@@ -494,6 +499,12 @@ impl Config {
         Duration::from_secs(self.state_ttl_secs)
     }
 
+    /// The Responses store the setting names, or the error saying what it must be (which
+    /// repeats no password).
+    pub fn responses_store(&self) -> Result<crate::api::store::Setting, String> {
+        crate::api::store::Setting::parse(&self.responses_store)
+    }
+
     /// The bounds of the Responses store.
     pub fn responses_bounds(&self) -> crate::api::store::Bounds {
         crate::api::store::Bounds {
@@ -544,15 +555,15 @@ mod tests {
     #[test]
     fn the_responses_store_is_memory_by_default_and_a_wrong_one_is_refused_by_name() {
         let c = Config::try_parse_from(["agent-as-model"]).unwrap();
-        assert_eq!(c.responses_store, crate::api::store::Setting::Memory);
+        assert_eq!(c.responses_store(), Ok(crate::api::store::Setting::Memory));
         let b = c.responses_bounds();
         assert_eq!(
             (b.max_entries, b.max_bytes, b.ttl),
             (10_000, 256 << 20, Duration::from_secs(86_400))
         );
-        let e = Config::try_parse_from(["agent-as-model", "--responses-store", "mongodb://x"])
-            .unwrap_err()
-            .to_string();
+        let c =
+            Config::try_parse_from(["agent-as-model", "--responses-store", "mongodb://x"]).unwrap();
+        let e = c.responses_store().unwrap_err();
         assert!(e.contains("AGENT_AS_MODEL_RESPONSES_STORE"), "{e}");
     }
 }

@@ -57,6 +57,11 @@ fn main() -> ExitCode {
         return code;
     }
     let config = Config::parse();
+    // A store that is neither `memory` nor a Redis URL is refused now, naming the setting.
+    if let Err(e) = config.responses_store() {
+        eprintln!("agent-as-model: {e}");
+        return ExitCode::from(2);
+    }
     // A malformed setting of the local model is refused now, whichever backend answers.
     if let Err(e) = LocalSettings::from_config(&config) {
         eprintln!("agent-as-model: {e}");
@@ -125,9 +130,9 @@ fn serve(config: &Config, runtime: &tokio::runtime::Runtime, sealer: Sealer) -> 
         // first use, inside the runtime, so the server starts while Redis is down).
         let store = {
             let _inside = runtime.enter();
-            Store::open(&config.responses_store, config.responses_bounds())
-        }
-        .map_err(|e| e.to_string())?;
+            Store::open(&config.responses_store()?, config.responses_bounds())
+                .map_err(|e| e.to_string())
+        }?;
         // One cap on calls in flight for the MCP tools and the model APIs alike.
         let api = std::sync::Arc::new(
             agent_as_model::api::Api::new(

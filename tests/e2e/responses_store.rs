@@ -409,10 +409,23 @@ fn a_store_that_is_neither_memory_nor_redis_is_refused_at_start() {
         .stdin(Stdio::null())
         .output()
         .unwrap();
-    assert!(!out.status.success());
+    assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains("AGENT_AS_MODEL_RESPONSES_STORE") && stderr.contains("redis://"),
+        "{stderr}"
+    );
+    // A Redis URL that does not parse is refused without repeating its password.
+    let out = Command::new(env!("CARGO_BIN_EXE_agent-as-model"))
+        .env("AGENT_AS_MODEL_HTTP", format!("127.0.0.1:{port}"))
+        .env("AGENT_AS_MODEL_RESPONSES_STORE", "redis://:hunter2@")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("AGENT_AS_MODEL_RESPONSES_STORE") && !stderr.contains("hunter2"),
         "{stderr}"
     );
 }
