@@ -2,7 +2,7 @@
 //! replicas of the real binary keeping Responses in it (`AGENT_AS_MODEL_RESPONSES_STORE`) behind
 //! nginx (`deploy/nginx.conf`), answered by a scripted provider. A Response made through nginx
 //! is read on each replica, continued on the other one than made it (the provider sees the
-//! earlier turn), and deleted on one is gone on the other; the size and time bounds hold in
+//! earlier turn), streamed and read on both, and deleted on one is gone on the other; the size and time bounds hold in
 //! Redis; a Redis that is down, or stopped and silent, fails a request with 503 within seconds
 //! while the server stays healthy, and one that comes up later is used. And the memory store's
 //! count bound, and a store setting that is neither `memory` nor a Redis URL refused at start.
@@ -226,6 +226,25 @@ async fn replicas_behind_nginx_share_responses_kept_in_redis() {
     let (status, kept) = get(&format!("{}/v1/responses/{second_id}", maker.url)).await;
     assert_eq!(status, 200, "{kept}");
     assert_eq!(kept, second);
+
+    // A third turn streamed through nginx: stored before the stream ends, read on both.
+    let (status, _, text) = post(
+        &format!("{url}/v1/responses"),
+        &[("x-api-key", TOKEN)],
+        &json!({"model": "gpt-4o-mini", "previous_response_id": second_id,
+                "input": "Thanks.", "stream": true}),
+    )
+    .await;
+    assert_eq!(status, 200, "{text}");
+    let events = crate::http_api::data(&text);
+    let third = &events.last().unwrap()["response"];
+    assert_eq!(third["status"], "completed", "{text}");
+    for r in [&a, &b] {
+        let at = format!("{}/v1/responses/{}", r.url, third["id"].as_str().unwrap());
+        let (status, kept) = get(&at).await;
+        assert_eq!(status, 200, "{kept}");
+        assert_eq!(kept["previous_response_id"], second["id"]);
+    }
 
     // Deleted on one replica, gone on the other.
     let (status, deleted) = delete(&format!("{}/v1/responses/{id}", maker.url)).await;
