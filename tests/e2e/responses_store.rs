@@ -2,10 +2,11 @@
 //! replicas of the real binary keeping Responses in it (`AGENT_AS_MODEL_RESPONSES_STORE`) behind
 //! nginx (`deploy/nginx.conf`), answered by a scripted provider. A Response made through nginx
 //! is read on each replica, continued on the other one than made it (the provider sees the
-//! earlier turn), streamed and read on both, and deleted on one is gone on the other; the size and time bounds hold in
-//! Redis; a Redis that is down, or stopped and silent, fails a request with 503 within seconds
-//! while the server stays healthy, and one that comes up later is used. And the memory store's
-//! count bound, and a store setting that is neither `memory` nor a Redis URL refused at start.
+//! earlier turn), streamed and read on both, and deleted on one is gone on the other; the size
+//! and time bounds hold in Redis; a Redis that is down, or stopped and silent, fails a request
+//! with 503 within seconds while the server stays healthy, and one that comes up later is used.
+//! And the memory store's count bound, and a store setting that is neither `memory` nor a Redis
+//! URL refused at start.
 
 use crate::common::openai::{Reply, Scripted, completion};
 use crate::common::{Killed, free_port, http_client, peer};
