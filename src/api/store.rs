@@ -57,7 +57,7 @@ impl std::fmt::Debug for Setting {
     }
 }
 
-/// The bounds of the in-memory store.
+/// The bounds of the store (a Redis store keeps `max_bytes`, for one entry, and `ttl`).
 #[derive(Debug, Clone, Copy)]
 pub struct Bounds {
     /// Most responses kept; the oldest goes first.
