@@ -199,6 +199,36 @@ pub struct Config {
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub stream_write_timeout_secs: u64,
 
+    /// Where Responses are kept for previous_response_id and GET /v1/responses/{id}: `memory`
+    /// (this process), or a Redis URL (redis://host:port[/db]) that replicas share. Read by
+    /// [`Config::responses_store`] (a URL may carry a password: never shown)
+    #[arg(
+        long,
+        env = "AGENT_AS_MODEL_RESPONSES_STORE",
+        default_value = "memory",
+        hide_env_values = true
+    )]
+    pub responses_store: String,
+
+    /// Most Responses the memory store keeps; the oldest goes first (with Redis, Redis's own
+    /// maxmemory bounds the count)
+    #[arg(
+        long,
+        env = "AGENT_AS_MODEL_RESPONSES_MAX_ENTRIES",
+        default_value_t = 10_000
+    )]
+    pub responses_max_entries: u64,
+
+    /// Most bytes of stored Responses the memory store keeps, the oldest going first; a
+    /// Response larger than this is not stored (in Redis either)
+    #[arg(long, env = "AGENT_AS_MODEL_RESPONSES_MAX_BYTES", default_value_t = 256 * 1024 * 1024)]
+    pub responses_max_bytes: u64,
+
+    /// Seconds a stored Response is kept (at most a year)
+    #[arg(long, env = "AGENT_AS_MODEL_RESPONSES_TTL_SECS", default_value_t = 86_400,
+          value_parser = clap::value_parser!(u64).range(1..=31_536_000))]
+    pub responses_ttl_secs: u64,
+
     /// Log lines as text, or as JSON objects (one a line, each tool call with its request id
     /// and duration; the default level becomes info)
     #[arg(long, env = "AGENT_AS_MODEL_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
@@ -469,6 +499,21 @@ impl Config {
         Duration::from_secs(self.state_ttl_secs)
     }
 
+    /// The Responses store the setting names, or the error saying what it must be (which
+    /// repeats no password).
+    pub fn responses_store(&self) -> Result<crate::api::store::Setting, String> {
+        crate::api::store::Setting::parse(&self.responses_store)
+    }
+
+    /// The bounds of the Responses store.
+    pub fn responses_bounds(&self) -> crate::api::store::Bounds {
+        crate::api::store::Bounds {
+            max_entries: usize::try_from(self.responses_max_entries).unwrap_or(usize::MAX),
+            max_bytes: usize::try_from(self.responses_max_bytes).unwrap_or(usize::MAX),
+            ttl: Duration::from_secs(self.responses_ttl_secs),
+        }
+    }
+
     /// The sealing keys: the active one first, then those that only verify.
     pub fn state_keys(&self) -> Vec<Vec<u8>> {
         let previous = self.state_keys_previous.iter().map(|k| k.trim());
@@ -505,5 +550,20 @@ mod tests {
         );
         assert_eq!(c.sampling_timeout(), Duration::from_secs(300));
         assert_eq!(c.transport, Transport::Stdio);
+    }
+
+    #[test]
+    fn the_responses_store_is_memory_by_default_and_a_wrong_one_is_refused_by_name() {
+        let c = Config::try_parse_from(["agent-as-model"]).unwrap();
+        assert_eq!(c.responses_store(), Ok(crate::api::store::Setting::Memory));
+        let b = c.responses_bounds();
+        assert_eq!(
+            (b.max_entries, b.max_bytes, b.ttl),
+            (10_000, 256 << 20, Duration::from_secs(86_400))
+        );
+        let c =
+            Config::try_parse_from(["agent-as-model", "--responses-store", "mongodb://x"]).unwrap();
+        let e = c.responses_store().unwrap_err();
+        assert!(e.contains("AGENT_AS_MODEL_RESPONSES_STORE"), "{e}");
     }
 }

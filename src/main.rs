@@ -1,6 +1,7 @@
 //! The `agent-as-model` binary: reads its configuration, logs to stderr, serves MCP (or runs
 //! `try`).
 
+use agent_as_model::api::store::Store;
 use agent_as_model::config::{Command, Config, Transport};
 use agent_as_model::http::HttpSettings;
 use agent_as_model::local::LocalSettings;
@@ -56,6 +57,11 @@ fn main() -> ExitCode {
         return code;
     }
     let config = Config::parse();
+    // A store that is neither `memory` nor a Redis URL is refused now, naming the setting.
+    if let Err(e) = config.responses_store() {
+        eprintln!("agent-as-model: {e}");
+        return ExitCode::from(2);
+    }
     // A malformed setting of the local model is refused now, whichever backend answers.
     if let Err(e) = LocalSettings::from_config(&config) {
         eprintln!("agent-as-model: {e}");
@@ -120,13 +126,23 @@ fn serve(config: &Config, runtime: &tokio::runtime::Runtime, sealer: Sealer) -> 
     if let Some(http) = HttpSettings::from_config(config) {
         let stop = CancellationToken::new();
         let mcp_settings = streamable::Settings::from_config(config);
+        // Stored Responses: in this process, or in a Redis the replicas share (connected on
+        // first use, inside the runtime, so the server starts while Redis is down).
+        let store = {
+            let _inside = runtime.enter();
+            Store::open(&config.responses_store()?, config.responses_bounds())
+                .map_err(|e| e.to_string())
+        }?;
         // One cap on calls in flight for the MCP tools and the model APIs alike.
-        let api = std::sync::Arc::new(agent_as_model::api::Api::new(
-            server.service(),
-            mcp_settings.calls.clone(),
-            mcp_settings.max_calls,
-            Duration::from_secs(config.stream_write_timeout_secs),
-        ));
+        let api = std::sync::Arc::new(
+            agent_as_model::api::Api::new(
+                server.service(),
+                mcp_settings.calls.clone(),
+                mcp_settings.max_calls,
+                Duration::from_secs(config.stream_write_timeout_secs),
+            )
+            .with_store(store),
+        );
         let mcp = streamable::service(server, &mcp_settings, stop.child_token());
         let routes = agent_as_model::http::api::routes(api);
         return runtime

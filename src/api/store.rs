@@ -7,7 +7,57 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// The bounds of the in-memory store.
+/// What `AGENT_AS_MODEL_RESPONSES_STORE` says: this process's memory, or a Redis server.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Setting {
+    /// Responses kept in this process (the default).
+    Memory,
+    /// Responses kept in the Redis server at this URL (`redis://host:port[/db]`).
+    Redis(String),
+}
+
+impl Setting {
+    /// `memory`, or a `redis://` URL that names a host; anything else is refused, naming the
+    /// setting.
+    pub fn parse(text: &str) -> Result<Setting, String> {
+        let text = text.trim();
+        if text == "memory" {
+            return Ok(Setting::Memory);
+        }
+        if text.starts_with("redis://") {
+            return match redis::Client::open(text) {
+                Ok(_) => Ok(Setting::Redis(text.to_owned())),
+                Err(e) => Err(format!(
+                    "AGENT_AS_MODEL_RESPONSES_STORE (--responses-store): not a Redis URL ({e}); \
+                     expected redis://host:port[/db]"
+                )),
+            };
+        }
+        // A URL with a password is not repeated in the message.
+        let shown = if text.contains('@') {
+            "a URL with credentials"
+        } else {
+            text
+        };
+        Err(format!(
+            "AGENT_AS_MODEL_RESPONSES_STORE (--responses-store) must be `memory` or a \
+             redis://host:port[/db] URL, not `{}`",
+            crate::error::clip(shown)
+        ))
+    }
+}
+
+impl std::fmt::Debug for Setting {
+    /// The kind of store only: a Redis URL may carry a password.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Setting::Memory => f.write_str("Memory"),
+            Setting::Redis(_) => f.write_str("Redis(…)"),
+        }
+    }
+}
+
+/// The bounds of the store (a Redis store keeps `max_bytes`, for one entry, and `ttl`).
 #[derive(Debug, Clone, Copy)]
 pub struct Bounds {
     /// Most responses kept; the oldest goes first.
@@ -33,6 +83,7 @@ impl Default for Bounds {
 #[derive(Clone)]
 pub enum Store {
     Memory(Arc<Memory>),
+    Redis(Arc<Redis>),
 }
 
 /// A store that could not be reached or answered wrongly.
@@ -51,6 +102,16 @@ impl Store {
         Store::Memory(Arc::new(Memory::new(bounds)))
     }
 
+    /// The store `setting` names, with these bounds (a Redis store keeps `max_bytes` and `ttl`;
+    /// Redis's own `maxmemory` bounds the rest). A Redis store connects on first use, so the
+    /// server starts while Redis is down; it must be opened inside the tokio runtime.
+    pub fn open(setting: &Setting, bounds: Bounds) -> Result<Store, StoreError> {
+        match setting {
+            Setting::Memory => Ok(Store::memory(bounds)),
+            Setting::Redis(url) => Ok(Store::Redis(Arc::new(Redis::open(url, bounds)?))),
+        }
+    }
+
     /// Keeps `entry` under `id` (replacing what was there).
     pub async fn put(&self, id: &str, entry: String) -> Result<(), StoreError> {
         match self {
@@ -58,6 +119,7 @@ impl Store {
                 m.put(id, entry);
                 Ok(())
             }
+            Store::Redis(r) => r.put(id, entry).await,
         }
     }
 
@@ -65,6 +127,7 @@ impl Store {
     pub async fn get(&self, id: &str) -> Result<Option<String>, StoreError> {
         match self {
             Store::Memory(m) => Ok(m.get(id)),
+            Store::Redis(r) => r.get(id).await,
         }
     }
 
@@ -72,7 +135,98 @@ impl Store {
     pub async fn delete(&self, id: &str) -> Result<bool, StoreError> {
         match self {
             Store::Memory(m) => Ok(m.delete(id)),
+            Store::Redis(r) => r.delete(id).await,
         }
+    }
+}
+
+/// What every key this server writes in Redis starts with (the response id follows).
+pub const REDIS_PREFIX: &str = "agent-as-model:response:";
+
+/// Longest wait for one Redis command, a connection made for it included: past it the request
+/// that needed it fails (503), never waits on.
+pub const REDIS_WAIT: Duration = Duration::from_secs(5);
+
+/// Responses kept in a Redis server, shared by every replica that names it: each one
+/// `SET <prefix><id> <json> PX <ttl>`, read with `GET`, forgotten with `DEL`.
+pub struct Redis {
+    /// One multiplexed connection, made on first use and made again when it breaks.
+    connection: redis::aio::ConnectionManager,
+    /// Largest entry kept (id and JSON), in bytes; a larger one is not stored.
+    max_bytes: usize,
+    /// How long Redis keeps an entry.
+    ttl: Duration,
+}
+
+impl Redis {
+    /// A store for the Redis server at `url`, connected on first use.
+    fn open(url: &str, bounds: Bounds) -> Result<Redis, StoreError> {
+        let client = redis::Client::open(url)
+            .map_err(|e| StoreError(format!("AGENT_AS_MODEL_RESPONSES_STORE: {e}")))?;
+        // Each attempt to connect and each command is bounded, one retry at most; REDIS_WAIT
+        // bounds the whole.
+        let config = redis::aio::ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(2)))
+            .set_response_timeout(Some(Duration::from_secs(2)))
+            .set_number_of_retries(1)
+            .set_min_delay(Duration::from_millis(100))
+            .set_max_delay(Duration::from_secs(1));
+        let connection = redis::aio::ConnectionManager::new_lazy_with_config(client, config)
+            .map_err(|e| StoreError(format!("Redis: {e}")))?;
+        Ok(Redis {
+            connection,
+            max_bytes: bounds.max_bytes,
+            ttl: bounds.ttl,
+        })
+    }
+
+    /// `SET <prefix><id> <entry> PX <ttl>`; an entry larger than `max_bytes` is not stored.
+    async fn put(&self, id: &str, entry: String) -> Result<(), StoreError> {
+        if id.len().saturating_add(entry.len()) > self.max_bytes {
+            return Ok(());
+        }
+        let millis = u64::try_from(self.ttl.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        let mut command = redis::cmd("SET");
+        command
+            .arg(format!("{REDIS_PREFIX}{id}"))
+            .arg(entry)
+            .arg("PX")
+            .arg(millis);
+        let mut connection = self.connection.clone();
+        bounded(command.query_async::<()>(&mut connection)).await
+    }
+
+    /// `GET <prefix><id>`.
+    async fn get(&self, id: &str) -> Result<Option<String>, StoreError> {
+        let mut command = redis::cmd("GET");
+        command.arg(format!("{REDIS_PREFIX}{id}"));
+        let mut connection = self.connection.clone();
+        bounded(command.query_async::<Option<String>>(&mut connection)).await
+    }
+
+    /// `DEL <prefix><id>`; whether a key was removed.
+    async fn delete(&self, id: &str) -> Result<bool, StoreError> {
+        let mut command = redis::cmd("DEL");
+        command.arg(format!("{REDIS_PREFIX}{id}"));
+        let mut connection = self.connection.clone();
+        let removed = bounded(command.query_async::<u64>(&mut connection)).await?;
+        Ok(removed > 0)
+    }
+}
+
+/// A Redis command's outcome, waited for at most [`REDIS_WAIT`].
+async fn bounded<T>(
+    work: impl std::future::Future<Output = redis::RedisResult<T>>,
+) -> Result<T, StoreError> {
+    match tokio::time::timeout(REDIS_WAIT, work).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => Err(StoreError(format!("Redis: {e}"))),
+        Err(_) => Err(StoreError(format!(
+            "Redis did not answer within {} s",
+            REDIS_WAIT.as_secs()
+        ))),
     }
 }
 
@@ -178,6 +332,50 @@ impl Memory {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_setting_is_memory_or_a_redis_url() {
+        assert_eq!(Setting::parse("memory"), Ok(Setting::Memory));
+        assert_eq!(
+            Setting::parse("redis://127.0.0.1:6379/2"),
+            Ok(Setting::Redis("redis://127.0.0.1:6379/2".into()))
+        );
+        for wrong in [
+            "postgres://db",
+            "Memory",
+            "",
+            "rediss://h:1",
+            "redis://:pw@/",
+        ] {
+            let e = Setting::parse(wrong).unwrap_err();
+            assert!(e.contains("AGENT_AS_MODEL_RESPONSES_STORE"), "{wrong}: {e}");
+            assert!(!e.contains("pw"), "{e}");
+        }
+        assert_eq!(
+            format!("{:?}", Setting::Redis("redis://:secret@h:1".into())),
+            "Redis(…)"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_redis_nobody_listens_on_fails_at_once_and_the_store_opens_all_the_same() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .unwrap()
+            .port();
+        let setting = Setting::parse(&format!("redis://127.0.0.1:{port}")).unwrap();
+        let store = Store::open(&setting, Bounds::default()).unwrap();
+        let started = Instant::now();
+        let e = store.get("resp_x").await.unwrap_err();
+        assert!(e.to_string().contains("Redis"), "{e}");
+        assert!(store.put("resp_x", "{}".into()).await.is_err());
+        assert!(store.delete("resp_x").await.is_err());
+        assert!(
+            started.elapsed() < 3 * REDIS_WAIT,
+            "{:?}",
+            started.elapsed()
+        );
+    }
 
     fn bounds(max_entries: usize, max_bytes: usize, ttl_ms: u64) -> Bounds {
         Bounds {

@@ -331,7 +331,7 @@ async fn sigterm_stops_the_server() {
 }
 
 /// `deploy/nginx.conf` with its ports and paths replaced, started in the foreground.
-async fn nginx(a: &Replica, b: &Replica) -> (Killed, String) {
+pub async fn nginx(a: &Replica, b: &Replica) -> (Killed, String) {
     let port = free_port();
     let dir = std::env::temp_dir().join(format!("aam-nginx-{}-{port}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
