@@ -49,6 +49,7 @@ mod provider;
 mod provider_limits;
 mod provider_waits;
 mod responses_api;
+mod responses_ws;
 mod rich;
 mod routing;
 mod schema_load;
