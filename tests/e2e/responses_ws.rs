@@ -482,8 +482,12 @@ async fn a_socket_is_bounded_and_answers_one_create_at_a_time() {
     .await;
     let mut socket = connect(&s.url).await;
     // What is not a create is refused, and the connection goes on.
-    let t = turn(&mut socket, &json!({"model": "gpt-4o-mini", "input": "x", "type": "session.update"}))
-        .await;
+    let other = json!({"type": "session.update", "model": "gpt-4o-mini", "input": "x"});
+    socket
+        .send(Message::Text(other.to_string().into()))
+        .await
+        .unwrap();
+    let t = answer(&mut socket).await;
     assert_eq!(t.error.as_ref().unwrap()["error"]["param"], "type");
     socket
         .send(Message::Binary(vec![1, 2, 3].into()))
