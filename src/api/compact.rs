@@ -101,7 +101,10 @@ pub fn resource(output: Vec<Value>, usage: Usage) -> CompactResource {
 /// A user message of the conversation as an output item (the specification's `Message`: with
 /// its id, status and content parts); `None` for any other item.
 fn user_message(item: &Value) -> Option<Value> {
-    let kind = item.get("type").and_then(Value::as_str).unwrap_or("message");
+    let kind = item
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or("message");
     if kind != "message" || item.get("role").and_then(Value::as_str) != Some("user") {
         return None;
     }
@@ -170,7 +173,12 @@ mod tests {
         let r = summary_request("m", Some("Be terse."), &conversation);
         assert_eq!(r["input"][0], conversation[0]);
         assert_eq!(r["input"][1]["role"], "user");
-        assert!(r["instructions"].as_str().unwrap().starts_with("Be terse.\n\n"));
+        assert!(
+            r["instructions"]
+                .as_str()
+                .unwrap()
+                .starts_with("Be terse.\n\n")
+        );
         assert_eq!(r["store"], false);
         assert_eq!(r["max_output_tokens"], MAX_SUMMARY_TOKENS);
     }

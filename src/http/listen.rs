@@ -190,10 +190,13 @@ async fn serve_connection(
 ) {
     // Answers are small and whole: send them at once, not after the peer's delayed ACK.
     let _ = stream.set_nodelay(true);
-    let app = tower::ServiceExt::map_request(app, move |mut request: http::Request<hyper::body::Incoming>| {
-        request.extensions_mut().insert(slot.clone());
-        request
-    });
+    let app = tower::ServiceExt::map_request(
+        app,
+        move |mut request: http::Request<hyper::body::Incoming>| {
+            request.extensions_mut().insert(slot.clone());
+            request
+        },
+    );
     let connection = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(header_timeout)

@@ -164,8 +164,10 @@ fn error_message(e: &ApiError) -> String {
         "message": e.message,
         "param": e.param,
     });
-    if let Some(secs) = e.retry_after {
-        error["headers"] = json!({"retry-after": secs.to_string()});
+    if let Some(secs) = e.retry_after
+        && let Some(error) = error.as_object_mut()
+    {
+        error.insert("headers".into(), json!({"retry-after": secs.to_string()}));
     }
     // `sequence_number` too: a client that reads it as a stream's error event finds it valid.
     json!({"type": "error", "status": e.status, "sequence_number": 0, "error": error}).to_string()
@@ -277,7 +279,12 @@ impl Connection {
 
     /// Streams a response's events to the client, reading the connection meanwhile (a close
     /// cancels the response; a next message is held). `false` when the connection is over.
-    async fn run(&mut self, turn: ResponsesTurn, admitted: Admitted, previous: Option<&str>) -> bool {
+    async fn run(
+        &mut self,
+        turn: ResponsesTurn,
+        admitted: Admitted,
+        previous: Option<&str>,
+    ) -> bool {
         let ResponsesTurn {
             prepared,
             call,
@@ -344,7 +351,12 @@ impl Connection {
 
     /// Sends one event of a response, keeping the response when the event is its last.
     /// `false` when the client is gone or reads nothing.
-    async fn relay(&mut self, frame: &[u8], input: &mut Vec<Value>, previous: Option<&str>) -> bool {
+    async fn relay(
+        &mut self,
+        frame: &[u8],
+        input: &mut Vec<Value>,
+        previous: Option<&str>,
+    ) -> bool {
         let Some((kind, data)) = event_of(frame) else {
             return true;
         };

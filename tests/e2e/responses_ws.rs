@@ -25,10 +25,9 @@ type Socket =
 async fn connect(base: &str) -> Socket {
     let url = format!("{}/v1/responses", base.replacen("http://", "ws://", 1));
     let mut request = url.into_client_request().unwrap();
-    request.headers_mut().insert(
-        "authorization",
-        format!("Bearer {TOKEN}").parse().unwrap(),
-    );
+    request
+        .headers_mut()
+        .insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
     let (socket, response) = tokio_tungstenite::connect_async(request).await.unwrap();
     assert_eq!(response.status(), 101);
     socket
@@ -359,7 +358,8 @@ async fn a_compacted_window_starts_a_new_chain_on_a_websocket() {
     ])
     .await;
     let s = server("ws-compact", &provider).await;
-    let (status, compacted) = compact(&s.url, &json!({"model": "gpt-4o-mini", "input": slate()})).await;
+    let (status, compacted) =
+        compact(&s.url, &json!({"model": "gpt-4o-mini", "input": slate()})).await;
     assert_eq!(status, 200, "{compacted}");
     assert_compacted(&compacted);
     // The user's two messages are kept, the assistant's is in the summary.
@@ -369,7 +369,12 @@ async fn a_compacted_window_starts_a_new_chain_on_a_websocket() {
     let seen = provider.seen();
     let asked = texts(&seen[0].body["messages"]);
     assert_eq!(asked[2], "OK.");
-    assert!(asked.last().unwrap().starts_with("Summarize the conversation above"));
+    assert!(
+        asked
+            .last()
+            .unwrap()
+            .starts_with("Summarize the conversation above")
+    );
 
     let mut input = compacted["output"].as_array().unwrap().clone();
     input.push(json!({"type": "message", "role": "user",
@@ -433,11 +438,7 @@ async fn compact_makes_a_window_a_response_takes_back_and_wants_a_model() {
         "We agreed to launch on Tuesday and notify support first."
     );
     // The window is a next request's input, over HTTP too.
-    let (status, next) = create(
-        &s.url,
-        &json!({"model": "gpt-4o-mini", "input": output}),
-    )
-    .await;
+    let (status, next) = create(&s.url, &json!({"model": "gpt-4o-mini", "input": output})).await;
     assert_eq!(status, 200, "{next}");
     assert_valid("ResponseResource", &next);
     let sent = texts(&provider.seen()[2].body["messages"]);
@@ -506,7 +507,9 @@ async fn a_socket_is_bounded_and_answers_one_create_at_a_time() {
     let big = "x".repeat(2 * 1024 * 1024);
     let _ = socket
         .send(Message::Text(
-            json!({"type": "response.create", "input": big}).to_string().into(),
+            json!({"type": "response.create", "input": big})
+                .to_string()
+                .into(),
         ))
         .await;
     let closed = tokio::time::timeout(Duration::from_secs(30), async {
