@@ -10,6 +10,7 @@
 //! embedded model, providers, the models file's entries), never by sampling.
 
 pub mod chat;
+pub mod compact;
 pub mod gate;
 pub mod gemini;
 pub mod messages;

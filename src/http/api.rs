@@ -48,7 +48,11 @@ pub fn routes(api: Arc<Api>) -> Routes {
     let router = Router::new()
         .route("/", head(|| async { StatusCode::OK }))
         .route("/v1/chat/completions", post(chat))
-        .route("/v1/responses", post(responses))
+        .route(
+            "/v1/responses",
+            get(super::responses_ws::upgrade).post(responses),
+        )
+        .route("/v1/responses/compact", post(super::compact::compact))
         .route("/v1/responses/input_tokens", post(responses_tokens))
         .route(
             "/v1/responses/{id}",
@@ -174,7 +178,7 @@ fn api_key(request: &Request, token: &Token) -> Option<Response> {
 }
 
 /// An error in `dialect`'s envelope.
-fn error(dialect: Dialect, e: &ApiError, warnings: &[String]) -> Response {
+pub(super) fn error(dialect: Dialect, e: &ApiError, warnings: &[String]) -> Response {
     let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut response = json_body(e.body(dialect));
     *response.status_mut() = status;
@@ -187,7 +191,7 @@ fn error(dialect: Dialect, e: &ApiError, warnings: &[String]) -> Response {
 }
 
 /// `response` with the warnings header, when there are warnings: one line, ASCII.
-fn with_warnings(mut response: Response, warnings: &[String]) -> Response {
+pub(super) fn with_warnings(mut response: Response, warnings: &[String]) -> Response {
     if warnings.is_empty() {
         return response;
     }
@@ -210,7 +214,7 @@ fn with_warnings(mut response: Response, warnings: &[String]) -> Response {
 }
 
 /// A JSON response.
-fn json_body(body: Value) -> Response {
+pub(super) fn json_body(body: Value) -> Response {
     let mut response = Response::new(Body::from(body.to_string()));
     response.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -231,7 +235,7 @@ fn object(body: &Bytes) -> Result<Map<String, Value>, ApiError> {
 }
 
 /// The body's share of the server's buffer, which a call keeps until its answer is sent.
-type Share = Option<Extension<Held>>;
+pub(super) type Share = Option<Extension<Held>>;
 
 async fn chat(State(api): State<Arc<Api>>, held: Share, body: Bytes) -> Response {
     complete(api, Dialect::Chat, body, None, false, held).await
@@ -246,46 +250,26 @@ async fn responses(State(api): State<Arc<Api>>, held: Share, body: Bytes) -> Res
         Ok(admitted) => admitted,
         Err(e) => return error(dialect, &e, &[]),
     };
-    let mut map = match read_object(&body).await {
+    let map = match read_object(&body).await {
         Ok(map) => map,
         Err(e) => return error(dialect, &e, &[]),
     };
     drop(body);
-    if map.get("background") == Some(&Value::Bool(true)) {
-        let e = ApiError {
-            param: Some("background".into()),
-            ..ApiError::invalid(
-                "`background`: background responses are not run here; leave it out (or false) \
-                 and wait for the answer, or stream it",
-            )
-        };
-        return error(dialect, &e, &[]);
-    }
-    let echo = Echo::read(&map);
-    let mut input = resp::input_items(map.get("input"));
-    if let Some(previous) = map.remove("previous_response_id") {
-        let stored = match previous_response(&api, &previous).await {
-            Ok(stored) => stored,
-            Err(e) => return error(dialect, &e, &[]),
-        };
-        let mut conversation = stored.conversation();
-        conversation.append(&mut input);
-        input = conversation;
-        map.insert("input".into(), Value::Array(input.clone()));
-    }
-    let keep = echo.store.then(|| Keep {
-        store: api.store.clone(),
-        input,
-    });
-    let (prepared, call) = match parse_map(&api, dialect, map, None, false).await {
-        Ok(parsed) => parsed,
-        Err(response) => return *response,
+    let turn = match responses_turn(&api, map, None).await {
+        Ok(turn) => turn,
+        Err(refused) => return error(dialect, &refused.error, &refused.warnings),
     };
+    let ResponsesTurn {
+        prepared,
+        call,
+        encoder,
+        keep,
+        ..
+    } = turn;
     let holding = Holding {
         _call: admitted,
         _body: held,
     };
-    let encoder = Encoder::new(echo, &api.model_name(&call), &call.request.stop);
     if prepared.stream {
         let encode = Box::new(Streamed::new(encoder, keep));
         return streamed(api, dialect, prepared, call, holding, encode).await;
@@ -307,13 +291,85 @@ async fn responses(State(api): State<Arc<Api>>, held: Share, body: Bytes) -> Res
     }
 }
 
+/// A Responses request read and made ready to answer (over HTTP or a WebSocket).
+pub(super) struct ResponsesTurn {
+    pub(super) prepared: Prepared,
+    pub(super) call: Parsed,
+    pub(super) encoder: Encoder,
+    /// Where the response is stored once made; `None` with `store: false`.
+    pub(super) keep: Option<Keep>,
+    /// The input items the response answers: the conversation it continues, then the request's
+    /// own input.
+    pub(super) input: Vec<Value>,
+}
+
+/// Why a request is not answered: the error, and the warnings said before it.
+pub(super) struct Refused {
+    pub(super) error: ApiError,
+    pub(super) warnings: Vec<String>,
+}
+
+impl From<ApiError> for Refused {
+    fn from(error: ApiError) -> Self {
+        Refused {
+            error,
+            warnings: Vec::new(),
+        }
+    }
+}
+
+/// Makes a Responses request body ready: `background` refused, the conversation a
+/// `previous_response_id` names put before the input (from `cached`, a WebSocket's last
+/// response, when it is that one, else from the store), the call parsed, and its encoder.
+pub(super) async fn responses_turn(
+    api: &Arc<Api>,
+    mut map: Map<String, Value>,
+    cached: Option<&Stored>,
+) -> Result<ResponsesTurn, Refused> {
+    if map.get("background") == Some(&Value::Bool(true)) {
+        return Err(ApiError {
+            param: Some("background".into()),
+            ..ApiError::invalid(
+                "`background`: background responses are not run here; leave it out (or false) \
+                 and wait for the answer, or stream it",
+            )
+        }
+        .into());
+    }
+    let echo = Echo::read(&map);
+    let mut input = resp::input_items(map.get("input"));
+    if let Some(previous) = map.remove("previous_response_id").filter(|v| !v.is_null()) {
+        let stored = match cached.filter(|c| previous.as_str() == Some(c.response.id.as_str())) {
+            Some(cached) => cached.clone(),
+            None => previous_response(api, &previous).await?,
+        };
+        let mut conversation = stored.conversation();
+        conversation.append(&mut input);
+        input = conversation;
+        map.insert("input".into(), Value::Array(input.clone()));
+    }
+    let keep = echo.store.then(|| Keep {
+        store: api.store.clone(),
+        input: input.clone(),
+    });
+    let (prepared, call) = parse_checked(api, Dialect::Responses, map, None, false).await?;
+    let encoder = Encoder::new(echo, &api.model_name(&call), &call.request.stop);
+    Ok(ResponsesTurn {
+        prepared,
+        call,
+        encoder,
+        keep,
+        input,
+    })
+}
+
 /// A typed API object as JSON.
-fn serialized(object: &impl serde::Serialize) -> Value {
+pub(super) fn serialized(object: &impl serde::Serialize) -> Value {
     serde_json::to_value(object).unwrap_or_default()
 }
 
 /// The stored response `previous_response_id` names, or the error saying it is not there.
-async fn previous_response(api: &Api, previous: &Value) -> Result<Stored, ApiError> {
+pub(super) async fn previous_response(api: &Api, previous: &Value) -> Result<Stored, ApiError> {
     let param = |e: ApiError| ApiError {
         param: Some("previous_response_id".into()),
         ..e
@@ -498,7 +554,7 @@ async fn parse_where<T: Send + 'static>(
 }
 
 /// The request body as a JSON object, read where its size says (see [`parse_where`]).
-async fn read_object(body: &Bytes) -> Result<Map<String, Value>, ApiError> {
+pub(super) async fn read_object(body: &Bytes) -> Result<Map<String, Value>, ApiError> {
     let body = body.clone();
     parse_where(parses_long(body.len(), false), Dialect::Chat, move || {
         Ok(object(&body))
@@ -524,6 +580,19 @@ async fn parse_map(
     model: Option<&str>,
     stream: bool,
 ) -> Result<(Prepared, Parsed), Box<Response>> {
+    parse_checked(api, dialect, body, model, stream)
+        .await
+        .map_err(|refused| Box::new(error(dialect, &refused.error, &refused.warnings)))
+}
+
+/// A request object made ready and parsed, or why not (read where [`parse_map`] says).
+pub(super) async fn parse_checked(
+    api: &Arc<Api>,
+    dialect: Dialect,
+    body: Map<String, Value>,
+    model: Option<&str>,
+    stream: bool,
+) -> Result<(Prepared, Parsed), Refused> {
     let has_schemas = [
         "tools",
         "text",
@@ -535,14 +604,20 @@ async fn parse_map(
     .any(|k| body.contains_key(*k));
     let long = parses_long(approximate_size(&body), has_schemas);
     let (api, model) = (Arc::clone(api), model.map(str::to_owned));
-    parse_where(long, dialect, move || {
+    let parsed = parse_where(long, dialect, move || {
         let prepared = api::prepare(dialect, body, model.as_deref(), stream);
-        match api.parse(dialect, &prepared) {
+        Ok(match api.parse(dialect, &prepared) {
             Ok(call) => Ok((prepared, Parsed(call))),
-            Err(e) => Err(Box::new(error(dialect, &e, &prepared.warnings))),
-        }
+            Err(error) => Err(Refused {
+                error,
+                warnings: prepared.warnings,
+            }),
+        })
     })
-    .await
+    .await;
+    parsed.unwrap_or_else(|_| {
+        Err(ApiError::new(500, ErrorKind::Api, "parsing the request failed").into())
+    })
 }
 
 /// About how many bytes of JSON `body` is: its strings' lengths, without writing it.
@@ -574,9 +649,9 @@ async fn parse(
 
 /// What a call holds until its answer is sent: its place under the cap on calls in flight,
 /// and its body's share of the buffer (for the memory the call keeps).
-struct Holding {
-    _call: Admitted,
-    _body: Share,
+pub(super) struct Holding {
+    pub(super) _call: Admitted,
+    pub(super) _body: Share,
 }
 
 async fn complete(
@@ -821,7 +896,7 @@ enum Early<T> {
 /// Answers the call, telling `head` whether it began (or the error to answer with instead of
 /// a stream) and then handing each event's frames to `frames`; returns (dropping the work) as
 /// soon as nobody reads them.
-async fn stream_answer(
+pub(super) async fn stream_answer(
     api: Arc<Api>,
     dialect: Dialect,
     mut stream: Box<dyn Encode>,

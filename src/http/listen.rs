@@ -3,6 +3,8 @@
 //! those ends the oldest, so idle connections cannot keep a health check out), a pause after a
 //! failed accept (out of descriptors) instead of a spin, the header timeout (which also bounds
 //! an idle keep-alive connection), and a graceful stop on SIGTERM or Ctrl-C with a grace period.
+//! A connection upgraded to a WebSocket keeps its place under the cap, and hears the stop,
+//! through the [`Slot`] its requests carry.
 
 use axum::Router;
 use axum::http::{HeaderValue, StatusCode, header};
@@ -14,7 +16,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -23,6 +25,15 @@ use tokio_util::task::TaskTracker;
 /// its request), so a health check is answered however many idle connections arrive.
 const OVERFLOW_CONNECTIONS: usize = 32;
 const OVER_CAP_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A connection's place under the cap, in each of its requests' extensions: a handler that
+/// takes the connection over (a WebSocket) keeps a clone for as long as it does, and ends when
+/// `stop` is cancelled.
+#[derive(Clone)]
+pub(super) struct Slot {
+    _place: Arc<OwnedSemaphorePermit>,
+    pub(super) stop: CancellationToken,
+}
 
 /// What the listener needs to know.
 pub(super) struct Listen {
@@ -76,8 +87,11 @@ pub(super) async fn serve(
         if let Ok(permit) = open.clone().try_acquire_owned() {
             let (app, stop, timeout) = (app.clone(), stop.clone(), limits.header_timeout);
             connections.spawn(async move {
-                serve_connection(stream, app, stop, timeout).await;
-                drop(permit);
+                let slot = Slot {
+                    _place: Arc::new(permit),
+                    stop: stop.clone(),
+                };
+                serve_connection(stream, app, stop, timeout, slot).await;
             });
         } else {
             backoff.warn_full(limits.max_connections);
@@ -172,13 +186,23 @@ async fn serve_connection(
     app: Router,
     stop: CancellationToken,
     header_timeout: Duration,
+    slot: Slot,
 ) {
     // Answers are small and whole: send them at once, not after the peer's delayed ACK.
     let _ = stream.set_nodelay(true);
+    let app = tower::ServiceExt::map_request(
+        app,
+        move |mut request: http::Request<hyper::body::Incoming>| {
+            request.extensions_mut().insert(slot.clone());
+            request
+        },
+    );
     let connection = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(header_timeout)
-        .serve_connection(TokioIo::new(stream), TowerToHyperService::new(app));
+        .serve_connection(TokioIo::new(stream), TowerToHyperService::new(app))
+        // A connection may become a WebSocket (the Responses API's WebSocket mode).
+        .with_upgrades();
     tokio::pin!(connection);
     tokio::select! {
         _ = connection.as_mut() => {}

@@ -27,7 +27,9 @@
 pub mod api;
 mod body;
 mod checks;
+mod compact;
 mod listen;
+mod responses_ws;
 mod settings;
 
 pub use checks::{Auth, Token, bearer, bearer_credentials};
@@ -151,6 +153,10 @@ fn app(settings: &HttpSettings, mcp: Mcp, api: Option<Routes>) -> Router {
         })
         // Extractors (`Bytes`, `Json`) take what `body::read_whole` took.
         .layer(DefaultBodyLimit::max(settings.max_body))
+        // A WebSocket's messages are held to the request body limit.
+        .layer(axum::Extension(responses_ws::Limits {
+            max_message: settings.max_body,
+        }))
         .layer(PropagateRequestIdLayer::new(REQUEST_ID))
         .layer(SetRequestIdLayer::new(REQUEST_ID, FreshId))
         .layer(from_fn(log_request))

@@ -3,9 +3,10 @@
 //! `input` is a string (one user message) or a non-empty list of items: messages `{role:
 //! user|assistant|system|developer, content: string | parts}` (parts `input_text`/`text`/
 //! `output_text`, `input_image` with a data URL), `function_call` items (the model's earlier tool
-//! calls) and `function_call_output` items (their results). `instructions` lead the system
-//! prompt; system and developer items follow it, joined with a blank line. The result is a
-//! Responses object.
+//! calls), `function_call_output` items (their results) and `compaction` items (a summary of
+//! an earlier conversation that `POST /v1/responses/compact` made here, read as a user turn).
+//! `instructions` lead the system prompt; system and developer items follow it, joined with a
+//! blank line. The result is a Responses object.
 
 use super::common::{Common, Env, Format, Hooks, Msg, Parts, Spelling, flatten_text};
 use super::{Placement, Rendered, Shape, object_of};
@@ -76,7 +77,37 @@ const PART_TYPES: [&str; 5] = [
     "input_image",
     "input_file",
 ];
-const ITEM_TYPES: [&str; 3] = ["message", "function_call", "function_call_output"];
+const ITEM_TYPES: [&str; 4] = [
+    "message",
+    "function_call",
+    "function_call_output",
+    "compaction",
+];
+
+/// How a compaction item's `encrypted_content` made here begins: what follows is the summary,
+/// base64-encoded. (It is not encrypted: the client may read it, as it could read the
+/// conversation it summarizes.)
+const COMPACTION_PREFIX: &str = "aam-compaction-v1:";
+
+/// What leads a compaction item's summary in the turn the model reads.
+const COMPACTION_LEAD: &str = "Summary of the earlier conversation, compacted:";
+
+/// A compaction item's `encrypted_content` for `summary`.
+pub fn compaction_content(summary: &str) -> String {
+    use base64::Engine as _;
+    let encoded = base64::engine::general_purpose::STANDARD.encode(summary);
+    format!("{COMPACTION_PREFIX}{encoded}")
+}
+
+/// The summary a compaction item made here carries; `None` for content made elsewhere.
+pub fn compaction_summary(content: &str) -> Option<String> {
+    use base64::Engine as _;
+    let encoded = content.strip_prefix(COMPACTION_PREFIX)?;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(encoded)
+        .ok()?;
+    String::from_utf8(bytes).ok()
+}
 
 fn content(v: &Value, path: &str, limits: &Limits) -> CallResult<Vec<Block>> {
     match v {
@@ -205,6 +236,19 @@ fn input_item(
                 is_error: false,
             };
             Ok((Some(Role::User), "tool", vec![block]))
+        }
+        "compaction" => {
+            let content = item.required_str("encrypted_content")?;
+            let Some(summary) = compaction_summary(content) else {
+                return Err(CallError::at(
+                    &item.path("encrypted_content"),
+                    "a compaction item this server did not make: its content cannot be read \
+                     here; compact the conversation with this server's POST \
+                     /v1/responses/compact, or send the conversation itself",
+                ));
+            };
+            let text = format!("{COMPACTION_LEAD}\n\n{summary}");
+            Ok((Some(Role::User), "user", vec![Block::Text(text)]))
         }
         _ => {
             let role = item.required_enum("role", &ROLES)?;
@@ -344,6 +388,37 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("a file of type \"x.bin\" cannot be read"), "{e}");
+    }
+
+    #[test]
+    fn a_compaction_item_made_here_is_its_summary_as_a_user_turn_and_others_are_refused() {
+        let content = compaction_content("The code word is slate.");
+        assert!(content.starts_with(COMPACTION_PREFIX));
+        assert_eq!(
+            compaction_summary(&content).as_deref(),
+            Some("The code word is slate.")
+        );
+        let c = call(json!({"input": [
+            {"type": "compaction", "id": "cmp_1", "encrypted_content": content},
+            {"role": "user", "content": "Go on."}
+        ]}))
+        .unwrap();
+        assert_eq!(
+            c.request.turns,
+            vec![
+                Turn::text(
+                    Role::User,
+                    "Summary of the earlier conversation, compacted:\n\nThe code word is slate."
+                ),
+                Turn::text(Role::User, "Go on.")
+            ]
+        );
+        let e = call(json!({"input": [
+            {"type": "compaction", "encrypted_content": "gAAAAABpM0Yj-x="}
+        ]}))
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("`input[0].encrypted_content`"), "{e}");
     }
 
     #[test]

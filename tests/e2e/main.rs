@@ -50,6 +50,7 @@ mod provider_limits;
 mod provider_waits;
 mod responses_api;
 mod responses_store;
+mod responses_ws;
 mod rich;
 mod routing;
 mod schema_load;

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use std::time::Duration;
 
 /// The validator of the specification's schema `name`.
-fn validator(name: &str) -> jsonschema::Validator {
+pub(crate) fn validator(name: &str) -> jsonschema::Validator {
     let doc: Value =
         serde_json::from_str(include_str!("../data/openresponses/openapi.json")).unwrap();
     let root = json!({
@@ -24,7 +24,7 @@ fn validator(name: &str) -> jsonschema::Validator {
 }
 
 /// `value` validates against the schema `name`.
-fn assert_valid(name: &str, value: &Value) {
+pub(crate) fn assert_valid(name: &str, value: &Value) {
     let v = validator(name);
     let errors: Vec<String> = v
         .iter_errors(value)
@@ -39,7 +39,7 @@ fn assert_valid(name: &str, value: &Value) {
 }
 
 /// The schema of a streamed event of type `kind`.
-fn event_schema(kind: &str) -> &'static str {
+pub(crate) fn event_schema(kind: &str) -> &'static str {
     match kind {
         "response.created" => "ResponseCreatedStreamingEvent",
         "response.in_progress" => "ResponseInProgressStreamingEvent",
@@ -81,11 +81,11 @@ fn assert_valid_stream(text: &str) -> (Vec<Value>, Value) {
     (events, last)
 }
 
-fn responses_url(base: &str) -> String {
+pub(crate) fn responses_url(base: &str) -> String {
     format!("{base}/v1/responses")
 }
 
-async fn create(base: &str, body: &Value) -> (u16, Value) {
+pub(crate) async fn create(base: &str, body: &Value) -> (u16, Value) {
     let (status, _, text) = post(&responses_url(base), &[("x-api-key", TOKEN)], body).await;
     (
         status,
@@ -120,7 +120,7 @@ fn chunk(delta: Value, finish: Value) -> String {
 }
 
 /// "Paris." streamed in two pieces, ended by `finish`.
-fn streamed(finish: &str) -> Reply {
+pub(crate) fn streamed(finish: &str) -> Reply {
     Reply::Events(
         vec![
             chunk(json!({"role": "assistant", "content": ""}), Value::Null),
