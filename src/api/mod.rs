@@ -10,6 +10,7 @@
 //! embedded model, providers, the models file's entries), never by sampling.
 
 pub mod chat;
+pub mod completions;
 pub mod gate;
 pub mod gemini;
 pub mod messages;
@@ -57,6 +58,8 @@ pub enum Dialect {
     Messages,
     /// `POST /v1beta/models/{model}:generateContent` (and `/v1/models/…`).
     Gemini,
+    /// `POST /v1/completions`: OpenAI's legacy text completions.
+    Completions,
 }
 
 impl Dialect {
@@ -72,6 +75,7 @@ impl Dialect {
             Dialect::Responses => &shapes::responses::ResponsesCreate,
             Dialect::Messages => &shapes::anthropic::MessagesCreate,
             Dialect::Gemini => &shapes::gemini::GenerateContent,
+            Dialect::Completions => &shapes::text::TextComplete,
         }
     }
 }
@@ -114,7 +118,7 @@ pub fn prepare(
                 body.insert("model".into(), json!(model));
             }
         }
-        Dialect::Chat => {}
+        Dialect::Chat | Dialect::Completions => {}
     }
     Prepared {
         arguments: body,
@@ -253,7 +257,7 @@ impl ApiError {
     /// The error body in `dialect`'s envelope.
     pub fn body(&self, dialect: Dialect) -> Value {
         match dialect {
-            Dialect::Chat | Dialect::Responses => json!({"error": {
+            Dialect::Chat | Dialect::Responses | Dialect::Completions => json!({"error": {
                 "message": self.message,
                 "type": self.openai_type(),
                 "param": self.param,
