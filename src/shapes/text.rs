@@ -88,6 +88,12 @@ impl Shape for TextComplete {
             Some(Value::String(s)) => Some(s.clone()),
             Some(other) => return Err(CallError::expected("suffix", "a string", other)),
         };
+        if prompt.is_empty() && suffix.is_none() {
+            return Err(CallError::at(
+                "prompt",
+                "is empty: give the text to continue",
+            ));
+        }
         let chars = suffix.as_deref().map_or(0, |s| s.chars().count());
         if chars > env.limits.max_message_chars {
             return Err(CallError::at(
@@ -270,6 +276,7 @@ mod tests {
             (json!({"prompt": [1, 2]}), "prompt"),
             (json!({"prompt": [[1, 2]]}), "prompt"),
             (json!({"prompt": []}), "prompt"),
+            (json!({"prompt": ""}), "prompt"),
             (json!({}), "prompt"),
             (json!({"prompt": "a", "n": 2}), "n"),
             (json!({"prompt": "a", "logprobs": 5}), "logprobs"),

@@ -288,5 +288,5 @@ async fn the_embedded_model_continues_the_prompt_as_raw_text_and_fills_in_the_mi
     .await;
     let middle = text_of(&v);
     assert!(!middle.contains("<|"), "a special token shows: {v}");
-    assert!(!middle.is_empty(), "{v}");
+    assert!(middle.replace(' ', "").contains("a+b"), "{v}");
 }
