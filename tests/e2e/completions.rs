@@ -4,7 +4,8 @@
 //! arrays, log probabilities, a suffix for a provider) refused with a 400 naming the field,
 //! before anything is sent and before any stream; and on the embedded model, the prompt
 //! continued as raw text (no chat template), with `echo`, `stop`, a stream that adds up to the
-//! whole answer, and fill-in-the-middle with `suffix`.
+//! whole answer, and fill-in-the-middle with `suffix` (a 400 naming it on a model without the
+//! tokens for it).
 
 use crate::api_sdks::{ANSWER, Fixture, QUESTION, Sdk, assert_streamed, ok};
 use crate::common::openai::{Reply, Scripted, completion};
@@ -289,4 +290,35 @@ async fn the_embedded_model_continues_the_prompt_as_raw_text_and_fills_in_the_mi
     let middle = text_of(&v);
     assert!(!middle.contains("<|"), "a special token shows: {v}");
     assert!(middle.replace(' ', "").contains("a+b"), "{v}");
+}
+
+#[tokio::test]
+async fn a_model_without_fill_in_the_middle_tokens_refuses_a_suffix_by_name() {
+    let _turn = crate::local::TURN.lock().await;
+    let gemma = crate::engine::gemma();
+    let s = crate::http::start(&[
+        ("AGENT_AS_MODEL_BACKEND", "local"),
+        ("AGENT_AS_MODEL_MODEL_FILE", &gemma),
+        ("AGENT_AS_MODEL_AUTH_TOKEN", TOKEN),
+    ])
+    .await;
+    let url = format!("{}/v1/completions", s.url);
+    let v = complete_local(
+        &url,
+        json!({"model": "local", "prompt": "The capital of France is", "max_tokens": 4,
+               "temperature": 0}),
+    )
+    .await;
+    assert!(!text_of(&v).is_empty(), "{v}");
+    for stream in [false, true] {
+        let body = json!({"model": "local", "prompt": "def add(a, b):\n    return ",
+                          "suffix": "\n", "max_tokens": 4, "stream": stream});
+        let (status, headers, text) = post(&url, &[("x-api-key", TOKEN)], &body).await;
+        assert_eq!(status, 400, "{body}: {text}");
+        assert_eq!(headers["content-type"], "application/json", "{body}");
+        let e: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(e["error"]["param"], "suffix", "{e}");
+        let message = e["error"]["message"].as_str().unwrap();
+        assert!(message.contains("no fill-in-the-middle tokens"), "{e}");
+    }
 }
