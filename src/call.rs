@@ -160,6 +160,22 @@ pub struct CompletionRequest {
     /// Sequences that end the completion; forwarded, and enforced by the server.
     pub stop: Vec<String>,
     pub tuning: Tuning,
+    /// A legacy text completion (`POST /v1/completions`): the prompt continued as raw text
+    /// where the backend can (the embedded model); `None` for a conversation.
+    pub text: Option<TextPrompt>,
+}
+
+/// A legacy text completion's prompt. The embedded model continues it as raw text, without
+/// its chat template; other backends read it as the one user message of the request's turns.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TextPrompt {
+    pub prompt: String,
+    /// Fill-in-the-middle: the text the completion leads into, after the prompt (taken by a
+    /// model whose vocabulary has fill-in-the-middle tokens).
+    pub suffix: Option<String>,
+    /// The answer's text is shown after the prompt (`echo`): the encoder's concern, not a
+    /// backend's.
+    pub echo: bool,
 }
 
 /// Sampling parameters beyond the temperature, typed. A backend that takes them uses them (the

@@ -1,16 +1,18 @@
-//! The model APIs (OpenAI chat completions and Responses, Anthropic messages, Gemini
-//! `generateContent`) as a base URL, without the HTTP: a request body becomes the arguments
-//! of the tool of the same shape (what a client sends that a tool has no use for is set aside
-//! here: `stream`, a system turn inside Anthropic `messages`, hosted tools no backend here
-//! runs), is parsed and answered by the completion service exactly as the tool is, and the
-//! shape's API object is the response body. [`stream`] renders an answer as each API's stream
-//! of events; errors take each API's envelope ([`ApiError`]).
+//! The model APIs (OpenAI chat completions, legacy text completions and Responses, Anthropic
+//! messages, Gemini `generateContent`) as a base URL, without the HTTP: a request body becomes
+//! the arguments of the tool of the same shape (what a client sends that a tool has no use for
+//! is set aside here: `stream`, a system turn inside Anthropic `messages`, hosted tools no
+//! backend here runs; a text completion's shape is the HTTP API's own), is parsed and answered
+//! by the completion service exactly as the tool is, and the shape's API object is the response
+//! body. [`stream`] renders an answer as each API's stream of events; errors take each API's
+//! envelope ([`ApiError`]).
 //!
 //! These calls come from no MCP host, so they are answered by the direct backends (the
 //! embedded model, providers, the models file's entries), never by sampling.
 
 pub mod chat;
 pub mod compact;
+pub mod completions;
 pub mod gate;
 pub mod gemini;
 pub mod messages;
@@ -58,6 +60,8 @@ pub enum Dialect {
     Messages,
     /// `POST /v1beta/models/{model}:generateContent` (and `/v1/models/…`).
     Gemini,
+    /// `POST /v1/completions`: OpenAI's legacy text completions.
+    Completions,
 }
 
 impl Dialect {
@@ -73,6 +77,7 @@ impl Dialect {
             Dialect::Responses => &shapes::responses::ResponsesCreate,
             Dialect::Messages => &shapes::anthropic::MessagesCreate,
             Dialect::Gemini => &shapes::gemini::GenerateContent,
+            Dialect::Completions => &shapes::text::TextComplete,
         }
     }
 }
@@ -116,7 +121,7 @@ pub fn prepare(
                 body.insert("model".into(), json!(model));
             }
         }
-        Dialect::Chat => {}
+        Dialect::Chat | Dialect::Completions => {}
     }
     Prepared {
         arguments: body,
@@ -255,7 +260,7 @@ impl ApiError {
     /// The error body in `dialect`'s envelope.
     pub fn body(&self, dialect: Dialect) -> Value {
         match dialect {
-            Dialect::Chat | Dialect::Responses => json!({"error": {
+            Dialect::Chat | Dialect::Responses | Dialect::Completions => json!({"error": {
                 "message": self.message,
                 "type": self.openai_type(),
                 "param": self.param,

@@ -996,6 +996,7 @@ mod tests {
                 seed: Some(7),
             },
             stop: vec!["END".into()],
+            text: None,
         };
         let request = ModelRequest {
             base,

@@ -1,12 +1,13 @@
-//! The model APIs' routes: OpenAI chat completions and Responses, Anthropic messages, Gemini
-//! `generateContent`, their token counts and model lists, as a base URL for any SDK or agent
-//! CLI. Each handler reads the JSON body, hands it to [`crate::api`] (which answers it as the
-//! tool of the same shape is answered) and writes the API object, the API's stream of events,
-//! or the API's error envelope. The token is taken in every spelling the clients use.
+//! The model APIs' routes: OpenAI chat completions, legacy text completions and Responses,
+//! Anthropic messages, Gemini `generateContent`, their token counts and model lists, as a base URL
+//! for any SDK or agent CLI. Each handler reads the JSON body, hands it to [`crate::api`] (which
+//! answers it as the tool of the same shape is answered) and writes the API object, the API's
+//! stream of events, or the API's error envelope. The token is taken in every spelling the clients
+//! use.
 
 use crate::api::responses::{self as resp, Echo, Encoder, Keep, Stored, Streamed};
 use crate::api::{self, Admitted, Api, ApiError, Dialect, Encode, ErrorKind, Prepared};
-use crate::api::{chat, gemini, messages};
+use crate::api::{chat, completions, gemini, messages};
 use crate::call::Call;
 use crate::fulfil::live::{Event, Sink};
 use crate::fulfil::written::Piece;
@@ -48,6 +49,7 @@ pub fn routes(api: Arc<Api>) -> Routes {
     let router = Router::new()
         .route("/", head(|| async { StatusCode::OK }))
         .route("/v1/chat/completions", post(chat))
+        .route("/v1/completions", post(text_completions))
         .route(
             "/v1/responses",
             get(super::responses_ws::upgrade).post(responses),
@@ -239,6 +241,11 @@ pub(super) type Share = Option<Extension<Held>>;
 
 async fn chat(State(api): State<Arc<Api>>, held: Share, body: Bytes) -> Response {
     complete(api, Dialect::Chat, body, None, false, held).await
+}
+
+/// `POST /v1/completions`: OpenAI's legacy text completions.
+async fn text_completions(State(api): State<Arc<Api>>, held: Share, body: Bytes) -> Response {
+    complete(api, Dialect::Completions, body, None, false, held).await
 }
 
 /// `POST /v1/responses`: a conversation continued from a stored response when the request
@@ -666,7 +673,7 @@ async fn complete(
         Ok(admitted) => admitted,
         Err(e) => return error(dialect, &e, &[]),
     };
-    let (prepared, call) = match parse(&api, dialect, &body, model, stream).await {
+    let (mut prepared, call) = match parse(&api, dialect, &body, model, stream).await {
         Ok(parsed) => parsed,
         Err(response) => return *response,
     };
@@ -676,6 +683,8 @@ async fn complete(
         _body: held,
     };
     if prepared.stream {
+        // A stream's head is written before the answer's report: what parsing set aside.
+        prepared.warnings.extend(call.warnings.iter().cloned());
         let encode = stream_encoder(&api, dialect, &prepared, &call).await;
         return streamed(api, dialect, prepared, call, holding, encode).await;
     }
@@ -716,6 +725,10 @@ fn whole_object(api: &Api, dialect: Dialect, call: &Call, answered: &Answered) -
             serialized(&messages::Encoder::new(&model, stop, 0).whole(&answered.finished))
         }
         Dialect::Gemini => serialized(&gemini::Encoder::new(&model, stop).whole(answered)),
+        Dialect::Completions => serialized(
+            &completions::Encoder::new(&model, stop, call.request.text.as_ref(), false)
+                .whole(&answered.finished),
+        ),
         Dialect::Responses => serialized(
             &resp::Encoder::new(Echo::read(&Map::new()), &model, stop).whole(&answered.finished),
         ),
@@ -741,6 +754,12 @@ async fn stream_encoder(
             Box::new(messages::Encoder::new(&model, stop, input_tokens))
         }
         Dialect::Gemini => Box::new(gemini::Encoder::new(&model, stop)),
+        Dialect::Completions => Box::new(completions::Encoder::new(
+            &model,
+            stop,
+            call.request.text.as_ref(),
+            prepared.include_usage,
+        )),
         Dialect::Responses => Box::new(Streamed::new(
             Encoder::new(Echo::read(&Map::new()), &model, stop),
             None,
@@ -1084,7 +1103,7 @@ fn model_object(dialect: Dialect, id: &str) -> Value {
         Dialect::Gemini => json!({"name": format!("models/{id}"), "displayName": id,
                                   "supportedGenerationMethods":
                                       ["generateContent", "streamGenerateContent", "countTokens"]}),
-        Dialect::Chat | Dialect::Responses => {
+        Dialect::Chat | Dialect::Responses | Dialect::Completions => {
             json!({"id": id, "object": "model", "created": 0, "owned_by": "agent-as-model"})
         }
     }
@@ -1098,7 +1117,9 @@ fn model_list(api: &Api, dialect: Dialect) -> Value {
         Dialect::Messages => json!({"data": data, "has_more": false,
                                     "first_id": ids.first(), "last_id": ids.last()}),
         Dialect::Gemini => json!({"models": data}),
-        Dialect::Chat | Dialect::Responses => json!({"object": "list", "data": data}),
+        Dialect::Chat | Dialect::Responses | Dialect::Completions => {
+            json!({"object": "list", "data": data})
+        }
     }
 }
 

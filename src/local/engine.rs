@@ -331,6 +331,30 @@ impl Model {
         tokens
     }
 
+    /// The tokens of a fill-in-the-middle prompt: the vocabulary's prefix token, `prefix`, its
+    /// suffix token, `suffix`, and its middle token, after which the model writes what goes
+    /// between (a beginning-of-text token first when the model wants one). The texts are read
+    /// as text: a special token spelled in them is not one. `None` when the vocabulary has no
+    /// fill-in-the-middle tokens.
+    pub fn fill_in_middle(&self, prefix: &str, suffix: &str) -> Option<Vec<LlamaToken>> {
+        let vocab = self.model.vocab();
+        let (pre, suf, mid) = (vocab.fim_pre(), vocab.fim_suf(), vocab.fim_mid());
+        if [pre, suf, mid].iter().any(|t| t.0 < 0) {
+            return None;
+        }
+        let mut tokens = Vec::new();
+        let bos = vocab.bos();
+        if vocab.should_add_bos() && bos.0 >= 0 {
+            tokens.push(bos);
+        }
+        tokens.push(pre);
+        tokens.extend(vocab.tokenize(prefix.as_bytes(), false, false));
+        tokens.push(suf);
+        tokens.extend(vocab.tokenize(suffix.as_bytes(), false, false));
+        tokens.push(mid);
+        Some(tokens)
+    }
+
     /// Whether the vocabulary has ChatML's markers as tokens (a chat model whose file lacks
     /// its template), rather than being a base model that continues text.
     pub fn knows_chatml(&self) -> bool {

@@ -15,7 +15,7 @@ pub mod slots;
 pub mod template;
 
 use crate::backends::direct::{self, BoxFuture, Model, ModelRequest, ModelTool};
-use crate::call::{Block, Completion, Finish, ToolChoice, Usage, new_id};
+use crate::call::{Block, Completion, Finish, TextPrompt, ToolChoice, Usage, new_id};
 use crate::config::Config;
 use crate::error::{Backend, CallError, CallResult};
 use crate::fulfil::Capabilities;
@@ -199,6 +199,13 @@ pub enum RequestError {
         tokens: usize,
         context: usize,
     },
+    /// A text completion's `suffix` for a model that cannot fill in the middle.
+    #[error(
+        "this model has no fill-in-the-middle tokens, so it cannot complete between a prompt \
+         and a suffix; leave `suffix` out, or use a model whose vocabulary has them (a code \
+         model such as Qwen2.5-Coder)"
+    )]
+    NoFillInMiddle,
 }
 
 impl From<LocalError> for CallError {
@@ -217,6 +224,9 @@ impl From<LocalError> for CallError {
                 context,
                 problem: e.to_string(),
             },
+            LocalError::Request(RequestError::NoFillInMiddle) => {
+                CallError::at("suffix", RequestError::NoFillInMiddle.to_string())
+            }
             LocalError::Request(e) => fail(e.to_string()),
             // A server that sent more than it stated: not overloaded, and no sooner mended.
             LocalError::Unavailable(load) if !load.again() => fail(load.to_string()),
@@ -816,6 +826,9 @@ impl Worker {
 /// call rendered with the model's chat template (as plain text for a base model without one),
 /// tokenized. An answer reads it, and a count counts it.
 fn prompt(model: &engine::Model, request: &ModelRequest) -> Result<Vec<LlamaToken>, RequestError> {
+    if let Some(text) = &request.base.text {
+        return raw_prompt(model, text);
+    }
     let messages = openai::messages(
         request.base.system.as_deref(),
         &request.base.turns,
@@ -827,17 +840,36 @@ fn prompt(model: &engine::Model, request: &ModelRequest) -> Result<Vec<LlamaToke
     } else {
         template::plain(&messages)
     };
-    // A text no context of this size could take is refused by its length, untokenized.
+    fits(model, text.len())?;
+    Ok(model.tokenize(&text))
+}
+
+/// A text no context of this size could take is refused by its length, untokenized.
+fn fits(model: &engine::Model, bytes: usize) -> Result<(), RequestError> {
     let context = model.info().context;
-    let fewest = text.len().div_ceil(model.longest_token().max(1));
+    let fewest = bytes.div_ceil(model.longest_token().max(1));
     if fewest > context {
         return Err(RequestError::OverContextBytes {
-            bytes: text.len(),
+            bytes,
             tokens: fewest,
             context,
         });
     }
-    Ok(model.tokenize(&text))
+    Ok(())
+}
+
+/// A text completion's prompt, as llama.cpp's own server reads one: the text continued as it
+/// is, with no chat template (a beginning-of-text token first when the model wants one), or,
+/// with a suffix, in the model's fill-in-the-middle form.
+fn raw_prompt(model: &engine::Model, text: &TextPrompt) -> Result<Vec<LlamaToken>, RequestError> {
+    let suffix = text.suffix.as_deref();
+    fits(model, text.prompt.len() + suffix.map_or(0, str::len))?;
+    match suffix {
+        None => Ok(model.tokenize(&text.prompt)),
+        Some(suffix) => model
+            .fill_in_middle(&text.prompt, suffix)
+            .ok_or(RequestError::NoFillInMiddle),
+    }
 }
 
 fn random_seed() -> u64 {

@@ -52,6 +52,7 @@ pub fn request(params: &CreateMessageRequestParams, limits: &Limits) -> CallResu
                 .and_then(|v| v.as_i64()),
         },
         stop: params.stop_sequences.clone().unwrap_or_default(),
+        text: None,
     };
     Ok(ModelRequest {
         base,

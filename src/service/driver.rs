@@ -66,6 +66,20 @@ pub enum Driver<'a> {
 impl Driver<'_> {
     /// Fulfils one call: the machine's attempts, answered in turn, each told to `events`.
     pub async fn run(&self, call: &Call, events: Option<&Events>) -> CallResult<Outcome> {
+        if call
+            .request
+            .text
+            .as_ref()
+            .is_some_and(|t| t.suffix.is_some())
+            && !self.fills_middle()
+        {
+            return Err(CallError::at(
+                "suffix",
+                "this model has no fill-in-the-middle tokens: a suffix is taken by the embedded \
+                 model (--backend local) when its vocabulary has them, not by a provider's chat \
+                 API or the host's sampling; leave `suffix` out",
+            ));
+        }
         let machine = Machine::new(call, self.capabilities()?, self.blame());
         let (mut progress, mut answer) = self.resume()?;
         loop {
@@ -95,6 +109,12 @@ impl Driver<'_> {
                 }
             }
         }
+    }
+
+    /// Whether the backend may take a text completion's `suffix`: the embedded model does when
+    /// its vocabulary has fill-in-the-middle tokens (it says so itself when not).
+    fn fills_middle(&self) -> bool {
+        matches!(self, Driver::Direct { model, .. } if model.kind() == crate::config::Backend::Local)
     }
 
     fn blame(&self) -> Blame {

@@ -293,6 +293,7 @@ impl<'a> Common<'a> {
                 max_tokens: self.max_tokens,
                 stop: self.stop,
                 tuning: self.extras.tuning,
+                text: None,
             },
             mode,
             persona: self.persona,

@@ -12,6 +12,7 @@ pub mod openai_chat;
 pub mod params;
 pub mod prompt;
 pub mod responses;
+pub mod text;
 
 use crate::args::Obj;
 use crate::call::{Call, Reply};

@@ -18,16 +18,16 @@ use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_agent-as-model");
 const TOKEN: &str = "sk-api-sdks-token-0123456789abcdef";
-const QUESTION: &str = "What is the capital of France?";
+pub(crate) const QUESTION: &str = "What is the capital of France?";
 /// What `paris` answers whole and `paris-live` in pieces.
-const ANSWER: &str = "The capital of France is Paris.";
+pub(crate) const ANSWER: &str = "The capital of France is Paris.";
 const PIECES: [&str; 4] = ["The capital", " of France", " is", " Paris."];
 /// The models file's entry names, in order, and the role each plays in the clients.
 const ENTRIES: [&str; 4] = ["paris", "paris-live", "weather", "capital"];
 const ROLES: [&str; 4] = ["plain", "live", "tool", "json"];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Sdk {
+pub(crate) enum Sdk {
     OpenAi,
     Anthropic,
     Genai,
@@ -198,7 +198,7 @@ async fn run(sdk: Sdk, server: &Server, models: &Value, cases: &[&str], limit: u
 }
 
 /// A case that succeeded: its value (else a panic showing what the SDK raised).
-fn ok<'a>(out: &'a Value, case: &str) -> &'a Value {
+pub(crate) fn ok<'a>(out: &'a Value, case: &str) -> &'a Value {
     let v = &out[case];
     assert!(
         v.is_object() && v.get("error").is_none(),
@@ -219,16 +219,16 @@ fn chunks(v: &Value) -> Vec<&str> {
 }
 
 /// A streamed case: its chunks rebuild `text`, and there were more than one.
-fn assert_streamed(case: &str, v: &Value, text: &str) {
+pub(crate) fn assert_streamed(case: &str, v: &Value, text: &str) {
     let pieces = chunks(v);
     assert_eq!(pieces.concat(), text, "{case}: {v}");
     assert!(pieces.len() > 1, "{case}: one chunk only: {v}");
 }
 
 /// The scripted providers and the server whose models file names them.
-struct Fixture {
-    plain: Scripted,
-    live: Scripted,
+pub(crate) struct Fixture {
+    pub(crate) plain: Scripted,
+    pub(crate) live: Scripted,
     tool: Scripted,
     json: Scripted,
     server: Server,
@@ -284,7 +284,7 @@ fn capital() -> Value {
 }
 
 impl Fixture {
-    async fn start(name: &str) -> Fixture {
+    pub(crate) async fn start(name: &str) -> Fixture {
         let plain = Scripted::start(vec![Reply::json(200, &completion(ANSWER))]).await;
         let live = Scripted::start(vec![streamed_answer()]).await;
         let tool = Scripted::start(vec![Reply::json(200, &weather_call())]).await;
@@ -317,7 +317,7 @@ impl Fixture {
         }
     }
 
-    async fn run(&self, sdk: Sdk, cases: &[&str]) -> Value {
+    pub(crate) async fn run(&self, sdk: Sdk, cases: &[&str]) -> Value {
         run(sdk, &self.server, &sdk.models(), cases, 180).await
     }
 

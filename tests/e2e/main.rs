@@ -24,6 +24,7 @@ mod bridge_limits;
 mod build;
 mod chat_template;
 mod cli;
+mod completions;
 mod conformance;
 mod cursors;
 mod edges;

@@ -1,6 +1,6 @@
-"""The official openai SDK against the server's /v1/chat/completions, /v1/responses and
-/v1/models (see harness.py for the command line). Retries are off and every request has a
-timeout."""
+"""The official openai SDK against the server's /v1/chat/completions, /v1/completions,
+/v1/responses and /v1/models (see harness.py for the command line). Retries are off and every
+request has a timeout."""
 
 import json
 import sys
@@ -113,6 +113,65 @@ def chat_stream_helper(args, model):
         "finish_reason": final.choices[0].finish_reason,
         "event_types": dedup(types),
     }
+
+
+def completion_answer(args, model, **extra):
+    """A legacy text completion (client.completions.create), whole."""
+    r = client(args).completions.create(model=model, prompt=QUESTION, max_tokens=32, **extra)
+    choice = r.choices[0]
+    return {
+        "text": choice.text,
+        "index": choice.index,
+        "logprobs": choice.logprobs,
+        "finish_reason": choice.finish_reason,
+        "choices": len(r.choices),
+        "id": r.id,
+        "object": r.object,
+        "model": r.model,
+        "usage": usage(r.usage),
+    }
+
+
+def completion_stream(args, model, **extra):
+    """A legacy text completion streamed, with the usage chunk asked for."""
+    stream = client(args).completions.create(
+        model=model,
+        prompt=QUESTION,
+        max_tokens=32,
+        stream=True,
+        stream_options={"include_usage": True},
+        **extra,
+    )
+    chunks, finish, used, objects, ids, models = [], None, None, [], [], []
+    for chunk in stream:
+        objects.append(chunk.object)
+        ids.append(chunk.id)
+        models.append(chunk.model)
+        if chunk.usage is not None:
+            used = usage(chunk.usage)
+        for choice in chunk.choices:
+            if choice.text:
+                chunks.append(choice.text)
+            if choice.finish_reason:
+                finish = choice.finish_reason
+    return {
+        "chunks": chunks,
+        "text": "".join(chunks),
+        "finish_reason": finish,
+        "usage": used,
+        "objects": dedup(objects),
+        "ids": dedup(ids),
+        "models": dedup(models),
+    }
+
+
+def completion_refused(args):
+    """n=2: refused before anything is sent, naming the field."""
+    return expect_error(
+        lambda: client(args).completions.create(
+            model=args.models["plain"], prompt=QUESTION, n=2
+        )
+    )
 
 
 def responses_answer(args, model, **extra):
@@ -340,6 +399,9 @@ harness.main(
         "chat_live": lambda a: chat_answer(a, a.models["live"]),
         "chat_stream": lambda a: chat_stream(a, a.models["live"]),
         "chat_stream_helper": lambda a: chat_stream_helper(a, a.models["live"]),
+        "completions": lambda a: completion_answer(a, a.models["plain"]),
+        "completions_stream": lambda a: completion_stream(a, a.models["live"]),
+        "completions_refused": completion_refused,
         "responses_plain": lambda a: responses_answer(a, a.models["plain"]),
         "responses_live": lambda a: responses_answer(a, a.models["live"]),
         "responses_stream": lambda a: responses_stream(a, a.models["live"]),

@@ -1,0 +1,263 @@
+//! OpenAI's legacy text completions: the `text_completion` object and its stream of chunks
+//! (objects of the same name, each with a piece of the text), written by one [`Encoder`] from
+//! typed values. The whole answer is what the stream's chunks add up to: the same id, model,
+//! text and finish reason; with `echo`, both begin with the prompt.
+
+use super::chat::Usage;
+use super::gate::TextGate;
+use super::sse::{frame, now, text_and_calls};
+use super::{ApiError, Dialect, Encode};
+use crate::call::{Finish, TextPrompt};
+use crate::fulfil::written::Piece;
+use crate::service::{Answered, Finished};
+use serde::Serialize;
+use serde_json::Value;
+
+/// One choice: the whole text, or a chunk's piece of it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Choice {
+    pub text: String,
+    pub index: usize,
+    pub logprobs: Option<Value>,
+    pub finish_reason: Option<&'static str>,
+}
+
+/// A `text_completion`, whole or as a chunk of the stream.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Completion {
+    pub id: String,
+    pub object: &'static str,
+    pub created: u64,
+    pub model: String,
+    pub choices: Vec<Choice>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+}
+
+/// Why the text ended, as text completions say it.
+fn finish_reason(finished: &Finished) -> &'static str {
+    match finished.finish {
+        Finish::MaxTokens => "length",
+        Finish::EndTurn | Finish::StopSequence(_) | Finish::ToolUse => "stop",
+    }
+}
+
+/// One text completion, as its chunks while it is made and as its object when done.
+pub struct Encoder {
+    id: String,
+    created: u64,
+    model: String,
+    include_usage: bool,
+    /// `echo`: the prompt, shown before the answer.
+    echo: Option<String>,
+    gate: TextGate,
+}
+
+impl Encoder {
+    /// A completion answered by `model`, its text stopped at `stop`, the prompt shown first
+    /// when `text` asks for an echo; `include_usage` adds the usage chunk
+    /// (`stream_options.include_usage`).
+    pub fn new(
+        model: &str,
+        stop: &[String],
+        text: Option<&TextPrompt>,
+        include_usage: bool,
+    ) -> Self {
+        Encoder {
+            id: crate::call::new_id("cmpl-"),
+            created: now(),
+            model: model.to_owned(),
+            include_usage,
+            echo: text.filter(|t| t.echo).map(|t| t.prompt.clone()),
+            gate: TextGate::new(stop),
+        }
+    }
+
+    /// The whole `text_completion` for an answer.
+    pub fn whole(&self, finished: &Finished) -> Completion {
+        let (answer, _) = text_and_calls(&finished.answer);
+        let text = match &self.echo {
+            Some(prompt) => format!("{prompt}{answer}"),
+            None => answer,
+        };
+        Completion {
+            id: self.id.clone(),
+            object: "text_completion",
+            created: self.created,
+            model: finished.model.clone(),
+            choices: vec![Choice {
+                text,
+                index: 0,
+                logprobs: None,
+                finish_reason: Some(finish_reason(finished)),
+            }],
+            usage: Some(finished.usage.into()),
+        }
+    }
+
+    fn chunk(&self, text: String, finish_reason: Option<&'static str>) -> String {
+        frame(
+            None,
+            &Completion {
+                id: self.id.clone(),
+                object: "text_completion",
+                created: self.created,
+                model: self.model.clone(),
+                choices: vec![Choice {
+                    text,
+                    index: 0,
+                    logprobs: None,
+                    finish_reason,
+                }],
+                usage: None,
+            },
+        )
+    }
+
+    fn text(&self, text: String) -> Vec<String> {
+        if text.is_empty() {
+            return Vec::new();
+        }
+        vec![self.chunk(text, None)]
+    }
+}
+
+impl Encode for Encoder {
+    fn start(&mut self) -> Vec<String> {
+        let echo = self.echo.clone().unwrap_or_default();
+        self.text(echo)
+    }
+
+    fn piece(&mut self, piece: Piece) -> Vec<String> {
+        match piece {
+            Piece::Text(text) => {
+                let show = self.gate.feed(&text);
+                self.text(show)
+            }
+            // A text completion offers no tools.
+            Piece::CallStart { .. } | Piece::CallArgs { .. } => Vec::new(),
+        }
+    }
+
+    fn finish(&mut self, answered: &Answered) -> Vec<String> {
+        let finished = &answered.finished;
+        let (text, _) = text_and_calls(&finished.answer);
+        let rest = self.gate.rest(&text);
+        let mut out = self.text(rest);
+        out.push(self.chunk(String::new(), Some(finish_reason(finished))));
+        if self.include_usage {
+            out.push(frame(
+                None,
+                &Completion {
+                    id: self.id.clone(),
+                    object: "text_completion",
+                    created: self.created,
+                    model: self.model.clone(),
+                    choices: Vec::new(),
+                    usage: Some(finished.usage.into()),
+                },
+            ));
+        }
+        out.push("data: [DONE]\n\n".to_owned());
+        out
+    }
+
+    fn error(&mut self, e: &ApiError) -> Vec<String> {
+        vec![
+            frame(None, &e.body(Dialect::Completions)),
+            "data: [DONE]\n\n".to_owned(),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::sse::tests_support::*;
+    use crate::call::Answer;
+    use serde_json::json;
+
+    /// The chunks' texts joined, and the finish reason the stream ends with.
+    fn fold(events: &[Value]) -> (String, Value) {
+        let mut text = String::new();
+        let mut finish = Value::Null;
+        for e in events {
+            let Some(choice) = e["choices"].get(0) else {
+                continue;
+            };
+            text.push_str(choice["text"].as_str().unwrap());
+            if !choice["finish_reason"].is_null() {
+                finish = choice["finish_reason"].clone();
+            }
+        }
+        (text, finish)
+    }
+
+    fn prompt(echo: bool) -> TextPrompt {
+        TextPrompt {
+            prompt: "The capital of France is".into(),
+            suffix: None,
+            echo,
+        }
+    }
+
+    #[test]
+    fn the_chunks_fold_into_the_whole_completion_with_the_usage_last() {
+        let answered = answered(Answer::Text(" Paris.".into()), Finish::MaxTokens);
+        let mut e = Encoder::new("m", &[], Some(&prompt(false)), true);
+        let pieces = [" Par", "is."].map(|t| Piece::Text(t.into())).to_vec();
+        let events = run(&mut e, pieces, &answered);
+        let whole = serde_json::to_value(e.whole(&answered.finished)).unwrap();
+        let (text, finish) = fold(&events);
+        assert_eq!(text, whole["choices"][0]["text"]);
+        assert_eq!(text, " Paris.");
+        assert_eq!(finish, "length");
+        assert_eq!(finish, whole["choices"][0]["finish_reason"]);
+        assert_eq!(whole["object"], "text_completion");
+        assert!(whole["id"].as_str().unwrap().starts_with("cmpl-"));
+        assert_eq!(whole["choices"][0]["logprobs"], Value::Null);
+        assert_eq!(whole["model"], "backend-model");
+        for chunk in &events {
+            assert_eq!(chunk["id"], whole["id"]);
+            assert_eq!(chunk["object"], "text_completion");
+        }
+        // Until the last, every chunk has a null finish reason.
+        let texts = &events[..events.len() - 2];
+        assert!(
+            texts
+                .iter()
+                .all(|c| c["choices"][0]["finish_reason"].is_null())
+        );
+        let usage = events.last().unwrap();
+        assert_eq!(usage["choices"], json!([]));
+        assert_eq!(usage["usage"], whole["usage"]);
+        assert_eq!(whole["usage"]["total_tokens"], 19);
+    }
+
+    #[test]
+    fn an_echo_shows_the_prompt_first_and_a_stop_sequence_never_shows() {
+        let answered = answered(
+            Answer::Text(" Paris".into()),
+            Finish::StopSequence(Some(".".into())),
+        );
+        let mut e = Encoder::new("m", &[".".into()], Some(&prompt(true)), false);
+        let pieces = [" Par", "is", ". It is"]
+            .map(|t| Piece::Text(t.into()))
+            .to_vec();
+        let events = run(&mut e, pieces, &answered);
+        let whole = serde_json::to_value(e.whole(&answered.finished)).unwrap();
+        let (text, finish) = fold(&events);
+        assert_eq!(text, "The capital of France is Paris");
+        assert_eq!(text, whole["choices"][0]["text"]);
+        assert_eq!(finish, "stop");
+        assert!(events.iter().all(|c| c.get("usage").is_none()));
+    }
+
+    #[test]
+    fn an_error_after_the_stream_began_is_openais_envelope() {
+        let mut e = Encoder::new("m", &[], None, false);
+        let frames = e.error(&ApiError::invalid("no"));
+        assert_eq!(data(&frames)[0]["error"]["type"], "invalid_request_error");
+        assert_eq!(frames.last().unwrap(), "data: [DONE]\n\n");
+    }
+}

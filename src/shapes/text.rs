@@ -1,0 +1,291 @@
+//! OpenAI's legacy text completions (`POST /v1/completions`) as a call: `prompt` (a string, or
+//! a list of one), `suffix` for fill-in-the-middle, `echo`, and the sampling settings chat
+//! completions also takes. The call carries the prompt as raw text ([`TextPrompt`]), which the
+//! embedded model continues without its chat template, and as the one user message other
+//! backends read. This is an HTTP API's request only: no MCP tool has this shape.
+
+use super::common::{Common, Env, Format, Hooks, Msg, Parts, Spelling, render_text};
+use super::{Placement, Rendered, Shape, params};
+use crate::args::Obj;
+use crate::call::{Block, Call, Reply, Role, TextPrompt};
+use crate::contract::cursor::Entry;
+use crate::error::{CallError, CallResult};
+use crate::wire::openai::finish_reason;
+use serde_json::{Map, Value, json};
+use std::collections::HashSet;
+use std::sync::OnceLock;
+
+/// The request of `POST /v1/completions`.
+pub struct TextComplete;
+
+/// OpenAI's default `max_tokens` for a text completion.
+pub const DEFAULT_MAX_TOKENS: u32 = 16;
+
+const SPELLING: Spelling = Spelling {
+    tool: "completions",
+    list_key: "prompt",
+    modes: false,
+    settings: None,
+    stop: Some("stop"),
+    max_tokens: "max_tokens",
+    max_tokens_alias: None,
+    format: Format::None,
+    metadata: &["top_p", "seed", "user"],
+    verifies_cursors: false,
+    hooks: Hooks::COMMON,
+};
+
+/// The fields read by [`Common`] (the others are this shape's own, or reported as unknown).
+const COMMON_FIELDS: [&str; 8] = [
+    "model",
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "stop",
+    "seed",
+    "n",
+    "user",
+];
+
+/// Accepted and not applied by any backend here: each is reported when it asks for something.
+const IGNORED: [&str; 2] = ["presence_penalty", "frequency_penalty"];
+
+/// The fields OpenAI's text completions take (`stream` and `stream_options` are read by the
+/// HTTP front).
+const DEFINITION: &str = r#"{
+  "name": "completions",
+  "description": "OpenAI's legacy text completions (POST /v1/completions): the prompt continued as text.",
+  "inputSchema": {"type": "object", "properties": {
+    "model": {}, "prompt": {}, "suffix": {}, "echo": {}, "logprobs": {}, "best_of": {},
+    "max_tokens": {}, "temperature": {}, "top_p": {}, "stop": {}, "seed": {}, "stream": {},
+    "stream_options": {}, "n": {}, "presence_penalty": {}, "frequency_penalty": {},
+    "logit_bias": {}, "user": {}
+  }},
+  "outputSchema": {"type": "object"}
+}"#;
+
+/// The fields [`DEFINITION`] declares.
+fn known() -> &'static HashSet<String> {
+    static KNOWN: OnceLock<HashSet<String>> = OnceLock::new();
+    KNOWN.get_or_init(|| {
+        params::declared_arguments(&serde_json::from_str(DEFINITION).unwrap_or(Value::Null))
+    })
+}
+
+impl Shape for TextComplete {
+    fn name(&self) -> &'static str {
+        SPELLING.tool
+    }
+
+    fn definition(&self) -> &'static str {
+        DEFINITION
+    }
+
+    fn parse(&self, o: &Obj<'_>, env: &Env<'_>) -> CallResult<Call> {
+        let prompt = prompt(o)?;
+        let suffix = match o.get("suffix") {
+            None => None,
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(other) => return Err(CallError::expected("suffix", "a string", other)),
+        };
+        if prompt.is_empty() && suffix.is_none() {
+            return Err(CallError::at(
+                "prompt",
+                "is empty: give the text to continue",
+            ));
+        }
+        let chars = suffix.as_deref().map_or(0, |s| s.chars().count());
+        if chars > env.limits.max_message_chars {
+            return Err(CallError::at(
+                "suffix",
+                format!(
+                    "{chars} characters of text is over the limit of {} \
+                     (AGENT_AS_MODEL_MAX_MESSAGE_CHARS)",
+                    env.limits.max_message_chars
+                ),
+            ));
+        }
+        let echo = match o.get("echo") {
+            None => false,
+            Some(Value::Bool(b)) => *b,
+            Some(other) => return Err(CallError::expected("echo", "a boolean", other)),
+        };
+        refuse_logprobs_and_best_of(o)?;
+        let mut warnings = params::unknown_arguments(o, known());
+        for key in IGNORED {
+            if o.get(key).is_some_and(|v| v.as_f64() != Some(0.0)) {
+                warnings.push(format!(
+                    "`{key}` was ignored: no backend of this server applies it"
+                ));
+            }
+        }
+        // What the common arguments are read from: the fields they spell, with OpenAI's
+        // default token limit.
+        let mut common: Map<String, Value> = COMMON_FIELDS
+            .iter()
+            .filter_map(|k| o.map().get(*k).map(|v| ((*k).to_owned(), v.clone())))
+            .collect();
+        if o.get("max_tokens").is_none() {
+            common.insert("max_tokens".into(), json!(DEFAULT_MAX_TOKENS));
+        }
+        let env = Env {
+            limits: env.limits,
+            known: known(),
+        };
+        let read = Common::read(&Obj::new(&common, o.here()), &SPELLING, &env)?;
+        let mut view = Map::new();
+        view.insert("prompt".into(), Value::String(prompt.clone()));
+        let parts = Parts {
+            list_key: "prompt",
+            system: None,
+            messages: vec![Msg {
+                index: 0,
+                role: Role::User,
+                blocks: vec![Block::Text(prompt.clone())],
+            }],
+            transcript: vec![Entry::new("user", &prompt)],
+            view,
+            common_view: Some(false),
+        };
+        let mut call = read.into_call(parts, env.limits)?;
+        call.request.text = Some(TextPrompt {
+            prompt,
+            suffix,
+            echo,
+        });
+        call.warnings.extend(warnings);
+        Ok(call)
+    }
+
+    fn render(&self, reply: &Reply<'_>) -> Rendered {
+        let mut object = Map::new();
+        object.insert("finish_reason".into(), json!(finish_reason(reply.finish)));
+        Rendered {
+            text: render_text(reply.completion, reply.cursor),
+            object,
+        }
+    }
+
+    fn placement(&self) -> Placement {
+        Placement::Beside
+    }
+}
+
+/// `prompt`: a string, or a list of one string. One call yields one completion, so a list of
+/// several is refused, as are token arrays (this server reads text).
+fn prompt(o: &Obj<'_>) -> CallResult<String> {
+    const ONE: &str = "one call yields one completion here: send one prompt, as a string (or a \
+                       list of one string), and call again for another";
+    match o.required("prompt")? {
+        Value::String(s) => Ok(s.clone()),
+        Value::Array(items) => match items.as_slice() {
+            [Value::String(s)] => Ok(s.clone()),
+            [] => Err(CallError::at(
+                "prompt",
+                "is an empty list; send the prompt as a string",
+            )),
+            [Value::Number(_), ..] | [Value::Array(_), ..] => Err(CallError::at(
+                "prompt",
+                "token arrays are not taken here: send the prompt as text",
+            )),
+            [other] => Err(CallError::expected("prompt", "a string", other)),
+            _ => Err(CallError::at(
+                "prompt",
+                format!("a list of {} prompts: {ONE}", items.len()),
+            )),
+        },
+        other => Err(CallError::expected(
+            "prompt",
+            "a string or a list of one string",
+            other,
+        )),
+    }
+}
+
+/// `logprobs` (null or 0 only: no backend here reports them) and `best_of` (1 only).
+fn refuse_logprobs_and_best_of(o: &Obj<'_>) -> CallResult<()> {
+    if let Some(v) = o.get("logprobs")
+        && v.as_u64() != Some(0)
+    {
+        return Err(CallError::at(
+            "logprobs",
+            "log probabilities are not available: this server's backends return none; leave \
+             `logprobs` out (or 0)",
+        ));
+    }
+    if let Some(v) = o.get("best_of")
+        && v.as_u64() != Some(1)
+    {
+        return Err(CallError::expected(
+            "best_of",
+            "1 (each call yields one completion, whichever model answers; call again for more)",
+            v,
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::call::Turn;
+    use crate::shapes::common::tests_support::parse;
+
+    fn path_of(e: CallError) -> String {
+        match e {
+            CallError::Argument { path, .. } => path,
+            other => panic!("not an argument error: {other}"),
+        }
+    }
+
+    #[test]
+    fn a_prompt_is_one_user_turn_and_raw_text_with_openais_default_limit() {
+        let c = parse(&TextComplete, json!({"model": "m", "prompt": ["Once"]})).unwrap();
+        assert_eq!(c.request.turns, vec![Turn::text(Role::User, "Once")]);
+        assert_eq!(c.request.max_tokens, DEFAULT_MAX_TOKENS);
+        let text = c.request.text.unwrap();
+        assert_eq!(
+            (text.prompt.as_str(), text.suffix, text.echo),
+            ("Once", None, false)
+        );
+        let c = parse(
+            &TextComplete,
+            json!({"prompt": "a", "suffix": "z", "echo": true, "max_tokens": 5,
+                   "stop": "\n", "seed": 3, "logprobs": 0, "best_of": 1, "n": 1,
+                   "presence_penalty": 0.5, "frequency_penalty": 0, "logit_bias": {"1": 2},
+                   "persona": "x", "user": "u"}),
+        )
+        .unwrap();
+        assert_eq!(c.request.max_tokens, 5);
+        assert_eq!(c.request.stop, ["\n"]);
+        assert_eq!(c.request.tuning.seed, Some(3));
+        assert!(c.persona.is_none());
+        let text = c.request.text.unwrap();
+        assert_eq!((text.suffix.as_deref(), text.echo), (Some("z"), true));
+        let w = c.warnings.join("; ");
+        assert!(w.contains("`presence_penalty` was ignored"), "{w}");
+        assert!(!w.contains("frequency_penalty"), "{w}");
+        assert!(w.contains("logit_bias"), "{w}");
+        assert!(w.contains("unknown argument `persona`"), "{w}");
+    }
+
+    #[test]
+    fn what_one_completion_cannot_be_is_refused_naming_the_field() {
+        for (body, field) in [
+            (json!({"prompt": ["a", "b"]}), "prompt"),
+            (json!({"prompt": [1, 2]}), "prompt"),
+            (json!({"prompt": [[1, 2]]}), "prompt"),
+            (json!({"prompt": []}), "prompt"),
+            (json!({"prompt": ""}), "prompt"),
+            (json!({}), "prompt"),
+            (json!({"prompt": "a", "n": 2}), "n"),
+            (json!({"prompt": "a", "logprobs": 5}), "logprobs"),
+            (json!({"prompt": "a", "best_of": 2}), "best_of"),
+            (json!({"prompt": "a", "echo": "yes"}), "echo"),
+            (json!({"prompt": "a", "suffix": 1}), "suffix"),
+        ] {
+            let e = parse(&TextComplete, body.clone()).unwrap_err();
+            assert_eq!(path_of(e), field, "{body}");
+        }
+    }
+}
