@@ -253,15 +253,10 @@ async fn text_completions(State(api): State<Arc<Api>>, held: Share, body: Bytes)
 /// Responses encoder, and stored unless `store: false`.
 async fn responses(State(api): State<Arc<Api>>, held: Share, body: Bytes) -> Response {
     let dialect = Dialect::Responses;
-    let admitted = match api.admit() {
+    let (admitted, map) = match admitted_object(&api, dialect, body).await {
         Ok(admitted) => admitted,
-        Err(e) => return error(dialect, &e, &[]),
+        Err(refused) => return *refused,
     };
-    let map = match read_object(&body).await {
-        Ok(map) => map,
-        Err(e) => return error(dialect, &e, &[]),
-    };
-    drop(body);
     let turn = match responses_turn(&api, map, None).await {
         Ok(turn) => turn,
         Err(refused) => return error(dialect, &refused.error, &refused.warnings),
@@ -558,6 +553,20 @@ async fn parse_where<T: Send + 'static>(
         );
         Err(Box::new(error(dialect, &e, &[])))
     })
+}
+
+/// A place under the cap of calls in flight and the body as a JSON object (the bytes freed once
+/// read), or the error to send in `dialect`'s envelope.
+pub(super) async fn admitted_object(
+    api: &Api,
+    dialect: Dialect,
+    body: Bytes,
+) -> Result<(Admitted, Map<String, Value>), Box<Response>> {
+    let admitted = api.admit().map_err(|e| Box::new(error(dialect, &e, &[])))?;
+    let map = read_object(&body)
+        .await
+        .map_err(|e| Box::new(error(dialect, &e, &[])))?;
+    Ok((admitted, map))
 }
 
 /// The request body as a JSON object, read where its size says (see [`parse_where`]).

@@ -3,8 +3,8 @@
 //! `POST /v1/responses`, answered as a `response.compaction` object. Nothing is stored.
 
 use super::api::{
-    Holding, Share, error, json_body, parse_checked, previous_response, read_object, serialized,
-    with_warnings,
+    Holding, Share, admitted_object, error, json_body, parse_checked, previous_response,
+    serialized, with_warnings,
 };
 use crate::api::compact;
 use crate::api::responses::input_items;
@@ -20,15 +20,10 @@ use tokio_util::sync::CancellationToken;
 /// `instructions`.
 pub(super) async fn compact(State(api): State<Arc<Api>>, held: Share, body: Bytes) -> Response {
     let dialect = Dialect::Responses;
-    let admitted = match api.admit() {
+    let (admitted, map) = match admitted_object(&api, dialect, body).await {
         Ok(admitted) => admitted,
-        Err(e) => return error(dialect, &e, &[]),
+        Err(refused) => return *refused,
     };
-    let map = match read_object(&body).await {
-        Ok(map) => map,
-        Err(e) => return error(dialect, &e, &[]),
-    };
-    drop(body);
     let param = |name: &str, message: &str| ApiError {
         param: Some(name.into()),
         ..ApiError::invalid(message)
