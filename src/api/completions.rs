@@ -95,7 +95,8 @@ impl Encoder {
         }
     }
 
-    fn chunk(&self, text: String, finish_reason: Option<&'static str>) -> String {
+    /// One streamed event: this completion's id, time and model with `choices` and `usage`.
+    fn event(&self, choices: Vec<Choice>, usage: Option<Usage>) -> String {
         frame(
             None,
             &Completion {
@@ -103,15 +104,20 @@ impl Encoder {
                 object: "text_completion",
                 created: self.created,
                 model: self.model.clone(),
-                choices: vec![Choice {
-                    text,
-                    index: 0,
-                    logprobs: None,
-                    finish_reason,
-                }],
-                usage: None,
+                choices,
+                usage,
             },
         )
+    }
+
+    fn chunk(&self, text: String, finish_reason: Option<&'static str>) -> String {
+        let choice = Choice {
+            text,
+            index: 0,
+            logprobs: None,
+            finish_reason,
+        };
+        self.event(vec![choice], None)
     }
 
     fn text(&self, text: String) -> Vec<String> {
@@ -146,17 +152,7 @@ impl Encode for Encoder {
         let mut out = self.text(rest);
         out.push(self.chunk(String::new(), Some(finish_reason(finished))));
         if self.include_usage {
-            out.push(frame(
-                None,
-                &Completion {
-                    id: self.id.clone(),
-                    object: "text_completion",
-                    created: self.created,
-                    model: self.model.clone(),
-                    choices: Vec::new(),
-                    usage: Some(finished.usage.into()),
-                },
-            ));
+            out.push(self.event(Vec::new(), Some(finished.usage.into())));
         }
         out.push("data: [DONE]\n\n".to_owned());
         out

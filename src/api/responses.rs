@@ -7,9 +7,8 @@
 
 use super::ApiError;
 use super::gate::TextGate;
-use crate::call::{Answer, Finish};
+use crate::call::Finish;
 use crate::fulfil::written::Piece;
-use crate::pyjson::{self, Style};
 use crate::service::Finished;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
@@ -745,11 +744,7 @@ impl Encoder {
     /// What closes the stream: the text and calls not shown yet, each item done, and the
     /// response `completed` (or `incomplete`, cut by `max_output_tokens`) with its usage.
     pub fn finish(&mut self, finished: &Finished) -> Vec<String> {
-        let (text, calls) = match &finished.answer {
-            Answer::Text(t) => (t.clone(), &[][..]),
-            Answer::Json(v) => (pyjson::dumps(v, Style::SORTED), &[][..]),
-            Answer::ToolCalls { text, calls } => (text.clone(), calls.as_slice()),
-        };
+        let (text, calls) = super::sse::text_and_calls(&finished.answer);
         let cut = matches!(finished.finish, Finish::MaxTokens);
         let mut out = Vec::new();
         let rest = self.gate.rest(&text);
@@ -766,64 +761,71 @@ impl Encoder {
         self.close_text(text_status, &mut out);
         for call in calls {
             let arguments = call.arguments_json();
-            let shown = self
-                .calls
-                .iter()
-                .find(|c| c.call_id == call.id)
-                .map(|c| c.slot);
-            let slot = match shown {
-                Some(slot) => slot,
-                None => {
-                    let item = Item::FunctionCall {
-                        id: crate::call::new_id("fc_"),
-                        call_id: call.id.clone(),
-                        name: call.name.clone(),
-                        arguments: String::new(),
-                        status: Status::InProgress,
-                    };
-                    let slot = self.add(item, &mut out);
-                    let n = self.next();
-                    if let Some(Item::FunctionCall { id, .. }) = self.resource.output.get(slot) {
-                        out.push(
-                            Event::ArgsDelta {
-                                sequence_number: n,
-                                item_id: id,
-                                output_index: slot,
-                                delta: &arguments,
-                            }
-                            .frame(),
-                        );
-                    }
-                    slot
-                }
+            let slot = match self.calls.iter().find(|c| c.call_id == call.id) {
+                Some(shown) => shown.slot,
+                None => self.add_whole_call(call, &arguments, &mut out),
             };
             self.call_done(slot, arguments, &mut out);
         }
-        // Calls shown as they were made that the answer does not have (a repair dropped
-        // them) are done as they stand.
-        let dropped: Vec<usize> = self
+        self.close_dropped_calls(&mut out);
+        self.close_response(finished, cut, &mut out);
+        out
+    }
+
+    /// A call the stream has not shown: its item added and its arguments in one delta; its slot.
+    fn add_whole_call(
+        &mut self,
+        call: &crate::call::ToolCall,
+        arguments: &str,
+        out: &mut Vec<String>,
+    ) -> usize {
+        let item = Item::FunctionCall {
+            id: crate::call::new_id("fc_"),
+            call_id: call.id.clone(),
+            name: call.name.clone(),
+            arguments: String::new(),
+            status: Status::InProgress,
+        };
+        let slot = self.add(item, out);
+        let n = self.next();
+        if let Some(Item::FunctionCall { id, .. }) = self.resource.output.get(slot) {
+            out.push(
+                Event::ArgsDelta {
+                    sequence_number: n,
+                    item_id: id,
+                    output_index: slot,
+                    delta: arguments,
+                }
+                .frame(),
+            );
+        }
+        slot
+    }
+
+    /// Calls shown as they were made that the answer does not have (a repair dropped them) are
+    /// done as they stand.
+    fn close_dropped_calls(&mut self, out: &mut Vec<String>) {
+        let dropped: Vec<(usize, String)> = self
             .resource
             .output
             .iter()
             .enumerate()
-            .filter(|(_, item)| {
-                matches!(
-                    item,
-                    Item::FunctionCall {
-                        status: Status::InProgress,
-                        ..
-                    }
-                )
+            .filter_map(|(slot, item)| match item {
+                Item::FunctionCall {
+                    status: Status::InProgress,
+                    arguments,
+                    ..
+                } => Some((slot, arguments.clone())),
+                _ => None,
             })
-            .map(|(slot, _)| slot)
             .collect();
-        for slot in dropped {
-            let arguments = match self.resource.output.get(slot) {
-                Some(Item::FunctionCall { arguments, .. }) => arguments.clone(),
-                _ => continue,
-            };
-            self.call_done(slot, arguments, &mut out);
+        for (slot, arguments) in dropped {
+            self.call_done(slot, arguments, out);
         }
+    }
+
+    /// The response's last state, `completed` or (`cut`) `incomplete`, as the closing event.
+    fn close_response(&mut self, finished: &Finished, cut: bool, out: &mut Vec<String>) {
         self.resource.model = finished.model.clone();
         self.resource.usage = Some(finished.usage.into());
         self.resource.completed_at = Some(now());
@@ -850,7 +852,6 @@ impl Encoder {
                 .frame(),
             );
         }
-        out
     }
 
     /// An error after the stream began: the `error` event, then the response `failed`.
@@ -965,6 +966,7 @@ impl super::Encode for Streamed {
 mod tests {
     use super::*;
     use crate::api::sse::tests_support::*;
+    use crate::call::Answer;
 
     fn streamed(answered: &crate::service::Answered, pieces: Vec<Piece>) -> Vec<Value> {
         let mut s = Streamed::new(Encoder::new(Echo::read(&Map::new()), "m", &[]), None);

@@ -299,20 +299,8 @@ impl Connection {
             );
         }
         drop(prepared);
-        let holding = Holding {
-            _call: admitted,
-            _body: None,
-        };
         let encode = Box::new(Streamed::new(encoder, keep));
-        let (frames, mut out) = mpsc::channel::<Bytes>(STREAM_BUFFER);
-        let (head, mut began) = oneshot::channel();
-        let api = Arc::clone(&self.api);
-        // The work runs on a task of its own, as a streamed POST's does; it is cancelled when
-        // `out` is dropped (the client gone, or reading nothing).
-        tokio::spawn(async move {
-            stream_answer(api, Dialect::Responses, encode, call, frames, head).await;
-            drop(holding);
-        });
+        let (mut out, mut began) = self.spawn_answer(encode, call, admitted);
         let mut started = false;
         loop {
             tokio::select! {
@@ -347,6 +335,32 @@ impl Connection {
                 },
             }
         }
+    }
+
+    /// The answer made on a task of its own, as a streamed POST's is: its frames, and whether
+    /// it began (or the error known before it did). Dropping the frames' receiver (the client
+    /// gone, or reading nothing) cancels it.
+    fn spawn_answer(
+        &self,
+        encode: Box<Streamed>,
+        call: crate::service::Parsed,
+        admitted: Admitted,
+    ) -> (
+        mpsc::Receiver<Bytes>,
+        oneshot::Receiver<Result<(), ApiError>>,
+    ) {
+        let holding = Holding {
+            _call: admitted,
+            _body: None,
+        };
+        let (frames, out) = mpsc::channel::<Bytes>(STREAM_BUFFER);
+        let (head, began) = oneshot::channel();
+        let api = Arc::clone(&self.api);
+        tokio::spawn(async move {
+            stream_answer(api, Dialect::Responses, encode, call, frames, head).await;
+            drop(holding);
+        });
+        (out, began)
     }
 
     /// Sends one event of a response, keeping the response when the event is its last.

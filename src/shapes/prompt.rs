@@ -38,21 +38,7 @@ impl Shape for Generate {
     fn parse(&self, o: &Obj<'_>, env: &Env<'_>) -> CallResult<Call> {
         let prompt = o.required_str("prompt")?;
         let common = Common::read(o, &SPELLING, env)?;
-        let mut view = Map::new();
-        view.insert("prompt".into(), Value::String(prompt.to_owned()));
-        let parts = Parts {
-            list_key: "prompt",
-            system: None,
-            messages: vec![Msg {
-                index: 0,
-                role: Role::User,
-                blocks: vec![Block::Text(prompt.to_owned())],
-            }],
-            transcript: vec![Entry::new("user", prompt)],
-            view,
-            common_view: Some(false),
-        };
-        common.into_call(parts, env.limits)
+        common.into_call(one_user_turn(prompt), env.limits)
     }
 
     fn render(&self, reply: &Reply<'_>) -> Rendered {
@@ -70,6 +56,24 @@ impl Shape for Generate {
 
     fn reports_host_model(&self) -> bool {
         true
+    }
+}
+
+/// A raw prompt as the call's parts: one user message, no system prompt, the prompt as its view.
+pub fn one_user_turn(prompt: &str) -> Parts {
+    let mut view = Map::new();
+    view.insert("prompt".into(), Value::String(prompt.to_owned()));
+    Parts {
+        list_key: "prompt",
+        system: None,
+        messages: vec![Msg {
+            index: 0,
+            role: Role::User,
+            blocks: vec![Block::Text(prompt.to_owned())],
+        }],
+        transcript: vec![Entry::new("user", prompt)],
+        view,
+        common_view: Some(false),
     }
 }
 

@@ -4,11 +4,10 @@
 //! embedded model continues without its chat template, and as the one user message other
 //! backends read. This is an HTTP API's request only: no MCP tool has this shape.
 
-use super::common::{Common, Env, Format, Hooks, Msg, Parts, Spelling, render_text};
+use super::common::{Common, Env, Format, Hooks, Spelling, render_text};
 use super::{Placement, Rendered, Shape, params};
 use crate::args::Obj;
-use crate::call::{Block, Call, Reply, Role, TextPrompt};
-use crate::contract::cursor::Entry;
+use crate::call::{Call, Reply, TextPrompt};
 use crate::error::{CallError, CallResult};
 use crate::wire::openai::finish_reason;
 use serde_json::{Map, Value, json};
@@ -83,26 +82,11 @@ impl Shape for TextComplete {
 
     fn parse(&self, o: &Obj<'_>, env: &Env<'_>) -> CallResult<Call> {
         let prompt = prompt(o)?;
-        let suffix = match o.get("suffix") {
-            None => None,
-            Some(Value::String(s)) => Some(s.clone()),
-            Some(other) => return Err(CallError::expected("suffix", "a string", other)),
-        };
+        let suffix = suffix(o, env.limits)?;
         if prompt.is_empty() && suffix.is_none() {
             return Err(CallError::at(
                 "prompt",
                 "is empty: give the text to continue",
-            ));
-        }
-        let chars = suffix.as_deref().map_or(0, |s| s.chars().count());
-        if chars > env.limits.max_message_chars {
-            return Err(CallError::at(
-                "suffix",
-                format!(
-                    "{chars} characters of text is over the limit of {} \
-                     (AGENT_AS_MODEL_MAX_MESSAGE_CHARS)",
-                    env.limits.max_message_chars
-                ),
             ));
         }
         let echo = match o.get("echo") {
@@ -111,14 +95,7 @@ impl Shape for TextComplete {
             Some(other) => return Err(CallError::expected("echo", "a boolean", other)),
         };
         refuse_logprobs_and_best_of(o)?;
-        let mut warnings = params::unknown_arguments(o, known());
-        for key in IGNORED {
-            if o.get(key).is_some_and(|v| v.as_f64() != Some(0.0)) {
-                warnings.push(format!(
-                    "`{key}` was ignored: no backend of this server applies it"
-                ));
-            }
-        }
+        let warnings = set_aside(o);
         // What the common arguments are read from: the fields they spell, with OpenAI's
         // default token limit.
         let mut common: Map<String, Value> = COMMON_FIELDS
@@ -133,21 +110,7 @@ impl Shape for TextComplete {
             known: known(),
         };
         let read = Common::read(&Obj::new(&common, o.here()), &SPELLING, &env)?;
-        let mut view = Map::new();
-        view.insert("prompt".into(), Value::String(prompt.clone()));
-        let parts = Parts {
-            list_key: "prompt",
-            system: None,
-            messages: vec![Msg {
-                index: 0,
-                role: Role::User,
-                blocks: vec![Block::Text(prompt.clone())],
-            }],
-            transcript: vec![Entry::new("user", &prompt)],
-            view,
-            common_view: Some(false),
-        };
-        let mut call = read.into_call(parts, env.limits)?;
+        let mut call = read.into_call(super::prompt::one_user_turn(&prompt), env.limits)?;
         call.request.text = Some(TextPrompt {
             prompt,
             suffix,
@@ -202,6 +165,41 @@ fn prompt(o: &Obj<'_>) -> CallResult<String> {
     }
 }
 
+/// `suffix`: a string within the message limit, if given.
+fn suffix(o: &Obj<'_>, limits: &crate::limits::Limits) -> CallResult<Option<String>> {
+    let suffix = match o.get("suffix") {
+        None => return Ok(None),
+        Some(Value::String(s)) => s,
+        Some(other) => return Err(CallError::expected("suffix", "a string", other)),
+    };
+    let chars = suffix.chars().count();
+    if chars > limits.max_message_chars {
+        return Err(CallError::at(
+            "suffix",
+            format!(
+                "{chars} characters of text is over the limit of {} \
+                 (AGENT_AS_MODEL_MAX_MESSAGE_CHARS)",
+                limits.max_message_chars
+            ),
+        ));
+    }
+    Ok(Some(suffix.clone()))
+}
+
+/// What is set aside, said as warnings: unknown fields, and the penalties and biases no backend
+/// here applies.
+fn set_aside(o: &Obj<'_>) -> Vec<String> {
+    let mut warnings = params::unknown_arguments(o, known());
+    for key in IGNORED {
+        if o.get(key).is_some_and(|v| v.as_f64() != Some(0.0)) {
+            warnings.push(format!(
+                "`{key}` was ignored: no backend of this server applies it"
+            ));
+        }
+    }
+    warnings
+}
+
 /// `logprobs` (null or 0 only: no backend here reports them) and `best_of` (1 only).
 fn refuse_logprobs_and_best_of(o: &Obj<'_>) -> CallResult<()> {
     if let Some(v) = o.get("logprobs")
@@ -228,7 +226,7 @@ fn refuse_logprobs_and_best_of(o: &Obj<'_>) -> CallResult<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::call::Turn;
+    use crate::call::{Role, Turn};
     use crate::shapes::common::tests_support::parse;
 
     fn path_of(e: CallError) -> String {
