@@ -321,6 +321,20 @@ impl Completion {
         self.finish = Finish::StopSequence(Some(seq));
     }
 
+    /// The model's reasoning before its answer, when it reasoned.
+    pub fn reasoning(&self) -> Option<String> {
+        let texts: Vec<&str> = self
+            .blocks
+            .iter()
+            .filter_map(|b| match b {
+                Block::Reasoning(r) => Some(r.as_str()),
+                _ => None,
+            })
+            .collect();
+        let joined = texts.concat();
+        (!joined.is_empty()).then_some(joined)
+    }
+
     /// Image and audio blocks of the answer, returned beside the text.
     pub fn media(&self) -> Vec<Block> {
         self.blocks
@@ -473,6 +487,8 @@ pub struct Reply<'a> {
     pub measured: Option<Usage>,
     /// Images and audio in the answer, besides its text.
     pub media: &'a [Block],
+    /// The model's reasoning before the answer, when it reasoned and the caller is shown it.
+    pub reasoning: Option<&'a str>,
 }
 
 impl Call {

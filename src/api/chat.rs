@@ -38,6 +38,10 @@ pub struct Message {
     /// Whole: the text, `null` for a message that only calls tools; a delta: the new text.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<Option<String>>,
+    /// The model's reasoning (whole) or more of it (a delta), as llama-server, vLLM and
+    /// DeepSeek send it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tool_calls: Vec<ToolCall>,
 }
@@ -114,6 +118,8 @@ pub struct Encoder {
     gate: TextGate,
     /// The ids of the calls shown as they were made, in order.
     calls: Vec<String>,
+    /// Reasoning was shown as it was made.
+    reasoned: bool,
 }
 
 impl Encoder {
@@ -127,6 +133,7 @@ impl Encoder {
             include_usage,
             gate: TextGate::new(stop),
             calls: Vec::new(),
+            reasoned: false,
         }
     }
 
@@ -160,6 +167,7 @@ impl Encoder {
                 message: Some(Message {
                     role: Some("assistant"),
                     content: Some(content),
+                    reasoning_content: finished.reasoning.clone(),
                     tool_calls,
                 }),
                 delta: None,
@@ -201,6 +209,16 @@ impl Encoder {
             },
             None,
         )]
+    }
+
+    fn reasoning_chunk(&self, text: String) -> String {
+        self.chunk(
+            Message {
+                reasoning_content: Some(text),
+                ..Message::default()
+            },
+            None,
+        )
     }
 
     fn call_chunk(&self, index: usize, start: Option<(&str, &str)>, arguments: &str) -> String {
@@ -249,6 +267,10 @@ impl Encode for Encoder {
                 self.calls.push(id);
                 out
             }
+            Piece::Reasoning(text) if !text.is_empty() => {
+                self.reasoned = true;
+                vec![self.reasoning_chunk(text)]
+            }
             Piece::CallStart { .. } | Piece::Reasoning(_) => Vec::new(),
             Piece::CallArgs { index, fragment } if index < self.calls.len() => {
                 vec![self.call_chunk(index, None, &fragment)]
@@ -261,7 +283,12 @@ impl Encode for Encoder {
         let finished = &answered.finished;
         let (text, calls) = text_and_calls(&finished.answer);
         let rest = self.gate.rest(&text);
-        let mut out = self.text(rest);
+        let mut out = Vec::new();
+        // Reasoning not shown while it was made (an attempt that was not the answer's own).
+        if let Some(reasoning) = finished.reasoning.clone().filter(|_| !self.reasoned) {
+            out.push(self.reasoning_chunk(reasoning));
+        }
+        out.extend(self.text(rest));
         let unshown = calls.iter().filter(|c| !self.calls.contains(&c.id));
         for (index, call) in (self.calls.len()..).zip(unshown) {
             out.push(self.call_chunk(index, Some((&call.id, &call.name)), ""));
@@ -379,5 +406,32 @@ mod tests {
         );
         assert_eq!(fold(&events).0, "Hello ");
         assert_eq!(fold(&events).2, json!("stop"));
+    }
+
+    #[test]
+    fn reasoning_streams_as_reasoning_content_and_the_whole_message_has_it() {
+        let (pieces, answered) = reasoned(answered(text_and_call(), Finish::ToolUse));
+        let mut e = Encoder::new("m", &[], false);
+        let events = run(&mut e, pieces, &answered);
+        let reasoning: String = events
+            .iter()
+            .filter_map(|c| c["choices"][0]["delta"]["reasoning_content"].as_str())
+            .collect();
+        assert_eq!(reasoning, "Think.");
+        // Never in the text.
+        let (text, _, _) = fold(&events);
+        assert_eq!(text, "Sure.");
+        let whole = serde_json::to_value(e.whole(&answered.finished)).unwrap();
+        assert_eq!(
+            whole["choices"][0]["message"]["reasoning_content"],
+            "Think."
+        );
+        // Reasoning not shown while made comes first at the end.
+        let mut e = Encoder::new("m", &[], false);
+        let events = run(&mut e, Vec::new(), &answered);
+        assert_eq!(
+            events[1]["choices"][0]["delta"]["reasoning_content"],
+            "Think."
+        );
     }
 }

@@ -34,6 +34,25 @@ pub enum Part {
     Text(String),
     FunctionCall(FunctionCall),
     InlineData(InlineData),
+    /// The model's reasoning: `{"text": …, "thought": true}`.
+    #[serde(untagged)]
+    Thought(Thought),
+}
+
+/// A thought part (shown with `includeThoughts`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Thought {
+    pub text: String,
+    pub thought: bool,
+}
+
+impl Part {
+    fn thought(text: String) -> Self {
+        Part::Thought(Thought {
+            text,
+            thought: true,
+        })
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -91,6 +110,8 @@ pub struct Encoder {
     id: String,
     model: String,
     gate: TextGate,
+    /// Thoughts were shown as they were made.
+    thought: bool,
 }
 
 impl Encoder {
@@ -100,6 +121,7 @@ impl Encoder {
             id: uuid::Uuid::new_v4().simple().to_string(),
             model: model.to_owned(),
             gate: TextGate::new(stop),
+            thought: false,
         }
     }
 
@@ -151,7 +173,12 @@ impl Encoder {
     pub fn whole(&self, answered: &Answered) -> Response {
         let finished = &answered.finished;
         let (text, calls) = text_and_calls(&finished.answer);
-        let mut parts = Vec::new();
+        let mut parts: Vec<Part> = finished
+            .reasoning
+            .clone()
+            .map(Part::thought)
+            .into_iter()
+            .collect();
         if !text.is_empty() || calls.is_empty() {
             parts.push(Part::Text(text));
         }
@@ -166,9 +193,17 @@ impl Encode for Encoder {
     }
 
     fn piece(&mut self, piece: Piece) -> Vec<String> {
-        let Piece::Text(text) = piece else {
+        let text = match piece {
+            Piece::Text(text) => text,
+            Piece::Reasoning(thought) if !thought.is_empty() => {
+                self.thought = true;
+                return vec![frame(
+                    None,
+                    &self.response(vec![Part::thought(thought)], None),
+                )];
+            }
             // Gemini sends a call whole, at the end.
-            return Vec::new();
+            _ => return Vec::new(),
         };
         let show = self.gate.feed(&text);
         if show.is_empty() {
@@ -182,6 +217,10 @@ impl Encode for Encoder {
         let (text, _) = text_and_calls(&finished.answer);
         let rest = self.gate.rest(&text);
         let mut parts = Vec::new();
+        // Thoughts not shown while they were made (an attempt that was not the answer's own).
+        if let Some(thought) = finished.reasoning.clone().filter(|_| !self.thought) {
+            parts.push(Part::thought(thought));
+        }
         if !rest.is_empty() {
             parts.push(Part::Text(rest));
         }
@@ -227,5 +266,21 @@ mod tests {
         assert_eq!(last["usageMetadata"], whole["usageMetadata"]);
         assert_eq!(last["responseId"], whole["responseId"]);
         assert!(events[0].get("usageMetadata").is_none());
+    }
+
+    #[test]
+    fn thoughts_are_parts_marked_thought_before_the_text() {
+        let (pieces, answered) = reasoned(answered(text_and_call(), Finish::ToolUse));
+        let mut e = Encoder::new("m", &[]);
+        let events = run(&mut e, pieces, &answered);
+        let first = &events[0]["candidates"][0]["content"]["parts"][0];
+        assert_eq!(first, &serde_json::json!({"text": "Thi", "thought": true}));
+        let whole = serde_json::to_value(e.whole(&answered)).unwrap();
+        let parts = &whole["candidates"][0]["content"]["parts"];
+        assert_eq!(
+            parts[0],
+            serde_json::json!({"text": "Think.", "thought": true})
+        );
+        assert_eq!(parts[1], serde_json::json!({"text": "Sure."}));
     }
 }

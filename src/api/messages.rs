@@ -16,6 +16,12 @@ use serde_json::{Map, Value, json};
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Block {
+    /// The model's reasoning, signed by this server so that it can tell the block is its own
+    /// when a client sends it back ([`crate::shapes::anthropic::signature`]).
+    Thinking {
+        thinking: String,
+        signature: String,
+    },
     Text {
         text: String,
     },
@@ -117,6 +123,8 @@ pub struct Encoder {
     text_block: Option<usize>,
     /// The open tool-use block's index.
     call_block: Option<usize>,
+    /// The open thinking block's index.
+    thinking_block: Option<usize>,
     /// The ids of the calls shown as they were made, in order.
     calls: Vec<String>,
 }
@@ -145,6 +153,7 @@ impl Encoder {
             gate: TextGate::new(stop),
             text_block: None,
             call_block: None,
+            thinking_block: None,
             calls: Vec::new(),
         }
     }
@@ -152,7 +161,13 @@ impl Encoder {
     /// The whole message for an answer.
     pub fn whole(&self, finished: &Finished) -> Message {
         let (text, calls) = text_and_calls(&finished.answer);
-        let mut content = Vec::with_capacity(calls.len() + 1);
+        let mut content = Vec::with_capacity(calls.len() + 2);
+        if let Some(thinking) = &finished.reasoning {
+            content.push(Block::Thinking {
+                signature: crate::shapes::anthropic::signature(thinking),
+                thinking: thinking.clone(),
+            });
+        }
         if !text.is_empty() || calls.is_empty() {
             content.push(Block::Text { text });
         }
@@ -176,8 +191,25 @@ impl Encoder {
         Event::ContentBlockStop { index }.frame()
     }
 
-    /// Closes the open text block or tool-use block.
+    /// Closes the open thinking, text or tool-use block; a thinking block ends with its
+    /// signature.
     fn close(&mut self, out: &mut Vec<String>) {
+        if let Some(index) = self.thinking_block.take()
+            && let Some(Block::Thinking {
+                thinking,
+                signature,
+            }) = self.message.content.get_mut(index)
+        {
+            *signature = crate::shapes::anthropic::signature(thinking);
+            out.push(
+                Event::ContentBlockDelta {
+                    index,
+                    delta: json!({"type": "signature_delta", "signature": signature}),
+                }
+                .frame(),
+            );
+            out.push(Event::ContentBlockStop { index }.frame());
+        }
         for index in [self.text_block.take(), self.call_block.take()]
             .into_iter()
             .flatten()
@@ -202,6 +234,43 @@ impl Encoder {
             Event::ContentBlockDelta {
                 index,
                 delta: json!({"type": "text_delta", "text": text}),
+            }
+            .frame(),
+        );
+        out
+    }
+
+    /// Shows more of the model's reasoning, in a thinking block opened for it.
+    fn think(&mut self, text: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        let index = match self.thinking_block {
+            Some(index) => index,
+            None => {
+                self.close(&mut out);
+                let index = self.message.content.len();
+                self.message.content.push(Block::Thinking {
+                    thinking: String::new(),
+                    signature: String::new(),
+                });
+                self.thinking_block = Some(index);
+                out.push(
+                    Event::ContentBlockStart {
+                        index,
+                        content_block: json!({"type": "thinking", "thinking": "",
+                                              "signature": ""}),
+                    }
+                    .frame(),
+                );
+                index
+            }
+        };
+        if let Some(Block::Thinking { thinking, .. }) = self.message.content.get_mut(index) {
+            thinking.push_str(text);
+        }
+        out.push(
+            Event::ContentBlockDelta {
+                index,
+                delta: json!({"type": "thinking_delta", "thinking": text}),
             }
             .frame(),
         );
@@ -282,6 +351,7 @@ impl Encode for Encoder {
                 self.calls.push(id);
                 out
             }
+            Piece::Reasoning(text) if !text.is_empty() => self.think(&text),
             Piece::CallStart { .. } | Piece::Reasoning(_) => Vec::new(),
             Piece::CallArgs { index, fragment } => {
                 // Arguments go to the open block of the call shown last only.
@@ -299,7 +369,17 @@ impl Encode for Encoder {
         let finished = &answered.finished;
         let (text, calls) = text_and_calls(&finished.answer);
         let rest = self.gate.rest(&text);
-        let mut out = self.show(rest);
+        let shown = self
+            .message
+            .content
+            .iter()
+            .any(|b| matches!(b, Block::Thinking { .. }));
+        // Reasoning not shown while it was made (an attempt that was not the answer's own).
+        let mut out = match &finished.reasoning {
+            Some(reasoning) if !shown && self.message.content.is_empty() => self.think(reasoning),
+            _ => Vec::new(),
+        };
+        out.extend(self.show(rest));
         // A message always has its text block, if empty, when it calls no tool.
         if self.message.content.is_empty() && calls.is_empty() {
             self.open_text(&mut out);
@@ -401,5 +481,38 @@ mod tests {
             shape(&events)[4..],
             ["content_block_stop:0", "message_delta", "message_stop"]
         );
+    }
+
+    #[test]
+    fn reasoning_streams_as_a_signed_thinking_block_before_the_text() {
+        let (pieces, answered) = reasoned(answered(text_and_call(), Finish::ToolUse));
+        let mut e = Encoder::new("m", &[], 12);
+        let events = run(&mut e, pieces, &answered);
+        assert_eq!(events[1]["type"], "content_block_start");
+        assert_eq!(events[1]["content_block"]["type"], "thinking");
+        let thinking: String = events
+            .iter()
+            .filter(|e| e["delta"]["type"] == "thinking_delta")
+            .filter_map(|e| e["delta"]["thinking"].as_str())
+            .collect();
+        assert_eq!(thinking, "Think.");
+        let signature = events
+            .iter()
+            .find(|e| e["delta"]["type"] == "signature_delta")
+            .unwrap()["delta"]["signature"]
+            .clone();
+        assert_eq!(signature, crate::shapes::anthropic::signature("Think."));
+        let whole = serde_json::to_value(e.whole(&answered.finished)).unwrap();
+        assert_eq!(whole["content"][0]["type"], "thinking");
+        assert_eq!(whole["content"][0]["thinking"], "Think.");
+        assert_eq!(whole["content"][0]["signature"], signature);
+        assert_eq!(whole["content"][1]["text"], "Sure.");
+        // The stream's blocks are the whole message's, in order.
+        let starts: Vec<&Value> = events
+            .iter()
+            .filter(|e| e["type"] == "content_block_start")
+            .map(|e| &e["content_block"]["type"])
+            .collect();
+        assert_eq!(starts, ["thinking", "text", "tool_use"]);
     }
 }

@@ -57,10 +57,24 @@ impl OutputText {
     }
 }
 
+/// A reasoning item's text.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReasoningText {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub text: String,
+}
+
 /// An output item.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Item {
+    /// The model's reasoning before its answer, as `reasoning_text` content.
+    Reasoning {
+        id: String,
+        summary: Vec<Value>,
+        content: Vec<ReasoningText>,
+    },
     Message {
         id: String,
         status: Status,
@@ -80,19 +94,29 @@ impl Item {
     /// The item's id.
     pub fn id(&self) -> &str {
         match self {
-            Item::Message { id, .. } | Item::FunctionCall { id, .. } => id,
+            Item::Reasoning { id, .. }
+            | Item::Message { id, .. }
+            | Item::FunctionCall { id, .. } => id,
         }
     }
 
     fn set_status(&mut self, to: Status) {
         match self {
             Item::Message { status, .. } | Item::FunctionCall { status, .. } => *status = to,
+            // A reasoning item has no status.
+            Item::Reasoning { .. } => {}
         }
     }
 
     /// The item as a next request's input item carries it.
     pub fn as_input(&self) -> Value {
         match self {
+            Item::Reasoning { content, .. } => json!({
+                "type": "reasoning", "summary": [],
+                "content": content.iter()
+                    .map(|part| json!({"type": "reasoning_text", "text": part.text}))
+                    .collect::<Vec<_>>(),
+            }),
             Item::Message { content, .. } => json!({
                 "type": "message", "role": "assistant",
                 "content": content.iter()
@@ -388,6 +412,22 @@ enum Event<'a> {
         text: &'a str,
         logprobs: [Value; 0],
     },
+    #[serde(rename = "response.reasoning_text.delta")]
+    ReasoningDelta {
+        sequence_number: u64,
+        item_id: &'a str,
+        output_index: usize,
+        content_index: usize,
+        delta: &'a str,
+    },
+    #[serde(rename = "response.reasoning_text.done")]
+    ReasoningDone {
+        sequence_number: u64,
+        item_id: &'a str,
+        output_index: usize,
+        content_index: usize,
+        text: &'a str,
+    },
     #[serde(rename = "response.function_call_arguments.delta")]
     ArgsDelta {
         sequence_number: u64,
@@ -433,6 +473,8 @@ impl Event<'_> {
             Event::PartDone { .. } => "response.content_part.done",
             Event::TextDelta { .. } => "response.output_text.delta",
             Event::TextDone { .. } => "response.output_text.done",
+            Event::ReasoningDelta { .. } => "response.reasoning_text.delta",
+            Event::ReasoningDone { .. } => "response.reasoning_text.done",
             Event::ArgsDelta { .. } => "response.function_call_arguments.delta",
             Event::ArgsDone { .. } => "response.function_call_arguments.done",
             Event::Error { .. } => "error",
@@ -459,6 +501,8 @@ pub struct Encoder {
     gate: TextGate,
     /// The open message item: its place in the output.
     text_slot: Option<usize>,
+    /// The open reasoning item: its place in the output.
+    reasoning_slot: Option<usize>,
     calls: Vec<LiveCall>,
     /// Whether a tool call is shown as it is made.
     live_calls: bool,
@@ -485,6 +529,7 @@ impl Encoder {
             sequence: 0,
             gate: TextGate::new(stop),
             text_slot: None,
+            reasoning_slot: None,
             calls: Vec::new(),
             live_calls: true,
         }
@@ -533,7 +578,7 @@ impl Encoder {
             }
             Piece::CallStart { index, id, name } => self.call_start(index, &id, &name),
             Piece::CallArgs { index, fragment } => self.call_args(index, &fragment),
-            Piece::Reasoning(_) => Vec::new(),
+            Piece::Reasoning(text) => self.think(&text),
         }
     }
 
@@ -555,11 +600,87 @@ impl Encoder {
         slot
     }
 
+    /// Shows more of the model's reasoning, in a reasoning item opened for it.
+    fn think(&mut self, text: &str) -> Vec<String> {
+        if text.is_empty() {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        let slot = match self.reasoning_slot {
+            Some(slot) => slot,
+            None => {
+                let item = Item::Reasoning {
+                    id: crate::call::new_id("rs_"),
+                    summary: Vec::new(),
+                    content: Vec::new(),
+                };
+                let slot = self.add(item, &mut out);
+                self.reasoning_slot = Some(slot);
+                slot
+            }
+        };
+        let n = self.next();
+        if let Some(Item::Reasoning { id, content, .. }) = self.resource.output.get_mut(slot) {
+            match content.first_mut() {
+                Some(part) => part.text.push_str(text),
+                None => content.push(ReasoningText {
+                    kind: "reasoning_text".into(),
+                    text: text.to_owned(),
+                }),
+            }
+            out.push(
+                Event::ReasoningDelta {
+                    sequence_number: n,
+                    item_id: id,
+                    output_index: slot,
+                    content_index: 0,
+                    delta: text,
+                }
+                .frame(),
+            );
+        }
+        out
+    }
+
+    /// Closes the open reasoning item: its text's and its own `.done` events.
+    fn close_reasoning(&mut self, out: &mut Vec<String>) {
+        let Some(slot) = self.reasoning_slot.take() else {
+            return;
+        };
+        let (a, b) = (self.next(), self.next());
+        let Some(item) = self.resource.output.get(slot) else {
+            return;
+        };
+        if let Item::Reasoning { id, content, .. } = item
+            && let Some(part) = content.first()
+        {
+            out.push(
+                Event::ReasoningDone {
+                    sequence_number: a,
+                    item_id: id,
+                    output_index: slot,
+                    content_index: 0,
+                    text: &part.text,
+                }
+                .frame(),
+            );
+        }
+        out.push(
+            Event::ItemDone {
+                sequence_number: b,
+                output_index: slot,
+                item,
+            }
+            .frame(),
+        );
+    }
+
     fn show(&mut self, text: &str) -> Vec<String> {
         if text.is_empty() {
             return Vec::new();
         }
         let mut out = Vec::new();
+        self.close_reasoning(&mut out);
         let slot = self.open_text(&mut out);
         let n = self.next();
         if let Some(Item::Message { id, content, .. }) = self.resource.output.get_mut(slot) {
@@ -667,6 +788,7 @@ impl Encoder {
         // Text held for a stop sequence that did not come before the call.
         let held = self.gate.release();
         let mut out = self.show(&held);
+        self.close_reasoning(&mut out);
         self.close_text(Status::Completed, &mut out);
         let item = Item::FunctionCall {
             id: crate::call::new_id("fc_"),
@@ -748,10 +870,22 @@ impl Encoder {
         let (text, calls) = super::sse::text_and_calls(&finished.answer);
         let cut = matches!(finished.finish, Finish::MaxTokens);
         let mut out = Vec::new();
+        // Reasoning not shown while it was made (an attempt that was not the answer's own).
+        if let Some(reasoning) = &finished.reasoning
+            && self.resource.output.is_empty()
+        {
+            out.extend(self.think(reasoning));
+        }
+        self.close_reasoning(&mut out);
         let rest = self.gate.rest(&text);
         out.extend(self.show(&rest));
         // A text answer always has its message, if empty.
-        if calls.is_empty() && self.resource.output.is_empty() {
+        let no_message = !self
+            .resource
+            .output
+            .iter()
+            .any(|i| matches!(i, Item::Message { .. }));
+        if calls.is_empty() && no_message {
             self.open_text(&mut out);
         }
         let text_status = if cut && calls.is_empty() {
@@ -1064,5 +1198,39 @@ mod tests {
                        "arguments": "{\"city\": \"Paris\"}"}),
             ]
         );
+    }
+
+    #[test]
+    fn reasoning_is_a_reasoning_item_with_its_own_events_before_the_message() {
+        let (pieces, answered) = reasoned(answered(text_and_call(), Finish::ToolUse));
+        let mut e = Encoder::new(Echo::read(&Map::new()), "m", &[]);
+        let mut frames = e.start();
+        for piece in pieces {
+            frames.extend(e.piece(piece));
+        }
+        frames.extend(e.finish(&answered.finished));
+        let events = data(&frames);
+        let kinds: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
+        assert_eq!(
+            &kinds[2..7],
+            [
+                "response.output_item.added",
+                "response.reasoning_text.delta",
+                "response.reasoning_text.delta",
+                "response.reasoning_text.done",
+                "response.output_item.done",
+            ]
+        );
+        assert_eq!(events[2]["item"]["type"], "reasoning");
+        assert_eq!(events[5]["text"], "Think.");
+        let whole = Encoder::new(Echo::read(&Map::new()), "m", &[]).whole(&answered.finished);
+        let whole = serde_json::to_value(whole).unwrap();
+        assert_eq!(whole["output"][0]["type"], "reasoning");
+        assert_eq!(
+            whole["output"][0]["content"],
+            json!([{"type": "reasoning_text", "text": "Think."}])
+        );
+        assert_eq!(whole["output"][1]["type"], "message");
+        assert_eq!(whole["output"][2]["type"], "function_call");
     }
 }

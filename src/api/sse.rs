@@ -56,6 +56,7 @@ pub mod tests_support {
                     cached: Some(4),
                 },
                 model: "backend-model".into(),
+                reasoning: None,
             },
         }
     }
@@ -94,6 +95,17 @@ pub mod tests_support {
             fragment: f.into(),
         }));
         p
+    }
+
+    /// [`pieces`] after the model's reasoning, "Think.", in two pieces; and the answer with it.
+    pub fn reasoned(mut answered: Answered) -> (Vec<Piece>, Answered) {
+        answered.finished.reasoning = Some("Think.".into());
+        let mut p = vec![
+            Piece::Reasoning("Thi".into()),
+            Piece::Reasoning("nk.".into()),
+        ];
+        p.extend(pieces());
+        (p, answered)
     }
 
     /// The `data:` payloads of frames.

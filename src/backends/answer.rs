@@ -110,6 +110,10 @@ pub(super) struct Choice {
 #[serde(default)]
 pub(super) struct AnswerMessage {
     pub(super) content: Field<String>,
+    /// The model's reasoning, as llama-server, vLLM and DeepSeek name it …
+    pub(super) reasoning_content: Field<String>,
+    /// … and as OpenRouter and newer vLLM do.
+    pub(super) reasoning: Field<String>,
     pub(super) tool_calls: Field<Vec<Field<AnswerCall>>>,
 }
 

@@ -770,6 +770,7 @@ impl Model for Provider {
             // Not part of the OpenAI chat API, which refuses it.
             top_k: false,
             streams: true,
+            reasoning: true,
         }
     }
 
@@ -853,6 +854,7 @@ pub fn body(model: &str, request: &ModelRequest) -> Value {
     if !request.base.stop.is_empty() {
         body.insert("stop".into(), json!(request.base.stop));
     }
+    reasoning_controls(&request.base, &mut body);
     if !request.tools.is_empty() {
         let tools: Vec<openai::Tool> = request.tools.iter().map(ModelTool::openai).collect();
         body.insert("tools".into(), json!(tools));
@@ -868,6 +870,27 @@ pub fn body(model: &str, request: &ModelRequest) -> Value {
         );
     }
     Value::Object(body)
+}
+
+/// The reasoning controls as OpenAI-compatible servers take them: `reasoning_effort` (OpenAI,
+/// vLLM, llama-server; `none` turns reasoning off) and `chat_template_kwargs` (vLLM,
+/// llama-server, SGLang: the template's own switches, such as `enable_thinking`).
+fn reasoning_controls(base: &crate::call::CompletionRequest, body: &mut Map<String, Value>) {
+    let reasoning = base.reasoning;
+    let effort = match (reasoning.enabled, reasoning.effort) {
+        (_, Some(effort)) => Some(effort.as_str()),
+        (Some(false), None) => Some("none"),
+        _ => None,
+    };
+    if let Some(effort) = effort {
+        body.insert("reasoning_effort".into(), json!(effort));
+    }
+    if !base.template_kwargs.is_empty() {
+        body.insert(
+            "chat_template_kwargs".into(),
+            Value::Object(base.template_kwargs.clone()),
+        );
+    }
 }
 
 /// The provider's answer in neutral form.
@@ -895,6 +918,14 @@ pub fn completion(answer: &Value, model: &str, max_tool_calls: usize) -> CallRes
         return Err(too_many_calls(max_tool_calls));
     }
     let mut blocks = Vec::new();
+    if let Some(reasoning) = message
+        .reasoning_content
+        .into_option()
+        .or_else(|| message.reasoning.into_option())
+        .filter(|r| !r.is_empty())
+    {
+        blocks.push(Block::Reasoning(reasoning));
+    }
     if let Some(text) = message.content.into_option()
         && !text.is_empty()
     {
@@ -1049,6 +1080,29 @@ mod tests {
     }
 
     #[test]
+    fn reasoning_controls_reach_the_provider_as_openai_compatible_servers_take_them() {
+        let mut base = CompletionRequest::default();
+        base.reasoning.enabled = Some(false);
+        base.template_kwargs
+            .insert("enable_thinking".into(), json!(false));
+        let request = ModelRequest {
+            base,
+            tools: Vec::new(),
+            tool_choice: None,
+            response_schema: None,
+        };
+        let b = body("m", &request);
+        assert_eq!(b["reasoning_effort"], "none");
+        assert_eq!(b["chat_template_kwargs"], json!({"enable_thinking": false}));
+        let mut request = request;
+        request.base.reasoning.effort = Some(crate::call::Effort::High);
+        assert_eq!(body("m", &request)["reasoning_effort"], "high");
+        request.base = CompletionRequest::default();
+        let b = body("m", &request);
+        assert!(b.get("reasoning_effort").is_none() && b.get("chat_template_kwargs").is_none());
+    }
+
+    #[test]
     fn answers_become_completions_with_real_usage() {
         let answer = json!({"model": "m1", "choices": [{"finish_reason": "tool_calls",
             "message": {"content": null, "tool_calls": [{"id": "x", "type": "function",
@@ -1064,6 +1118,14 @@ mod tests {
         let e = completion(&broken, "m", 128).unwrap_err().to_string();
         assert!(e.contains("tool_calls[0].function.arguments"), "{e}");
         assert!(completion(&json!({"error": "x"}), "m", 128).is_err());
+        // Reasoning, as vLLM and llama-server name it, and as OpenRouter does.
+        for key in ["reasoning_content", "reasoning"] {
+            let answer = json!({"choices": [{"finish_reason": "stop",
+                "message": {"content": "Paris.", key: "The capital."}}]});
+            let c = completion(&answer, "m", 8).unwrap();
+            assert_eq!(c.blocks[0], Block::Reasoning("The capital.".into()));
+            assert_eq!(c.blocks[1], Block::Text("Paris.".into()));
+        }
     }
 
     #[test]

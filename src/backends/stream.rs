@@ -77,6 +77,7 @@ pub struct Assembly {
     /// The events parsed from what was fed (the parser holds a line or event not yet complete).
     events: SseStream<ByteStreamBody<Inbox, Bytes>>,
     content: String,
+    reasoning: String,
     calls: Vec<PartialCall>,
     /// Where each tool call index is in `calls`.
     positions: HashMap<u64, usize>,
@@ -135,6 +136,7 @@ impl Assembly {
             events: SseStream::from_bytes_stream(inbox.clone()),
             inbox,
             content: String::new(),
+            reasoning: String::new(),
             calls: Vec::new(),
             positions: HashMap::new(),
             max_calls,
@@ -206,6 +208,11 @@ impl Assembly {
             self.finish = Some(reason);
         }
         let delta = choice.delta.into_option().unwrap_or_default();
+        let reasoning = match delta.reasoning_content {
+            Field::Present(Some(r)) => Field::Present(Some(r)),
+            _ => delta.reasoning,
+        };
+        self.reasoning_delta(reasoning, added);
         self.text_delta(delta.content, added);
         for call in delta.tool_calls.into_option().unwrap_or_default() {
             self.tool_call_delta(call.into_option().unwrap_or_default(), added)?;
@@ -213,6 +220,21 @@ impl Assembly {
             self.deltas += 1;
         }
         Ok(())
+    }
+
+    /// A part of the model's reasoning (before its text).
+    fn reasoning_delta(&mut self, reasoning: Field<String>, added: &mut Added) {
+        if let Some(text) = reasoning.get()
+            && !text.is_empty()
+        {
+            self.reasoning.push_str(text);
+            match added.pieces.last_mut() {
+                Some(Piece::Reasoning(r)) => r.push_str(text),
+                _ => added.pieces.push(Piece::Reasoning(text.to_owned())),
+            }
+            added.any = true;
+            self.deltas += 1;
+        }
     }
 
     /// A part of the answer's text.
@@ -301,6 +323,7 @@ impl Assembly {
             return Err(StreamError::BrokeOff(self.deltas));
         }
         let mut message = Message::text(Speaker::Assistant, self.content);
+        message.reasoning_content = (!self.reasoning.is_empty()).then_some(self.reasoning);
         message.tool_calls = self
             .calls
             .into_iter()
@@ -338,6 +361,8 @@ struct ChunkChoice {
 #[serde(default)]
 struct Delta {
     content: Field<String>,
+    reasoning_content: Field<String>,
+    reasoning: Field<String>,
     tool_calls: Field<Vec<Field<CallDelta>>>,
 }
 
@@ -473,6 +498,38 @@ mod tests {
         assert_eq!(call["function"]["name"], "get_weather");
         assert_eq!(call["function"]["arguments"], "{\"city\": \"Paris\"}");
         assert_eq!(done["usage"]["completion_tokens"], 7);
+    }
+
+    #[test]
+    fn reasoning_deltas_in_either_name_are_the_answers_reasoning() {
+        let stream = [
+            event(json!({"choices": [{"delta": {"reasoning_content": "Let me "}}]})),
+            event(json!({"choices": [{"delta": {"reasoning": "think."}}]})),
+            event(json!({"choices": [{"delta": {"content": "Paris."}, "finish_reason": "stop"}]})),
+            "data: [DONE]\n\n".to_owned(),
+        ]
+        .concat();
+        let mut assembly = Assembly::new(8);
+        let mut pieces = Vec::new();
+        for piece in stream.as_bytes().chunks(5) {
+            pieces.extend(assembly.feed(piece).unwrap().pieces);
+        }
+        let reasoning: String = pieces
+            .iter()
+            .filter_map(|p| match p {
+                Piece::Reasoning(r) => Some(r.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(reasoning, "Let me think.");
+        let done = assembly.finish().unwrap();
+        assert_eq!(
+            done["choices"][0]["message"]["reasoning_content"],
+            "Let me think."
+        );
+        let c = crate::backends::provider::completion(&done, "m", 8).unwrap();
+        assert_eq!(c.reasoning().as_deref(), Some("Let me think."));
+        assert_eq!(c.blocks[1], crate::call::Block::Text("Paris.".into()));
     }
 
     #[test]

@@ -44,6 +44,8 @@ pub struct Capabilities {
     /// The answer is made token by token where this server sees it, so a caller can follow
     /// it with a progress token.
     pub streams: bool,
+    /// The reasoning controls (effort, budget, on or off) reach the model.
+    pub reasoning: bool,
 }
 
 impl Capabilities {
@@ -55,6 +57,7 @@ impl Capabilities {
             json_schema: false,
             top_k: true,
             streams: false,
+            reasoning: false,
         }
     }
 
@@ -64,6 +67,14 @@ impl Capabilities {
         if call.request.tuning.top_k.is_some() && !self.top_k {
             warnings
                 .push("`top_k` was not sent: this backend's API has no such parameter".to_owned());
+        }
+        let asked = call.request.reasoning;
+        if !self.reasoning && (asked.enabled.is_some() || asked.budget.is_some()) {
+            warnings.push(
+                "the reasoning controls (`reasoning_effort`, `reasoning`, `thinking`, \
+                 `thinkingConfig`) were not honoured: MCP sampling has no such parameter"
+                    .to_owned(),
+            );
         }
         if call.stream {
             warnings.push(if self.streams {
@@ -230,6 +241,8 @@ pub struct Fulfilled {
     pub finish: Finish,
     /// Images and audio in the answer, returned beside the text.
     pub media: Vec<Block>,
+    /// The model's reasoning, unless the caller asked not to be shown it.
+    pub reasoning: Option<String>,
     /// Token counts the backend measured, summed over the attempts' last answer.
     pub usage: Option<crate::call::Usage>,
 }
@@ -303,6 +316,9 @@ impl<'a> Machine<'a> {
                 warnings: self.warnings(),
                 attempts,
                 media: completion.media(),
+                reasoning: completion
+                    .reasoning()
+                    .filter(|_| self.call.request.reasoning.shown != Some(false)),
                 usage: completion.usage,
                 host_model: completion.model,
                 finish: completion.finish,
@@ -536,6 +552,7 @@ mod tests {
             json_schema: true,
             top_k: true,
             streams: true,
+            reasoning: true,
         };
         let m = Machine::new(&call, caps, Blame::Host);
         assert_eq!(m.strategy(), Strategy::StructuredNative);

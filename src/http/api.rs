@@ -803,6 +803,8 @@ struct Deltas {
     verbatim: AtomicBool,
     /// The API shows tool calls as they are made (Gemini sends them whole, at the end).
     calls: bool,
+    /// The caller is shown the model's reasoning (Gemini only with `includeThoughts`).
+    reasoning: bool,
     /// Something has been handed on: the client may have seen it.
     sent: AtomicBool,
 }
@@ -825,6 +827,9 @@ impl Sink for Deltas {
         match event {
             Event::Delta { text, .. } if !text.is_empty() => {
                 self.hand_on(Piece::Text(text.to_owned()));
+            }
+            Event::Reasoning { text, .. } if self.reasoning && !text.is_empty() => {
+                self.hand_on(Piece::Reasoning(text.to_owned()));
             }
             Event::ToolCall { .. } | Event::ToolArgs { .. } if !self.calls => {}
             Event::ToolCall {
@@ -938,6 +943,7 @@ pub(super) async fn stream_answer(
         sender: deltas,
         verbatim: AtomicBool::new(false),
         calls: dialect.streams_calls(),
+        reasoning: call.request.reasoning.shown != Some(false),
         sent: AtomicBool::new(false),
     });
     let cancel = CancellationToken::new();

@@ -417,6 +417,7 @@ impl Model for Local {
             json_schema: true,
             top_k: true,
             streams: true,
+            reasoning: true,
         }
     }
 

@@ -196,6 +196,7 @@ mod tests {
             json_schema,
             top_k: false,
             streams: false,
+            reasoning: false,
         }
     }
 

@@ -67,6 +67,8 @@ pub struct Finished {
     pub usage: crate::call::Usage,
     /// The model the backend says answered.
     pub model: String,
+    /// The model's reasoning before the answer, when it is shown.
+    pub reasoning: Option<String>,
 }
 
 /// What a front reports beside the API object.
@@ -331,6 +333,7 @@ fn finish(shape: &dyn Shape, call: &Call, done: Fulfilled, route: &Route<'_>) ->
         cursor: minted.as_deref(),
         measured: done.usage,
         media: &done.media,
+        reasoning: done.reasoning.as_deref(),
     };
     let rendered = shape.render(&reply);
     let usage = reply.usage();
@@ -361,6 +364,7 @@ fn finish(shape: &dyn Shape, call: &Call, done: Fulfilled, route: &Route<'_>) ->
             finish: done.finish,
             usage,
             model: done.host_model,
+            reasoning: done.reasoning,
         },
     }
 }

@@ -3,9 +3,10 @@
 //! `messages: [{role: user|assistant, content: string | blocks}]` and `system: string | text
 //! blocks`; a list of text blocks becomes one text joined with `"\n"`. Blocks are `text`,
 //! `image` (base64 source), `tool_use` (assistant) and `tool_result` (user). An assistant's
-//! `thinking` and `redacted_thinking` blocks, which Anthropic asks clients to send back, are
-//! accepted and left out of the turn (no template here takes them; the debug log says so). A
-//! user message whose `tool_result` blocks are followed by text (Anthropic's order) becomes the
+//! `thinking` blocks, which Anthropic asks clients to send back, are read back into the turn as
+//! its reasoning when their signature is this server's ([`signature`]); others (another
+//! server's, Claude's own, `redacted_thinking`) are accepted and left out, as the debug log
+//! says. A user message whose `tool_result` blocks are followed by text (Anthropic's order) becomes the
 //! tool results and then a user turn.
 
 use super::common::{
@@ -142,11 +143,13 @@ fn content(v: &Value, path: &str, limits: &Limits, nested: bool) -> CallResult<V
                     .and_then(Value::as_bool)
                     .unwrap_or(false),
             },
+            "thinking" if !nested && signed(&block) => {
+                Block::Reasoning(block.required_str("thinking")?.to_owned())
+            }
             "thinking" | "redacted_thinking" if !nested => {
                 tracing::debug!(
                     block = %p,
-                    "a {ty} block in the history is left out: no chat template here takes the \
-                     model's reasoning back"
+                    "a {ty} block in the history is left out: it is not signed by this server"
                 );
                 continue;
             }
@@ -259,10 +262,60 @@ fn parse(o: &Obj<'_>, env: &Env<'_>) -> CallResult<Call> {
     common.into_call(parts, limits)
 }
 
+/// The key thinking blocks are signed with: `AGENT_AS_MODEL_THINKING_KEY` (the same on every
+/// replica behind one address), else one drawn when the server starts.
+fn signing_key() -> &'static [u8; 32] {
+    static KEY: std::sync::OnceLock<[u8; 32]> = std::sync::OnceLock::new();
+    KEY.get_or_init(|| {
+        use sha2::Digest;
+        match std::env::var("AGENT_AS_MODEL_THINKING_KEY") {
+            Ok(key) if !key.is_empty() => sha2::Sha256::digest(key.as_bytes()).into(),
+            _ => {
+                let mut key = [0u8; 32];
+                let _ = getrandom::fill(&mut key);
+                key
+            }
+        }
+    })
+}
+
+/// The signature of a thinking block this server wrote: an HMAC-SHA-256 of its text, so a block
+/// sent back unchanged is known as the model's own reasoning, and one edited or from elsewhere
+/// is not.
+pub fn signature(thinking: &str) -> String {
+    use sha2::Digest;
+    let key = signing_key();
+    let pad = |byte: u8| key.iter().map(move |k| k ^ byte).collect::<Vec<u8>>();
+    let inner = sha2::Sha256::new()
+        .chain_update(pad(0x36))
+        .chain_update([0x36u8; 32])
+        .chain_update(thinking.as_bytes())
+        .finalize();
+    let outer = sha2::Sha256::new()
+        .chain_update(pad(0x5c))
+        .chain_update([0x5cu8; 32])
+        .chain_update(inner)
+        .finalize();
+    hex::encode(outer)
+}
+
+/// Whether a thinking block carries this server's signature of its text.
+fn signed(block: &Obj<'_>) -> bool {
+    match (block.get("thinking"), block.get("signature")) {
+        (Some(Value::String(thinking)), Some(Value::String(sig))) => *sig == signature(thinking),
+        _ => false,
+    }
+}
+
 /// The Anthropic message object for an answer.
 pub fn message_object(out: &Reply<'_>) -> Value {
     let usage = out.usage();
     let mut content = Vec::new();
+    if let Some(thinking) = out.reasoning {
+        content.push(
+            json!({"type": "thinking", "thinking": thinking, "signature": signature(thinking)}),
+        );
+    }
     let (stop_reason, stop_sequence) = match out.finish {
         _ if matches!(out.answer, Answer::ToolCalls { .. }) => ("tool_use", None),
         Finish::EndTurn => ("end_turn", None),
@@ -328,6 +381,40 @@ mod tests {
         );
         assert_eq!(c.transcript[0], Entry::new("system", "Be brief.\nAlways."));
         assert_eq!(c.transcript[1], Entry::new("user", "2+2?\nQuick."));
+    }
+
+    #[test]
+    fn a_thinking_block_this_server_signed_comes_back_as_reasoning() {
+        let ours = signature("I should call the tool.");
+        let c = call(json!({"messages": [
+            {"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "content": [
+                {"type": "thinking", "thinking": "I should call the tool.", "signature": ours},
+                {"type": "tool_use", "id": "t1", "name": "weather", "input": {"city": "Paris"}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "21C"}]}
+        ]}))
+        .unwrap();
+        let blocks = &c.request.turns[1].blocks;
+        assert_eq!(
+            blocks[0],
+            Block::Reasoning("I should call the tool.".into())
+        );
+        assert!(matches!(blocks[1], Block::ToolUse { .. }));
+        // Edited, it is not ours any more.
+        let c = call(json!({"messages": [
+            {"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "content": [
+                {"type": "thinking", "thinking": "I should lie.", "signature": ours},
+                {"type": "text", "text": "Sunny."}]},
+            {"role": "user", "content": "Thanks"}
+        ]}))
+        .unwrap();
+        assert_eq!(
+            c.request.turns[1].blocks,
+            vec![Block::Text("Sunny.".into())]
+        );
+        assert_eq!(signature("a").len(), 64);
+        assert_ne!(signature("a"), signature("b"));
     }
 
     #[test]

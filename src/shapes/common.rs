@@ -388,7 +388,11 @@ fn assemble(key: &str, messages: Vec<Msg>, limits: &Limits) -> CallResult<Vec<Tu
                         && !m.blocks.is_empty()
                         && ids(&last.blocks, false).len() == last.blocks.len()
                 }
-                Role::Assistant => m.blocks.iter().all(|b| matches!(b, Block::ToolUse { .. })),
+                // Its tool calls, or what follows its reasoning (a Responses reasoning item).
+                Role::Assistant => {
+                    m.blocks.iter().all(|b| matches!(b, Block::ToolUse { .. }))
+                        || last.blocks.iter().all(|b| matches!(b, Block::Reasoning(_)))
+                }
             },
             _ => false,
         };

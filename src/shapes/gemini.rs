@@ -39,8 +39,9 @@ const METADATA: [&str; 5] = [
     "frequencyPenalty",
 ];
 /// `generationConfig` keys this shape reads itself.
-const READ: [&str; 8] = [
+const READ: [&str; 9] = [
     "temperature",
+    "thinkingConfig",
     "maxOutputTokens",
     "stopSequences",
     "candidateCount",
@@ -188,6 +189,7 @@ fn extras(o: &Obj<'_>, config: &Obj<'_>, env: &Env<'_>) -> CallResult<params::Ex
             seed: Some("seed"),
         }
         .read(config)?,
+        reasoning: super::reasoning::gemini(config)?,
         ..params::Extras::default()
     };
     for key in METADATA {
@@ -580,6 +582,10 @@ fn part_block(
         }
     };
     match kind {
+        // A thought the model had, sent back: its reasoning.
+        "text" if part.get("thought") == Some(&Value::Bool(true)) => {
+            Ok(Block::Reasoning(part.required_str("text")?.to_owned()))
+        }
         "text" => Ok(Block::Text(part.required_str("text")?.to_owned())),
         "inlineData" => inline_data(part, limits),
         "functionCall" => {
@@ -661,6 +667,10 @@ fn function_response(part: &Obj<'_>, pending: &mut Vec<(String, String)>) -> Cal
 /// The `GenerateContentResponse` fields for an answer.
 fn response_object(out: &Reply<'_>) -> Map<String, Value> {
     let mut parts = Vec::new();
+    // The model's thoughts lead, when `includeThoughts` asked for them.
+    if let Some(thought) = out.reasoning {
+        parts.push(json!({"text": thought, "thought": true}));
+    }
     match out.answer {
         Answer::ToolCalls { text, calls } => {
             if !text.is_empty() {

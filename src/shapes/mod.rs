@@ -11,6 +11,7 @@ pub mod gemini;
 pub mod openai_chat;
 pub mod params;
 pub mod prompt;
+pub mod reasoning;
 pub mod responses;
 pub mod text;
 

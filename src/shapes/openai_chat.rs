@@ -3,8 +3,9 @@
 //! `messages: [{role: system|developer|user|assistant|tool, content}]`. System (and developer)
 //! messages leave the list and are joined in order with a blank line into the system prompt; the
 //! others become turns. Content is a string or a list of parts (`text`, `image_url` with a data
-//! URL, `input_audio`); assistant messages may carry `tool_calls`, and `tool` messages answer
-//! them by `tool_call_id`.
+//! URL, `input_audio`); assistant messages may carry `tool_calls` and their `reasoning_content`,
+//! and `tool` messages answer them by `tool_call_id`. The answer's reasoning is the message's
+//! `reasoning_content`.
 
 use super::common::{
     Common, Env, Format, Hooks, Msg, Parts, Spelling, flatten_text, message_objects, render_text,
@@ -226,6 +227,12 @@ fn message(
                     "an assistant message needs content or tool_calls",
                 ));
             }
+            // Its reasoning, as llama-server, vLLM and DeepSeek return it, leads the turn.
+            if let Some(reasoning) = m.opt_str("reasoning_content")?
+                && !reasoning.is_empty()
+            {
+                blocks.insert(0, Block::Reasoning(reasoning.to_owned()));
+            }
             Ok((role, Some(Role::Assistant), blocks))
         }
         _ => {
@@ -257,7 +264,7 @@ fn plain_message(map: &Map<String, Value>, role: &str) -> Value {
 
 /// The OpenAI `chat.completion` object for an answer.
 pub fn completion_object(out: &Reply<'_>) -> Value {
-    let message = match out.answer {
+    let mut message = match out.answer {
         Answer::ToolCalls { text, calls } => openai::Message {
             role: openai::Speaker::Assistant,
             content: (!text.is_empty()).then(|| openai::Content::Text(text.clone())),
@@ -270,6 +277,7 @@ pub fn completion_object(out: &Reply<'_>) -> Value {
         },
         _ => openai::Message::text(openai::Speaker::Assistant, out.completion),
     };
+    message.reasoning_content = out.reasoning.map(str::to_owned);
     let finish_reason = if matches!(out.answer, Answer::ToolCalls { .. }) {
         "tool_calls"
     } else {

@@ -10,16 +10,13 @@ use serde_json::{Map, Value};
 use std::collections::HashSet;
 
 /// Parameters accepted for compatibility that have no equivalent in sampling.
-const NO_EQUIVALENT: [&str; 11] = [
+const NO_EQUIVALENT: [&str; 8] = [
     "parallel_tool_calls",
     "store",
     "service_tier",
-    "reasoning_effort",
-    "reasoning",
     "logit_bias",
     "truncation",
     "include",
-    "thinking",
     "prediction",
     "stream_options",
 ];
@@ -159,6 +156,11 @@ pub fn handle(o: &Obj<'_>, metadata_keys: &[&str], known: &HashSet<String>) -> C
             extras.metadata.insert((*key).to_owned(), v.clone());
         }
     }
+    extras.reasoning = if known.contains("thinking") {
+        super::reasoning::anthropic(o)?
+    } else {
+        super::reasoning::openai(o)?
+    };
     extras.warnings.extend(unknown_arguments(o, known));
     Ok(extras)
 }

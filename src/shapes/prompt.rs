@@ -44,6 +44,9 @@ impl Shape for Generate {
     fn render(&self, reply: &Reply<'_>) -> Rendered {
         let mut object = Map::new();
         object.insert("finish_reason".into(), json!(finish_reason(reply.finish)));
+        if let Some(reasoning) = reply.reasoning {
+            object.insert("reasoning".into(), json!(reasoning));
+        }
         Rendered {
             text: render_text(reply.completion, reply.cursor),
             object,

@@ -4,7 +4,9 @@
 //! user|assistant|system|developer, content: string | parts}` (parts `input_text`/`text`/
 //! `output_text`, `input_image` with a data URL), `function_call` items (the model's earlier tool
 //! calls), `function_call_output` items (their results) and `compaction` items (a summary of
-//! an earlier conversation that `POST /v1/responses/compact` made here, read as a user turn).
+//! an earlier conversation that `POST /v1/responses/compact` made here, read as a user turn) and
+//! `reasoning` items (their `reasoning_text` content is the assistant's reasoning; the answer's
+//! own reasoning is a `reasoning` output item before its message).
 //! `instructions` lead the system prompt; system and developer items follow it, joined with a
 //! blank line. The result is a Responses object.
 
@@ -53,7 +55,16 @@ impl Shape for ResponsesCreate {
     /// status, the host's model and usage.
     fn render(&self, reply: &Reply<'_>) -> Rendered {
         let id = reply.response_id("resp_");
-        let object = response_object(reply.answer, &reply.call.request.model, id);
+        let mut object = response_object(reply.answer, &reply.call.request.model, id);
+        if let (Some(reasoning), Some(Value::Array(output))) =
+            (reply.reasoning, object.get_mut("output"))
+        {
+            output.insert(
+                0,
+                json!({"type": "reasoning", "id": crate::call::new_id("rs_"), "summary": [],
+                       "content": [{"type": "reasoning_text", "text": reasoning}]}),
+            );
+        }
         let text = render(&object);
         let mut object = object_of(object);
         object.extend(status_fields(reply));
@@ -77,11 +88,12 @@ const PART_TYPES: [&str; 5] = [
     "input_image",
     "input_file",
 ];
-const ITEM_TYPES: [&str; 4] = [
+const ITEM_TYPES: [&str; 5] = [
     "message",
     "function_call",
     "function_call_output",
     "compaction",
+    "reasoning",
 ];
 
 /// How a compaction item's `encrypted_content` made here begins: what follows is the summary,
@@ -237,6 +249,11 @@ fn input_item(
             };
             Ok((Some(Role::User), "tool", vec![block]))
         }
+        "reasoning" => {
+            let blocks = reasoning_item(item)?;
+            let role = (!blocks.is_empty()).then_some(Role::Assistant);
+            Ok((role, "assistant", blocks))
+        }
         "compaction" => {
             let content = item.required_str("encrypted_content")?;
             let Some(summary) = compaction_summary(content) else {
@@ -267,6 +284,28 @@ fn input_item(
             }
         }
     }
+}
+
+/// A reasoning item sent back: its `reasoning_text` content as the assistant's reasoning (a
+/// chat template that keeps reasoning in history reads it). One with none (only a summary, or
+/// content encrypted elsewhere) adds nothing.
+fn reasoning_item(item: &Obj<'_>) -> CallResult<Vec<Block>> {
+    let Some(content) = item.opt_array("content")? else {
+        return Ok(Vec::new());
+    };
+    let mut text = String::new();
+    for (i, part) in content.iter().enumerate() {
+        let path = args::index(&item.path("content"), i);
+        let part = Obj::new(as_object(part, &path)?, path.as_str());
+        if part.required_enum("type", &["reasoning_text"])? == "reasoning_text" {
+            text.push_str(part.required_str("text")?);
+        }
+    }
+    Ok(if text.is_empty() {
+        Vec::new()
+    } else {
+        vec![Block::Reasoning(text)]
+    })
 }
 
 /// The Responses object for an answer; `id` is the cursor when the chain is on.
