@@ -190,8 +190,17 @@ fn tool_results_first(
 }
 
 /// The system prompt: a string or text blocks joined with `"\n"`.
+/// What Claude Code puts first in its system prompt: billing metadata for Anthropic's API, with
+/// a value that can change from one request to the next. It tells a model nothing, and left in it
+/// would make every prompt differ from its first line, so no prefix of it could be reused (the
+/// embedded model's cache, a provider's prompt cache).
+const BILLING_HEADER: &str = "x-anthropic-billing-header:";
+
 fn system_text(v: &Value, limits: &Limits) -> CallResult<String> {
     match content(v, "system", limits, true)?.as_slice() {
+        [Block::Text(t)] if t.starts_with(BILLING_HEADER) => {
+            Ok(t.split_once('\n').map_or("", |(_, rest)| rest).to_owned())
+        }
         [Block::Text(t)] => Ok(t.clone()),
         [] => Ok(String::new()),
         _ => Err(CallError::at(
@@ -381,6 +390,18 @@ mod tests {
         );
         assert_eq!(c.transcript[0], Entry::new("system", "Be brief.\nAlways."));
         assert_eq!(c.transcript[1], Entry::new("user", "2+2?\nQuick."));
+    }
+
+    #[test]
+    fn claude_codes_billing_header_is_not_part_of_the_system_prompt() {
+        let c = call(json!({
+            "system": [
+                {"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1; cch=93ab1;"},
+                {"type": "text", "text": "You are a Claude agent."}],
+            "messages": [{"role": "user", "content": "hi"}]
+        }))
+        .unwrap();
+        assert_eq!(c.request.system.as_deref(), Some("You are a Claude agent."));
     }
 
     #[test]
