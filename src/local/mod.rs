@@ -10,6 +10,7 @@
 pub mod engine;
 pub mod fetch;
 pub mod hub;
+pub mod jinja;
 pub mod queue;
 pub mod slots;
 pub mod template;
@@ -836,7 +837,11 @@ fn prompt(model: &engine::Model, request: &ModelRequest) -> Result<Vec<LlamaToke
     );
     let tools: Vec<openai::Tool> = offered(request).iter().map(ModelTool::openai).collect();
     let text = if model.template().is_some() || model.knows_chatml() {
-        template::render(model.template(), &messages, &tools)?
+        let chat = template::Chat {
+            special: Some(model.special_tokens()),
+            ..template::Chat::new(&messages, &tools)
+        };
+        template::render(model.template(), &chat)?
     } else {
         template::plain(&messages)
     };
