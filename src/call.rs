@@ -47,6 +47,9 @@ pub enum Block {
         content: Vec<Block>,
         is_error: bool,
     },
+    /// The model's reasoning before its answer (assistant turns only): apart from the answer's
+    /// text, never part of what a schema validates.
+    Reasoning(String),
 }
 
 impl Block {
@@ -58,6 +61,7 @@ impl Block {
             Block::Audio { .. } => "audio",
             Block::ToolUse { .. } => "tool_use",
             Block::ToolResult { .. } => "tool_result",
+            Block::Reasoning(_) => "reasoning",
         }
     }
 }
@@ -163,6 +167,58 @@ pub struct CompletionRequest {
     /// A legacy text completion (`POST /v1/completions`): the prompt continued as raw text
     /// where the backend can (the embedded model); `None` for a conversation.
     pub text: Option<TextPrompt>,
+    /// What the caller asked of the model's reasoning (effort, budget, on or off).
+    pub reasoning: Reasoning,
+    /// Keyword arguments for the model's chat template (`chat_template_kwargs`, as llama-server
+    /// and vLLM take them), merged into its context.
+    pub template_kwargs: Map<String, Value>,
+}
+
+/// What the caller asked of the model's reasoning, from each API's own controls (OpenAI
+/// `reasoning_effort` and `reasoning.effort`, Anthropic `thinking`, Gemini `thinkingConfig`).
+/// All `None`: the model's own default.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Reasoning {
+    /// `Some(false)`: no reasoning (Anthropic `disabled`, effort `none`, a budget of 0);
+    /// `Some(true)`: reasoning asked for.
+    pub enabled: Option<bool>,
+    pub effort: Option<Effort>,
+    /// The most tokens the reasoning may take; the answer follows when it is reached.
+    pub budget: Option<u32>,
+    /// `Some(false)`: the reasoning is not returned (Gemini `includeThoughts` unset or false).
+    pub shown: Option<bool>,
+}
+
+/// How hard the model is asked to think, as the OpenAI APIs name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Effort {
+    Minimal,
+    Low,
+    Medium,
+    High,
+}
+
+impl Effort {
+    pub const NAMES: [&'static str; 4] = ["minimal", "low", "medium", "high"];
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "minimal" => Some(Effort::Minimal),
+            "low" => Some(Effort::Low),
+            "medium" => Some(Effort::Medium),
+            "high" => Some(Effort::High),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Effort::Minimal => "minimal",
+            Effort::Low => "low",
+            Effort::Medium => "medium",
+            Effort::High => "high",
+        }
+    }
 }
 
 /// A legacy text completion's prompt. The embedded model continues it as raw text, without
@@ -684,6 +740,7 @@ fn part(block: &Block) -> Value {
             is_error,
         } => json!({"type": "tool_result", "tool_use_id": id, "is_error": is_error,
                     "content": content.iter().map(part).collect::<Vec<_>>()}),
+        Block::Reasoning(text) => json!({"type": "reasoning", "text": text}),
     }
 }
 

@@ -249,7 +249,7 @@ impl Encode for Encoder {
                 self.calls.push(id);
                 out
             }
-            Piece::CallStart { .. } => Vec::new(),
+            Piece::CallStart { .. } | Piece::Reasoning(_) => Vec::new(),
             Piece::CallArgs { index, fragment } if index < self.calls.len() => {
                 vec![self.call_chunk(index, None, &fragment)]
             }

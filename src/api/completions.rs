@@ -141,7 +141,7 @@ impl Encode for Encoder {
                 self.text(show)
             }
             // A text completion offers no tools.
-            Piece::CallStart { .. } | Piece::CallArgs { .. } => Vec::new(),
+            Piece::CallStart { .. } | Piece::CallArgs { .. } | Piece::Reasoning(_) => Vec::new(),
         }
     }
 

@@ -282,7 +282,7 @@ impl Encode for Encoder {
                 self.calls.push(id);
                 out
             }
-            Piece::CallStart { .. } => Vec::new(),
+            Piece::CallStart { .. } | Piece::Reasoning(_) => Vec::new(),
             Piece::CallArgs { index, fragment } => {
                 // Arguments go to the open block of the call shown last only.
                 match self.call_block {

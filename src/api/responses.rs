@@ -533,6 +533,7 @@ impl Encoder {
             }
             Piece::CallStart { index, id, name } => self.call_start(index, &id, &name),
             Piece::CallArgs { index, fragment } => self.call_args(index, &fragment),
+            Piece::Reasoning(_) => Vec::new(),
         }
     }
 

@@ -514,6 +514,13 @@ impl Provider {
                         text: &self.release(&mut held.text, &text),
                     });
                 }
+                Piece::Reasoning(text) => {
+                    self.flush_args(live, tokens, held);
+                    live.event(Event::Reasoning {
+                        tokens,
+                        text: &self.scrub(text),
+                    });
+                }
                 Piece::CallStart { index, id, name } => {
                     self.flush(live, tokens, held);
                     live.event(Event::ToolCall {
@@ -997,6 +1004,7 @@ mod tests {
             },
             stop: vec!["END".into()],
             text: None,
+            ..CompletionRequest::default()
         };
         let request = ModelRequest {
             base,

@@ -26,6 +26,8 @@ pub enum Event<'a> {
     },
     /// The answer has `tokens` tokens now, `text` the newest of them.
     Delta { tokens: usize, text: &'a str },
+    /// More of the answer's reasoning (the model's thinking, apart from its text).
+    Reasoning { tokens: usize, text: &'a str },
     /// The model began its call numbered `index` (from 0, in the answer's order), of the tool
     /// `name`; `id` is the call's id in the answer.
     ToolCall {
@@ -169,6 +171,7 @@ impl Live {
                 s.tokens = tokens;
                 push_tail(&mut s.tail, text);
             }),
+            Event::Reasoning { tokens, .. } => self.update(|s| s.tokens = tokens),
             Event::ToolCall { tokens, name, .. } => self.update(|s| {
                 s.tokens = tokens;
                 push_tail(&mut s.tail, &format!("[calling {name}] "));

@@ -60,6 +60,8 @@ pub struct Found {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Piece {
     Text(String),
+    /// More of the model's reasoning, apart from the answer's text.
+    Reasoning(String),
     /// The call numbered `index` (from 0, in the answer's order) began.
     CallStart {
         index: usize,
@@ -78,6 +80,7 @@ impl Piece {
     pub fn event(&self, tokens: usize) -> Event<'_> {
         match self {
             Piece::Text(text) => Event::Delta { tokens, text },
+            Piece::Reasoning(text) => Event::Reasoning { tokens, text },
             Piece::CallStart { index, id, name } => Event::ToolCall {
                 tokens,
                 index: *index,

@@ -53,6 +53,7 @@ pub fn request(params: &CreateMessageRequestParams, limits: &Limits) -> CallResu
         },
         stop: params.stop_sequences.clone().unwrap_or_default(),
         text: None,
+        ..CompletionRequest::default()
     };
     Ok(ModelRequest {
         base,

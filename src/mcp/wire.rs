@@ -187,7 +187,7 @@ pub fn result(completion: Completion) -> CreateMessageResult {
             Block::Audio { data, mime, .. } => Some(SamplingMessageContentBlock::Audio(
                 rmcp::model::AudioContent::new(data, mime),
             )),
-            Block::ToolResult { .. } => None,
+            Block::ToolResult { .. } | Block::Reasoning(_) => None,
         })
         .collect();
     let message = match <[SamplingMessageContentBlock; 1]>::try_from(blocks) {

@@ -294,6 +294,8 @@ impl<'a> Common<'a> {
                 stop: self.stop,
                 tuning: self.extras.tuning,
                 text: None,
+                reasoning: self.extras.reasoning,
+                template_kwargs: self.extras.template_kwargs,
             },
             mode,
             persona: self.persona,

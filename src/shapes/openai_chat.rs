@@ -266,6 +266,7 @@ pub fn completion_object(out: &Reply<'_>) -> Value {
                 .map(|c| openai::ToolCall::api(Some(c.id.clone()), &*c.name, c.arguments_json()))
                 .collect(),
             tool_call_id: None,
+            reasoning_content: None,
         },
         _ => openai::Message::text(openai::Speaker::Assistant, out.completion),
     };

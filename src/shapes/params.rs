@@ -43,6 +43,10 @@ pub struct Extras {
     /// `stream: true` was asked.
     pub stream: bool,
     pub warnings: Vec<String>,
+    /// What the caller asked of the model's reasoning.
+    pub reasoning: crate::call::Reasoning,
+    /// `chat_template_kwargs`, for a model's chat template.
+    pub template_kwargs: Map<String, Value>,
 }
 
 /// How a shape spells the [`Tuning`] parameters, where it has them.

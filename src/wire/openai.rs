@@ -36,6 +36,10 @@ pub struct Message {
     pub tool_calls: Vec<ToolCall>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
+    /// The assistant's reasoning before this message, as llama-server, vLLM and DeepSeek name
+    /// it (chat templates that keep reasoning in history read it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
 }
 
 impl Message {
@@ -45,6 +49,7 @@ impl Message {
             content: Some(Content::Text(text.into())),
             tool_calls: Vec::new(),
             tool_call_id: None,
+            reasoning_content: None,
         }
     }
 
@@ -207,8 +212,13 @@ fn part(block: &Block, reader: Reader) -> Option<Part> {
 fn turn_messages(turn: &Turn, reader: Reader, out: &mut Vec<Message>) {
     let mut parts = Vec::new();
     let mut calls = Vec::new();
+    let mut reasoning: Option<String> = None;
     for block in &turn.blocks {
         match block {
+            Block::Reasoning(text) => match &mut reasoning {
+                Some(r) => r.push_str(text),
+                None => reasoning = Some(text.clone()),
+            },
             Block::Text(_) | Block::Image { .. } | Block::Audio { .. } => {
                 parts.extend(part(block, reader));
             }
@@ -248,12 +258,15 @@ fn turn_messages(turn: &Turn, reader: Reader, out: &mut Vec<Message>) {
         Reader::Api => api_content(parts),
         Reader::Template => template_content(parts, turn.blocks.len()),
     };
-    if !calls.is_empty() || content.is_some() {
+    // Only templates read reasoning back: providers refuse it or ignore it.
+    let reasoning = reasoning.filter(|_| reader == Reader::Template);
+    if !calls.is_empty() || content.is_some() || reasoning.is_some() {
         out.push(Message {
             role: turn.role.into(),
             content: content.or_else(|| (reader == Reader::Template).then(empty)),
             tool_calls: calls,
             tool_call_id: None,
+            reasoning_content: reasoning,
         });
     }
 }
