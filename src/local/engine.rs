@@ -31,6 +31,8 @@ pub struct Settings {
     pub threads: usize,
     /// Tokens in one step at most (see [`STEP_TOKENS`]).
     pub step: usize,
+    /// A chat template to use instead of the one the file carries.
+    pub chat_template: Option<String>,
 }
 
 /// Tokens in one step of the slots at most, by default. How many a step really takes is set
@@ -268,7 +270,10 @@ impl Model {
         let meta = |key: &str| model.meta_val_str(key).ok().filter(|s| !s.is_empty());
         let architecture = meta("general.architecture").unwrap_or_default();
         let name = meta("general.name").unwrap_or_else(|| architecture.clone());
-        let template = meta("tokenizer.chat_template");
+        let template = settings
+            .chat_template
+            .clone()
+            .or_else(|| meta("tokenizer.chat_template"));
         let special = special_tokens(&model);
         let longest_token = model
             .tokens(true)

@@ -673,6 +673,30 @@ mod tests {
         );
     }
 
+    #[test]
+    fn the_context_is_what_transformers_passes() {
+        let m = hi();
+        let special = SpecialTokens {
+            bos: Some("<s>".into()),
+            eos: Some("</s>".into()),
+            ..SpecialTokens::default()
+        };
+        let kwargs = json!({"enable_thinking": false, "eos_token": "<|im_end|>"});
+        let chat = Chat {
+            special: Some(&special),
+            kwargs: kwargs.as_object(),
+            ..Chat::new(&m, &[])
+        };
+        assert_eq!(
+            chat.context(),
+            json!({"bos_token": "<s>", "eos_token": "<|im_end|>", "enable_thinking": false,
+                   "messages": [{"role": "user", "content": "hi"}], "tools": null,
+                   "documents": null, "add_generation_prompt": true})
+        );
+        let t = "{{ bos_token }}{{ unk_token is defined }}{{ enable_thinking }}{{ tools }}";
+        assert_eq!(render(Some(t), &chat).unwrap(), "<s>FalseFalseNone");
+    }
+
     /// A user turn.
     fn hi() -> Vec<Message> {
         use crate::call::{Role, Turn};
