@@ -5,9 +5,12 @@
 //! string and dict methods (`minijinja_contrib::pycompat`), and values written as Python's
 //! `str()` writes them (`None`, `True`, `['a']`).
 //!
-//! Where minijinja and jinja2 still differ (`~` and `join` write values as minijinja does;
-//! `strftime_now` reads the clock in UTC, not in the server's time zone), real templates do
-//! not lean on it: `tests/data/templates` compares them with jinja2 byte for byte.
+//! minijinja's values cannot be changed, as the immutable sandbox's cannot (`list.append`
+//! fails in both). Where the two still differ, the real templates in `tests/data/templates`
+//! (compared with jinja2 byte for byte) do not lean on it: `~` and `join` write values as
+//! minijinja does (`true`, not `True`); Python methods pycompat lacks (`rsplit`, `partition`)
+//! fail; a `{% set %}` inside `{% generation %}` is seen after it; and `strftime_now` reads
+//! the clock in UTC, not in the server's time zone.
 
 use crate::pyjson::{self, Style};
 use minijinja::value::{Kwargs, ValueKind};
