@@ -9,6 +9,7 @@
 
 pub mod engine;
 pub mod fetch;
+pub mod format;
 pub mod hub;
 pub mod queue;
 pub mod slots;

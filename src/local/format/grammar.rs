@@ -1,0 +1,1 @@
+//! Grammars (llguidance's Lark) for each family's calls.
