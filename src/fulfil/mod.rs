@@ -300,7 +300,7 @@ impl<'a> Machine<'a> {
             Verdict::Accepted(answer) => Ok(Step::Done(Fulfilled {
                 answer,
                 strategy: self.strategy,
-                warnings: self.warnings(),
+                warnings: [self.warnings(), completion.warnings.clone()].concat(),
                 attempts,
                 media: completion.media(),
                 usage: completion.usage,

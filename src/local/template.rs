@@ -119,8 +119,27 @@ pub fn render(
     messages: &[Message],
     tools: &[Tool],
 ) -> Result<String, TemplateError> {
+    render_with(template, messages, tools, &serde_json::Map::new())
+}
+
+/// Renders the prompt as [`render`] does, with keyword arguments (`enable_thinking`,
+/// `reasoning_effort`, a caller's `chat_template_kwargs`) beside the messages and tools, which
+/// they do not replace.
+pub fn render_with(
+    template: Option<&str>,
+    messages: &[Message],
+    tools: &[Tool],
+    kwargs: &serde_json::Map<String, serde_json::Value>,
+) -> Result<String, TemplateError> {
     let tools = (!tools.is_empty()).then_some(tools);
-    let context = json!({"messages": messages, "tools": tools, "add_generation_prompt": true});
+    let mut context = json!({"messages": messages, "tools": tools, "add_generation_prompt": true});
+    if let Some(context) = context.as_object_mut() {
+        for (key, value) in kwargs {
+            if !context.contains_key(key) {
+                context.insert(key.clone(), value.clone());
+            }
+        }
+    }
     let bytes = serde_json::to_vec(&context).map_or(0, |v| v.len());
     let items = messages
         .len()

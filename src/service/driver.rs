@@ -280,6 +280,7 @@ mod tests {
                     model: "m".into(),
                     finish: crate::call::Finish::ToolUse,
                     usage: None,
+                    warnings: Vec::new(),
                 })
             })
         }

@@ -453,6 +453,8 @@ enum Mode {
 #[derive(Debug)]
 pub struct Parser {
     format: Format,
+    /// Tools were offered: calls are read.
+    calls: bool,
     markers: Vec<(&'static str, Action)>,
     tools: Tools,
     mode: Mode,
@@ -468,12 +470,24 @@ pub struct Parser {
 
 impl Parser {
     /// A parser of an answer in `format`, with calls of `tools` (ids `{id_base}_{n}`);
-    /// `in_reasoning` when the prompt left the model inside its reasoning.
-    pub fn new(format: Format, tools: Tools, id_base: &str, in_reasoning: bool) -> Self {
+    /// `in_reasoning` when the prompt left the model inside its reasoning. Without tools
+    /// (`None`) no calls are read.
+    pub fn new(format: Format, tools: Option<Tools>, id_base: &str, in_reasoning: bool) -> Self {
+        let calls = tools.is_some();
+        let markers = format
+            .markers()
+            .into_iter()
+            // Without tools the text is the answer, whatever it looks like; harmony's channels
+            // are its text's frame.
+            .filter(|(_, action)| {
+                calls || format.family == Family::Harmony || !matches!(action, Action::Calls(_))
+            })
+            .collect();
         Parser {
-            markers: format.markers(),
+            markers,
             format,
-            tools,
+            calls,
+            tools: tools.unwrap_or_default(),
             mode: if in_reasoning {
                 Mode::Reasoning
             } else {
@@ -515,7 +529,7 @@ impl Parser {
 
     /// Text: shown up to the first marker; `true` when a marker changed the mode.
     fn read_text(&mut self, out: &mut Vec<Piece>) -> bool {
-        if self.fresh && self.format.bare_calls() {
+        if self.fresh && self.calls && self.format.bare_calls() {
             let start = self.pending.trim_start();
             if start.is_empty() || (start.len() < 3 && "```".starts_with(start)) {
                 return false;

@@ -60,7 +60,7 @@ fn folded(pieces: Vec<Piece>) -> Vec<Piece> {
 /// Reads `text` whole, cut in two at every character boundary, and a character at a time:
 /// every feed tells the same and reads the same answer, and what is told agrees with it.
 fn read(format: Format, in_reasoning: bool, text: &str) -> Answer {
-    let parser = || Parser::new(format, tools(), "c", in_reasoning);
+    let parser = || Parser::new(format, Some(tools()), "c", in_reasoning);
     let mut whole = parser();
     let told = folded(whole.feed(text));
     let answer = whole.finish();
@@ -388,25 +388,30 @@ fn malformed_and_cut_off_calls_never_panic() {
         for text in texts {
             let f = format(family, Thinking::Think);
             for (i, _) in text.char_indices() {
-                let mut p = Parser::new(f, tools(), "c", false);
+                let mut p = Parser::new(f, Some(tools()), "c", false);
                 p.feed(&text[..i]);
                 p.feed(&text[i..]);
                 p.finish();
             }
-            Parser::new(f, tools(), "c", false).read(text);
+            Parser::new(f, Some(tools()), "c", false).read(text);
         }
     }
     let a = Parser::new(
         format(Family::DeepSeekV31, Thinking::None),
-        tools(),
+        Some(tools()),
         "c",
         false,
     )
     .read(texts[4]);
     assert_eq!((a.text.as_str(), a.calls.len()), (texts[4], 0));
     // A cut-off call is kept as it was told, with its arguments as far as they read.
-    let a = Parser::new(format(Family::Hermes, Thinking::None), tools(), "c", false)
-        .read("<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}");
+    let a = Parser::new(
+        format(Family::Hermes, Thinking::None),
+        Some(tools()),
+        "c",
+        false,
+    )
+    .read("<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}");
     assert_eq!(calls(&a), vec![paris()]);
 }
 
