@@ -203,6 +203,7 @@ fn main() {
         slots: 2,
         threads,
         step,
+        chat_template: None,
     };
     let mut loads = Vec::new();
     let mut model = None;

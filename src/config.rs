@@ -406,6 +406,11 @@ pub struct LocalArgs {
     #[arg(long, env = "AGENT_AS_MODEL_LOCAL_SEED")]
     pub local_seed: Option<u64>,
 
+    /// A Jinja chat template to render the local model's prompts with, instead of the one its
+    /// GGUF carries (`tokenizer.chat_template`); read once, at start
+    #[arg(long, env = "AGENT_AS_MODEL_CHAT_TEMPLATE_FILE")]
+    pub chat_template_file: Option<std::path::PathBuf>,
+
     /// Memory the model's chat template may use while it renders a prompt, in bytes: on
     /// Linux it renders in a child process limited to this much and killed at its deadline
     #[arg(long, env = "AGENT_AS_MODEL_CHAT_TEMPLATE_MEMORY_BYTES", default_value_t = 1 << 30,

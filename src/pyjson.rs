@@ -2,7 +2,8 @@
 //!
 //! The original server wrote every JSON text it produced with `json.dumps`: sorted keys, `", "`
 //! and `": "` separators (or `","` and `":"` for cursors), every non-ASCII character escaped as
-//! `\uXXXX` and floats in Python's `repr` form. Callers compare those texts byte for byte and
+//! `\uXXXX` and floats in Python's `repr` form. Chat templates' `tojson` writes with the
+//! arguments the template passes ([`Style::dumps`]). Callers compare those texts byte for byte and
 //! recompute cursors from them. This module is `serde_json`'s serializer with a [`Formatter`]
 //! that writes Python's separators, escapes and floats, over a view of the value with its keys
 //! sorted when the style asks for it.
@@ -11,59 +12,89 @@ use serde::ser::{Serialize, SerializeMap, SerializeSeq};
 use serde_json::ser::{CharEscape, Formatter, Serializer};
 use serde_json::{Map, Value};
 use std::io::{self, Write};
-/// How to lay the text out; the three presets are the only ones the server uses.
+/// How to lay the text out: the presets the server writes with, or [`Style::dumps`] for the
+/// arguments a chat template passes to `tojson`.
 #[derive(Debug, Clone, Copy)]
-pub struct Style {
-    item_sep: &'static str,
-    key_sep: &'static str,
+pub struct Style<'a> {
+    item_sep: &'a str,
+    key_sep: &'a str,
     indent: Option<usize>,
     sort_keys: bool,
+    /// Non-ASCII characters as `\uXXXX` escapes (`ensure_ascii=True`) or as themselves.
+    ensure_ascii: bool,
 }
 
-impl Style {
+impl<'a> Style<'a> {
+    /// `json.dumps(v, ensure_ascii=.., indent=.., separators=.., sort_keys=..)`: without
+    /// separators, `(", ", ": ")`, or `(",", ": ")` with an indent, as Python picks them.
+    pub fn dumps(
+        ensure_ascii: bool,
+        indent: Option<usize>,
+        separators: Option<(&'a str, &'a str)>,
+        sort_keys: bool,
+    ) -> Self {
+        let (item_sep, key_sep) = separators.unwrap_or(match indent {
+            Some(_) => (",", ": "),
+            None => (", ", ": "),
+        });
+        Style {
+            item_sep,
+            key_sep,
+            indent,
+            sort_keys,
+            ensure_ascii,
+        }
+    }
+}
+
+impl Style<'static> {
     /// `json.dumps(v, sort_keys=True, separators=(",", ":"))`: the canonical cursor form.
-    pub const CANONICAL: Style = Style {
+    pub const CANONICAL: Style<'static> = Style {
         item_sep: ",",
         key_sep: ":",
         indent: None,
         sort_keys: true,
+        ensure_ascii: true,
     };
     /// `json.dumps(v, sort_keys=True)`: envelopes, structured output, tool-call arguments.
-    pub const SORTED: Style = Style {
+    pub const SORTED: Style<'static> = Style {
         item_sep: ", ",
         key_sep: ": ",
         indent: None,
         sort_keys: true,
+        ensure_ascii: true,
     };
     /// `json.dumps(v)`: keys in the order they were built.
-    pub const PLAIN: Style = Style {
+    pub const PLAIN: Style<'static> = Style {
         item_sep: ", ",
         key_sep: ": ",
         indent: None,
         sort_keys: false,
+        ensure_ascii: true,
     };
     /// `json.dumps(v, indent=2)`: the Responses object, keys in the order they were built.
-    pub const PRETTY: Style = Style {
+    pub const PRETTY: Style<'static> = Style {
         item_sep: ",",
         key_sep: ": ",
         indent: Some(2),
         sort_keys: false,
+        ensure_ascii: true,
     };
 }
 
 /// Writes `value` in the given style.
-pub fn dumps(value: &Value, style: Style) -> String {
+pub fn dumps(value: &Value, style: Style<'_>) -> String {
     text(&Styled::Value(value, style.sort_keys), style)
 }
 
 /// Writes an object in the given style without wrapping it in a `Value`.
-pub fn dumps_object(map: &Map<String, Value>, style: Style) -> String {
+pub fn dumps_object(map: &Map<String, Value>, style: Style<'_>) -> String {
     text(&Styled::Object(map, style.sort_keys), style)
 }
 
 /// Appends `value` to `out` in the given style (for writers that lay out the outer object
 /// themselves). The bytes are ASCII.
-pub fn write_value(out: &mut Vec<u8>, value: &Value, style: Style) {
+pub fn write_value(out: &mut Vec<u8>, value: &Value, style: Style<'_>) {
     write(out, &Styled::Value(value, style.sort_keys), style);
 }
 
@@ -72,14 +103,14 @@ pub fn write_str(out: &mut Vec<u8>, s: &str) {
     write(out, &s, Style::SORTED);
 }
 
-fn text(value: &impl Serialize, style: Style) -> String {
+fn text(value: &impl Serialize, style: Style<'_>) -> String {
     let mut bytes = Vec::new();
     write(&mut bytes, value, style);
-    // The formatter writes ASCII only.
+    // The formatter writes whole UTF-8 characters.
     String::from_utf8(bytes).unwrap_or_default()
 }
 
-fn write(out: &mut Vec<u8>, value: &impl Serialize, style: Style) {
+fn write(out: &mut Vec<u8>, value: &impl Serialize, style: Style<'_>) {
     let formatter = Python {
         style,
         level: 0,
@@ -123,14 +154,14 @@ impl Serialize for Styled<'_> {
 }
 
 /// Python's separators, indentation, escapes and float form.
-struct Python {
-    style: Style,
+struct Python<'a> {
+    style: Style<'a>,
     level: usize,
     /// Whether the container being written has an element yet (an empty one stays `[]`).
     has_value: bool,
 }
 
-impl Python {
+impl Python<'_> {
     fn newline<W: ?Sized + Write>(&self, w: &mut W) -> io::Result<()> {
         match self.style.indent {
             Some(width) => {
@@ -138,15 +169,6 @@ impl Python {
                 w.write_all(" ".repeat(width * self.level).as_bytes())
             }
             None => Ok(()),
-        }
-    }
-
-    /// With an indent Python drops the trailing space of the item separator.
-    fn item_sep(&self) -> &'static str {
-        if self.style.indent.is_some() {
-            self.style.item_sep.trim_end()
-        } else {
-            self.style.item_sep
         }
     }
 
@@ -166,13 +188,13 @@ impl Python {
 
     fn element<W: ?Sized + Write>(&mut self, w: &mut W, first: bool) -> io::Result<()> {
         if !first {
-            w.write_all(self.item_sep().as_bytes())?;
+            w.write_all(self.style.item_sep.as_bytes())?;
         }
         self.newline(w)
     }
 }
 
-impl Formatter for Python {
+impl Formatter for Python<'_> {
     fn write_f64<W: ?Sized + Write>(&mut self, w: &mut W, value: f64) -> io::Result<()> {
         w.write_all(python_float_repr(value).as_bytes())
     }
@@ -181,9 +203,11 @@ impl Formatter for Python {
         self.write_f64(w, f64::from(value))
     }
 
-    /// `ensure_ascii`: everything outside printable ASCII as `\uXXXX` (UTF-16 units).
+    /// `ensure_ascii`: everything outside printable ASCII as `\uXXXX` (UTF-16 units);
+    /// without it, the characters themselves (the escapes of quotes, backslashes and control
+    /// characters are `write_char_escape`'s).
     fn write_string_fragment<W: ?Sized + Write>(&mut self, w: &mut W, s: &str) -> io::Result<()> {
-        if s.bytes().all(|b| (b' '..=b'~').contains(&b)) {
+        if !self.style.ensure_ascii || s.bytes().all(|b| (b' '..=b'~').contains(&b)) {
             return w.write_all(s.as_bytes());
         }
         let mut start = 0;

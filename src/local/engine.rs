@@ -4,6 +4,7 @@
 //! answer's text decoded as tokens arrive. The slots that share one context are in
 //! [`super::slots`].
 
+use super::template::SpecialTokens;
 use crate::call::Finish;
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::context::params::LlamaContextParams;
@@ -30,6 +31,8 @@ pub struct Settings {
     pub threads: usize,
     /// Tokens in one step at most (see [`STEP_TOKENS`]).
     pub step: usize,
+    /// A chat template to use instead of the one the file carries.
+    pub chat_template: Option<String>,
 }
 
 /// Tokens in one step of the slots at most, by default. How many a step really takes is set
@@ -220,10 +223,33 @@ pub fn physical_cores() -> usize {
     }
 }
 
+/// The vocabulary's beginning, end, unknown and padding tokens as text (`special`: as the
+/// token is written, `<|endoftext|>`), those it has.
+fn special_tokens(model: &LlamaModel) -> SpecialTokens {
+    let vocab = model.vocab();
+    let text = |token: LlamaToken| {
+        (token.0 >= 0 && token.0 < vocab.n_tokens())
+            .then(|| String::from_utf8_lossy(&vocab.token_to_piece(token, true, None)).into_owned())
+    };
+    // llama.cpp keeps no accessor for the unknown token; the GGUF names it.
+    let unk = model
+        .meta_val_str("tokenizer.ggml.unknown_token_id")
+        .ok()
+        .and_then(|id| id.parse::<i32>().ok());
+    SpecialTokens {
+        bos: text(vocab.bos()),
+        eos: text(vocab.eos()),
+        unk: unk.and_then(|id| text(LlamaToken(id))),
+        pad: text(vocab.pad()),
+    }
+}
+
 pub struct Model {
     model: LlamaModel,
     info: Info,
     template: Option<String>,
+    /// The vocabulary's special tokens as text, for the chat template.
+    special: SpecialTokens,
     /// Bytes of the vocabulary's longest token (special tokens as written), so that a text's
     /// bytes over this times the context are more tokens than the context holds.
     longest_token: usize,
@@ -248,7 +274,11 @@ impl Model {
         let meta = |key: &str| model.meta_val_str(key).ok().filter(|s| !s.is_empty());
         let architecture = meta("general.architecture").unwrap_or_default();
         let name = meta("general.name").unwrap_or_else(|| architecture.clone());
-        let template = meta("tokenizer.chat_template");
+        let template = settings
+            .chat_template
+            .clone()
+            .or_else(|| meta("tokenizer.chat_template"));
+        let special = special_tokens(&model);
         let longest_token = model
             .tokens(true)
             .map(|(_, bytes)| bytes.len())
@@ -283,6 +313,7 @@ impl Model {
                 format: super::format::Format::detect(template.as_deref()),
             },
             template,
+            special,
             longest_token,
             guidance: OnceCell::new(),
         })
@@ -294,6 +325,11 @@ impl Model {
 
     pub fn template(&self) -> Option<&str> {
         self.template.as_deref()
+    }
+
+    /// The special tokens the chat template is given (`bos_token`, `eos_token`, …).
+    pub fn special_tokens(&self) -> &SpecialTokens {
+        &self.special
     }
 
     /// Bytes of the vocabulary's longest token.

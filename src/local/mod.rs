@@ -11,6 +11,7 @@ pub mod engine;
 pub mod fetch;
 pub mod format;
 pub mod hub;
+pub mod jinja;
 pub mod queue;
 pub mod slots;
 pub mod template;
@@ -64,6 +65,8 @@ pub struct LocalSettings {
     pub threads: usize,
     /// The seed of a sampled answer whose call gives none (none: a new one each time).
     pub seed: Option<u64>,
+    /// The chat template to use instead of the model's (`--chat-template-file`).
+    pub chat_template: Option<String>,
 }
 
 impl LocalSettings {
@@ -80,6 +83,7 @@ impl LocalSettings {
                 .and_then(|n| usize::try_from(n).ok())
                 .unwrap_or_else(engine::physical_cores),
             seed: config.local.local_seed,
+            chat_template: chat_template(config)?,
         })
     }
 }
@@ -89,6 +93,24 @@ impl LocalSettings {
 pub enum SettingsError {
     #[error("--model (AGENT_AS_MODEL_MODEL): {0}")]
     Model(#[source] hub::SourceError),
+    #[error(
+        "--chat-template-file (AGENT_AS_MODEL_CHAT_TEMPLATE_FILE): cannot read {}: {problem}",
+        path.display()
+    )]
+    ChatTemplate { path: PathBuf, problem: String },
+}
+
+/// The chat template file's text, when one is set; `Err` names a file that cannot be read.
+fn chat_template(config: &Config) -> Result<Option<String>, SettingsError> {
+    let Some(path) = &config.local.chat_template_file else {
+        return Ok(None);
+    };
+    std::fs::read_to_string(path)
+        .map(Some)
+        .map_err(|e| SettingsError::ChatTemplate {
+            path: path.clone(),
+            problem: e.to_string(),
+        })
 }
 
 /// For callers that report errors as text.
@@ -708,6 +730,7 @@ impl Worker {
             slots: self.settings.slots,
             threads: self.settings.threads,
             step: engine::STEP_TOKENS,
+            chat_template: self.settings.chat_template.clone(),
         };
         // What the file is as it is mapped: checked before each call uses the map.
         let on_disk = OnDisk::stat(&path);
@@ -894,7 +917,12 @@ fn prompt(model: &engine::Model, request: &ModelRequest) -> Result<Prompt, Reque
     let format = model.info().format;
     let kwargs = format.template_kwargs(&request.base.reasoning, &request.base.template_kwargs);
     let text = if model.template().is_some() || model.knows_chatml() {
-        template::render_with(model.template(), &messages, &tools, &kwargs)?
+        let chat = template::Chat {
+            special: Some(model.special_tokens()),
+            kwargs: Some(&kwargs),
+            ..template::Chat::new(&messages, &tools)
+        };
+        template::render(model.template(), &chat)?
     } else {
         template::plain(&messages)
     };

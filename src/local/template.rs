@@ -1,9 +1,11 @@
 //! The chat prompt, rendered with the Jinja chat template the model carries in its metadata
-//! (`tokenizer.chat_template`), as the model's own tooling would render it.
+//! (`tokenizer.chat_template`) as Hugging Face transformers' `apply_chat_template` renders it:
+//! the same context (messages, tools, special tokens, the request's template arguments) in
+//! the same environment ([`super::jinja`]).
 
-use crate::pyjson::{self, Style};
+use super::jinja;
 use crate::wire::openai::{Message, Tool};
-use serde_json::json;
+use serde_json::{Map, Value};
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, mpsc};
@@ -112,40 +114,103 @@ pub fn plain(messages: &[Message]) -> String {
         .join("\n\n")
 }
 
-/// Renders the prompt, ending with the start of the assistant's turn. A template that takes
-/// too many steps, runs too long or writes too much fails the call, saying so.
-pub fn render(
-    template: Option<&str>,
-    messages: &[Message],
-    tools: &[Tool],
-) -> Result<String, TemplateError> {
-    render_with(template, messages, tools, &serde_json::Map::new())
+/// The tokenizer's special tokens as text, which transformers gives every template as
+/// `bos_token`, `eos_token`, `unk_token` and `pad_token` (those the tokenizer has).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SpecialTokens {
+    pub bos: Option<String>,
+    pub eos: Option<String>,
+    pub unk: Option<String>,
+    pub pad: Option<String>,
 }
 
-/// Renders the prompt as [`render`] does, with keyword arguments (`enable_thinking`,
-/// `reasoning_effort`, a caller's `chat_template_kwargs`) beside the messages and tools, which
-/// they do not replace.
-pub fn render_with(
-    template: Option<&str>,
-    messages: &[Message],
-    tools: &[Tool],
-    kwargs: &serde_json::Map<String, serde_json::Value>,
-) -> Result<String, TemplateError> {
-    let tools = (!tools.is_empty()).then_some(tools);
-    let mut context = json!({"messages": messages, "tools": tools, "add_generation_prompt": true});
-    if let Some(context) = context.as_object_mut() {
-        for (key, value) in kwargs {
-            if !context.contains_key(key) {
-                context.insert(key.clone(), value.clone());
-            }
+impl SpecialTokens {
+    /// The tokens present, by the names templates read them by.
+    fn named(&self) -> impl Iterator<Item = (&'static str, &String)> {
+        [
+            ("bos_token", &self.bos),
+            ("eos_token", &self.eos),
+            ("unk_token", &self.unk),
+            ("pad_token", &self.pad),
+        ]
+        .into_iter()
+        .filter_map(|(name, token)| token.as_ref().map(|t| (name, t)))
+    }
+}
+
+/// The names transformers sets itself, which template arguments cannot replace.
+pub const RESERVED: [&str; 4] = ["messages", "tools", "documents", "add_generation_prompt"];
+
+/// A conversation to render, as `apply_chat_template` takes it.
+#[derive(Debug, Clone, Copy)]
+pub struct Chat<'a> {
+    pub messages: &'a [Message],
+    /// The tools offered; none is `tools=None`.
+    pub tools: &'a [Tool],
+    /// End with the start of the assistant's turn.
+    pub add_generation_prompt: bool,
+    pub special: Option<&'a SpecialTokens>,
+    /// The request's template arguments (`chat_template_kwargs`, e.g. `enable_thinking`).
+    pub kwargs: Option<&'a Map<String, Value>>,
+}
+
+impl<'a> Chat<'a> {
+    /// `messages` and `tools`, ending with the start of the assistant's turn.
+    pub fn new(messages: &'a [Message], tools: &'a [Tool]) -> Self {
+        Chat {
+            messages,
+            tools,
+            add_generation_prompt: true,
+            special: None,
+            kwargs: None,
         }
     }
+
+    /// The template's context, as transformers builds it: the special tokens, the template
+    /// arguments over them, then `messages`, `tools` and `documents` (`None` when there are
+    /// none) and `add_generation_prompt`.
+    pub fn context(&self) -> Value {
+        let mut context = Map::new();
+        for (name, token) in self.special.into_iter().flat_map(SpecialTokens::named) {
+            context.insert(name.to_owned(), Value::String(token.clone()));
+        }
+        for (name, value) in self.kwargs.into_iter().flatten() {
+            context.insert(name.clone(), value.clone());
+        }
+        context.insert("messages".into(), json(&self.messages));
+        let tools = (!self.tools.is_empty()).then_some(self.tools);
+        context.insert("tools".into(), json(&tools));
+        context.insert("documents".into(), Value::Null);
+        context.insert(
+            "add_generation_prompt".into(),
+            Value::Bool(self.add_generation_prompt),
+        );
+        Value::Object(context)
+    }
+}
+
+/// A value as JSON (messages and tools always are).
+fn json(value: &impl serde::Serialize) -> Value {
+    serde_json::to_value(value).unwrap_or(Value::Null)
+}
+
+/// Renders the prompt with `template` (ChatML when the model has none). A template that takes
+/// too many steps, runs too long or writes too much fails the call, saying so.
+pub fn render(template: Option<&str>, chat: &Chat<'_>) -> Result<String, TemplateError> {
+    render_context(template.unwrap_or(CHATML), chat.context())
+}
+
+/// Renders `template` with `context` as it is (an object of the names the template reads),
+/// within limits that grow with the messages and tools it holds.
+pub fn render_context(template: &str, context: Value) -> Result<String, TemplateError> {
     let bytes = serde_json::to_vec(&context).map_or(0, |v| v.len());
-    let items = messages
-        .len()
-        .saturating_add(tools.map_or(0, <[Tool]>::len));
-    let limits = Limits::scaled(items, bytes);
-    let template = template.unwrap_or(CHATML);
+    let count = |name: &str| {
+        context
+            .get(name)
+            .and_then(Value::as_array)
+            .map_or(0, Vec::len)
+    };
+    let limits = Limits::scaled(count("messages").saturating_add(count("tools")), bytes);
     match sandbox() {
         Some(sandbox) => isolated(&sandbox, template, &context, limits),
         None => guarded(template, context, limits, &LATE),
@@ -261,8 +326,9 @@ fn run(
         cap,
         over: false,
     };
+    let template = jinja::without_generation_tags(template);
     let rendered = env
-        .template_from_str(template)
+        .template_from_str(&template)
         .and_then(|t| t.render_captured_to(context, &mut output).map(drop));
     if output.over || over.load(Ordering::Relaxed) {
         return Err(TemplateError::Output { cap });
@@ -276,42 +342,27 @@ fn run(
     }
 }
 
-/// The environment templates run in: the model tooling's `tojson` and `raise_exception`,
-/// `limits.fuel` steps, and a formatter that counts what every `{{ … }}` writes against the
-/// output cap, wherever it goes (text written into `{% set x %}…{% endset %}` does not reach
-/// the output). The flag says the formatter stopped the rendering at the cap.
+/// The environment templates run in: transformers' ([`jinja::configure`]), `limits.fuel`
+/// steps, and a formatter that writes values as Python's `str()` does and counts what every
+/// `{{ … }}` writes against the output cap, wherever it goes (text written into
+/// `{% set x %}…{% endset %}` does not reach the output). The flag says the formatter stopped
+/// the rendering at the cap.
 fn environment(limits: Limits) -> (minijinja::Environment<'static>, Arc<AtomicBool>) {
     let mut env = minijinja::Environment::new();
+    jinja::configure(&mut env);
     env.set_fuel(Some(limits.fuel));
-    env.add_filter("tojson", |value: minijinja::Value| {
-        serde_json::to_value(&value)
-            .map(|v| pyjson::dumps(&v, Style::PLAIN))
-            .map_err(|e| {
-                minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, e.to_string())
-            })
-    });
-    env.add_function("raise_exception", |message: String| -> Result<String, _> {
-        Err(minijinja::Error::new(
-            minijinja::ErrorKind::InvalidOperation,
-            message,
-        ))
-    });
     let count = AtomicUsize::new(0);
     let over = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&over);
     let cap = limits.output;
-    env.set_formatter(move |out, state, value| {
-        let size = match value.as_str() {
-            Some(s) => s.len(),
-            None => {
-                let mut meter = Meter { left: cap, used: 0 };
-                let _ = std::fmt::Write::write_fmt(&mut meter, format_args!("{value}"));
-                meter.used
-            }
+    env.set_formatter(move |out, _state, value| {
+        let text = match value.as_str() {
+            Some(s) => std::borrow::Cow::Borrowed(s),
+            None => std::borrow::Cow::Owned(jinja::python_str(value)),
         };
         let total = count
-            .fetch_add(size, Ordering::Relaxed)
-            .saturating_add(size);
+            .fetch_add(text.len(), Ordering::Relaxed)
+            .saturating_add(text.len());
         if total > cap {
             flag.store(true, Ordering::Relaxed);
             return Err(minijinja::Error::new(
@@ -319,7 +370,7 @@ fn environment(limits: Limits) -> (minijinja::Environment<'static>, Arc<AtomicBo
                 "output over the cap",
             ));
         }
-        minijinja::escape_formatter(out, state, value)
+        out.write_str(&text).map_err(minijinja::Error::from)
     });
     (env, over)
 }
@@ -342,22 +393,6 @@ impl io::Write for Capped {
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-/// Measures what a value writes, stopping past `left` bytes rather than holding them.
-struct Meter {
-    left: usize,
-    used: usize,
-}
-
-impl std::fmt::Write for Meter {
-    fn write_str(&mut self, s: &str) -> std::fmt::Result {
-        self.used = self.used.saturating_add(s.len());
-        if self.used > self.left {
-            return Err(std::fmt::Error);
-        }
         Ok(())
     }
 }
@@ -608,6 +643,7 @@ fn limit_memory(_memory: u64) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn chatml_and_tojson() {
@@ -618,7 +654,7 @@ mod tests {
             &[Turn::text(Role::User, "hi")],
             Reader::Template,
         );
-        let prompt = render(None, &m, &[]).unwrap();
+        let prompt = render(None, &Chat::new(&m, &[])).unwrap();
         assert_eq!(
             prompt,
             "<|im_start|>system\nsys<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
@@ -628,9 +664,37 @@ mod tests {
         params.insert("a".into(), json!([1, "é"]));
         let t = "{{ tools[0].function.parameters | tojson }}";
         assert_eq!(
-            render(Some(t), &m, &[Tool::function("f", None, &params)]).unwrap(),
-            "{\"a\": [1, \"\\u00e9\"]}"
+            render(
+                Some(t),
+                &Chat::new(&m, &[Tool::function("f", None, &params)])
+            )
+            .unwrap(),
+            "{\"a\": [1, \"é\"]}"
         );
+    }
+
+    #[test]
+    fn the_context_is_what_transformers_passes() {
+        let m = hi();
+        let special = SpecialTokens {
+            bos: Some("<s>".into()),
+            eos: Some("</s>".into()),
+            ..SpecialTokens::default()
+        };
+        let kwargs = json!({"enable_thinking": false, "eos_token": "<|im_end|>"});
+        let chat = Chat {
+            special: Some(&special),
+            kwargs: kwargs.as_object(),
+            ..Chat::new(&m, &[])
+        };
+        assert_eq!(
+            chat.context(),
+            json!({"bos_token": "<s>", "eos_token": "<|im_end|>", "enable_thinking": false,
+                   "messages": [{"role": "user", "content": "hi"}], "tools": null,
+                   "documents": null, "add_generation_prompt": true})
+        );
+        let t = "{{ bos_token }}{{ unk_token is defined }}{{ enable_thinking }}{{ tools }}";
+        assert_eq!(render(Some(t), &chat).unwrap(), "<s>FalseFalseNone");
     }
 
     /// A user turn.
@@ -645,7 +709,9 @@ mod tests {
         // 10^10 steps that write nothing: without fuel, the worker never comes back.
         let t = "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}";
         let started = std::time::Instant::now();
-        let e = render(Some(t), &hi(), &[]).unwrap_err().to_string();
+        let e = render(Some(t), &Chat::new(&hi(), &[]))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("chat template ran too long"), "{e}");
         assert!(started.elapsed() < std::time::Duration::from_secs(5));
     }
@@ -654,18 +720,24 @@ mod tests {
     fn a_template_that_writes_too_much_is_stopped_at_the_cap() {
         // 64 × 100 MB: without a cap, the process aborts allocating 6.4 GB.
         let t = "{% for i in range(64) %}{{ 'x' * 100000000 }}{% endfor %}";
-        let e = render(Some(t), &hi(), &[]).unwrap_err().to_string();
+        let e = render(Some(t), &Chat::new(&hi(), &[]))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("chat template produced more than"), "{e}");
         // Written into a block rather than out: counted all the same.
         let t = "{% set s %}{% for i in range(64) %}{{ 'x' * (100000000 - i) }}{% endfor %}{% endset %}";
-        let e = render(Some(t), &hi(), &[]).unwrap_err().to_string();
+        let e = render(Some(t), &Chat::new(&hi(), &[]))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("chat template produced more than"), "{e}");
         // Raw text, many times over.
         let t = format!(
             "{{% for i in range(100000) %}}{}{{% endfor %}}",
             "y".repeat(100_000)
         );
-        let e = render(Some(&t), &hi(), &[]).unwrap_err().to_string();
+        let e = render(Some(&t), &Chat::new(&hi(), &[]))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("chat template produced more than"), "{e}");
     }
 
@@ -715,7 +787,7 @@ mod tests {
             })
             .collect();
         let m = messages(Some("sys"), &turns, Reader::Template);
-        let prompt = render(None, &m, &[]).unwrap();
+        let prompt = render(None, &Chat::new(&m, &[])).unwrap();
         assert!(prompt.len() > 2_000 * 250, "{}", prompt.len());
     }
 }

@@ -6,6 +6,7 @@
 use crate::args::Obj;
 use crate::call::Tuning;
 use crate::error::{CallError, CallResult};
+use crate::local::template::RESERVED;
 use serde_json::{Map, Value};
 use std::collections::HashSet;
 
@@ -159,8 +160,39 @@ pub fn handle(o: &Obj<'_>, metadata_keys: &[&str], known: &HashSet<String>) -> C
             extras.metadata.insert((*key).to_owned(), v.clone());
         }
     }
+    if known.contains("chat_template_kwargs") {
+        extras.template_kwargs = template_kwargs(o)?;
+    }
     extras.warnings.extend(unknown_arguments(o, known));
     Ok(extras)
+}
+
+/// `chat_template_kwargs`: an object of keyword arguments for the model's chat template (as
+/// llama-server and vLLM take it), none of them a name the server sets itself.
+fn template_kwargs(o: &Obj<'_>) -> CallResult<Map<String, Value>> {
+    let key = "chat_template_kwargs";
+    let kwargs = match o.get(key) {
+        None | Some(Value::Null) => return Ok(Map::new()),
+        Some(Value::Object(kwargs)) => kwargs,
+        Some(other) => {
+            return Err(CallError::expected(
+                &o.path(key),
+                "an object of keyword arguments for the chat template",
+                other,
+            ));
+        }
+    };
+    if let Some(name) = RESERVED.iter().find(|name| kwargs.contains_key(**name)) {
+        return Err(CallError::at(
+            &format!("{}.{name}", o.path(key)),
+            format!(
+                "`{name}` is set by the server from the request itself; template arguments \
+                 cannot replace {}",
+                RESERVED.join(", ")
+            ),
+        ));
+    }
+    Ok(kwargs.clone())
 }
 
 /// Warnings for the arguments outside `known`, and for known ones that have no equivalent.
@@ -200,6 +232,46 @@ mod tests {
     }
 
     const CHAT_KEYS: [&str; 3] = ["top_p", "seed", "user"];
+
+    #[test]
+    fn chat_template_kwargs_are_an_object_the_chat_shape_reads() {
+        let chat = &shapes::openai_chat::ChatComplete;
+        let kwargs = json!({"enable_thinking": false, "date_string": "26 Jul 2024"});
+        let e = run(&CHAT_KEYS, chat, json!({"chat_template_kwargs": kwargs})).unwrap();
+        assert_eq!(Value::Object(e.template_kwargs), kwargs);
+        assert!(e.warnings.is_empty(), "{:?}", e.warnings);
+        let e = run(&CHAT_KEYS, chat, json!({"chat_template_kwargs": null})).unwrap();
+        assert!(e.template_kwargs.is_empty());
+        let e = run(&CHAT_KEYS, chat, json!({"chat_template_kwargs": "x"}))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("chat_template_kwargs") && e.contains("expected an object"),
+            "{e}"
+        );
+        let e = run(
+            &CHAT_KEYS,
+            chat,
+            json!({"chat_template_kwargs": {"tools": []}}),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("chat_template_kwargs.tools") && e.contains("set by the server"),
+            "{e}"
+        );
+        // Other shapes do not declare it: an unknown argument.
+        let messages = &shapes::anthropic::MessagesCreate;
+        let e = run(&[], messages, json!({"chat_template_kwargs": {}})).unwrap();
+        assert!(e.template_kwargs.is_empty());
+        assert!(
+            e.warnings
+                .iter()
+                .any(|w| w.contains("unknown argument `chat_template_kwargs`")),
+            "{:?}",
+            e.warnings
+        );
+    }
 
     #[test]
     fn each_parameter_has_an_outcome() {

@@ -23,7 +23,7 @@ fn hi() -> Vec<agent_as_model::wire::openai::Message> {
 fn a_hostile_template_ends_its_renderer_not_the_server() {
     sandboxed(256 << 20);
     // An ordinary prompt renders in the sandbox as it does on a thread.
-    let prompt = template::render(None, &hi(), &[]).unwrap();
+    let prompt = template::render(None, &template::Chat::new(&hi(), &[])).unwrap();
     assert_eq!(
         prompt,
         "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
@@ -36,7 +36,7 @@ fn a_hostile_template_ends_its_renderer_not_the_server() {
         "{% set s = s ~ s %}".repeat(12)
     );
     let started = Instant::now();
-    let e = template::render(Some(&t), &hi(), &[])
+    let e = template::render(Some(&t), &template::Chat::new(&hi(), &[]))
         .unwrap_err()
         .to_string();
     assert!(
@@ -54,19 +54,22 @@ fn a_hostile_template_ends_its_renderer_not_the_server() {
         "{% set s = ['x' * 1000000] * 4096 %}{{ s | join('') | length }}",
         "{% set s = 'x' * 1000000 %}{{ s | replace('x', 'y' * 512) | length }}",
     ] {
-        let e = template::render(Some(t), &hi(), &[])
+        let e = template::render(Some(t), &template::Chat::new(&hi(), &[]))
             .unwrap_err()
             .to_string();
         assert!(e.contains("bytes of memory"), "{t}: {e}");
     }
     // The next prompt renders.
-    assert_eq!(template::render(None, &hi(), &[]).unwrap(), prompt);
+    assert_eq!(
+        template::render(None, &template::Chat::new(&hi(), &[])).unwrap(),
+        prompt
+    );
 
     // Slow steps: fuel lets this run for minutes. At the deadline the renderer is killed, not
     // left running, so the next prompt renders at once rather than waiting for it.
     let t = "{% for a in range(100000) %}{% set x = 'x' * (10000000 - a) %}{% endfor %}";
     let started = Instant::now();
-    let e = template::render(Some(t), &hi(), &[])
+    let e = template::render(Some(t), &template::Chat::new(&hi(), &[]))
         .unwrap_err()
         .to_string();
     assert!(e.contains("chat template ran too long (over 10s)"), "{e}");
@@ -75,5 +78,8 @@ fn a_hostile_template_ends_its_renderer_not_the_server() {
         "{:?}",
         started.elapsed()
     );
-    assert_eq!(template::render(None, &hi(), &[]).unwrap(), prompt);
+    assert_eq!(
+        template::render(None, &template::Chat::new(&hi(), &[])).unwrap(),
+        prompt
+    );
 }

@@ -240,6 +240,7 @@ async fn an_emulated_tool_call_comes_back_from_a_host_that_cannot_take_tools() {
         slots: 2,
         threads: 2,
         seed: None,
+        chat_template: None,
     };
     let model = Local::start(settings).unwrap();
     model.ready().await.unwrap();
@@ -400,4 +401,58 @@ async fn sampled_answers_repeat_with_a_seed_and_top_k_narrows_the_draw() {
     let other = ok_text(&twelve, "generate", story).await;
     assert_ne!(other, first);
     twelve.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_chat_template_file_reads_the_special_tokens_and_the_calls_template_arguments() {
+    let _turn = TURN.lock().await;
+    let path = cached_model();
+    // A template that refuses unless the call says `enable_thinking: false`, and says which
+    // special tokens it was given.
+    let template = std::env::temp_dir().join(format!("aam-template-{}.jinja", std::process::id()));
+    std::fs::write(
+        &template,
+        "{%- if enable_thinking is not defined or enable_thinking -%}\
+         {{ raise_exception('expected enable_thinking=false; eos_token=' ~ eos_token) }}\
+         {%- endif -%}\
+         <|im_start|>user\n{{ messages[-1].content }}<|im_end|>\n<|im_start|>assistant\n",
+    )
+    .unwrap();
+    let env = [
+        ("AGENT_AS_MODEL_BACKEND", "local"),
+        ("AGENT_AS_MODEL_MODEL_FILE", path.to_str().unwrap()),
+        (
+            "AGENT_AS_MODEL_CHAT_TEMPLATE_FILE",
+            template.to_str().unwrap(),
+        ),
+    ];
+    let client = connect_with_env(Host::echo(), Era::Modern, &env).await;
+    let messages = json!([{"role": "user", "content": "Say hi."}]);
+    let e = err_text(
+        &client,
+        "chat_complete",
+        json!({"messages": messages, "max_tokens": 4}),
+    )
+    .await;
+    assert!(
+        e.contains("expected enable_thinking=false; eos_token=<|im_end|>"),
+        "{e}"
+    );
+    let r = call(
+        &client,
+        "chat_complete",
+        json!({"messages": messages, "max_tokens": 4,
+               "chat_template_kwargs": {"enable_thinking": false}}),
+    )
+    .await;
+    assert!(!is_error(&r), "{}", text(&r));
+    let e = err_text(
+        &client,
+        "chat_complete",
+        json!({"messages": messages, "chat_template_kwargs": [1]}),
+    )
+    .await;
+    assert!(e.contains("chat_template_kwargs"), "{e}");
+    client.cancel().await.unwrap();
+    let _ = std::fs::remove_file(&template);
 }

@@ -58,4 +58,5 @@ mod schema_load;
 mod stops;
 mod streaming;
 mod structured;
+mod templates;
 mod tools;

@@ -165,7 +165,7 @@ impl Format {
             Thinking::Mistral
         } else if t.contains("<|START_THINKING|>") {
             Thinking::Command
-        } else if t.contains("<think>") {
+        } else if t.contains("<think>") || t.contains("</think>") {
             Thinking::Think
         } else {
             Thinking::None

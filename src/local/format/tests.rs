@@ -415,115 +415,89 @@ fn malformed_and_cut_off_calls_never_panic() {
     assert_eq!(calls(&a), vec![paris()]);
 }
 
-/// A template from tests/data/templates, or a line of it when the file is not there.
-fn template(file: &str, fallback: &str) -> String {
-    std::fs::read_to_string(format!(
-        "{}/tests/data/templates/{file}",
-        env!("CARGO_MANIFEST_DIR")
-    ))
-    .unwrap_or_else(|_| fallback.to_owned())
+/// A real chat template from tests/data/templates.
+fn template(file: &str) -> String {
+    let path = format!("{}/tests/data/templates/{file}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
 #[test]
-fn formats_are_told_from_template_texts() {
+fn formats_are_told_from_real_templates() {
     let cases = [
+        ("qwen2.5.jinja", Family::Hermes, Thinking::None),
+        ("qwen3.jinja", Family::Hermes, Thinking::Think),
+        ("qwen3-coder.jinja", Family::Qwen3Coder, Thinking::None),
+        ("llama3.1.jinja", Family::Llama3, Thinking::None),
+        ("llama3.2.jinja", Family::Llama3, Thinking::None),
         (
-            "Qwen-Qwen3-0.6B.jinja",
-            "{{- '<tool_call>\\n{\"name\": \"' }}<think>\\n enable_thinking",
-            Family::Hermes,
+            "mistral-small-3.2.jinja",
+            Family::MistralArgs,
+            Thinking::None,
+        ),
+        ("devstral-small.jinja", Family::MistralArgs, Thinking::None),
+        ("gpt-oss.jinja", Family::Harmony, Thinking::Harmony),
+        (
+            "deepseek-r1-distill-qwen.jinja",
+            Family::DeepSeekR1,
             Thinking::Think,
         ),
+        ("phi4-mini.jinja", Family::Phi4, Thinking::None),
+        ("granite-3.3.jinja", Family::Granite, Thinking::Think),
+        ("granite-4.0.jinja", Family::Hermes, Thinking::None),
+        ("glm-4.6.jinja", Family::Glm, Thinking::Think),
+        // Unsloth's SmolLM3 template renders no tools: its calls are read leniently.
+        ("smollm3.jinja", Family::Generic, Thinking::Think),
+        ("gemma3.jinja", Family::Generic, Thinking::None),
+    ];
+    for (file, family, thinking) in cases {
+        let f = Format::detect(Some(&template(file)));
+        assert_eq!((f.family, f.thinking), (family, thinking), "{file}");
+        assert_eq!(f.recognised(), family != Family::Generic, "{file}");
+    }
+    let qwen3 = Format::detect(Some(&template("qwen3.jinja")));
+    assert!(qwen3.switches.enable_thinking && !qwen3.switches.thinking);
+    let oss = Format::detect(Some(&template("gpt-oss.jinja")));
+    assert!(oss.switches.reasoning_effort);
+    assert_eq!(Format::detect(None), Format::default());
+}
+
+#[test]
+fn formats_are_told_from_the_lines_of_templates_not_stored_here() {
+    // The lines that write an assistant's calls and reasoning, as llama.cpp's copies of these
+    // templates (models/templates/) write them.
+    let cases = [
         (
-            "NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja",
-            "<tool_call>\\n{\"name\": <function-name>",
-            Family::Hermes,
-            Thinking::None,
-        ),
-        (
-            "meta-llama-Llama-3.3-70B-Instruct.jinja",
-            "<|start_header_id|>ipython<|python_tag|>\"parameters\"",
-            Family::Llama3,
-            Thinking::None,
-        ),
-        (
-            "mistralai-Mistral-Nemo-Instruct-2407.jinja",
-            "[AVAILABLE_TOOLS][TOOL_CALLS]",
+            "{%- if message.tool_calls %}{{- '[TOOL_CALLS][' }}{%- for tool_call in message.tool_calls %}",
             Family::MistralList,
             Thinking::None,
         ),
         (
-            "Mistral-Small-3.2-24B-Instruct-2506.jinja",
-            "'[TOOL_CALLS]' + tool_call.function.name }}{{- '[CALL_ID]' + tool_call.id }}{{- '[ARGS]'",
+            "{{- '[TOOL_CALLS]' + tool_call.function.name + '[ARGS]' + arguments }}{{- '[THINK]' + message.reasoning_content + '[/THINK]' }}",
             Family::MistralArgs,
-            Thinking::None,
+            Thinking::Mistral,
         ),
         (
-            "openai-gpt-oss-120b.jinja",
-            "<|start|>assistant<|channel|>analysis<|message|> reasoning_effort",
-            Family::Harmony,
-            Thinking::Harmony,
-        ),
-        (
-            "llama-cpp-deepseek-r1.jinja",
-            "<｜tool▁calls▁begin｜>```json<think>\\n",
-            Family::DeepSeekR1,
-            Thinking::Think,
-        ),
-        (
-            "deepseek-ai-DeepSeek-V3.1.jinja",
-            "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>'+ tool['function']['name'] + '<｜tool▁sep｜><think> thinking is defined",
-            Family::DeepSeekV31,
-            Thinking::Think,
-        ),
-        (
-            "Qwen3-Coder.jinja",
-            "<tool_call>\\n<function=' <parameter=",
-            Family::Qwen3Coder,
-            Thinking::None,
-        ),
-        (
-            "CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja",
-            "<|START_THINKING|><|START_ACTION|>",
+            "{{ '<|START_THINKING|>' + message.tool_plan + '<|END_THINKING|>' }}{{ '<|START_ACTION|>[' }}",
             Family::CommandR,
             Thinking::Command,
         ),
         (
-            "ibm-granite-granite-3.3-2B-Instruct.jinja",
-            "<|tool_call|><think>",
-            Family::Granite,
+            "{{'<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>'+ tool['function']['name'] + '<｜tool▁sep｜>' + tool['function']['arguments'] + '<｜tool▁call▁end｜>'}}{%- if thinking %}<think>",
+            Family::DeepSeekV31,
             Thinking::Think,
         ),
         (
-            "GLM-4.6.jinja",
-            "<tool_call>{{ tc.name }}<arg_key><think>",
-            Family::Glm,
-            Thinking::Think,
-        ),
-        (
-            "Kimi-K2-Instruct.jinja",
-            "<|tool_calls_section_begin|><|tool_call_begin|>",
+            "<|tool_calls_section_begin|>{%- for tool_call in message['tool_calls'] -%}<|tool_call_begin|>{{ formatted_id }}<|tool_call_argument_begin|>",
             Family::Kimi,
             Thinking::None,
         ),
-        (
-            "microsoft-Phi-4-mini-instruct.jinja",
-            "<|tool|>{{ tools }}<|/tool|><|assistant|>",
-            Family::Phi4,
-            Thinking::None,
-        ),
-        (
-            "google-gemma-2-2b-it.jinja",
-            "<start_of_turn>model",
-            Family::Generic,
-            Thinking::None,
-        ),
     ];
-    for (file, fallback, family, thinking) in cases {
-        let f = Format::detect(Some(&template(file, fallback)));
-        assert_eq!((f.family, f.thinking), (family, thinking), "{file}");
+    for (line, family, thinking) in cases {
+        let f = Format::detect(Some(line));
+        assert_eq!((f.family, f.thinking), (family, thinking), "{line}");
     }
-    assert_eq!(Format::detect(None), Format::default());
-    assert!(!Format::default().recognised());
+    let v31 = Format::detect(Some(cases[3].0));
+    assert!(v31.switches.thinking && !v31.switches.enable_thinking);
 }
 
 #[test]
