@@ -491,3 +491,35 @@ fn add(batch: &mut LlamaBatch, token: LlamaToken, position: usize, seq: i32, log
 fn common_prefix(a: &[LlamaToken], b: &[LlamaToken]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reasoning_budget_closes_the_reasoning_once_spent_and_only_then() {
+        let end = vec![LlamaToken(7), LlamaToken(8)];
+        // Opened by the prompt: two tokens of reasoning, then the close is due.
+        let mut think = Think::new(2, true, "<think>", "</think>", end.clone());
+        assert_eq!(think.due(), None);
+        think.after("Hmm");
+        assert_eq!(think.due(), None);
+        think.after(", four");
+        assert_eq!(think.due(), Some(end.clone()));
+        // Written once: the answer that follows is free.
+        think.after("</think>");
+        think.after("<think>");
+        assert_eq!(think.due(), None);
+        // Opened by the model, closed by it within the budget: nothing is written.
+        let mut think = Think::new(3, false, "<think>", "</think>", end.clone());
+        think.after("<th");
+        think.after("ink>");
+        think.after("Four.");
+        think.after("</think>");
+        think.after("4");
+        think.after(" and more");
+        assert_eq!(think.due(), None);
+        // A budget of none closes reasoning the prompt opened at once.
+        assert_eq!(Think::new(0, true, "[THINK]", "[/THINK]", end.clone()).due(), Some(end));
+    }
+}

@@ -675,7 +675,9 @@ impl Parser {
     }
 
     /// A section that is not its syntax, or cut off by the answer's end: the calls it told are
-    /// kept as far as their arguments read; with none told, it is text.
+    /// kept as far as their arguments read. With none told, one that is not its syntax is
+    /// text, and so is a bare answer that is no call; a call its marker began, cut off before
+    /// it was named, is dropped (the token limit ended it).
     fn give_up(&mut self, open: Box<Open>, section: &Section, out: &mut Vec<Piece>, last: bool) {
         if open.told.is_empty() {
             let kept = if last && !section.bad {
@@ -683,7 +685,8 @@ impl Parser {
             } else {
                 0
             };
-            if kept == 0 {
+            let cut_off = last && !section.bad && !open.opened_by.is_empty();
+            if kept == 0 && !cut_off {
                 self.show(open.opened_by, out);
                 if last {
                     let buf = open.buf.clone();

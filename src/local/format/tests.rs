@@ -404,6 +404,12 @@ fn malformed_and_cut_off_calls_never_panic() {
     )
     .read(texts[4]);
     assert_eq!((a.text.as_str(), a.calls.len()), (texts[4], 0));
+    // A call cut off before it was named is dropped; a bare answer that is no call is text.
+    let f = format(Family::MistralArgs, Thinking::None);
+    let a = read(f, false, "Checking.[TOOL_CALLS]get_weather[CALL");
+    assert_eq!((a.text.as_str(), a.calls.len()), ("Checking.", 0));
+    let a = read(Format::default(), false, "{\"answer\": 4");
+    assert_eq!(a.text, "{\"answer\": 4");
     // A cut-off call is kept as it was told, with its arguments as far as they read.
     let a = Parser::new(
         format(Family::Hermes, Thinking::None),
