@@ -520,6 +520,9 @@ mod tests {
         think.after(" and more");
         assert_eq!(think.due(), None);
         // A budget of none closes reasoning the prompt opened at once.
-        assert_eq!(Think::new(0, true, "[THINK]", "[/THINK]", end.clone()).due(), Some(end));
+        assert_eq!(
+            Think::new(0, true, "[THINK]", "[/THINK]", end.clone()).due(),
+            Some(end)
+        );
     }
 }
