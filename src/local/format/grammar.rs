@@ -138,110 +138,35 @@ impl Format {
 
     /// One or more calls of `tools` in the family's syntax.
     fn calls(&self, tools: &[ModelTool], marker: Marker<'_>, rules: &mut Vec<String>) -> String {
-        let m = marker;
-        let each = |f: &dyn Fn(usize, &ModelTool) -> String| -> String {
-            tools
-                .iter()
-                .enumerate()
-                .map(|(i, t)| f(i, t))
-                .collect::<Vec<_>>()
-                .join(" | ")
-        };
-        let objects = |name_key: &str, args_key: &str| call_objects(tools, name_key, args_key);
+        match self.family {
+            Family::Qwen3Coder => xml_calls(tools, marker, rules, Xml::Coder),
+            Family::Glm => xml_calls(tools, marker, rules, Xml::Glm),
+            Family::MistralArgs
+            | Family::Harmony
+            | Family::DeepSeekR1
+            | Family::DeepSeekV31
+            | Family::Kimi => self.named_calls(tools, marker, rules),
+            _ => self.object_calls(tools, marker, rules),
+        }
+    }
+
+    /// Calls written as JSON objects naming the tool (one, or a list), after the family's
+    /// marker.
+    fn object_calls(&self, tools: &[ModelTool], m: Marker<'_>, rules: &mut Vec<String>) -> String {
+        let objects = |args_key: &str| call_objects(tools, "name", args_key);
         match self.family {
             Family::Hermes => {
                 rules.push(format!(
                     "call: {} \"\\n\" %json {} \"\\n\" {}",
                     m("<tool_call>"),
-                    objects("name", "arguments"),
+                    objects("arguments"),
                     m("</tool_call>")
                 ));
                 "call (\"\\n\" call)*".into()
             }
-            Family::Llama3 | Family::Generic => {
-                let key = if self.family == Family::Llama3 {
-                    "parameters"
-                } else {
-                    "arguments"
-                };
-                format!("%json {}", objects("name", key))
-            }
-            Family::MistralList => format!(
-                "{} %json {}",
-                m("[TOOL_CALLS]"),
-                list(objects("name", "arguments"))
-            ),
-            Family::MistralArgs => {
-                rules.push(format!(
-                    "call: {}",
-                    each(&|_, t| format!(
-                        "{} {} ({} /[a-zA-Z0-9]{{9}}/)? {} %json {}",
-                        m("[TOOL_CALLS]"),
-                        q(&t.name),
-                        m("[CALL_ID]"),
-                        m("[ARGS]"),
-                        args_schema(t)
-                    ))
-                ));
-                "call+".into()
-            }
-            Family::Harmony => each(&|_, t| {
-                format!(
-                    "{} {} {} \"json\" {} %json {}",
-                    m("<|channel|>"),
-                    q(&format!("commentary to=functions.{} ", t.name)),
-                    m("<|constrain|>"),
-                    m("<|message|>"),
-                    args_schema(t)
-                )
-            }),
-            Family::DeepSeekR1 | Family::DeepSeekV31 => {
-                let r1 = self.family == Family::DeepSeekR1;
-                rules.push(format!(
-                    "call: {}",
-                    each(&|_, t| if r1 {
-                        format!(
-                            "{} \"function\" {} {} \"\\n```json\\n\" %json {} \"\\n```\" {}",
-                            m("<｜tool▁call▁begin｜>"),
-                            m("<｜tool▁sep｜>"),
-                            q(&t.name),
-                            args_schema(t),
-                            m("<｜tool▁call▁end｜>")
-                        )
-                    } else {
-                        format!(
-                            "{} {} {} %json {} {}",
-                            m("<｜tool▁call▁begin｜>"),
-                            q(&t.name),
-                            m("<｜tool▁sep｜>"),
-                            args_schema(t),
-                            m("<｜tool▁call▁end｜>")
-                        )
-                    })
-                ));
-                format!(
-                    "{} call+ {}",
-                    m("<｜tool▁calls▁begin｜>"),
-                    m("<｜tool▁calls▁end｜>")
-                )
-            }
-            Family::Kimi => {
-                rules.push(format!(
-                    "call: {}",
-                    each(&|_, t| format!(
-                        "{} {} /[0-9]+/ {} %json {} {}",
-                        m("<|tool_call_begin|>"),
-                        q(&format!("functions.{}:", t.name)),
-                        m("<|tool_call_argument_begin|>"),
-                        args_schema(t),
-                        m("<|tool_call_end|>")
-                    ))
-                ));
-                format!(
-                    "{} call+ {}",
-                    m("<|tool_calls_section_begin|>"),
-                    m("<|tool_calls_section_end|>")
-                )
+            Family::Llama3 => format!("%json {}", objects("parameters")),
+            Family::MistralList => {
+                format!("{} %json {}", m("[TOOL_CALLS]"), list(objects("arguments")))
             }
             Family::CommandR => {
                 let items: Vec<Value> = tools
@@ -263,16 +188,75 @@ impl Format {
             Family::Granite => format!(
                 "{} %json {}",
                 m("<|tool_call|>"),
-                list(objects("name", "arguments"))
+                list(objects("arguments"))
             ),
             Family::Phi4 => format!(
                 "{} %json {} {}",
                 m("<|tool_call|>"),
-                list(objects("name", "arguments")),
+                list(objects("arguments")),
                 m("<|/tool_call|>")
             ),
-            Family::Qwen3Coder => xml_calls(tools, m, rules, Xml::Coder),
-            Family::Glm => xml_calls(tools, m, rules, Xml::Glm),
+            _ => format!("%json {}", objects("arguments")),
+        }
+    }
+
+    /// Calls written as the tool's name and then its arguments, each tool an alternative that
+    /// pairs its name with its schema.
+    fn named_calls(&self, tools: &[ModelTool], m: Marker<'_>, rules: &mut Vec<String>) -> String {
+        let one = |t: &ModelTool| -> String {
+            let args = args_schema(t);
+            let name = q(&t.name);
+            match self.family {
+                Family::MistralArgs => format!(
+                    "{} {name} ({} /[a-zA-Z0-9]{{9}}/)? {} %json {args}",
+                    m("[TOOL_CALLS]"),
+                    m("[CALL_ID]"),
+                    m("[ARGS]")
+                ),
+                Family::Harmony => format!(
+                    "{} {} {} \"json\" {} %json {args}",
+                    m("<|channel|>"),
+                    q(&format!("commentary to=functions.{} ", t.name)),
+                    m("<|constrain|>"),
+                    m("<|message|>")
+                ),
+                Family::DeepSeekR1 => format!(
+                    "{} \"function\" {} {name} \"\\n```json\\n\" %json {args} \"\\n```\" {}",
+                    m("<｜tool▁call▁begin｜>"),
+                    m("<｜tool▁sep｜>"),
+                    m("<｜tool▁call▁end｜>")
+                ),
+                Family::DeepSeekV31 => format!(
+                    "{} {name} {} %json {args} {}",
+                    m("<｜tool▁call▁begin｜>"),
+                    m("<｜tool▁sep｜>"),
+                    m("<｜tool▁call▁end｜>")
+                ),
+                _ => format!(
+                    "{} {} /[0-9]+/ {} %json {args} {}",
+                    m("<|tool_call_begin|>"),
+                    q(&format!("functions.{}:", t.name)),
+                    m("<|tool_call_argument_begin|>"),
+                    m("<|tool_call_end|>")
+                ),
+            }
+        };
+        let alternatives: Vec<String> = tools.iter().map(one).collect();
+        rules.push(format!("call: {}", alternatives.join(" | ")));
+        match self.family {
+            // One call a message: the message ends the answer.
+            Family::Harmony => "call".into(),
+            Family::DeepSeekR1 | Family::DeepSeekV31 => format!(
+                "{} call+ {}",
+                m("<｜tool▁calls▁begin｜>"),
+                m("<｜tool▁calls▁end｜>")
+            ),
+            Family::Kimi => format!(
+                "{} call+ {}",
+                m("<|tool_calls_section_begin|>"),
+                m("<|tool_calls_section_end|>")
+            ),
+            _ => "call+".into(),
         }
     }
 }
