@@ -137,6 +137,17 @@ async fn reasoning_a_template_opens_is_kept_out_of_the_answer() {
         })
         .collect();
     assert!(!shown.contains("think>") && shown.contains('6'), "{text}");
+    // A schema holds the answer after the reasoning, which the grammar lets come first.
+    let schema = json!({"type": "object", "properties": {"n": {"type": "integer"}},
+                        "required": ["n"]});
+    let body = json!({"model": "local", "max_tokens": 60, "temperature": 0, "messages": messages,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": schema}}});
+    let (status, _, text) = post(&url, &[], &body).await;
+    assert_eq!(status, 200, "{text}");
+    let answer: Value = serde_json::from_str(&text).unwrap();
+    let content = answer["choices"][0]["message"]["content"].as_str().unwrap();
+    let json: Value = serde_json::from_str(content).expect(content);
+    assert!(json["n"].is_i64(), "{text}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
