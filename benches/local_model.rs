@@ -96,6 +96,10 @@ fn call(
                 seen.set(Some(Instant::now()));
             }
         })),
+        shown: Vec::new(),
+        in_reasoning: false,
+        think: None,
+        lazy: None,
         reply,
     };
     (call, answer, first)

@@ -266,6 +266,9 @@ pub struct Completion {
     pub finish: Finish,
     /// Token counts the backend measured (a local model or a provider); sampling reports none.
     pub usage: Option<Usage>,
+    /// What the backend could not honour as asked, for the result (e.g. a local model whose
+    /// tool-call format is not recognised).
+    pub warnings: Vec<String>,
 }
 
 impl Completion {
@@ -276,6 +279,7 @@ impl Completion {
             model: "m".into(),
             finish: Finish::EndTurn,
             usage: None,
+            warnings: Vec::new(),
         }
     }
 
@@ -797,6 +801,7 @@ mod tests {
             model: "m".into(),
             finish: Finish::EndTurn,
             usage: None,
+            warnings: Vec::new(),
         };
         c.enforce_stop(&["STOP".into()]);
         assert_eq!(c.text(), "a ");

@@ -947,6 +947,7 @@ pub fn completion(answer: &Value, model: &str, max_tool_calls: usize) -> CallRes
         model: read.model.into_option().unwrap_or_else(|| model.to_owned()),
         finish,
         usage: usage(read.usage.get()),
+        warnings: Vec::new(),
     })
 }
 

@@ -313,7 +313,7 @@ impl<'a> Machine<'a> {
             Verdict::Accepted(answer) => Ok(Step::Done(Fulfilled {
                 answer,
                 strategy: self.strategy,
-                warnings: self.warnings(),
+                warnings: [self.warnings(), completion.warnings.clone()].concat(),
                 attempts,
                 media: completion.media(),
                 reasoning: completion

@@ -1110,24 +1110,59 @@ fn names(api: &Api) -> Vec<(String, Vec<String>)> {
         .collect()
 }
 
-/// One model as `dialect` lists it.
-fn model_object(dialect: Dialect, id: &str) -> Value {
+/// One model as `dialect` lists it. What the backend says of it (`described`: the embedded
+/// model's context, tool-call format and reasoning) is added where the dialect has a place for
+/// it: OpenAI's object takes extra fields (as llama-server's does), Gemini's has
+/// `inputTokenLimit`.
+fn model_object(dialect: Dialect, id: &str, described: Option<&Value>) -> Value {
+    let context = described.and_then(|d| d.get("context_tokens")).cloned();
     match dialect {
         Dialect::Messages => json!({"type": "model", "id": id, "display_name": id,
                                     "created_at": "1970-01-01T00:00:00Z"}),
-        Dialect::Gemini => json!({"name": format!("models/{id}"), "displayName": id,
-                                  "supportedGenerationMethods":
-                                      ["generateContent", "streamGenerateContent", "countTokens"]}),
+        Dialect::Gemini => {
+            let mut model = json!({"name": format!("models/{id}"), "displayName": id,
+                                   "supportedGenerationMethods":
+                                       ["generateContent", "streamGenerateContent", "countTokens"]});
+            if let (Some(object), Some(context)) = (model.as_object_mut(), context) {
+                object.insert("inputTokenLimit".into(), context);
+            }
+            model
+        }
         Dialect::Chat | Dialect::Responses | Dialect::Completions => {
-            json!({"id": id, "object": "model", "created": 0, "owned_by": "agent-as-model"})
+            let mut model =
+                json!({"id": id, "object": "model", "created": 0, "owned_by": "agent-as-model"});
+            if let Some(object) = model.as_object_mut() {
+                if let Some(context) = context {
+                    object.insert("context_length".into(), context);
+                }
+                if let Some(format) = described
+                    .and_then(|d| d.get("format"))
+                    .filter(|f| !f.is_null())
+                {
+                    object.insert("format".into(), format.clone());
+                }
+            }
+            model
         }
     }
+}
+
+/// What the backends say of the model `id` (see [`crate::backends::direct::Model::describe`]).
+fn described(api: &Api, id: &str) -> Option<Value> {
+    api.service
+        .backends()
+        .models()
+        .into_iter()
+        .find(|m| m.get("id").and_then(Value::as_str) == Some(id))
 }
 
 /// The list in `dialect`'s shape.
 fn model_list(api: &Api, dialect: Dialect) -> Value {
     let ids: Vec<String> = names(api).into_iter().map(|(id, _)| id).collect();
-    let data: Vec<Value> = ids.iter().map(|id| model_object(dialect, id)).collect();
+    let data: Vec<Value> = ids
+        .iter()
+        .map(|id| model_object(dialect, id, described(api, id).as_ref()))
+        .collect();
     match dialect {
         Dialect::Messages => json!({"data": data, "has_more": false,
                                     "first_id": ids.first(), "last_id": ids.last()}),
@@ -1154,7 +1189,7 @@ fn one_model(api: &Api, dialect: Dialect, name: &str) -> Response {
         .iter()
         .find(|(id, aliases)| id == name || aliases.iter().any(|a| a == name))
     {
-        Some((id, _)) => json_body(model_object(dialect, id)),
+        Some((id, _)) => json_body(model_object(dialect, id, described(api, id).as_ref())),
         None => {
             let ids = all.iter().map(|(id, _)| crate::error::clip(id));
             let known = match crate::error::bounded_list(ids, crate::error::MAX_LIST_BYTES) {

@@ -71,6 +71,8 @@ pub struct Output {
     pub cached_tokens: usize,
     pub completion_tokens: usize,
     pub finish: Finish,
+    /// The prompt left the model inside its reasoning (the answer begins there).
+    pub in_reasoning: bool,
 }
 
 /// What the model says about itself, and where it runs.
@@ -86,6 +88,8 @@ pub struct Info {
     pub step: usize,
     /// The devices llama.cpp found, e.g. "CPU".
     pub device: String,
+    /// How the model writes tool calls and reasoning, told from its chat template.
+    pub format: super::format::Format,
 }
 
 /// Why the engine cannot run a model, or cannot enforce a grammar.
@@ -306,6 +310,7 @@ impl Model {
                 } else {
                     device
                 },
+                format: super::format::Format::detect(template.as_deref()),
             },
             template,
             special,
@@ -410,13 +415,45 @@ impl Model {
         self.model.vocab().is_eog(token)
     }
 
-    /// The bytes a token stands for in an answer (special tokens are not shown).
-    pub fn piece(&self, token: LlamaToken) -> Vec<u8> {
-        self.model.vocab().token_to_piece(token, false, None)
+    /// The bytes a token stands for in an answer: control tokens are not shown, except those
+    /// in `shown` (the markers the answer's format reads, which its parser takes out).
+    pub fn piece(&self, token: LlamaToken, shown: &[LlamaToken]) -> Vec<u8> {
+        let special = shown.contains(&token);
+        self.model.vocab().token_to_piece(token, special, None)
+    }
+
+    /// The control token a text is in this vocabulary, if it is one (`[TOOL_CALLS]`,
+    /// `<|channel|>`): a single token that is not shown as text.
+    pub fn special_token(&self, text: &str) -> Option<LlamaToken> {
+        let vocab = self.model.vocab();
+        match vocab.tokenize(text.as_bytes(), false, true).as_slice() {
+            [token] if vocab.token_to_piece(*token, false, None).is_empty() => Some(*token),
+            _ => None,
+        }
+    }
+
+    /// A marker as a grammar names it: its special token (`<[id]>`), or its text.
+    pub fn marker(&self, text: &str) -> String {
+        match self.special_token(text) {
+            Some(token) => format!("<[{}]>", token.0),
+            None => super::format::grammar::literal(text),
+        }
+    }
+
+    /// The tokens of a text inside an answer (no beginning-of-text token; special tokens
+    /// spelled in it read as such).
+    pub fn tokens_of(&self, text: &str) -> Vec<LlamaToken> {
+        self.model.vocab().tokenize(text.as_bytes(), false, true)
     }
 
     /// Compiles a grammar the answer must follow; `Err` says why it cannot be enforced.
     pub fn constraint(&self, grammar: TopLevelGrammar) -> Result<LlamaSampler, EngineError> {
+        Ok(LlamaSampler::from(self.matcher(grammar)?))
+    }
+
+    /// The grammar's matcher, not yet a sampler (one started mid-answer is fed what was
+    /// written first).
+    pub fn matcher(&self, grammar: TopLevelGrammar) -> Result<Matcher, EngineError> {
         let factory = self
             .guidance
             .get_or_init(|| {
@@ -431,7 +468,7 @@ impl Model {
         let parser = factory
             .create_parser(grammar)
             .map_err(|e| EngineError::Schema { reason: brief(&e) })?;
-        Ok(LlamaSampler::from(Matcher::new(Ok(parser))))
+        Ok(Matcher::new(Ok(parser)))
     }
 }
 

@@ -9,6 +9,7 @@
 
 pub mod engine;
 pub mod fetch;
+pub mod format;
 pub mod hub;
 pub mod jinja;
 pub mod queue;
@@ -21,10 +22,11 @@ use crate::config::Config;
 use crate::error::{Backend, CallError, CallResult};
 use crate::fulfil::Capabilities;
 use crate::fulfil::live::{Event, Events};
-use crate::fulfil::written::Reader;
 use crate::wire::openai;
 use engine::{EngineError, ModelFile, Output, Params};
 use fetch::FetchError;
+use format::grammar::{Goal, Start};
+use format::{Family, Format, Parser, Tools};
 use hub::HubError;
 use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
@@ -417,6 +419,14 @@ impl Local {
         })
     }
 
+    /// The model's format, once it is loaded.
+    fn format(&self) -> Format {
+        match self.state() {
+            State::Ready(info) => info.format,
+            _ => Format::default(),
+        }
+    }
+
     /// The name results report: the default model's, or what the file says it is.
     fn name(&self) -> String {
         match (&self.settings.source, self.state()) {
@@ -467,13 +477,19 @@ impl Model for Local {
             ),
         };
         let c = &self.counters;
+        // How the model writes calls and reasoning, once it is loaded (its template says).
+        let format = match self.state() {
+            State::Ready(info) => Some(info.format),
+            _ => None,
+        };
         json!({
             "id": self.name(),
             "owned_by": "local",
             "backend": "local",
             "description": "An embedded model running in this server's process on llama.cpp: \
                             no host, no key, no network once cached. Tools and JSON schemas are \
-                            enforced while decoding.",
+                            enforced while decoding, in the tool-call format its chat template \
+                            names (`format`); its reasoning is returned apart from its text.",
             "status": status,
             "context_tokens": context,
             "engine": {"name": "llama.cpp", "device": device, "threads": threads,
@@ -482,7 +498,12 @@ impl Model for Local {
                              "prompt_tokens": c.prompt_tokens.load(Ordering::Relaxed),
                              "reused_tokens": c.reused_tokens.load(Ordering::Relaxed)},
             "supports": {"tools": true, "json_schema": true, "images": false,
-                         "stop_sequences": true},
+                         "stop_sequences": true, "reasoning": format.map(|f| f.reasons())},
+            "format": format.map(|f| json!({
+                "tool_calls": f.name(),
+                "recognised": f.recognised(),
+                "reasoning": f.reasons(),
+            })),
         })
     }
 
@@ -494,20 +515,27 @@ impl Model for Local {
         Box::pin(async move {
             direct::text_only(&request, KIND)?;
             let id_base = new_id("call_");
-            let reader = reader(&request, &id_base);
+            // What reads the answer, once the worker says where it begins.
+            let tools = offered(&request).to_vec();
+            let raw = request.base.text.is_some();
             let (reply, answer) = oneshot::channel();
             // The call holds its place while this future lives: dropped (the caller went away)
             // before the worker took it, the call leaves the queue.
             let _place = self.queue(Job::Answer(Answer {
                 request,
                 live,
-                id_base,
+                id_base: id_base.clone(),
                 reply,
             }))?;
             let output = answer
                 .await
                 .map_err(|_| LocalError::StoppedBeforeAnswering)??;
-            Ok(completion(output, reader, &self.name()))
+            let format = self.format();
+            let parser = parser(format, &tools, raw, &id_base, output.in_reasoning);
+            let name = self.name();
+            let mut done = completion(output, parser, &name);
+            done.warnings.extend(format_warning(format, &tools, &name));
+            Ok(done)
         })
     }
 
@@ -541,19 +569,6 @@ struct Closing(Arc<Queue<Job>>);
 impl Drop for Closing {
     fn drop(&mut self) {
         drop(self.0.close_and_drain());
-    }
-}
-
-/// The reader of the tool calls in the model's answer: none without tools; when a grammar
-/// requires a call, the whole answer is one.
-fn reader(request: &ModelRequest, id_base: &str) -> Option<Reader> {
-    let tools = offered(request);
-    if tools.is_empty() {
-        None
-    } else if requires_call(request, tools) {
-        Some(Reader::call(id_base))
-    } else {
-        Some(Reader::new(id_base))
     }
 }
 
@@ -703,7 +718,7 @@ impl Worker {
             return;
         }
         let counted = prompt(model, &count.request)
-            .map(|tokens| tokens.len())
+            .map(|prompt| prompt.tokens.len())
             .map_err(LocalError::from);
         let _ = count.reply.send(counted);
     }
@@ -773,8 +788,9 @@ impl Worker {
     }
 
     /// The call as the slots take it: the prompt rendered with the model's chat template and
-    /// tokenized, its token budget, and its sampler; a call that cannot be made is answered
-    /// with the reason.
+    /// tokenized, its token budget, its sampler (and the grammars that hold the answer to the
+    /// model's format), and what reads the answer as it is made; a call that cannot be made is
+    /// answered with the reason.
     fn prepare(&self, model: &engine::Model, answer: Answer) -> Option<Call> {
         let Answer {
             request,
@@ -782,16 +798,25 @@ impl Worker {
             id_base,
             reply,
         } = answer;
-        let parts = Self::parts(model, &request, self.settings.seed);
-        match parts {
-            Ok((prompt, sampler, params, budget)) => Some(Call {
-                prompt,
-                params,
-                budget,
-                sampler,
-                sink: live.map(|live| sink(live, reader(&request, &id_base))),
-                reply,
-            }),
+        match Self::parts(model, &request, self.settings.seed) {
+            Ok(parts) => {
+                let format = model.info().format;
+                let raw = request.base.text.is_some();
+                let tools = offered(&request);
+                let parser = parser(format, tools, raw, &id_base, parts.prompt.in_reasoning);
+                Some(Call {
+                    think: think(model, &request, &parts.prompt),
+                    lazy: lazy(model, &request),
+                    shown: shown(model),
+                    in_reasoning: parts.prompt.in_reasoning,
+                    prompt: parts.prompt.tokens,
+                    params: parts.params,
+                    budget: parts.budget,
+                    sampler: parts.sampler,
+                    sink: live.map(|live| sink(live, parser)),
+                    reply,
+                })
+            }
             Err(e) => {
                 let _ = reply.send(Err(e));
                 None
@@ -805,53 +830,84 @@ impl Worker {
         model: &engine::Model,
         request: &ModelRequest,
         seed: Option<u64>,
-    ) -> Result<(Vec<LlamaToken>, LlamaSampler, Params, usize), LocalError> {
-        let tools = offered(request);
+    ) -> Result<Parts, LocalError> {
         let prompt = prompt(model, request)?;
         let context = model.info().context;
-        if prompt.is_empty() {
+        if prompt.tokens.is_empty() {
             return Err(RequestError::EmptyPrompt.into());
         }
-        if prompt.len() >= context {
+        if prompt.tokens.len() >= context {
             return Err(RequestError::OverContext {
-                tokens: prompt.len(),
+                tokens: prompt.tokens.len(),
                 context,
             }
             .into());
         }
-        let params = Params {
-            max_tokens: usize::try_from(request.base.max_tokens).unwrap_or(usize::MAX),
-            temperature: request.base.temperature,
-            top_p: request.base.tuning.top_p,
-            top_k: request.base.tuning.top_k,
-            seed: request
-                .base
-                .tuning
-                .seed
-                .and_then(|s| u64::try_from(s).ok())
-                .or(seed)
-                .unwrap_or_else(random_seed),
-            stop: request.base.stop.clone(),
-        };
-        let budget = params.max_tokens.min(context - prompt.len());
-        let constraint = grammar(request, tools).and_then(|g| match model.constraint(g) {
-            Ok(c) => Some(c),
-            Err(e) => {
-                // The answer is still checked against the schema and repaired.
-                tracing::warn!(problem = %e, "answering without constrained decoding");
-                None
+        let params = params(request, seed);
+        let budget = params.max_tokens.min(context - prompt.tokens.len());
+        let constraint = grammar(model, request, start(model, request, &prompt)).and_then(|g| {
+            match model.constraint(g) {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    // The answer is still checked against the schema and repaired.
+                    tracing::warn!(problem = %e, "answering without constrained decoding");
+                    None
+                }
             }
         });
-        Ok((prompt, engine::sampler(&params, constraint), params, budget))
+        Ok(Parts {
+            sampler: engine::sampler(&params, constraint),
+            prompt,
+            params,
+            budget,
+        })
     }
+}
+
+/// What a call's answer is made of, before it takes a slot.
+struct Parts {
+    prompt: Prompt,
+    sampler: LlamaSampler,
+    params: Params,
+    budget: usize,
+}
+
+/// How to sample the answer: the request's parameters, its seed or the server's (or a new
+/// one).
+fn params(request: &ModelRequest, seed: Option<u64>) -> Params {
+    Params {
+        max_tokens: usize::try_from(request.base.max_tokens).unwrap_or(usize::MAX),
+        temperature: request.base.temperature,
+        top_p: request.base.tuning.top_p,
+        top_k: request.base.tuning.top_k,
+        seed: request
+            .base
+            .tuning
+            .seed
+            .and_then(|s| u64::try_from(s).ok())
+            .or(seed)
+            .unwrap_or_else(random_seed),
+        stop: request.base.stop.clone(),
+    }
+}
+
+/// The prompt a model reads: its tokens, and whether it leaves the model inside its reasoning
+/// (a template that opens `<think>` in the generation prompt).
+struct Prompt {
+    tokens: Vec<LlamaToken>,
+    in_reasoning: bool,
 }
 
 /// The prompt the model reads for `request`: the system prompt, the turns and the tools it may
 /// call rendered with the model's chat template (as plain text for a base model without one),
-/// tokenized. An answer reads it, and a count counts it.
-fn prompt(model: &engine::Model, request: &ModelRequest) -> Result<Vec<LlamaToken>, RequestError> {
+/// with the template keyword arguments that carry the caller's reasoning controls, tokenized.
+/// An answer reads it, and a count counts it.
+fn prompt(model: &engine::Model, request: &ModelRequest) -> Result<Prompt, RequestError> {
     if let Some(text) = &request.base.text {
-        return raw_prompt(model, text);
+        return Ok(Prompt {
+            tokens: raw_prompt(model, text)?,
+            in_reasoning: false,
+        });
     }
     let messages = openai::messages(
         request.base.system.as_deref(),
@@ -859,10 +915,12 @@ fn prompt(model: &engine::Model, request: &ModelRequest) -> Result<Vec<LlamaToke
         openai::Reader::Template,
     );
     let tools: Vec<openai::Tool> = offered(request).iter().map(ModelTool::openai).collect();
+    let format = model.info().format;
+    let kwargs = format.template_kwargs(&request.base.reasoning, &request.base.template_kwargs);
     let text = if model.template().is_some() || model.knows_chatml() {
         let chat = template::Chat {
             special: Some(model.special_tokens()),
-            kwargs: Some(&request.base.template_kwargs),
+            kwargs: Some(&kwargs),
             ..template::Chat::new(&messages, &tools)
         };
         template::render(model.template(), &chat)?
@@ -870,7 +928,10 @@ fn prompt(model: &engine::Model, request: &ModelRequest) -> Result<Vec<LlamaToke
         template::plain(&messages)
     };
     fits(model, text.len())?;
-    Ok(model.tokenize(&text))
+    Ok(Prompt {
+        in_reasoning: format.opens_reasoning(&text),
+        tokens: model.tokenize(&text),
+    })
 }
 
 /// A text no context of this size could take is refused by its length, untokenized.
@@ -907,33 +968,87 @@ fn random_seed() -> u64 {
     u64::from_le_bytes(bytes)
 }
 
-/// The grammar the answer must follow: the response schema, or a call of one of the tools
-/// when a call is required. `None` leaves the model free (text, or a call it may make).
-fn grammar(request: &ModelRequest, tools: &[ModelTool]) -> Option<TopLevelGrammar> {
-    if let Some(schema) = &request.response_schema {
-        return Some(TopLevelGrammar::from_json_schema(closed(&Value::Object(
-            schema.clone(),
-        ))));
+/// Where the answer begins: inside reasoning the prompt opened, free to reason first (a
+/// reasoning model whose reasoning is not turned off), or at the answer.
+fn start(model: &engine::Model, request: &ModelRequest, prompt: &Prompt) -> Start {
+    let format = model.info().format;
+    if prompt.in_reasoning {
+        Start::InReasoning
+    } else if format.reasons() && request.base.reasoning.enabled != Some(false) {
+        Start::MayReason
+    } else {
+        Start::Answer
     }
+}
+
+/// The grammar the answer must follow from its first token: the response schema, or calls of
+/// the tools in the model's own format when a call is required (reasoning first, for a model
+/// that reasons). `None` leaves the model free (text, or a call it may make: see [`lazy`]).
+fn grammar(model: &engine::Model, request: &ModelRequest, start: Start) -> Option<TopLevelGrammar> {
+    let format = model.info().format;
+    let marker = |m: &str| model.marker(m);
+    if let Some(schema) = &request.response_schema {
+        let schema = closed(&Value::Object(schema.clone()));
+        if start == Start::Answer && format.family != Family::Harmony {
+            return Some(TopLevelGrammar::from_json_schema(schema));
+        }
+        let lark = format.grammar(Goal::Json(&schema), start, &marker);
+        return Some(TopLevelGrammar::from_lark(lark));
+    }
+    let tools = offered(request);
     if requires_call(request, tools) {
-        let calls: Vec<Value> = tools
-            .iter()
-            .map(|t| {
-                json!({"type": "object", "additionalProperties": false,
-                    "required": ["name", "arguments"],
-                    "properties": {"name": {"const": t.name},
-                                   "arguments": closed(&Value::Object(t.schema.clone()))}})
-            })
-            .collect();
-        return Some(TopLevelGrammar::from_json_schema(json!({"anyOf": calls})));
+        let lark = format.grammar(Goal::Calls(tools), start, &marker);
+        return Some(TopLevelGrammar::from_lark(lark));
     }
     None
+}
+
+/// The grammar of calls the model may make (`tool_choice` auto), started when it writes its
+/// family's trigger, so that a call it begins names an offered tool with arguments that fit.
+fn lazy(model: &engine::Model, request: &ModelRequest) -> Option<slots::Lazy> {
+    let format = model.info().format;
+    let tools = offered(request);
+    if tools.is_empty() || request.response_schema.is_some() || requires_call(request, tools) {
+        return None;
+    }
+    let trigger = format.trigger()?;
+    let lark = format.lazy_grammar(tools, &|m: &str| model.marker(m));
+    Some(slots::Lazy::new(trigger, TopLevelGrammar::from_lark(lark)))
+}
+
+/// A limit on the reasoning's tokens, for a model that reasons, when the caller set one.
+fn think(model: &engine::Model, request: &ModelRequest, prompt: &Prompt) -> Option<slots::Think> {
+    let format = model.info().format;
+    let budget = usize::try_from(request.base.reasoning.budget?).ok()?;
+    let (open, close) = format.reasoning_markers()?;
+    let end = model.tokens_of(format.reasoning_end()?);
+    Some(slots::Think::new(
+        budget,
+        prompt.in_reasoning,
+        open,
+        close,
+        end,
+    ))
+}
+
+/// The control tokens the model's format reads, shown to its parser.
+fn shown(model: &engine::Model) -> Vec<LlamaToken> {
+    let format = model.info().format;
+    let reasoning = format
+        .reasoning_markers()
+        .map(|(open, close)| [open, close]);
+    format
+        .special_texts()
+        .into_iter()
+        .chain(reasoning.into_iter().flatten())
+        .filter_map(|text| model.special_token(text))
+        .collect()
 }
 
 /// The schema with `additionalProperties: false` on objects that list their properties and
 /// say nothing of others. Every answer it admits satisfies the original; small models left
 /// free to invent keys loop until the token limit.
-fn closed(schema: &Value) -> Value {
+pub(crate) fn closed(schema: &Value) -> Value {
     match schema {
         Value::Object(o) => {
             let mut out = Map::with_capacity(o.len() + 1);
@@ -963,38 +1078,74 @@ fn closed(schema: &Value) -> Value {
     }
 }
 
-/// Where the slots tell the answer as it is made: its text, and the tool calls `reader` finds
-/// in it (each call's start and its arguments in pieces).
-fn sink(live: Events, reader: Option<Reader>) -> slots::Sink {
-    match reader {
+/// Where the slots tell the answer as it is made: its text, its reasoning, and the tool calls
+/// `parser` finds in it (each call's start and its arguments in pieces).
+fn sink(live: Events, parser: Option<Parser>) -> slots::Sink {
+    match parser {
         None => Box::new(move |tokens, text| live.event(Event::Delta { tokens, text })),
-        Some(mut reader) => Box::new(move |tokens, text| {
-            for piece in reader.feed(text) {
+        Some(mut parser) => Box::new(move |tokens, text| {
+            for piece in parser.feed(text) {
                 live.event(piece.event(tokens));
             }
         }),
     }
 }
 
-/// The model's output as a completion: the tool calls `reader` finds in it (in Qwen's
-/// `<tool_call>` tags, or an answer that is a fenced or bare call), and the rest as text.
-fn completion(output: Output, reader: Option<Reader>, name: &str) -> Completion {
-    let (text, calls) = match reader {
-        None => (output.text, Vec::new()),
-        Some(reader) => reader.read(&output.text),
+/// The reader of the model's answer in its format: its reasoning apart, and the calls of the
+/// offered `tools` in it (when a grammar requires a call, the whole answer is calls). `None`
+/// for a text completion (`raw`), whose answer is its text as it is.
+fn parser(
+    format: Format,
+    tools: &[ModelTool],
+    raw: bool,
+    id_base: &str,
+    in_reasoning: bool,
+) -> Option<Parser> {
+    if raw {
+        return None;
+    }
+    let tools = (!tools.is_empty()).then(|| Tools::new(tools));
+    Some(Parser::new(format, tools, id_base, in_reasoning))
+}
+
+/// What the result says of a model whose format is not recognised, when tools were offered:
+/// its calls were read leniently.
+fn format_warning(format: Format, tools: &[ModelTool], name: &str) -> Option<String> {
+    (!format.recognised() && !tools.is_empty()).then(|| {
+        format!(
+            "the local model {name}'s chat template writes tool calls in no format this server \
+             recognises; its calls were read leniently (in <tool_call> tags or as a bare JSON \
+             answer) and are not held to the tools while decoding unless a call is required"
+        )
+    })
+}
+
+/// The model's output as a completion: its reasoning first, then its text, then the tool
+/// calls `parser` finds in it (in the model's own format).
+fn completion(output: Output, parser: Option<Parser>, name: &str) -> Completion {
+    let read = match parser {
+        None => format::Answer {
+            text: output.text,
+            ..format::Answer::default()
+        },
+        Some(parser) => parser.read(&output.text),
     };
     let mut blocks: Vec<Block> = Vec::new();
-    if calls.is_empty() {
-        blocks.push(Block::Text(text));
-    } else if !text.trim().is_empty() {
-        blocks.push(Block::Text(text.trim().to_owned()));
+    let reasoning = read.reasoning.trim();
+    if !reasoning.is_empty() {
+        blocks.push(Block::Reasoning(reasoning.to_owned()));
     }
-    let finish = if calls.is_empty() {
+    if read.calls.is_empty() {
+        blocks.push(Block::Text(read.text));
+    } else if !read.text.trim().is_empty() {
+        blocks.push(Block::Text(read.text.trim().to_owned()));
+    }
+    let finish = if read.calls.is_empty() {
         output.finish
     } else {
         Finish::ToolUse
     };
-    blocks.extend(calls.into_iter().map(|c| Block::ToolUse {
+    blocks.extend(read.calls.into_iter().map(|c| Block::ToolUse {
         id: c.id,
         name: c.name,
         input: c.input,
@@ -1009,6 +1160,7 @@ fn completion(output: Output, reader: Option<Reader>, name: &str) -> Completion 
             estimated: false,
             cached: Some(output.cached_tokens),
         }),
+        warnings: Vec::new(),
     }
 }
 
@@ -1031,7 +1183,18 @@ mod tests {
             cached_tokens: 0,
             completion_tokens: 9,
             finish: Finish::EndTurn,
+            in_reasoning: false,
         }
+    }
+
+    /// The reader of an answer in `format` to `request`.
+    fn reader(
+        format: Format,
+        request: &ModelRequest,
+        id_base: &str,
+        in_reasoning: bool,
+    ) -> Option<Parser> {
+        parser(format, offered(request), false, id_base, in_reasoning)
     }
 
     #[test]
@@ -1040,26 +1203,72 @@ mod tests {
             tools: vec![tool("get_weather")],
             ..Default::default()
         };
+        let generic = Format::default();
         let text = "Sure.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
-        let done = completion(output(text), reader(&request, "call_x"), "m");
+        let done = completion(
+            output(text),
+            reader(generic, &request, "call_x", false),
+            "m",
+        );
         assert_eq!(done.finish, Finish::ToolUse);
         assert!(matches!(&done.blocks[..],
             [Block::Text(t), Block::ToolUse { id, name, input }]
                 if t == "Sure." && id == "call_x_0" && name == "get_weather" && input["city"] == "Paris"));
         // Without tools the text is the answer, whatever it looks like.
-        let done = completion(output(text), reader(&ModelRequest::default(), "c"), "m");
+        let done = completion(
+            output(text),
+            reader(generic, &ModelRequest::default(), "c", false),
+            "m",
+        );
         assert!(matches!(&done.blocks[..], [Block::Text(t)] if t == text));
         // A required call is read from the first byte.
         let required = ModelRequest {
             tool_choice: Some(ToolChoice::Required),
-            ..request
+            ..request.clone()
         };
         let done = completion(
             output("{\"name\": \"get_weather\", \"arguments\": {}}"),
-            reader(&required, "c"),
+            reader(generic, &required, "c", false),
             "m",
         );
         assert!(matches!(&done.blocks[..], [Block::ToolUse { id, .. }] if id == "c_0"));
+        // A text completion is its text.
+        let done = completion(output(text), None, "m");
+        assert!(matches!(&done.blocks[..], [Block::Text(t)] if t == text));
+        // Only an unrecognised format with tools offered is named in the warnings.
+        let warned = format_warning(generic, &request.tools, "tiny");
+        assert!(warned.is_some_and(|w| w.contains("tiny") && w.contains("leniently")));
+        let qwen3 = Format::detect(Some("<tool_call> <think>"));
+        assert_eq!(format_warning(qwen3, &request.tools, "q"), None);
+        assert_eq!(format_warning(generic, &[], "q"), None);
+    }
+
+    #[test]
+    fn reasoning_comes_first_and_apart_from_the_text_and_calls() {
+        let qwen3 = Format::detect(Some("<tool_call> <think>"));
+        let request = ModelRequest {
+            tools: vec![tool("get_weather")],
+            ..Default::default()
+        };
+        let text = "Paris, so a call.\n</think>\n\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {}}\n</tool_call>";
+        let done = completion(output(text), reader(qwen3, &request, "c", true), "m");
+        assert!(
+            matches!(&done.blocks[..],
+            [Block::Reasoning(r), Block::ToolUse { .. }] if r == "Paris, so a call."),
+            "{:?}",
+            done.blocks
+        );
+        let done = completion(
+            output("<think>Two and two.</think>\n\n4"),
+            reader(qwen3, &ModelRequest::default(), "c", false),
+            "m",
+        );
+        assert!(
+            matches!(&done.blocks[..],
+            [Block::Reasoning(r), Block::Text(t)] if r == "Two and two." && t == "4"),
+            "{:?}",
+            done.blocks
+        );
     }
 
     #[test]
@@ -1071,15 +1280,5 @@ mod tests {
         assert_eq!(c["additionalProperties"], json!(true));
         assert_eq!(c["properties"]["a"]["additionalProperties"], json!(false));
         assert_eq!(c["items"]["additionalProperties"], json!(false));
-    }
-
-    #[test]
-    fn a_required_call_is_a_grammar_over_the_tools() {
-        let request = ModelRequest {
-            tool_choice: Some(ToolChoice::Required),
-            ..Default::default()
-        };
-        assert!(grammar(&request, &[tool("a")]).is_some());
-        assert!(grammar(&ModelRequest::default(), &[tool("a")]).is_none());
     }
 }

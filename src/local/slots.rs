@@ -6,11 +6,13 @@
 
 use super::LocalError;
 use super::engine::{EngineError, Model, Output, Params, Text};
-use crate::call::Finish;
+use crate::call::{Finish, Stops};
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
+use llguidance::api::TopLevelGrammar;
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -25,6 +27,14 @@ pub struct Call {
     pub budget: usize,
     pub sampler: LlamaSampler,
     pub sink: Option<Sink>,
+    /// Control tokens shown in the answer's text (the markers its format reads).
+    pub shown: Vec<LlamaToken>,
+    /// The prompt left the model inside its reasoning.
+    pub in_reasoning: bool,
+    /// A limit on the reasoning's tokens.
+    pub think: Option<Think>,
+    /// A grammar that starts when its trigger is written.
+    pub lazy: Option<Lazy>,
     /// Where the answer goes; closed when the call is cancelled, which is looked at before
     /// every step: a cancelled call stops and frees its slot.
     pub reply: tokio::sync::oneshot::Sender<Result<Output, LocalError>>,
@@ -39,8 +49,73 @@ pub struct Counters {
     pub reused_tokens: AtomicU64,
 }
 
+/// A limit on the reasoning's tokens: once it is reached, the engine writes the family's
+/// close of reasoning itself (as llama.cpp's `--reasoning-budget` does) and the answer follows.
+pub struct Think {
+    left: usize,
+    inside: bool,
+    open: Stops,
+    close: Stops,
+    /// What closes reasoning cut short, as tokens; empty once written.
+    end: Vec<LlamaToken>,
+}
+
+impl Think {
+    /// A limit of `budget` tokens on reasoning between `open` and `close`; `inside` when the
+    /// prompt opened it; `end` the tokens that close it.
+    pub fn new(budget: usize, inside: bool, open: &str, close: &str, end: Vec<LlamaToken>) -> Self {
+        Think {
+            left: budget,
+            inside,
+            open: Stops::new(&[open.to_owned()]),
+            close: Stops::new(&[close.to_owned()]),
+            end,
+        }
+    }
+
+    /// The tokens to write now, when the reasoning is open and its budget spent.
+    fn due(&mut self) -> Option<Vec<LlamaToken>> {
+        (self.inside && self.left == 0 && !self.end.is_empty()).then(|| {
+            self.inside = false;
+            std::mem::take(&mut self.end)
+        })
+    }
+
+    /// Follows the answer: `new` is one token's text.
+    fn after(&mut self, new: &str) {
+        if self.inside {
+            if self.close.feed(new).is_some() {
+                self.inside = false;
+                self.end.clear();
+            } else {
+                self.left = self.left.saturating_sub(1);
+            }
+        } else if !self.end.is_empty() && self.open.feed(new).is_some() {
+            self.inside = true;
+        }
+    }
+}
+
+/// A grammar that holds the answer from the moment its trigger is written (calls the model
+/// may make): before, the answer is free.
+pub struct Lazy {
+    trigger: Stops,
+    grammar: Option<TopLevelGrammar>,
+}
+
+impl Lazy {
+    pub fn new(trigger: &str, grammar: TopLevelGrammar) -> Self {
+        Lazy {
+            trigger: Stops::new(&[trigger.to_owned()]),
+            grammar: Some(grammar),
+        }
+    }
+}
+
 struct Active {
     call: Call,
+    /// Tokens the engine writes next instead of sampling (the close of reasoning).
+    forced: VecDeque<LlamaToken>,
     /// Prompt tokens in the cache.
     fed: usize,
     reused: usize,
@@ -118,6 +193,7 @@ impl<'m> Slots<'m> {
                 cached_tokens: 0,
                 completion_tokens: 0,
                 finish: Finish::MaxTokens,
+                in_reasoning: call.in_reasoning,
             };
             let _ = call.reply.send(Ok(output));
             return;
@@ -149,6 +225,7 @@ impl<'m> Slots<'m> {
         let text = Text::new(&call.params.stop);
         slot.active = Some(Active {
             call,
+            forced: VecDeque::new(),
             fed: keep,
             reused: keep,
             next: None,
@@ -283,12 +360,25 @@ impl<'m> Slots<'m> {
         let Some(active) = slot.active.as_mut() else {
             return;
         };
-        let token = active.call.sampler.sample(&self.ctx, at);
+        if let Some(end) = active.call.think.as_mut().and_then(Think::due) {
+            active.forced.extend(end);
+        }
+        let token = match active.forced.pop_front() {
+            Some(token) => {
+                active.call.sampler.accept(token);
+                token
+            }
+            None => active.call.sampler.sample(&self.ctx, at),
+        };
         if model.is_end(token) {
             return self.finish(index, Finish::EndTurn, None);
         }
         active.generated += 1;
-        let (new, stop) = active.text.push(&model.piece(token));
+        let (new, stop) = active.text.push(&model.piece(token, &active.call.shown));
+        if let Some(think) = active.call.think.as_mut() {
+            think.after(&new);
+        }
+        start_lazy(model, active, &new);
         if let Some(sink) = active.call.sink.as_mut() {
             sink(active.generated, &new);
         }
@@ -325,6 +415,7 @@ impl<'m> Slots<'m> {
             cached_tokens: active.reused,
             completion_tokens: active.generated,
             finish,
+            in_reasoning: active.call.in_reasoning,
         };
         let _ = active.call.reply.send(Ok(output));
     }
@@ -347,6 +438,50 @@ impl<'m> Slots<'m> {
     }
 }
 
+/// Starts a lazy grammar when the answer (its newest text `new`) has just written its
+/// trigger: the grammar reads the trigger and what followed it (llguidance reads bytes, so
+/// these tokens need not be the ones sampled), then holds the rest of the answer. A grammar
+/// that cannot start, or refuses what was written, leaves the answer free (it is still read
+/// and checked).
+fn start_lazy(model: &Model, active: &mut Active, new: &str) {
+    let Some(lazy) = active.call.lazy.as_mut() else {
+        return;
+    };
+    let Some((back, _)) = lazy.trigger.feed(new) else {
+        return;
+    };
+    let Some(grammar) = lazy.grammar.take() else {
+        return;
+    };
+    let text = active.text.as_str();
+    let written = text.get(text.len().saturating_sub(back)..).unwrap_or("");
+    let tokens: Vec<u32> = model
+        .tokens_of(written)
+        .iter()
+        .filter_map(|t| u32::try_from(t.0).ok())
+        .collect();
+    let started = model.matcher(grammar).and_then(|mut matcher| {
+        matcher
+            .consume_tokens(&tokens)
+            .map_err(|e| EngineError::Schema {
+                reason: super::engine::brief(&e),
+            })?;
+        Ok(matcher)
+    });
+    match started {
+        Ok(matcher) => {
+            let params = &active.call.params;
+            let reseeded = Params {
+                seed: params.seed ^ active.generated as u64,
+                ..params.clone()
+            };
+            active.call.sampler =
+                super::engine::sampler(&reseeded, Some(LlamaSampler::from(matcher)));
+        }
+        Err(e) => tracing::warn!(problem = %e, "the calls' grammar did not start"),
+    }
+}
+
 /// Adds a token to the batch; false when the batch is full.
 fn add(batch: &mut LlamaBatch, token: LlamaToken, position: usize, seq: i32, logits: bool) -> bool {
     let position = i32::try_from(position).unwrap_or(i32::MAX);
@@ -355,4 +490,39 @@ fn add(batch: &mut LlamaBatch, token: LlamaToken, position: usize, seq: i32, log
 
 fn common_prefix(a: &[LlamaToken], b: &[LlamaToken]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reasoning_budget_closes_the_reasoning_once_spent_and_only_then() {
+        let end = vec![LlamaToken(7), LlamaToken(8)];
+        // Opened by the prompt: two tokens of reasoning, then the close is due.
+        let mut think = Think::new(2, true, "<think>", "</think>", end.clone());
+        assert_eq!(think.due(), None);
+        think.after("Hmm");
+        assert_eq!(think.due(), None);
+        think.after(", four");
+        assert_eq!(think.due(), Some(end.clone()));
+        // Written once: the answer that follows is free.
+        think.after("</think>");
+        think.after("<think>");
+        assert_eq!(think.due(), None);
+        // Opened by the model, closed by it within the budget: nothing is written.
+        let mut think = Think::new(3, false, "<think>", "</think>", end.clone());
+        think.after("<th");
+        think.after("ink>");
+        think.after("Four.");
+        think.after("</think>");
+        think.after("4");
+        think.after(" and more");
+        assert_eq!(think.due(), None);
+        // A budget of none closes reasoning the prompt opened at once.
+        assert_eq!(
+            Think::new(0, true, "[THINK]", "[/THINK]", end.clone()).due(),
+            Some(end)
+        );
+    }
 }

@@ -251,6 +251,7 @@ pub fn to_completion(result: CreateMessageResult, limits: &Limits) -> CallResult
         model: result.model,
         finish: finish(result.stop_reason.as_deref()),
         usage: None,
+        warnings: Vec::new(),
     })
 }
 

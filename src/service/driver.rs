@@ -281,6 +281,7 @@ mod tests {
                     model: "m".into(),
                     finish: crate::call::Finish::ToolUse,
                     usage: None,
+                    warnings: Vec::new(),
                 })
             })
         }

@@ -31,6 +31,7 @@ mod edges;
 mod engine;
 mod eras;
 mod faults;
+mod formats;
 mod gemini;
 mod hardening;
 mod hosts;
