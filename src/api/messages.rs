@@ -369,14 +369,9 @@ impl Encode for Encoder {
         let finished = &answered.finished;
         let (text, calls) = text_and_calls(&finished.answer);
         let rest = self.gate.rest(&text);
-        let shown = self
-            .message
-            .content
-            .iter()
-            .any(|b| matches!(b, Block::Thinking { .. }));
         // Reasoning not shown while it was made (an attempt that was not the answer's own).
         let mut out = match &finished.reasoning {
-            Some(reasoning) if !shown && self.message.content.is_empty() => self.think(reasoning),
+            Some(reasoning) if self.message.content.is_empty() => self.think(reasoning),
             _ => Vec::new(),
         };
         out.extend(self.show(rest));

@@ -488,6 +488,16 @@ impl Event<'_> {
     }
 }
 
+/// The `response.output_item.done` event of the item at `slot`.
+fn item_done(sequence_number: u64, slot: usize, item: &Item) -> String {
+    Event::ItemDone {
+        sequence_number,
+        output_index: slot,
+        item,
+    }
+    .frame()
+}
+
 /// A tool call shown as it was made.
 struct LiveCall {
     call_id: String,
@@ -665,14 +675,7 @@ impl Encoder {
                 .frame(),
             );
         }
-        out.push(
-            Event::ItemDone {
-                sequence_number: b,
-                output_index: slot,
-                item,
-            }
-            .frame(),
-        );
+        out.push(item_done(b, slot, item));
     }
 
     fn show(&mut self, text: &str) -> Vec<String> {
@@ -769,14 +772,7 @@ impl Encoder {
                 .frame(),
             );
         }
-        out.push(
-            Event::ItemDone {
-                sequence_number: c,
-                output_index: slot,
-                item,
-            }
-            .frame(),
-        );
+        out.push(item_done(c, slot, item));
     }
 
     /// The model began its call numbered `index`: its item is added at once, the text before
@@ -854,14 +850,7 @@ impl Encoder {
                 .frame(),
             );
         }
-        out.push(
-            Event::ItemDone {
-                sequence_number: b,
-                output_index: slot,
-                item,
-            }
-            .frame(),
-        );
+        out.push(item_done(b, slot, item));
     }
 
     /// What closes the stream: the text and calls not shown yet, each item done, and the

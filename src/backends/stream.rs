@@ -103,6 +103,22 @@ pub struct Added {
 }
 
 impl Added {
+    /// More of the answer's text, or of its reasoning: added to the last piece when it is of
+    /// the same kind.
+    fn append(&mut self, text: &str, reasoning: bool) {
+        match (self.pieces.last_mut(), reasoning) {
+            (Some(Piece::Reasoning(last)), true) | (Some(Piece::Text(last)), false) => {
+                last.push_str(text);
+            }
+            _ => self.pieces.push(if reasoning {
+                Piece::Reasoning(text.to_owned())
+            } else {
+                Piece::Text(text.to_owned())
+            }),
+        }
+        self.any = true;
+    }
+
     /// The text added.
     #[cfg(test)]
     fn text(&self) -> String {
@@ -228,11 +244,7 @@ impl Assembly {
             && !text.is_empty()
         {
             self.reasoning.push_str(text);
-            match added.pieces.last_mut() {
-                Some(Piece::Reasoning(r)) => r.push_str(text),
-                _ => added.pieces.push(Piece::Reasoning(text.to_owned())),
-            }
-            added.any = true;
+            added.append(text, true);
             self.deltas += 1;
         }
     }
@@ -243,11 +255,7 @@ impl Assembly {
             && !text.is_empty()
         {
             self.content.push_str(text);
-            match added.pieces.last_mut() {
-                Some(Piece::Text(t)) => t.push_str(text),
-                _ => added.pieces.push(Piece::Text(text.to_owned())),
-            }
-            added.any = true;
+            added.append(text, false);
             self.deltas += 1;
         }
     }

@@ -810,6 +810,17 @@ struct Deltas {
 }
 
 impl Deltas {
+    /// What `call`'s answer shows in `dialect`'s stream, handed to `sender`.
+    fn new(sender: mpsc::UnboundedSender<Piece>, dialect: Dialect, call: &Call) -> Self {
+        Deltas {
+            sender,
+            verbatim: AtomicBool::new(false),
+            calls: dialect.streams_calls(),
+            reasoning: call.request.reasoning.shown != Some(false),
+            sent: AtomicBool::new(false),
+        }
+    }
+
     fn hand_on(&self, piece: Piece) {
         self.sent.store(true, Ordering::Relaxed);
         let _ = self.sender.send(piece);
@@ -939,13 +950,7 @@ pub(super) async fn stream_answer(
 ) {
     let within = api.stream_write_timeout;
     let (deltas, mut pieces) = mpsc::unbounded_channel();
-    let sink: crate::fulfil::live::Events = Arc::new(Deltas {
-        sender: deltas,
-        verbatim: AtomicBool::new(false),
-        calls: dialect.streams_calls(),
-        reasoning: call.request.reasoning.shown != Some(false),
-        sent: AtomicBool::new(false),
-    });
+    let sink: crate::fulfil::live::Events = Arc::new(Deltas::new(deltas, dialect, &call));
     let cancel = CancellationToken::new();
     // However this ends, the work stops with it.
     let _stop = cancel.clone().drop_guard();

@@ -138,31 +138,8 @@ pub fn text_file(part: &crate::args::Obj<'_>, limits: &Limits) -> CallResult<Blo
         ));
     }
     let name = part.opt_str("filename")?.unwrap_or("file");
-    let Some(data) = part.opt_str("file_data")? else {
-        let field = if part.get("file_id").is_some() {
-            "file_id"
-        } else {
-            "file_data"
-        };
-        return Err(CallError::at(
-            &part.path(field),
-            "a file is read from its file_data (base64 or a data URL); this server keeps no \
-             uploaded files to name by file_id",
-        ));
-    };
     let path = part.path("file_data");
-    let (mime, data) = match data.strip_prefix("data:") {
-        Some(rest) => match rest.split_once(";base64,") {
-            Some((mime, data)) => (Some(mime.to_ascii_lowercase()), data),
-            None => {
-                return Err(CallError::at(
-                    &path,
-                    "expected base64 or a base64 data URL, data:<mime type>;base64,<data>",
-                ));
-            }
-        },
-        None => (None, data),
-    };
+    let (mime, data) = file_data(part, &path)?;
     let ending = name
         .rsplit_once('.')
         .map(|(_, e)| e.to_ascii_lowercase())
@@ -193,6 +170,32 @@ pub fn text_file(part: &crate::args::Obj<'_>, limits: &Limits) -> CallResult<Blo
         "<file name=\"{}\">\n{text}\n</file>",
         crate::error::clip(name)
     )))
+}
+
+/// A file part's `file_data` (at `path`): its MIME type when it is a data URL, and its base64.
+fn file_data<'a>(part: &crate::args::Obj<'a>, path: &str) -> CallResult<(Option<String>, &'a str)> {
+    let Some(data) = part.opt_str("file_data")? else {
+        let field = if part.get("file_id").is_some() {
+            "file_id"
+        } else {
+            "file_data"
+        };
+        return Err(CallError::at(
+            &part.path(field),
+            "a file is read from its file_data (base64 or a data URL); this server keeps no \
+             uploaded files to name by file_id",
+        ));
+    };
+    match data.strip_prefix("data:") {
+        Some(rest) => match rest.split_once(";base64,") {
+            Some((mime, data)) => Ok((Some(mime.to_ascii_lowercase()), data)),
+            None => Err(CallError::at(
+                path,
+                "expected base64 or a base64 data URL, data:<mime type>;base64,<data>",
+            )),
+        },
+        None => Ok((None, data)),
+    }
 }
 
 /// OpenAI's `input_audio.format` (`wav`, `mp3`) as a MIME type.
