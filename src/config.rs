@@ -381,9 +381,10 @@ pub struct LocalArgs {
     #[arg(long, env = "HF_TOKEN", hide_env_values = true, hide = true)]
     pub hf_token: Option<String>,
 
-    /// Prompt plus answer of the local model, in tokens
-    #[arg(long, env = "AGENT_AS_MODEL_LOCAL_CONTEXT", default_value_t = 4096,
-          value_parser = clap::value_parser!(u64).range(256..=32768))]
+    /// Prompt plus answer of one call to the local model, in tokens, at most: its context grows
+    /// to this on demand (0: the model's trained context)
+    #[arg(long, env = "AGENT_AS_MODEL_LOCAL_CONTEXT", default_value_t = 0,
+          value_parser = local_context)]
     pub local_context: u64,
 
     /// Calls waiting for the local model at most; more are refused at once
@@ -493,6 +494,21 @@ fn non_empty_token(token: &str) -> Result<String, String> {
         );
     }
     Ok(token.to_owned())
+}
+
+/// `--local-context`: 0 (the model's own), or 256 tokens to about a million.
+fn local_context(text: &str) -> Result<u64, String> {
+    let tokens: u64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("expected a number of tokens, got {text:?}"))?;
+    if tokens == 0 || (256..=1 << 20).contains(&tokens) {
+        Ok(tokens)
+    } else {
+        Err(format!(
+            "expected 0 (the model's trained context) or 256 to 1048576 tokens, got {tokens}"
+        ))
+    }
 }
 
 impl Config {

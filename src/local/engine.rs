@@ -23,7 +23,7 @@ use std::sync::OnceLock;
 /// How the engine runs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
-    /// Prompt plus answer of one call, in tokens.
+    /// Prompt plus answer of one call, in tokens, at most (0: the model's trained context).
     pub context: usize,
     /// Calls answered at once, each in its own sequence of the shared context.
     pub slots: usize,
@@ -49,6 +49,15 @@ pub const STEP_SECONDS: f64 = 0.3;
 /// to: llama.cpp's CPU attention takes queries in tiles of 64 (below that it falls back to one
 /// row at a time, several times slower deep into a long prompt).
 pub const STEP_QUANTUM: usize = 64;
+
+/// Tokens a slot's context holds at first: it grows on demand (see
+/// [`super::slots::Slots::grow`]) up to [`Info::context`].
+pub const FIRST_CONTEXT: usize = 4096;
+
+/// Room a call's answer is given when the context grows for it: a context is grown to hold the
+/// prompt and the answer's limit, but not more than this for the answer, so a call asking for
+/// 64,000 tokens does not reserve them all (a longer answer ends at the slot's end, `length`).
+pub const ANSWER_ROOM: usize = 4096;
 
 /// How to sample one answer.
 #[derive(Debug, Clone, PartialEq)]
@@ -80,8 +89,10 @@ pub struct Output {
 pub struct Info {
     pub name: String,
     pub architecture: String,
-    /// Tokens per call (prompt plus answer).
+    /// Tokens per call (prompt plus answer) at most: the slots' context grows to it.
     pub context: usize,
+    /// The context the model was trained with.
+    pub trained: usize,
     pub slots: usize,
     pub threads: usize,
     /// Tokens in one step.
@@ -285,11 +296,12 @@ impl Model {
             .max()
             .unwrap_or(1)
             .max(1);
-        let trained = usize::try_from(model.n_ctx_train()).unwrap_or(usize::MAX);
-        let trained = if trained == 0 {
-            settings.context
-        } else {
-            trained
+        let trained = usize::try_from(model.n_ctx_train()).unwrap_or(0);
+        let context = match (settings.context, trained) {
+            (0, 0) => FIRST_CONTEXT,
+            (0, trained) => trained,
+            (asked, 0) => asked,
+            (asked, trained) => asked.min(trained),
         };
         let device = llama_cpp_2::list_llama_ggml_backend_devices()
             .into_iter()
@@ -301,7 +313,8 @@ impl Model {
             info: Info {
                 name,
                 architecture,
-                context: settings.context.min(trained).max(16),
+                context: context.max(16),
+                trained,
                 slots: settings.slots.max(1),
                 threads: settings.threads.max(1),
                 step: settings.step.clamp(8, 4096),
@@ -337,10 +350,10 @@ impl Model {
         self.longest_token
     }
 
-    /// The shared context: one sequence of `info.context` tokens per slot.
-    pub fn context(&self) -> Result<LlamaContext<'_>, EngineError> {
+    /// A shared context: one sequence of `per_slot` tokens per slot.
+    pub fn context(&self, per_slot: usize) -> Result<LlamaContext<'_>, EngineError> {
         let info = &self.info;
-        let per_slot = u32::try_from(info.context).unwrap_or(u32::MAX);
+        let per_slot = u32::try_from(per_slot).unwrap_or(u32::MAX);
         let slots = u32::try_from(info.slots).unwrap_or(1);
         let threads = i32::try_from(info.threads).unwrap_or(1);
         let step = u32::try_from(info.step).unwrap_or(512);

@@ -55,7 +55,8 @@ pub enum Source {
 #[derive(Debug, Clone)]
 pub struct LocalSettings {
     pub source: Source,
-    /// Prompt plus answer of one call, in tokens.
+    /// Prompt plus answer of one call, in tokens, at most: the context grows to it on demand
+    /// (0: the model's trained context).
     pub context: usize,
     /// Calls waiting for a slot at most; more are refused.
     pub queue: usize,
@@ -74,7 +75,7 @@ impl LocalSettings {
     pub fn from_config(config: &Config) -> Result<LocalSettings, SettingsError> {
         Ok(LocalSettings {
             source: source(config)?,
-            context: usize::try_from(config.local.local_context).unwrap_or(4096),
+            context: usize::try_from(config.local.local_context).unwrap_or(0),
             queue: usize::try_from(config.local.local_queue).unwrap_or(64),
             slots: usize::try_from(config.local.local_slots).unwrap_or(2),
             threads: config
@@ -173,6 +174,16 @@ pub enum LocalError {
          writing into it in place)"
     )]
     FileChanged(String),
+    /// The context could not grow to hold the call (llama.cpp found no memory for it).
+    #[error(
+        "the local model cannot make a context of {tokens} tokens for this prompt: {source} \
+         (send a shorter conversation, or lower AGENT_AS_MODEL_LOCAL_CONTEXT)"
+    )]
+    Grow {
+        tokens: usize,
+        #[source]
+        source: EngineError,
+    },
 }
 
 /// Why the model could not be had: fetched, loaded, or given a context.
@@ -459,22 +470,18 @@ impl Model for Local {
 
     fn describe(&self) -> Value {
         let s = &self.settings;
+        let asked = (s.context > 0).then_some(s.context);
         let (status, context, slots, threads, device) = match self.state() {
-            State::Loading => ("loading".to_owned(), s.context, s.slots, s.threads, None),
+            // Before the model is loaded, a context of 0 is the model's own (not yet known).
+            State::Loading => ("loading".to_owned(), asked, s.slots, s.threads, None),
             State::Ready(info) => (
                 "ready".to_owned(),
-                info.context,
+                Some(info.context),
                 info.slots,
                 info.threads,
                 Some(info.device),
             ),
-            State::Failed(why) => (
-                format!("failed: {why}"),
-                s.context,
-                s.slots,
-                s.threads,
-                None,
-            ),
+            State::Failed(why) => (format!("failed: {why}"), asked, s.slots, s.threads, None),
         };
         let c = &self.counters;
         // How the model writes calls and reasoning, once it is loaded (its template says).
@@ -572,6 +579,29 @@ impl Drop for Closing {
     }
 }
 
+/// Puts a call in a slot, the context grown first when its prompt and the room its answer is
+/// given ([`engine::ANSWER_ROOM`] at most) do not fit: that waits for every slot to be idle, so
+/// until then the call is returned. The answer's limit is cut to what the slot holds.
+fn place(slots: &mut Slots, mut call: Call) -> Option<Call> {
+    let prompt = call.prompt.len();
+    let wanted = prompt + call.budget.min(engine::ANSWER_ROOM);
+    if wanted > slots.size() {
+        if !slots.is_idle() {
+            return Some(call);
+        }
+        if let Err(source) = slots.grow(wanted, prompt + 1) {
+            let _ = call.reply.send(Err(LocalError::Grow {
+                tokens: wanted,
+                source,
+            }));
+            return None;
+        }
+    }
+    call.budget = call.budget.min(slots.size().saturating_sub(prompt));
+    slots.admit(call);
+    None
+}
+
 /// Whether the answer must be a call of one of the tools (decoded under a grammar saying so).
 fn requires_call(request: &ModelRequest, tools: &[ModelTool]) -> bool {
     request.response_schema.is_none()
@@ -627,7 +657,8 @@ impl Worker {
     }
 
     /// Admits calls while a slot is free and steps the slots, until the queue closes and the
-    /// last call is answered.
+    /// last call is answered. A call that needs a bigger context waits, and the calls behind
+    /// it with it, until every slot is idle and the context has grown.
     fn serve(
         &self,
         model: &engine::Model,
@@ -637,11 +668,17 @@ impl Worker {
         mut waiting: Option<Job>,
     ) {
         self.ready(model);
+        let mut held: Option<Call> = None;
         loop {
+            if let Some(call) = held.take()
+                && !call.reply.is_closed()
+            {
+                held = place(&mut slots, call);
+            }
             // Counts share the worker with answers: one count a step at most, and answers
             // waiting behind counts take the free slots first.
             let mut counted = false;
-            while slots.has_free_slot() {
+            while held.is_none() && slots.has_free_slot() {
                 let job = match waiting.take() {
                     Some(job) => job,
                     None if slots.is_idle() && !counted => match queue.take() {
@@ -655,28 +692,32 @@ impl Worker {
                 };
                 counted |= job.is_count();
                 if !job.is_cancelled() {
-                    self.begin_unless_changed(model, on_disk, &mut slots, job);
+                    held = self.begin_unless_changed(model, on_disk, &mut slots, job);
                 }
             }
             // Counts take no slot: one is answered each step even while every slot is busy.
             if !counted && let Some(job) = queue.take_first(Job::is_count) {
-                self.begin_unless_changed(model, on_disk, &mut slots, job);
+                held = held.or(self.begin_unless_changed(model, on_disk, &mut slots, job));
             }
             slots.step();
         }
     }
 
     /// Begins a job, unless the model's file changed on disk since it was loaded (its mapped
-    /// pages may be gone): then the job fails, saying so.
+    /// pages may be gone): then the job fails, saying so. Returns a call that waits for the
+    /// context to grow.
     fn begin_unless_changed(
         &self,
         model: &engine::Model,
         on_disk: Option<&OnDisk>,
         slots: &mut Slots,
         job: Job,
-    ) {
+    ) -> Option<Call> {
         match on_disk.and_then(OnDisk::changed) {
-            Some(why) => job.fail(LocalError::FileChanged(why)),
+            Some(why) => {
+                job.fail(LocalError::FileChanged(why));
+                None
+            }
             None => self.begin(model, slots, job),
         }
     }
@@ -697,16 +738,17 @@ impl Worker {
         self.set(State::Ready(info.clone()));
     }
 
-    /// Begins a job: an answer takes a free slot (or is told why it cannot be made), a count
-    /// is answered at once.
-    fn begin(&self, model: &engine::Model, slots: &mut Slots, job: Job) {
+    /// Begins a job: an answer takes a free slot (or is told why it cannot be made, or waits
+    /// for the context to grow: then it is returned), a count is answered at once.
+    fn begin(&self, model: &engine::Model, slots: &mut Slots, job: Job) -> Option<Call> {
         match job {
-            Job::Answer(answer) => {
-                if let Some(call) = self.prepare(model, answer) {
-                    slots.admit(call);
-                }
+            Job::Answer(answer) => self
+                .prepare(model, answer)
+                .and_then(|call| place(slots, call)),
+            Job::Count(count) => {
+                Self::count(model, count);
+                None
             }
-            Job::Count(count) => Self::count(model, count),
         }
     }
 
@@ -928,6 +970,7 @@ fn prompt(model: &engine::Model, request: &ModelRequest) -> Result<Prompt, Reque
         template::plain(&messages)
     };
     fits(model, text.len())?;
+    tracing::trace!(prompt = %text, "local prompt");
     Ok(Prompt {
         in_reasoning: format.opens_reasoning(&text),
         tokens: model.tokenize(&text),
@@ -1013,7 +1056,11 @@ fn lazy(model: &engine::Model, request: &ModelRequest) -> Option<slots::Lazy> {
     }
     let trigger = format.trigger()?;
     let lark = format.lazy_grammar(tools, &|m: &str| model.marker(m));
-    Some(slots::Lazy::new(trigger, TopLevelGrammar::from_lark(lark)))
+    Some(slots::Lazy::new(
+        trigger,
+        format.bare_trigger(),
+        TopLevelGrammar::from_lark(lark),
+    ))
 }
 
 /// A limit on the reasoning's tokens, for a model that reasons, when the caller set one.

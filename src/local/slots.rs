@@ -100,20 +100,37 @@ impl Think {
 /// may make): before, the answer is free.
 pub struct Lazy {
     trigger: Stops,
+    /// A trigger that counts only at the answer's start (blanks before it aside).
+    bare: Option<Stops>,
     grammar: Option<TopLevelGrammar>,
 }
 
 impl Lazy {
-    pub fn new(trigger: &str, grammar: TopLevelGrammar) -> Self {
+    pub fn new(trigger: &str, bare: Option<&str>, grammar: TopLevelGrammar) -> Self {
         Lazy {
             trigger: Stops::new(&[trigger.to_owned()]),
+            bare: bare.map(|b| Stops::new(&[b.to_owned()])),
             grammar: Some(grammar),
         }
+    }
+
+    /// How many bytes back the trigger just written begins, when `new` (the newest text of
+    /// `text`) wrote one.
+    fn fired(&mut self, new: &str, text: &str) -> Option<usize> {
+        let tagged = self.trigger.feed(new).map(|(back, _)| back);
+        let bare = self.bare.as_mut().and_then(|bare| {
+            let (back, _) = bare.feed(new)?;
+            let before = text.get(..text.len().saturating_sub(back))?;
+            before.trim().is_empty().then_some(back)
+        });
+        tagged.or(bare)
     }
 }
 
 struct Active {
     call: Call,
+    /// When the call took its slot.
+    admitted: std::time::Instant,
     /// Tokens the engine writes next instead of sampling (the close of reasoning).
     forced: VecDeque<LlamaToken>,
     /// Prompt tokens in the cache.
@@ -138,6 +155,8 @@ pub struct Slots<'m> {
     slots: Vec<Slot>,
     batch: LlamaBatch<'static>,
     counters: Arc<Counters>,
+    /// Tokens each slot's sequence holds now: grown on demand up to the model's context.
+    size: usize,
     /// Seconds a token of the last big steps took, which sizes the next (see
     /// [`super::engine::STEP_SECONDS`]).
     per_token: Option<f64>,
@@ -145,7 +164,8 @@ pub struct Slots<'m> {
 
 impl<'m> Slots<'m> {
     pub fn new(model: &'m Model, counters: Arc<Counters>) -> Result<Slots<'m>, EngineError> {
-        let ctx = model.context()?;
+        let size = super::engine::FIRST_CONTEXT.min(model.info().context);
+        let ctx = model.context(size)?;
         let n = model.info().slots;
         let slots = (0..n)
             .map(|i| Slot {
@@ -160,8 +180,54 @@ impl<'m> Slots<'m> {
             slots,
             batch: LlamaBatch::new(model.info().step, i32::try_from(n).unwrap_or(1)),
             counters,
+            size,
             per_token: None,
         })
+    }
+
+    /// Tokens each slot holds now.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// Grows the context, when every slot is idle, so that each slot holds `wanted` tokens:
+    /// to the next power of two, at least twice today's size, at most the model's context.
+    /// Without the memory for that, halves are tried down to `least` tokens. The caches are
+    /// gone after (a grown context starts empty). Returns the size each slot has now.
+    pub fn grow(&mut self, wanted: usize, least: usize) -> Result<usize, EngineError> {
+        let most = self.model.info().context;
+        if wanted <= self.size || !self.is_idle() {
+            return Ok(self.size);
+        }
+        let mut size = wanted
+            .next_power_of_two()
+            .max(self.size.saturating_mul(2))
+            .min(most);
+        loop {
+            let started = std::time::Instant::now();
+            match self.model.context(size) {
+                Ok(ctx) => {
+                    self.ctx = ctx;
+                    for slot in &mut self.slots {
+                        slot.cached.clear();
+                    }
+                    tracing::info!(
+                        from = self.size,
+                        to = size,
+                        slots = self.slots.len(),
+                        seconds = started.elapsed().as_secs_f64(),
+                        "local context grown"
+                    );
+                    self.size = size;
+                    return Ok(size);
+                }
+                Err(e) if size / 2 >= least && size / 2 > self.size => {
+                    tracing::warn!(tokens = size, problem = %e, "cannot grow the local context this far");
+                    size /= 2;
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     pub fn is_idle(&self) -> bool {
@@ -225,6 +291,7 @@ impl<'m> Slots<'m> {
         let text = Text::new(&call.params.stop);
         slot.active = Some(Active {
             call,
+            admitted: std::time::Instant::now(),
             forced: VecDeque::new(),
             fed: keep,
             reused: keep,
@@ -407,6 +474,7 @@ impl<'m> Slots<'m> {
             prompt_tokens = prompt,
             cached_tokens = active.reused,
             completion_tokens = active.generated,
+            seconds = active.admitted.elapsed().as_secs_f64(),
             "local answer"
         );
         let output = Output {
@@ -447,13 +515,13 @@ fn start_lazy(model: &Model, active: &mut Active, new: &str) {
     let Some(lazy) = active.call.lazy.as_mut() else {
         return;
     };
-    let Some((back, _)) = lazy.trigger.feed(new) else {
+    let text = active.text.as_str();
+    let Some(back) = lazy.fired(new, text) else {
         return;
     };
     let Some(grammar) = lazy.grammar.take() else {
         return;
     };
-    let text = active.text.as_str();
     let written = text.get(text.len().saturating_sub(back)..).unwrap_or("");
     let tokens: Vec<u32> = model
         .tokens_of(written)

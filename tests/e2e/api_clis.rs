@@ -25,6 +25,9 @@ const BIN: &str = env!("CARGO_BIN_EXE_agent-as-model");
 const TOKEN: &str = "test";
 /// The longest a CLI may run; it is killed (with everything it started) after that.
 const CLI_LIMIT: Duration = Duration::from_secs(150);
+/// The longest a CLI may run on the embedded model (its first prompt is read on this machine's
+/// CPU).
+const LOCAL_LIMIT: Duration = Duration::from_secs(600);
 
 /// The file each CLI is asked to read, and the line in it (no quote, backslash or newline, so it
 /// shows as is inside any JSON string).
@@ -169,6 +172,11 @@ impl Drop for Server {
 
 impl Server {
     async fn start(world: &World, models: &str) -> Server {
+        Server::start_with(world, models, &[]).await
+    }
+
+    /// The server with more environment (the embedded model's settings).
+    async fn start_with(world: &World, models: &str, env: &[(&str, &str)]) -> Server {
         let file = world.path("models.toml");
         std::fs::write(&file, models).unwrap();
         let port = free_port();
@@ -182,6 +190,7 @@ impl Server {
             ])
             .args(["--models", &file])
             .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
@@ -242,11 +251,14 @@ impl Server {
     }
 }
 
-/// What a CLI did: how it ended (`None`: killed at the limit), what it printed, and the server's
-/// log meanwhile.
+/// What a CLI did: how it ended (`None`: killed, at the limit or once the test had seen what it
+/// waited for), what it printed, and the server's log meanwhile.
 struct Run {
     cli: &'static str,
     status: Option<ExitStatus>,
+    /// Stopped once the test had seen what it waited for.
+    stopped: bool,
+    limit: Duration,
     stdout: String,
     stderr: String,
     server_log: String,
@@ -270,7 +282,8 @@ impl std::fmt::Display for Run {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let ended = match self.status {
             Some(s) => s.to_string(),
-            None => format!("killed after {} s", CLI_LIMIT.as_secs()),
+            None if self.stopped => "stopped by the test once it had seen the round trip".into(),
+            None => format!("killed after {} s", self.limit.as_secs()),
         };
         write!(
             f,
@@ -295,6 +308,18 @@ struct Cli {
 /// Runs `cli` in `world`'s working folder, with its home and temp folder, in a network namespace
 /// of its own where the server's port leads (through the bridge) to `server`.
 async fn run(world: &World, server: &Server, cli: Cli) -> Run {
+    run_until(world, server, cli, CLI_LIMIT, |_, _| false).await
+}
+
+/// Runs `cli` as [`run`] does, for at most `limit`, and stops it as soon as `seen` (given what
+/// it printed so far and the server's log) says the test has what it waited for.
+async fn run_until(
+    world: &World,
+    server: &Server,
+    cli: Cli,
+    limit: Duration,
+    seen: impl Fn(&str, &str) -> bool,
+) -> Run {
     let node = node();
     let bridge = world.path("bridge.js");
     std::fs::write(&bridge, BRIDGE_JS).unwrap();
@@ -334,9 +359,24 @@ async fn run(world: &World, server: &Server, cli: Cli) -> Run {
     let mut child = command
         .spawn()
         .unwrap_or_else(|e| panic!("cannot start `unshare` for {}: {e}", cli.name));
-    let status = match tokio::time::timeout(CLI_LIMIT, child.wait()).await {
-        Ok(status) => Some(status.unwrap()),
-        Err(_) => {
+    let deadline = Instant::now() + limit;
+    let mut stopped = false;
+    let ended = loop {
+        match tokio::time::timeout(Duration::from_millis(500), child.wait()).await {
+            Ok(status) => break Some(status.unwrap()),
+            Err(_) if Instant::now() >= deadline => break None,
+            Err(_) => {
+                let printed = std::fs::read_to_string(&stdout).unwrap_or_default();
+                if seen(&printed, &server.log()) {
+                    stopped = true;
+                    break None;
+                }
+            }
+        }
+    };
+    let status = match ended {
+        Some(status) => Some(status),
+        None => {
             // The whole group: the bridge, the CLI and whatever the CLI started.
             if let Some(pid) = child.id() {
                 let _ = Command::new("kill")
@@ -350,6 +390,8 @@ async fn run(world: &World, server: &Server, cli: Cli) -> Run {
     Run {
         cli: cli.name,
         status,
+        stopped,
+        limit,
         stdout: std::fs::read_to_string(&stdout).unwrap_or_default(),
         stderr: std::fs::read_to_string(&stderr).unwrap_or_default(),
         server_log: server.log(),
@@ -830,4 +872,153 @@ async fn gemini_cli_reads_a_file_with_its_read_file_tool_and_prints_the_final_an
     );
     assert_tool_result(&seen[1], "read_file", &run);
     assert_no_client_credential(&seen);
+}
+
+/// A models file entry for the embedded default model under the names a CLI asks for.
+fn local_entry(aliases: &[&str]) -> String {
+    format!(
+        "[[models]]\nname = \"local\"\naliases = {}\nbackend = \"local\"\n\n",
+        json!(aliases)
+    )
+}
+
+/// One answer of the embedded model, from the server's `local answer` log line.
+#[derive(Debug)]
+struct LocalAnswer {
+    prompt_tokens: u64,
+    cached_tokens: u64,
+    seconds: f64,
+}
+
+/// What the embedded model answered, in order, read from the server's log.
+fn local_answers(log: &str) -> Vec<LocalAnswer> {
+    let field = |line: &str, key: &str| -> Option<String> {
+        let at = line.find(&format!(" {key}="))? + key.len() + 2;
+        Some(line[at..].split(' ').next()?.to_owned())
+    };
+    log.lines()
+        .filter(|l| l.contains("local answer"))
+        .filter_map(|l| {
+            Some(LocalAnswer {
+                prompt_tokens: field(l, "prompt_tokens")?.parse().ok()?,
+                cached_tokens: field(l, "cached_tokens")?.parse().ok()?,
+                seconds: field(l, "seconds")?.parse().ok()?,
+            })
+        })
+        .collect()
+}
+
+/// Whether the CLI's JSON output (one event a line) shows the tool run: a line holding all of
+/// `marks`.
+fn shows(printed: &str, marks: &[&str]) -> bool {
+    printed.lines().any(|l| marks.iter().all(|m| l.contains(m)))
+}
+
+/// Runs `cli` against the embedded model until the round trip is seen: the model called the
+/// tool, the CLI ran it (its JSON output shows the run, a line with all of `ran`) and sent the
+/// result back, and the model answered again. A CLI that ends by itself has finished its task:
+/// its answer names where the kettle is. Then checks that the second turn read its prompt from
+/// the slot's cache, and prints each turn's time (BENCHMARKS.md).
+async fn local_round_trip(world: &World, server: &Server, cli: Cli, ran: &[&str]) -> Run {
+    let name = cli.name;
+    let started = Instant::now();
+    let run = run_until(world, server, cli, LOCAL_LIMIT, |printed, log| {
+        shows(printed, ran) && local_answers(log).len() >= 2
+    })
+    .await;
+    let answers = local_answers(&run.server_log);
+    eprintln!(
+        "{name} on the embedded model: {:.1} s in all; answers: {answers:?}",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        shows(&run.stdout, ran),
+        "the CLI did not run the model's tool call on {FILE_NAME}{run}"
+    );
+    assert!(
+        answers.len() >= 2,
+        "the model did not answer after the tool's result: {answers:?}{run}"
+    );
+    if run.status.is_some() {
+        assert!(run.succeeded(), "{run}");
+        assert!(
+            run.stdout.contains("jar of plums"),
+            "the CLI ended without the file's answer{run}"
+        );
+    }
+    let second = &answers[1];
+    assert!(
+        second.cached_tokens * 10 >= second.prompt_tokens * 9,
+        "the second turn read {} of its {} prompt tokens from the cache, under 90%{run}",
+        second.cached_tokens,
+        second.prompt_tokens
+    );
+    run
+}
+
+#[tokio::test]
+async fn claude_code_on_the_embedded_model_reads_a_file_and_sends_its_text_back() {
+    let _turn = crate::local::TURN.lock().await;
+    let world = World::new("claude-local");
+    let file = world.work().join(FILE_NAME);
+    let models = local_entry(&["claude-opus-4-8", "claude-sonnet-4-6", "claude-haiku-4-5"]);
+    let server = Server::start_with(&world, &models, &[("AGENT_AS_MODEL_LOCAL_SEED", "7")]).await;
+    let prompt = format!(
+        "Use the Read tool to read {} and then tell me where the spare kettle is.",
+        file.display()
+    );
+    let mut cli = claude_code(&server, ("ANTHROPIC_API_KEY", TOKEN), &prompt);
+    // Its own tools but Read left out, so its first prompt is read in seconds, not minutes, on
+    // two cores; every event printed as a line of JSON.
+    cli.args.extend(
+        [
+            "--tools",
+            "Read",
+            "--output-format",
+            "stream-json",
+            "--verbose",
+        ]
+        .map(String::from),
+    );
+    local_round_trip(&world, &server, cli, &["\"tool_result\"", FILE_LINE]).await;
+}
+
+#[tokio::test]
+async fn codex_on_the_embedded_model_runs_cat_and_sends_its_output_back() {
+    let _turn = crate::local::TURN.lock().await;
+    let world = World::new("codex-local");
+    let server = Server::start_with(
+        &world,
+        &local_entry(&["test-model"]),
+        &[("AGENT_AS_MODEL_LOCAL_SEED", "7")],
+    )
+    .await;
+    let mut cli = codex(
+        &server,
+        &format!("Run `cat {FILE_NAME}` and then tell me where the spare kettle is."),
+    );
+    // Every event as a line of JSON (`exec` reads its prompt last).
+    cli.args.insert(1, "--json".into());
+    local_round_trip(&world, &server, cli, &["\"command_execution\"", FILE_LINE]).await;
+}
+
+#[tokio::test]
+async fn gemini_cli_on_the_embedded_model_reads_a_file_and_sends_its_text_back() {
+    let _turn = crate::local::TURN.lock().await;
+    let world = World::new("gemini-local");
+    let server = Server::start_with(
+        &world,
+        &local_entry(&["gemini-cli-test"]),
+        &[("AGENT_AS_MODEL_LOCAL_SEED", "7")],
+    )
+    .await;
+    let prompt = format!(
+        "Use the read_file tool to read {FILE_NAME} and tell me where the spare kettle is."
+    );
+    let mut cli = gemini_cli(&world, &server, Some("gemini-cli-test"), &prompt);
+    cli.args
+        .extend(["--output-format", "stream-json"].map(String::from));
+    // Its JSON events leave the tool's output out; that the model read it shows in the answer.
+    let ran = ["\"tool_result\"", "\"status\":\"success\""];
+    local_round_trip(&world, &server, cli, &ran).await;
 }

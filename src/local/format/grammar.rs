@@ -57,6 +57,13 @@ impl Format {
         }
     }
 
+    /// The start of a call written as a bare JSON object, which starts the grammar of calls
+    /// too when the answer begins with it (Qwen2.5's small models write their calls so, without
+    /// the template's tags; llama.cpp's Hermes reader takes them too).
+    pub fn bare_trigger(&self) -> Option<&'static str> {
+        (self.family == Family::Hermes).then_some("{\"name\"")
+    }
+
     /// The grammar for `goal`, from `start`; special tokens as `marker` writes them.
     pub fn grammar(&self, goal: Goal<'_>, start: Start, marker: Marker<'_>) -> String {
         let mut rules = Vec::new();
@@ -87,6 +94,12 @@ impl Format {
                 })
                 .collect();
             alternatives.join(" | ")
+        } else if self.family == Family::Hermes {
+            // One call, in its tags or as the bare object small Qwen models write (started at
+            // [`Format::bare_trigger`]); then only the end of the turn: as llama-server holds an
+            // answer that may call, one call to a turn.
+            let _tagged = self.calls(tools, marker, &mut rules);
+            format!("call | %json {}", call_objects(tools, "name", "arguments"))
         } else {
             self.calls(tools, marker, &mut rules)
         };
@@ -586,5 +599,23 @@ mod tests {
             assert!(call.starts_with(format.trigger().unwrap_or("")));
             assert!(admits(&g, call), "{family:?} {g}");
         }
+    }
+
+    #[test]
+    fn a_hermes_answer_that_calls_makes_one_call_tagged_or_bare() {
+        let format = f(Family::Hermes, Thinking::None);
+        let g = format.lazy_grammar(&tools(), &text);
+        let tagged = "<tool_call>\n{\"name\": \"ping\", \"arguments\": {}}\n</tool_call>";
+        let bare = "{\"name\": \"ping\", \"arguments\": {}}";
+        assert!(bare.starts_with(format.bare_trigger().unwrap_or("-")));
+        assert!(admits(&g, tagged), "{g}");
+        assert!(admits(&g, bare), "{g}");
+        assert!(!admits(&g, &format!("{tagged}\n{tagged}")), "{g}");
+        assert!(!admits(&g, &format!("{bare}\n{bare}")), "{g}");
+        assert!(
+            !admits(&g, "{\"name\": \"cat hello.txt\", \"arguments\": {}}"),
+            "{g}"
+        );
+        assert_eq!(f(Family::Llama3, Thinking::None).bare_trigger(), None);
     }
 }
