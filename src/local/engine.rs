@@ -337,6 +337,11 @@ impl Model {
         self.longest_token
     }
 
+    /// Bytes of the model's weights.
+    pub fn size(&self) -> u64 {
+        self.model.size()
+    }
+
     /// The shared context: one sequence of `info.context` tokens per slot.
     pub fn context(&self) -> Result<LlamaContext<'_>, EngineError> {
         let info = &self.info;

@@ -457,6 +457,28 @@ impl Model for Local {
         Some(self.name())
     }
 
+    fn stats(&self) -> direct::Stats {
+        let (loaded, slots) = match self.state() {
+            State::Ready(info) => (true, info.slots),
+            State::Loading | State::Failed(_) => (false, self.settings.slots),
+        };
+        let c = &self.counters;
+        direct::Stats {
+            retries: None,
+            engine: Some(direct::EngineStats {
+                loaded,
+                queued: self.jobs.waiting(),
+                busy: c.busy.load(Ordering::Relaxed),
+                slots,
+                memory_bytes: if loaded {
+                    c.memory_bytes.load(Ordering::Relaxed)
+                } else {
+                    0
+                },
+            }),
+        }
+    }
+
     fn describe(&self) -> Value {
         let s = &self.settings;
         let (status, context, slots, threads, device) = match self.state() {
@@ -662,7 +684,9 @@ impl Worker {
             if !counted && let Some(job) = queue.take_first(Job::is_count) {
                 self.begin_unless_changed(model, on_disk, &mut slots, job);
             }
+            self.counters.busy.store(slots.busy(), Ordering::Relaxed);
             slots.step();
+            self.counters.busy.store(slots.busy(), Ordering::Relaxed);
         }
     }
 
@@ -694,6 +718,9 @@ impl Worker {
             context = info.context,
             "local model ready"
         );
+        self.counters
+            .memory_bytes
+            .store(model.size(), Ordering::Relaxed);
         self.set(State::Ready(info.clone()));
     }
 
