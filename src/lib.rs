@@ -22,6 +22,7 @@
 //! backends/   the models this server calls itself: the Model trait, a provider
 //! local/      the embedded model on llama.cpp
 //! routing/    which model answers: named entries, aliases, fallbacks, caps
+//! metrics     what the calls did, for `GET /metrics`: counters, histograms, the models' state
 //! config      one typed configuration (command line and environment), passed down
 //! ```
 //!
@@ -44,6 +45,7 @@ pub mod limits;
 pub mod local;
 pub mod logging;
 pub mod mcp;
+pub mod metrics;
 pub mod pyjson;
 pub mod retry;
 pub mod routing;

@@ -22,6 +22,7 @@ pub mod store;
 
 use crate::call::Call;
 use crate::error::{CallError, Upstream};
+use crate::metrics::Record;
 use crate::service::{Answered, Origin, Served, Service};
 use crate::shapes::{self, Shape};
 use serde_json::{Map, Value, json};
@@ -68,6 +69,17 @@ impl Dialect {
     /// Whether the API's stream shows a tool call as it is made (Gemini sends a call whole).
     pub fn streams_calls(self) -> bool {
         self != Dialect::Gemini
+    }
+
+    /// The API as the metrics name it.
+    pub fn metric(self) -> crate::metrics::Api {
+        match self {
+            Dialect::Chat => crate::metrics::Api::Chat,
+            Dialect::Responses => crate::metrics::Api::Responses,
+            Dialect::Messages => crate::metrics::Api::Messages,
+            Dialect::Gemini => crate::metrics::Api::Gemini,
+            Dialect::Completions => crate::metrics::Api::Completions,
+        }
     }
 
     /// The tool whose arguments this API's request body is.
@@ -461,6 +473,27 @@ impl Api {
             .backends()
             .answering_model(&call.request.model)
             .unwrap_or_else(|| call.request.model.clone())
+    }
+
+    /// A record of one call of `dialect`, starting now (see [`crate::metrics::Record`]).
+    pub fn record(&self, dialect: Dialect) -> Record {
+        self.service.metrics().record(dialect.metric())
+    }
+
+    /// Notes on a call's record, before it is answered, the model its route goes to first (a
+    /// fallback may answer it instead: [`Api::note`] says which did).
+    pub fn aim(&self, record: &mut Record, call: &Call) {
+        let backends = self.service.backends();
+        record.model(backends.entry_name(&call.request.model, false));
+    }
+
+    /// Notes how a call ended on its record: the model that answered and its usage, or the
+    /// error's status.
+    pub fn note(&self, record: &mut Record, result: &Result<Answered, ApiError>) {
+        match result {
+            Ok(answered) => record.answered(&answered.report.entry, answered.finished.usage),
+            Err(e) => record.status(e.status),
+        }
     }
 
     /// The prompt tokens a parsed call would have its model read (see

@@ -66,6 +66,31 @@ impl ModelRequest {
     }
 }
 
+/// What a model says of its work, read at each scrape of the metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Requests sent again after a failure worth retrying (a provider's 429 or 5xx, a timeout);
+    /// `None` for a model that does not retry.
+    pub retries: Option<u64>,
+    /// The embedded model's engine, when this is one.
+    pub engine: Option<EngineStats>,
+}
+
+/// What the embedded model's engine holds now.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EngineStats {
+    /// The model is loaded and answers.
+    pub loaded: bool,
+    /// Calls (and token counts) waiting for the worker.
+    pub queued: usize,
+    /// Slots answering a call now.
+    pub busy: usize,
+    /// Slots in all.
+    pub slots: usize,
+    /// Bytes of the model's weights, once it is loaded.
+    pub memory_bytes: u64,
+}
+
 /// A model this server calls itself.
 pub trait Model: Send + Sync {
     /// `"local"` or `"provider"`: reported in results and by `list_models`.
@@ -89,6 +114,10 @@ pub trait Model: Send + Sync {
     /// it answers; `None` when it cannot count them exactly (the caller estimates them then).
     fn count_tokens(&self, _request: ModelRequest) -> BoxFuture<'_, CallResult<Option<usize>>> {
         Box::pin(async { Ok(None) })
+    }
+    /// What the model says of its work now, for the metrics.
+    fn stats(&self) -> Stats {
+        Stats::default()
     }
 }
 

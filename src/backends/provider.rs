@@ -8,7 +8,7 @@
 use super::answer::{
     AnswerCall, Arguments, ChatCompletion, ErrorAnswer, ErrorObject, Field, UsageCounts,
 };
-use super::direct::{BoxFuture, Model, ModelRequest, ModelTool};
+use super::direct::{BoxFuture, Model, ModelRequest, ModelTool, Stats};
 use super::stream::StreamError;
 use crate::call::{Block, Completion, Usage};
 use crate::config::Config;
@@ -20,6 +20,7 @@ use crate::retry::{self, Failure, GaveUp};
 use crate::wire::openai::{self, Reader};
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -143,6 +144,8 @@ pub struct Provider {
     secrets: Vec<String>,
     /// The last call's failure (redacted), shown by `list_models` until a call succeeds.
     last_error: std::sync::Mutex<Option<String>>,
+    /// Requests sent again after a failure worth retrying, for the metrics.
+    retries: AtomicU64,
 }
 
 /// What a stream keeps back from the caller until the next piece shows it is no secret: the end
@@ -247,6 +250,7 @@ impl Provider {
             endpoint,
             secrets,
             last_error: std::sync::Mutex::default(),
+            retries: AtomicU64::new(0),
         })
     }
 
@@ -332,7 +336,10 @@ impl Provider {
             .checked_add(self.settings.deadline)
             .or_else(|| started.checked_add(Duration::from_secs(MAX_DEADLINE_SECS)))
             .unwrap_or(started);
-        retry::retry(&policy, Some(deadline), |_| {
+        retry::retry(&policy, Some(deadline), |number| {
+            if number > 0 {
+                self.retries.fetch_add(1, Ordering::Relaxed);
+            }
             self.attempt(&body, live, deadline)
         })
         .await
@@ -776,6 +783,13 @@ impl Model for Provider {
 
     fn model_name(&self) -> Option<String> {
         Some(self.settings.model.clone())
+    }
+
+    fn stats(&self) -> Stats {
+        Stats {
+            retries: Some(self.retries.load(Ordering::Relaxed)),
+            engine: None,
+        }
     }
 
     fn describe(&self) -> Value {

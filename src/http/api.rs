@@ -1,9 +1,10 @@
 //! The model APIs' routes: OpenAI chat completions, legacy text completions and Responses,
 //! Anthropic messages, Gemini `generateContent`, their token counts and model lists, as a base URL
-//! for any SDK or agent CLI. Each handler reads the JSON body, hands it to [`crate::api`] (which
-//! answers it as the tool of the same shape is answered) and writes the API object, the API's
-//! stream of events, or the API's error envelope. The token is taken in every spelling the clients
-//! use.
+//! for any SDK or agent CLI; and `GET /metrics`, behind the same token. Each handler reads the
+//! JSON body, hands it to [`crate::api`] (which answers it as the tool of the same shape is
+//! answered) and writes the API object, the API's stream of events, or the API's error envelope.
+//! The token is taken in every spelling the clients use. Each model call is counted in the
+//! server's metrics by a [`Record`] kept from its arrival to its end (handed to a stream's task).
 
 use crate::api::responses::{self as resp, Echo, Encoder, Keep, Stored, Streamed};
 use crate::api::{self, Admitted, Api, ApiError, Dialect, Encode, ErrorKind, Prepared};
@@ -11,6 +12,7 @@ use crate::api::{chat, completions, gemini, messages};
 use crate::call::Call;
 use crate::fulfil::live::{Event, Sink};
 use crate::fulfil::written::Piece;
+use crate::metrics::Record;
 use crate::service::Answered;
 use crate::service::Parsed;
 use axum::Router;
@@ -67,6 +69,7 @@ pub fn routes(api: Arc<Api>) -> Routes {
         .route("/v1/models/{name}", get(model).post(gemini))
         .route("/v1beta/models", get(gemini_models))
         .route("/v1beta/models/{name}", get(gemini_model).post(gemini))
+        .route("/metrics", get(metrics))
         .method_not_allowed_fallback(wrong_method)
         .with_state(api);
     Routes {
@@ -74,6 +77,17 @@ pub fn routes(api: Arc<Api>) -> Routes {
         auth: api_key,
         unknown: Some(unknown_route),
     }
+}
+
+/// `GET /metrics`: the server's metrics in Prometheus's text format (behind the token, as the
+/// APIs are).
+async fn metrics(State(api): State<Arc<Api>>) -> Response {
+    let mut response = Response::new(Body::from(api.service.metrics().render()));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(crate::metrics::CONTENT_TYPE),
+    );
+    response
 }
 
 /// A path under `/v1` or `/v1beta` that no route serves: a 404 in the API's JSON envelope
@@ -240,18 +254,36 @@ fn object(body: &Bytes) -> Result<Map<String, Value>, ApiError> {
 pub(super) type Share = Option<Extension<Held>>;
 
 async fn chat(State(api): State<Arc<Api>>, held: Share, body: Bytes) -> Response {
-    complete(api, Dialect::Chat, body, None, false, held).await
+    let mut record = api.record(Dialect::Chat);
+    let response = complete(api, Dialect::Chat, body, None, false, held, &mut record).await;
+    noted(record, response)
 }
 
 /// `POST /v1/completions`: OpenAI's legacy text completions.
 async fn text_completions(State(api): State<Arc<Api>>, held: Share, body: Bytes) -> Response {
-    complete(api, Dialect::Completions, body, None, false, held).await
+    let mut record = api.record(Dialect::Completions);
+    let dialect = Dialect::Completions;
+    let response = complete(api, dialect, body, None, false, held, &mut record).await;
+    noted(record, response)
+}
+
+/// `response`, its status told to the call's record (unless the record knows how the call
+/// ended, or was handed to the stream that answers it).
+pub(super) fn noted(mut record: Record, response: Response) -> Response {
+    record.status(response.status().as_u16());
+    response
 }
 
 /// `POST /v1/responses`: a conversation continued from a stored response when the request
 /// names one (`previous_response_id`), answered as the other APIs are, written by the
 /// Responses encoder, and stored unless `store: false`.
 async fn responses(State(api): State<Arc<Api>>, held: Share, body: Bytes) -> Response {
+    let mut record = api.record(Dialect::Responses);
+    let response = respond(api, held, body, &mut record).await;
+    noted(record, response)
+}
+
+async fn respond(api: Arc<Api>, held: Share, body: Bytes, record: &mut Record) -> Response {
     let dialect = Dialect::Responses;
     let (admitted, map) = match admitted_object(&api, dialect, body).await {
         Ok(admitted) => admitted,
@@ -274,11 +306,14 @@ async fn responses(State(api): State<Arc<Api>>, held: Share, body: Bytes) -> Res
     };
     if prepared.stream {
         let encode = Box::new(Streamed::new(encoder, keep));
-        return streamed(api, dialect, prepared, call, holding, encode).await;
+        let record = record.hand_on();
+        return streamed(api, dialect, prepared, call, holding, encode, record).await;
     }
     let cancel = CancellationToken::new();
     let mut warnings = prepared.warnings;
+    api.aim(record, &call);
     let answer = api.answer(dialect, &call, &cancel, None).await;
+    api.note(record, &answer);
     drop(holding);
     match answer {
         Ok(answered) => {
@@ -478,7 +513,9 @@ async fn responses_delete(State(api): State<Arc<Api>>, Path(id): Path<String>) -
 }
 
 async fn messages(State(api): State<Arc<Api>>, held: Share, body: Bytes) -> Response {
-    complete(api, Dialect::Messages, body, None, false, held).await
+    let mut record = api.record(Dialect::Messages);
+    let response = complete(api, Dialect::Messages, body, None, false, held, &mut record).await;
+    noted(record, response)
 }
 
 /// `POST …/models/{model}:{action}`: `generateContent`, `streamGenerateContent` (SSE with
@@ -497,17 +534,25 @@ async fn gemini(
             &[],
         );
     };
+    let dialect = Dialect::Gemini;
     match action {
-        "generateContent" => complete(api, Dialect::Gemini, body, Some(model), false, held).await,
+        "generateContent" => {
+            let mut record = api.record(dialect);
+            let response = complete(api, dialect, body, Some(model), false, held, &mut record);
+            let response = response.await;
+            noted(record, response)
+        }
         "streamGenerateContent" => {
             let sse = uri
                 .query()
                 .is_some_and(|q| q.split('&').any(|p| p == "alt=sse"));
-            if sse {
-                complete(api, Dialect::Gemini, body, Some(model), true, held).await
+            let mut record = api.record(dialect);
+            let response = if sse {
+                complete(api, dialect, body, Some(model), true, held, &mut record).await
             } else {
-                gemini_array(api, body, model).await
-            }
+                gemini_array(api, body, model, &mut record).await
+            };
+            noted(record, response)
         }
         "countTokens" => count(api, Counting::Gemini, body, Some(model)).await,
         other => error(
@@ -677,6 +722,7 @@ async fn complete(
     model: Option<&str>,
     stream: bool,
     held: Share,
+    record: &mut Record,
 ) -> Response {
     let admitted = match api.admit() {
         Ok(admitted) => admitted,
@@ -695,9 +741,10 @@ async fn complete(
         // A stream's head is written before the answer's report: what parsing set aside.
         prepared.warnings.extend(call.warnings.iter().cloned());
         let encode = stream_encoder(&api, dialect, &prepared, &call).await;
-        return streamed(api, dialect, prepared, call, holding, encode).await;
+        let record = record.hand_on();
+        return streamed(api, dialect, prepared, call, holding, encode, record).await;
     }
-    let answer = whole(&api, dialect, prepared, &call, |object| object).await;
+    let answer = whole(&api, dialect, prepared, &call, record, |object| object).await;
     drop(holding);
     answer
 }
@@ -708,12 +755,16 @@ async fn whole(
     dialect: Dialect,
     prepared: Prepared,
     call: &Call,
+    record: &mut Record,
     body: impl FnOnce(Value) -> Value,
 ) -> Response {
     // A client that goes away drops this future, and with it the work.
     let cancel = CancellationToken::new();
     let mut warnings = prepared.warnings;
-    match api.answer(dialect, call, &cancel, None).await {
+    api.aim(record, call);
+    let answer = api.answer(dialect, call, &cancel, None).await;
+    api.note(record, &answer);
+    match answer {
         Ok(answered) => {
             warnings.extend(answered.report.warnings.iter().cloned());
             let object = whole_object(api, dialect, call, &answered);
@@ -778,7 +829,7 @@ async fn stream_encoder(
 
 /// Gemini's `streamGenerateContent` without `?alt=sse`: the answer as a JSON array of one
 /// response.
-async fn gemini_array(api: Arc<Api>, body: Bytes, model: &str) -> Response {
+async fn gemini_array(api: Arc<Api>, body: Bytes, model: &str, record: &mut Record) -> Response {
     let _admitted = match api.admit() {
         Ok(admitted) => admitted,
         Err(e) => return error(Dialect::Gemini, &e, &[]),
@@ -788,7 +839,7 @@ async fn gemini_array(api: Arc<Api>, body: Bytes, model: &str) -> Response {
         Err(response) => return *response,
     };
     drop(body);
-    whole(&api, Dialect::Gemini, prepared, &call, |object| {
+    whole(&api, Dialect::Gemini, prepared, &call, record, |object| {
         json!([object])
     })
     .await
@@ -878,13 +929,14 @@ async fn streamed(
     call: Parsed,
     holding: Holding,
     encode: Box<dyn Encode>,
+    record: Record,
 ) -> Response {
     let (frames, mut out) = mpsc::channel::<Bytes>(STREAM_BUFFER);
     let (head, began) = oneshot::channel();
     let warnings = prepared.warnings;
     drop(prepared.arguments);
     tokio::spawn(async move {
-        stream_answer(api, dialect, encode, call, frames, head).await;
+        stream_answer(api, dialect, encode, call, frames, head, record).await;
         drop(holding);
     });
     match began.await {
@@ -947,7 +999,9 @@ pub(super) async fn stream_answer(
     call: Parsed,
     frames: mpsc::Sender<Bytes>,
     head: oneshot::Sender<Result<(), ApiError>>,
+    mut record: Record,
 ) {
+    api.aim(&mut record, &call);
     let within = api.stream_write_timeout;
     let (deltas, mut pieces) = mpsc::unbounded_channel();
     let sink: crate::fulfil::live::Events = Arc::new(Deltas::new(deltas, dialect, &call));
@@ -965,28 +1019,40 @@ pub(super) async fn stream_answer(
         () = head.closed() => return,
     };
     let (ended, first) = match early {
-        // Nothing was sent: the error is the answer's status.
-        Early::Ended(Err(e)) => {
-            let _ = head.send(Err(e));
-            return;
+        Early::Ended(result) => {
+            api.note(&mut record, &result);
+            match result {
+                // Nothing was sent: the error is the answer's status.
+                Err(e) => {
+                    let _ = head.send(Err(e));
+                    return;
+                }
+                Ok(answered) => (Some(Ok(answered)), None),
+            }
         }
-        Early::Ended(Ok(answered)) => (Some(Ok(answered)), None),
         Early::Began(first) => (None, first),
     };
     if head.send(Ok(())).is_err() || !hand_over(&frames, stream.start(), within).await {
         return;
     }
-    if let Some(piece) = first
-        && !hand_over(&frames, stream.piece(piece), within).await
-    {
-        return;
+    if let Some(piece) = first {
+        record.first_token();
+        if !hand_over(&frames, stream.piece(piece), within).await {
+            return;
+        }
     }
     let result = match ended {
         Some(result) => result,
-        None => match relay(answer, &mut pieces, &frames, &mut stream, within).await {
-            Some(result) => result,
-            None => return,
-        },
+        None => {
+            let relayed = relay(answer, &mut pieces, &frames, &mut stream, within, &record).await;
+            match relayed {
+                Some(result) => {
+                    api.note(&mut record, &result);
+                    result
+                }
+                None => return,
+            }
+        }
     };
     while let Ok(piece) = pieces.try_recv() {
         if !hand_over(&frames, stream.piece(piece), within).await {
@@ -1011,6 +1077,7 @@ async fn relay<F>(
     frames: &mpsc::Sender<Bytes>,
     stream: &mut Box<dyn Encode>,
     within: Duration,
+    record: &Record,
 ) -> Option<F::Output>
 where
     F: std::future::Future,
@@ -1022,6 +1089,7 @@ where
         tokio::select! {
             result = &mut answer => return Some(result),
             Some(piece) = pieces.recv() => {
+                record.first_token();
                 if !hand_over(frames, stream.piece(piece), within).await {
                     return None;
                 }

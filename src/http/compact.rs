@@ -3,12 +3,13 @@
 //! `POST /v1/responses`, answered as a `response.compaction` object. Nothing is stored.
 
 use super::api::{
-    Holding, Share, admitted_object, error, json_body, parse_checked, previous_response,
+    Holding, Share, admitted_object, error, json_body, noted, parse_checked, previous_response,
     serialized, with_warnings,
 };
 use crate::api::compact;
 use crate::api::responses::input_items;
 use crate::api::{Api, ApiError, Dialect};
+use crate::metrics::Record;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::response::Response;
@@ -19,6 +20,12 @@ use tokio_util::sync::CancellationToken;
 /// `POST /v1/responses/compact`: `model` (required), `input` and/or `previous_response_id`,
 /// `instructions`.
 pub(super) async fn compact(State(api): State<Arc<Api>>, held: Share, body: Bytes) -> Response {
+    let mut record = api.record(Dialect::Responses);
+    let response = summarize(api, held, body, &mut record).await;
+    noted(record, response)
+}
+
+async fn summarize(api: Arc<Api>, held: Share, body: Bytes, record: &mut Record) -> Response {
     let dialect = Dialect::Responses;
     let (admitted, map) = match admitted_object(&api, dialect, body).await {
         Ok(admitted) => admitted,
@@ -68,7 +75,9 @@ pub(super) async fn compact(State(api): State<Arc<Api>>, held: Share, body: Byte
     let mut warnings = prepared.warnings;
     // A client that goes away drops this future, and with it the work.
     let cancel = CancellationToken::new();
+    api.aim(record, &call);
     let answer = api.answer(dialect, &call, &cancel, None).await;
+    api.note(record, &answer);
     drop(holding);
     match answer {
         Ok(answered) => {

@@ -4,8 +4,8 @@
 //! - `/healthz`: 200 for load balancers, before every check (and past the connection cap).
 //! - `/mcp`: the MCP service (any tower `Service<http::Request<Bytes>>`), behind the bearer
 //!   token ([`bearer`]).
-//! - further route groups (the model APIs), each with its own credential check: a [`Routes`]
-//!   passed to [`serve_http`], merged beside `/mcp`.
+//! - further route groups (the model APIs, and `/metrics` with them), each with its own
+//!   credential check: a [`Routes`] passed to [`serve_http`], merged beside `/mcp`.
 //! - anything else: 404.
 //!
 //! Every route but `/healthz` is behind the same checks, in this order: `Host` and `Origin`

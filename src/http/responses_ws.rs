@@ -26,6 +26,7 @@ use super::api::{Holding, ResponsesTurn, error, read_object, responses_turn, str
 use super::listen::Slot;
 use crate::api::responses::{Resource, Stored, Streamed};
 use crate::api::{Admitted, Api, ApiError, Dialect, ErrorKind};
+use crate::metrics::Record;
 use axum::Extension;
 use axum::body::Bytes;
 use axum::extract::State;
@@ -232,18 +233,19 @@ impl Connection {
     /// Answers one message: a create's response, or the error refusing it. `false` when the
     /// connection is over.
     async fn create(&mut self, message: Message) -> bool {
+        let mut record = self.api.record(Dialect::Responses);
         let text = match message {
             Message::Text(text) => Bytes::from(text),
             _ => {
                 let e = ApiError::invalid(
                     "send each `response.create` as a text message holding a JSON object",
                 );
-                return self.refuse(&e).await;
+                return self.refuse_call(&mut record, &e).await;
             }
         };
         let mut map = match read_object(&text).await {
             Ok(map) => map,
-            Err(e) => return self.refuse(&e).await,
+            Err(e) => return self.refuse_call(&mut record, &e).await,
         };
         drop(text);
         if map.get("type").and_then(Value::as_str) != Some("response.create") {
@@ -254,7 +256,7 @@ impl Connection {
                      WebSocket mode",
                 )
             };
-            return self.refuse(&e).await;
+            return self.refuse_call(&mut record, &e).await;
         }
         map.remove("type");
         // Every response is streamed here: HTTP's `stream` and `stream_options` say nothing.
@@ -266,15 +268,24 @@ impl Connection {
             .map(str::to_owned);
         let admitted = match self.api.admit() {
             Ok(admitted) => admitted,
-            Err(e) => return self.refuse(&e).await,
+            Err(e) => return self.refuse_call(&mut record, &e).await,
         };
         match responses_turn(&self.api, map, self.last.as_ref()).await {
-            Ok(turn) => self.run(turn, admitted, previous.as_deref()).await,
+            Ok(turn) => {
+                let record = record.hand_on();
+                self.run(turn, admitted, previous.as_deref(), record).await
+            }
             Err(refused) => {
                 self.failed(previous.as_deref(), &refused.error);
-                self.refuse(&refused.error).await
+                self.refuse_call(&mut record, &refused.error).await
             }
         }
+    }
+
+    /// Refuses a create before its response began, telling its record the status.
+    async fn refuse_call(&mut self, record: &mut Record, e: &ApiError) -> bool {
+        record.status(e.status);
+        self.refuse(e).await
     }
 
     /// Streams a response's events to the client, reading the connection meanwhile (a close
@@ -284,6 +295,7 @@ impl Connection {
         turn: ResponsesTurn,
         admitted: Admitted,
         previous: Option<&str>,
+        record: Record,
     ) -> bool {
         let ResponsesTurn {
             prepared,
@@ -300,7 +312,7 @@ impl Connection {
         }
         drop(prepared);
         let encode = Box::new(Streamed::new(encoder, keep));
-        let (mut out, mut began) = self.spawn_answer(encode, call, admitted);
+        let (mut out, mut began) = self.spawn_answer(encode, call, admitted, record);
         let mut started = false;
         loop {
             tokio::select! {
@@ -345,6 +357,7 @@ impl Connection {
         encode: Box<Streamed>,
         call: crate::service::Parsed,
         admitted: Admitted,
+        record: Record,
     ) -> (
         mpsc::Receiver<Bytes>,
         oneshot::Receiver<Result<(), ApiError>>,
@@ -357,7 +370,7 @@ impl Connection {
         let (head, began) = oneshot::channel();
         let api = Arc::clone(&self.api);
         tokio::spawn(async move {
-            stream_answer(api, Dialect::Responses, encode, call, frames, head).await;
+            stream_answer(api, Dialect::Responses, encode, call, frames, head, record).await;
             drop(holding);
         });
         (out, began)

@@ -350,6 +350,11 @@ impl Model {
         self.longest_token
     }
 
+    /// Bytes of the model's weights.
+    pub fn size(&self) -> u64 {
+        self.model.size()
+    }
+
     /// A shared context: one sequence of `per_slot` tokens per slot.
     pub fn context(&self, per_slot: usize) -> Result<LlamaContext<'_>, EngineError> {
         let info = &self.info;

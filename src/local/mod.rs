@@ -468,6 +468,28 @@ impl Model for Local {
         Some(self.name())
     }
 
+    fn stats(&self) -> direct::Stats {
+        let (loaded, slots) = match self.state() {
+            State::Ready(info) => (true, info.slots),
+            State::Loading | State::Failed(_) => (false, self.settings.slots),
+        };
+        let c = &self.counters;
+        direct::Stats {
+            retries: None,
+            engine: Some(direct::EngineStats {
+                loaded,
+                queued: self.jobs.waiting(),
+                busy: c.busy.load(Ordering::Relaxed),
+                slots,
+                memory_bytes: if loaded {
+                    c.memory_bytes.load(Ordering::Relaxed)
+                } else {
+                    0
+                },
+            }),
+        }
+    }
+
     fn describe(&self) -> Value {
         let s = &self.settings;
         let asked = (s.context > 0).then_some(s.context);
@@ -699,7 +721,9 @@ impl Worker {
             if !counted && let Some(job) = queue.take_first(Job::is_count) {
                 held = held.or(self.begin_unless_changed(model, on_disk, &mut slots, job));
             }
+            self.counters.busy.store(slots.busy(), Ordering::Relaxed);
             slots.step();
+            self.counters.busy.store(slots.busy(), Ordering::Relaxed);
         }
     }
 
@@ -735,6 +759,9 @@ impl Worker {
             context = info.context,
             "local model ready"
         );
+        self.counters
+            .memory_bytes
+            .store(model.size(), Ordering::Relaxed);
         self.set(State::Ready(info.clone()));
     }
 

@@ -106,7 +106,6 @@ impl<T> Queue<T> {
     }
 
     /// How many items are waiting.
-    #[cfg(test)]
     pub fn waiting(&self) -> usize {
         self.lock().waiting.len()
     }

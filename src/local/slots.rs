@@ -14,7 +14,7 @@ use llama_cpp_2::token::LlamaToken;
 use llguidance::api::TopLevelGrammar;
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// Told, as an answer is written, how many tokens it has and the text they added.
 pub type Sink = Box<dyn FnMut(usize, &str)>;
@@ -40,13 +40,18 @@ pub struct Call {
     pub reply: tokio::sync::oneshot::Sender<Result<Output, LocalError>>,
 }
 
-/// What the prefix cache has done, for `list_models` and the logs.
+/// What the prefix cache has done, for `list_models` and the logs; what the slots hold, for the
+/// metrics.
 #[derive(Debug, Default)]
 pub struct Counters {
     pub calls: AtomicU64,
     pub prompt_tokens: AtomicU64,
     /// Prompt tokens not processed because a slot held them from an earlier call.
     pub reused_tokens: AtomicU64,
+    /// Slots answering a call, as of the worker's last step.
+    pub busy: AtomicUsize,
+    /// Bytes of the loaded model's weights.
+    pub memory_bytes: AtomicU64,
 }
 
 /// A limit on the reasoning's tokens: once it is reached, the engine writes the family's
@@ -236,6 +241,11 @@ impl<'m> Slots<'m> {
 
     pub fn has_free_slot(&self) -> bool {
         self.slots.iter().any(|s| s.active.is_none())
+    }
+
+    /// Slots answering a call.
+    pub fn busy(&self) -> usize {
+        self.slots.iter().filter(|s| s.active.is_some()).count()
     }
 
     /// Puts a call in the free slot whose cache shares the longest prefix with its prompt

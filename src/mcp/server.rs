@@ -11,9 +11,10 @@ use crate::mcp::gate::Gate;
 use crate::mcp::progress::Reporter;
 use crate::mcp::sampling::{Caller, Host, Retry, Settings};
 use crate::mcp::wire;
+use crate::metrics::{self, Outcome, Record};
 use crate::pyjson::{self, Style};
 use crate::routing::Backends;
-use crate::service::{Answered, Origin, Served, Service};
+use crate::service::{Answered, HostModel, Origin, Served, Service};
 use crate::shapes::{self, Placement, Shape};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorCode,
@@ -112,11 +113,13 @@ impl Server {
         shape: &'static dyn Shape,
         request: CallToolRequestParams,
         ctx: RequestContext<RoleServer>,
+        record: &mut Record,
     ) -> Result<CallToolResponse, ErrorData> {
         let (parsed, arguments) = self
             .service
             .parse_blocking(shape, request.arguments.unwrap_or_default())
             .await;
+        let cancelled = ctx.ct.clone();
         let result = async {
             let call = crate::service::Parsed(parsed?);
             let retry = Retry {
@@ -141,6 +144,12 @@ impl Server {
                 cancel: &ctx.ct,
                 events: &open,
             };
+            let samples = caller.samples();
+            record.model(
+                self.service
+                    .backends()
+                    .entry_name(&call.request.model, samples),
+            );
             let served = self.service.complete(shape, &call, &origin).await;
             let started = reporter
                 .lock()
@@ -150,7 +159,11 @@ impl Server {
                 reporter.stop().await;
             }
             match served? {
-                Served::Answered(answered) => Ok(tool_result(shape, *answered).into()),
+                Served::Answered(answered) => {
+                    let usage = answered.finished.usage;
+                    record.answered(&answered.report.entry, usage);
+                    Ok(tool_result(shape, *answered).into())
+                }
                 Served::Asked => caller
                     .take_asked()
                     .map(CallToolResponse::InputRequired)
@@ -163,7 +176,14 @@ impl Server {
             }
         }
         .await;
-        result.or_else(|e| edge(shape.name(), e))
+        result.or_else(|e| {
+            record.outcome(if cancelled.is_cancelled() {
+                Outcome::Cancelled
+            } else {
+                Outcome::of_error(&e)
+            });
+            edge(shape.name(), e)
+        })
     }
 }
 
@@ -357,10 +377,21 @@ impl ServerHandler for Server {
         });
         let rpc_id = ctx.id.clone();
         let _done = Done(self.on_done.as_ref(), &rpc_id);
-        let outcome = match self.gate.as_ref().map(Gate::admit).transpose() {
-            Ok(_admitted) => self.dispatch(request, ctx).await,
-            Err(refused) => Err(refused),
+        // A model call (not `list_models`, not an unknown tool) is counted in the metrics.
+        let mut counted = match shapes::find(&request.name) {
+            Some(_) => self.service.metrics().record(metrics::Api::Mcp),
+            None => Record::default(),
         };
+        let outcome = match self.gate.as_ref().map(Gate::admit).transpose() {
+            Ok(_admitted) => self.dispatch(request, ctx, &mut counted).await,
+            Err(refused) => {
+                counted.outcome(Outcome::ServerError);
+                Err(refused)
+            }
+        };
+        if let Ok(CallToolResponse::InputRequired(_)) = &outcome {
+            counted.outcome(Outcome::Ok);
+        }
         if let Some((started, request_id, rpc_id, tool)) = record {
             let (result, code) = match &outcome {
                 Ok(CallToolResponse::InputRequired(_)) => ("input_required", None),
@@ -396,12 +427,13 @@ impl Server {
         &self,
         request: CallToolRequestParams,
         ctx: RequestContext<RoleServer>,
+        record: &mut Record,
     ) -> Result<CallToolResponse, ErrorData> {
         if request.name == "list_models" {
             return Ok(list_models(&Host::of(&ctx), self.service.backends()).into());
         }
         match shapes::find(&request.name) {
-            Some(shape) => self.complete(shape, request, ctx).await,
+            Some(shape) => self.complete(shape, request, ctx, record).await,
             None => {
                 let names: Vec<&str> = self.tools.iter().map(|t| t.name.as_ref()).collect();
                 Err(ErrorData::invalid_params(

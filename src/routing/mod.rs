@@ -274,6 +274,18 @@ impl Backends {
         self.named
     }
 
+    /// Every model, in order.
+    pub fn entries(&self) -> &[Entry] {
+        &self.entries
+    }
+
+    /// The name of the model a call for `model` goes to first (one of this server's names,
+    /// never the caller's own words unless they name a model); `None` when none would take it.
+    pub fn entry_name(&self, model: &str, host_samples: bool) -> Option<&str> {
+        let chain = self.route(model, host_samples).ok()?;
+        chain.first().map(|e| e.name.as_str())
+    }
+
     /// The name the model that would answer a call for `model` without a sampling host goes by
     /// (what its backend reports: the embedded model's, the provider's model): the name the
     /// model APIs report before the answer says. `None` when no direct model would answer.

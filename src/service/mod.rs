@@ -12,6 +12,7 @@ use crate::error::{CallError, CallResult};
 use crate::fulfil::Fulfilled;
 use crate::fulfil::live::Events;
 use crate::limits::Limits;
+use crate::metrics::Metrics;
 use crate::routing::{Answerer, Backends, Entry};
 use crate::shapes::{self, Rendered, Shape};
 use driver::{Driver, Outcome, Sampler};
@@ -80,6 +81,8 @@ pub struct Report {
     pub tool_calls_via: Option<&'static str>,
     /// Which kind of backend answered.
     pub backend: crate::error::Backend,
+    /// The name of the model (this server's entry) that answered.
+    pub entry: String,
     /// Which model answered, when a models file names them or a fallback answered.
     pub route: Option<Value>,
     /// How structured output was obtained, and in how many attempts.
@@ -127,15 +130,24 @@ pub struct Service {
     backends: Arc<Backends>,
     /// How long after a call began a fallback may still start.
     fallback_window: Duration,
+    /// What every front records its calls in.
+    metrics: Arc<Metrics>,
 }
 
 impl Service {
     pub fn new(limits: Limits, backends: Backends, fallback_window: Duration) -> Self {
+        let backends = Arc::new(backends);
         Service {
             limits: Arc::new(limits),
-            backends: Arc::new(backends),
+            metrics: Arc::new(Metrics::new(backends.clone())),
+            backends,
             fallback_window,
         }
+    }
+
+    /// The server's metrics.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
     }
 
     pub fn limits(&self) -> &Limits {
@@ -218,6 +230,9 @@ impl Service {
                         "falling back"
                     );
                     fell_back_from.push(json!({"model": entry.name, "error": e.to_string()}));
+                    if let Some(next) = chain.get(i + 1) {
+                        self.metrics.fallback(&entry.name, &next.name);
+                    }
                     continue;
                 }
                 Err(e) => return Err(e),
@@ -344,6 +359,7 @@ fn finish(shape: &dyn Shape, call: &Call, done: Fulfilled, route: &Route<'_>) ->
         warnings,
         tool_calls_via: done.strategy.tools_via(),
         backend,
+        entry: route.entry.name.clone(),
         route: (route.named || !route.fell_back_from.is_empty()).then(|| {
             json!({"model": route.entry.name, "backend": backend,
                    "fell_back_from": route.fell_back_from})

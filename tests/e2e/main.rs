@@ -45,6 +45,7 @@ mod install;
 mod litellm;
 mod local;
 mod local_queue;
+mod metrics;
 mod packaging;
 mod properties;
 mod provider;
