@@ -169,7 +169,8 @@ pub enum Reader {
     /// An OpenAI-compatible API: call ids, arguments as JSON strings, media as parts, `null`
     /// content beside tool calls.
     Api,
-    /// A model's chat template: text only (joined), arguments as objects, no ids.
+    /// A model's chat template: text only (joined), arguments as objects, ids as
+    /// [`template_id`] writes them.
     Template,
 }
 
@@ -229,7 +230,7 @@ fn turn_messages(turn: &Turn, reader: Reader, out: &mut Vec<Message>) {
                     pyjson::dumps_object(input, Style::PLAIN),
                 ),
                 Reader::Template => ToolCall {
-                    id: None,
+                    id: Some(template_id(id)),
                     kind: function(),
                     function: FunctionCall {
                         name: name.clone(),
@@ -249,7 +250,10 @@ fn turn_messages(turn: &Turn, reader: Reader, out: &mut Vec<Message>) {
                     text
                 };
                 let mut message = Message::text(Speaker::Tool, text);
-                message.tool_call_id = (reader == Reader::Api).then(|| id.clone());
+                message.tool_call_id = Some(match reader {
+                    Reader::Api => id.clone(),
+                    Reader::Template => template_id(id),
+                });
                 out.push(message);
             }
         }
@@ -269,6 +273,14 @@ fn turn_messages(turn: &Turn, reader: Reader, out: &mut Vec<Message>) {
             reasoning_content: reasoning,
         });
     }
+}
+
+/// A call's id as templates are given it: nine letters and digits, the same for the same id
+/// (Mistral's templates refuse any other; the others print it or leave it out).
+pub fn template_id(id: &str) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(id.as_bytes());
+    hex::encode(digest).chars().take(9).collect()
 }
 
 fn empty() -> Content {
@@ -364,6 +376,15 @@ mod tests {
     }
 
     #[test]
+    fn a_templates_call_ids_are_nine_letters_and_digits_the_same_for_the_same_id() {
+        let id = template_id("call_8f0e2b7a41c94d2e9d3f6a1b5c7e9d20_0");
+        assert_eq!(id.len(), 9);
+        assert!(id.chars().all(|c| c.is_ascii_alphanumeric()), "{id}");
+        assert_eq!(id, template_id("call_8f0e2b7a41c94d2e9d3f6a1b5c7e9d20_0"));
+        assert_ne!(id, template_id("call_8f0e2b7a41c94d2e9d3f6a1b5c7e9d20_1"));
+    }
+
+    #[test]
     fn a_template_gets_argument_objects_and_text_only() {
         let mut turns = tool_turns();
         turns.push(Turn {
@@ -382,9 +403,10 @@ mod tests {
             m,
             json!([
                 {"role": "user", "content": "hi"},
-                {"role": "assistant", "content": "", "tool_calls": [{"type": "function",
+                {"role": "assistant", "content": "", "tool_calls": [{"id": template_id("c1"),
+                    "type": "function",
                     "function": {"name": "f", "arguments": {"city": "Zürich"}}}]},
-                {"role": "tool", "content": "Error: 42"},
+                {"role": "tool", "content": "Error: 42", "tool_call_id": template_id("c1")},
                 {"role": "user", "content": "look"},
             ])
         );

@@ -58,6 +58,18 @@ async fn the_weights_of_one_family_write_the_call_format_their_template_names() 
             !content.contains("[TOOL_CALLS]") && !content.contains("<function="),
             "{file}: {content:?}"
         );
+        // The call and its result back in the history: the template renders them (Mistral's
+        // refuses call ids that are not nine letters and digits, as OpenAI's are not).
+        let mut next = weather_body(false);
+        let id = message["tool_calls"][0]["id"].clone();
+        let history = next["messages"].as_array_mut().unwrap();
+        history.push(message.clone());
+        history
+            .push(json!({"role": "tool", "tool_call_id": id, "content": "{\"sky\": \"clear\"}"}));
+        next["tool_choice"] = json!("none");
+        next["max_tokens"] = json!(8);
+        let (status, _, text) = post(&url, &[], &next).await;
+        assert_eq!(status, 200, "{file}: the next turn: {text}");
         // The format detected is the template's (the model is loaded now).
         let models: Value = crate::common::http_client()
             .get(format!("{}/v1/models", s.url))

@@ -58,10 +58,13 @@ impl Format {
     }
 
     /// The start of a call written as a bare JSON object, which starts the grammar of calls
-    /// too when the answer begins with it (Qwen2.5's small models write their calls so, without
-    /// the template's tags; llama.cpp's Hermes reader takes them too).
+    /// too when the answer begins with it: Qwen2.5's small models write their calls as bare
+    /// objects, without the template's tags (llama.cpp's Hermes reader takes them too), and
+    /// often in shapes of their own (`{"tool_calls": …}`, a command for a name), which the
+    /// grammar turns into a call of an offered tool. An answer that may call and begins with a
+    /// JSON object is taken for a call.
     pub fn bare_trigger(&self) -> Option<&'static str> {
-        (self.family == Family::Hermes).then_some("{\"name\"")
+        (self.family == Family::Hermes).then_some("{")
     }
 
     /// The grammar for `goal`, from `start`; special tokens as `marker` writes them.
