@@ -34,7 +34,12 @@ fn streamed_requests(text: &str) -> [(&'static str, Value); 4] {
 
 #[tokio::test]
 async fn a_prompt_over_the_context_streamed_is_a_400_before_any_stream_in_each_apis_form() {
-    let (_turn, s) = embedded(&[("AGENT_AS_MODEL_AUTH_TOKEN", TOKEN)]).await;
+    // A context capped at 4,096 tokens (it would grow to the model's 32,768 otherwise).
+    let (_turn, s) = embedded(&[
+        ("AGENT_AS_MODEL_AUTH_TOKEN", TOKEN),
+        ("AGENT_AS_MODEL_LOCAL_CONTEXT", "4096"),
+    ])
+    .await;
     let long = "word ".repeat(6000);
     for (path, body) in streamed_requests(&long) {
         let (status, headers, text) =

@@ -352,7 +352,8 @@ async fn a_client_that_goes_away_stops_the_providers_request() {
 
 #[tokio::test]
 async fn the_embedded_model_reports_cached_tokens_and_refuses_a_prompt_over_its_context() {
-    let (_turn, s) = embedded(&[]).await;
+    // A context capped at 4,096 tokens, so the long prompt below is over it.
+    let (_turn, s) = embedded(&[("AGENT_AS_MODEL_LOCAL_CONTEXT", "4096")]).await;
     let system = "You are a terse geography assistant. Answer with one word. ".repeat(8);
     let chat = json!({"model": "local", "max_tokens": 8, "messages": [
         {"role": "system", "content": system},
