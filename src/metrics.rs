@@ -391,43 +391,14 @@ fn count(n: usize) -> u64 {
 
 impl Collector for Models {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> std::fmt::Result {
-        // Entries naming one model file share its engine: it is counted once, under the first
-        // entry's name.
-        let mut engines: Vec<*const ()> = Vec::new();
-        let mut retries = Vec::new();
-        let mut queued = Vec::new();
-        let mut busy = Vec::new();
-        let mut slots = Vec::new();
-        let mut memory = Vec::new();
-        let mut loaded = 0u64;
-        for entry in self.0.entries() {
-            let Answerer::Model(model) = &entry.answerer else {
-                continue;
-            };
-            let name = entry.name.as_str();
-            let Stats {
-                retries: retried,
-                engine,
-            } = model.stats();
-            if let Some(n) = retried {
-                retries.push((name, n));
-            }
-            let Some(engine) = engine else {
-                continue;
-            };
-            let at = Arc::as_ptr(model).cast::<()>();
-            if engines.contains(&at) {
-                continue;
-            }
-            engines.push(at);
-            queued.push((name, count(engine.queued)));
-            busy.push((name, count(engine.busy)));
-            slots.push((name, count(engine.slots)));
-            if engine.loaded {
-                loaded += 1;
-                memory.push((name, engine.memory_bytes));
-            }
-        }
+        let Sampled {
+            retries,
+            queued,
+            busy,
+            slots,
+            memory,
+            loaded,
+        } = self.sample();
         let e = &mut encoder;
         by_model(
             e,
@@ -472,6 +443,67 @@ impl Collector for Models {
             None,
             MetricType::Gauge,
         )?)
+    }
+}
+
+/// The models' state at a scrape, per model name.
+struct Sampled<'a> {
+    retries: Vec<(&'a str, u64)>,
+    queued: Vec<(&'a str, u64)>,
+    busy: Vec<(&'a str, u64)>,
+    slots: Vec<(&'a str, u64)>,
+    memory: Vec<(&'a str, u64)>,
+    loaded: u64,
+}
+
+impl Models {
+    /// Reads each model's state once.
+    fn sample(&self) -> Sampled<'_> {
+        // Entries naming one model file share its engine: it is counted once, under the first
+        // entry's name.
+        let mut engines: Vec<*const ()> = Vec::new();
+        let mut retries = Vec::new();
+        let mut queued = Vec::new();
+        let mut busy = Vec::new();
+        let mut slots = Vec::new();
+        let mut memory = Vec::new();
+        let mut loaded = 0u64;
+        for entry in self.0.entries() {
+            let Answerer::Model(model) = &entry.answerer else {
+                continue;
+            };
+            let name = entry.name.as_str();
+            let Stats {
+                retries: retried,
+                engine,
+            } = model.stats();
+            if let Some(n) = retried {
+                retries.push((name, n));
+            }
+            let Some(engine) = engine else {
+                continue;
+            };
+            let at = Arc::as_ptr(model).cast::<()>();
+            if engines.contains(&at) {
+                continue;
+            }
+            engines.push(at);
+            queued.push((name, count(engine.queued)));
+            busy.push((name, count(engine.busy)));
+            slots.push((name, count(engine.slots)));
+            if engine.loaded {
+                loaded += 1;
+                memory.push((name, engine.memory_bytes));
+            }
+        }
+        Sampled {
+            retries,
+            queued,
+            busy,
+            slots,
+            memory,
+            loaded,
+        }
     }
 }
 
