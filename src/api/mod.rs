@@ -13,6 +13,7 @@
 pub mod chat;
 pub mod compact;
 pub mod completions;
+pub mod embeddings;
 pub mod gate;
 pub mod gemini;
 pub mod messages;
@@ -464,6 +465,18 @@ impl Api {
             .into());
         }
         Ok(self.service.parse(dialect.shape(), &prepared.arguments)?)
+    }
+
+    /// The embeddings a request asks for, from the model it names (see
+    /// [`Service::embed`]); only a model this server runs or calls makes them.
+    pub async fn embed(
+        &self,
+        asked: &embeddings::Asked,
+    ) -> Result<crate::backends::direct::Embeddings, ApiError> {
+        Ok(self
+            .service
+            .embed(&asked.model, asked.request.clone())
+            .await?)
     }
 
     /// The model a call's answer is reported as made by, before the answer says (the backend's

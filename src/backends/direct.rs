@@ -119,6 +119,44 @@ pub trait Model: Send + Sync {
     fn stats(&self) -> Stats {
         Stats::default()
     }
+    /// The embeddings of `request`'s inputs; a model that makes none says so.
+    fn embed(&self, _request: EmbedRequest) -> BoxFuture<'_, CallResult<Embeddings>> {
+        let name = self.model_name().unwrap_or_else(|| self.kind().to_string());
+        Box::pin(async move {
+            Err(CallError::at(
+                "model",
+                format!("the model {name:?} makes no embeddings; name an embedding model"),
+            ))
+        })
+    }
+}
+
+/// What to embed: texts, or texts as token ids of the model's vocabulary.
+#[derive(Debug, Clone, PartialEq)]
+pub enum EmbedInput {
+    Text(String),
+    Tokens(Vec<u32>),
+}
+
+/// A request for embeddings, as a backend takes it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EmbedRequest {
+    pub inputs: Vec<EmbedInput>,
+    /// The vectors' length, when shorter than the model's (the first so many, normalized
+    /// again, where the backend does not take it itself).
+    pub dimensions: Option<usize>,
+    /// A text over the model's context is cut to fit, rather than refused.
+    pub truncate: bool,
+}
+
+/// One vector an input, in order, each of length 1 where the backend made it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Embeddings {
+    /// The model that made them, as it names itself.
+    pub model: String,
+    pub vectors: Vec<Vec<f32>>,
+    /// The inputs' tokens, as the model counted them.
+    pub prompt_tokens: usize,
 }
 
 /// Refuses media for a backend that takes text only, naming where it is.

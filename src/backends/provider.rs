@@ -8,7 +8,9 @@
 use super::answer::{
     AnswerCall, Arguments, ChatCompletion, ErrorAnswer, ErrorObject, Field, UsageCounts,
 };
-use super::direct::{BoxFuture, Model, ModelRequest, ModelTool, Stats};
+use super::direct::{
+    BoxFuture, EmbedInput, EmbedRequest, Embeddings, Model, ModelRequest, ModelTool, Stats,
+};
 use super::stream::StreamError;
 use crate::call::{Block, Completion, Usage};
 use crate::config::Config;
@@ -138,6 +140,8 @@ pub struct Provider {
     settings: ProviderSettings,
     client: reqwest::Client,
     endpoint: reqwest::Url,
+    /// `/embeddings` beside `/chat/completions`.
+    embeddings: reqwest::Url,
     /// The URL as shown to clients and in errors: scheme, host, port and path only.
     shown: String,
     /// What must never reach a caller: the key, and the URL's password and query values.
@@ -239,8 +243,10 @@ impl Provider {
             shown: shown_url(&settings.base_url),
         })?;
         // `/chat/completions` goes after the path; a query string stays a query string.
-        let path = format!("{}/chat/completions", endpoint.path().trim_end_matches('/'));
-        endpoint.set_path(&path);
+        let base = endpoint.path().trim_end_matches('/').to_owned();
+        let mut embeddings = endpoint.clone();
+        embeddings.set_path(&format!("{base}/embeddings"));
+        endpoint.set_path(&format!("{base}/chat/completions"));
         let secrets = secrets(settings.key.as_deref(), &endpoint);
         let client = shared_client()?;
         Ok(Provider {
@@ -248,6 +254,7 @@ impl Provider {
             settings,
             client,
             endpoint,
+            embeddings,
             secrets,
             last_error: std::sync::Mutex::default(),
             retries: AtomicU64::new(0),
@@ -322,7 +329,12 @@ impl Provider {
     /// The provider's answer to `body`, retried with backoff while it fails in a way it may
     /// not next time (429, 5xx, a timeout, a refused connection), all of it within the call's
     /// deadline: no wait runs past it, and a wait asked for that would ends the retries.
-    async fn call(&self, body: Value, live: Option<&dyn Sink>) -> CallResult<Value> {
+    async fn call(
+        &self,
+        url: &reqwest::Url,
+        body: Value,
+        live: Option<&dyn Sink>,
+    ) -> CallResult<Value> {
         let policy = retry::Policy {
             max_retry_after: self.settings.max_retry_after,
             ..retry::Policy::new(self.settings.retries)
@@ -340,7 +352,7 @@ impl Provider {
             if number > 0 {
                 self.retries.fetch_add(1, Ordering::Relaxed);
             }
-            self.attempt(&body, live, deadline)
+            self.attempt(url, &body, live, deadline)
         })
         .await
         .map_err(|gave_up| self.gave_up(gave_up))
@@ -350,13 +362,14 @@ impl Provider {
     /// the timeout of the one before, and all of it before `deadline`.
     async fn attempt(
         &self,
+        url: &reqwest::Url,
         body: &bytes::Bytes,
         live: Option<&dyn Sink>,
         deadline: Instant,
     ) -> Result<Value, Failure<Failed>> {
         let mut request = self
             .client
-            .post(self.endpoint.clone())
+            .post(url.clone())
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body.clone());
         if let Some(key) = &self.settings.key {
@@ -807,6 +820,10 @@ impl Model for Provider {
         })
     }
 
+    fn embed(&self, request: EmbedRequest) -> BoxFuture<'_, CallResult<Embeddings>> {
+        Box::pin(self.embeddings(request))
+    }
+
     fn complete(
         &self,
         request: ModelRequest,
@@ -828,7 +845,7 @@ impl Model for Provider {
             }
             // The request as built is not needed once it is written.
             drop(request);
-            let answer = match self.call(body, live.as_deref()).await {
+            let answer = match self.call(&self.endpoint, body, live.as_deref()).await {
                 Ok(answer) => {
                     completion(&answer, &self.settings.model, self.settings.max_tool_calls)
                 }
@@ -843,6 +860,87 @@ impl Model for Provider {
             answer
         })
     }
+}
+
+impl Provider {
+    /// Embeddings from the provider's `/embeddings`, in OpenAI's form: the texts (or token
+    /// arrays) sent as they came, with its own model's name and `dimensions`.
+    async fn embeddings(&self, request: EmbedRequest) -> CallResult<Embeddings> {
+        let input: Vec<Value> = request
+            .inputs
+            .iter()
+            .map(|i| match i {
+                EmbedInput::Text(text) => json!(text),
+                EmbedInput::Tokens(tokens) => json!(tokens),
+            })
+            .collect();
+        let mut body = json!({"model": self.settings.model, "input": input,
+                              "encoding_format": "float"});
+        if let (Some(d), Some(fields)) = (request.dimensions, body.as_object_mut()) {
+            fields.insert("dimensions".into(), json!(d));
+        }
+        let answer = self
+            .call(&self.embeddings, body, None)
+            .await
+            .map_err(|e| self.redact(e))?;
+        embedded(&answer, &self.settings.model, request.inputs.len())
+    }
+}
+
+/// A provider's `/embeddings` answer: one vector an input, in the inputs' order (by `index`).
+pub fn embedded(answer: &Value, model: &str, inputs: usize) -> CallResult<Embeddings> {
+    let bad = |what: &str| fail(format!("the provider's embeddings answer {what}"));
+    let data = answer
+        .get("data")
+        .and_then(Value::as_array)
+        .ok_or_else(|| bad("has no `data` list"))?;
+    let mut vectors: Vec<Option<Vec<f32>>> = vec![None; inputs];
+    for (position, item) in data.iter().enumerate() {
+        let index = item
+            .get("index")
+            .and_then(Value::as_u64)
+            .and_then(|i| usize::try_from(i).ok())
+            .unwrap_or(position);
+        let vector = item
+            .get("embedding")
+            .and_then(Value::as_array)
+            .and_then(|v| {
+                v.iter()
+                    .map(|x| x.as_f64().map(|x| x as f32))
+                    .collect::<Option<Vec<f32>>>()
+            })
+            .ok_or_else(|| {
+                bad(&format!(
+                    "`data[{position}].embedding` is not a list of numbers"
+                ))
+            })?;
+        match vectors.get_mut(index) {
+            Some(slot) => *slot = Some(vector),
+            None => return Err(bad(&format!("has an index {index} for {inputs} inputs"))),
+        }
+    }
+    let vectors = vectors
+        .into_iter()
+        .enumerate()
+        .map(|(i, v)| v.ok_or_else(|| bad(&format!("has no embedding for input {i}"))))
+        .collect::<CallResult<Vec<_>>>()?;
+    let usage = |key: &str| {
+        answer
+            .pointer(&format!("/usage/{key}"))
+            .and_then(Value::as_u64)
+            .and_then(|n| usize::try_from(n).ok())
+    };
+    Ok(Embeddings {
+        model: answer
+            .get("model")
+            .and_then(Value::as_str)
+            .unwrap_or(model)
+            .to_owned(),
+        vectors,
+        prompt_tokens: usage("prompt_tokens")
+            .or(usage("total_tokens"))
+            .unwrap_or(0),
+    })
 }
 
 /// The chat completions request body.

@@ -70,6 +70,7 @@ pub fn routes(api: Arc<Api>) -> Routes {
         .route("/v1beta/models", get(gemini_models))
         .route("/v1beta/models/{name}", get(gemini_model).post(gemini))
         .route("/metrics", get(metrics))
+        .merge(super::embeddings::routes())
         .method_not_allowed_fallback(wrong_method)
         .with_state(api);
     Routes {
@@ -555,13 +556,16 @@ async fn gemini(
             noted(record, response)
         }
         "countTokens" => count(api, Counting::Gemini, body, Some(model)).await,
+        "embedContent" => super::embeddings::gemini(&api, model, false, body).await,
+        "batchEmbedContents" => super::embeddings::gemini(&api, model, true, body).await,
         other => error(
             Dialect::Gemini,
             &ApiError::new(
                 404,
                 ErrorKind::NotFound,
                 format!(
-                    "no such method {:?}: generateContent, streamGenerateContent or countTokens",
+                    "no such method {:?}: generateContent, streamGenerateContent, countTokens, \
+                     embedContent or batchEmbedContents",
                     crate::error::clip(other)
                 ),
             ),

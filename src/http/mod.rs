@@ -28,6 +28,7 @@ pub mod api;
 mod body;
 mod checks;
 mod compact;
+mod embeddings;
 mod listen;
 mod responses_ws;
 mod settings;

@@ -7,8 +7,9 @@
 use super::template::SpecialTokens;
 use crate::call::Finish;
 use llama_cpp_2::context::LlamaContext;
-use llama_cpp_2::context::params::LlamaContextParams;
+use llama_cpp_2::context::params::{LlamaContextParams, LlamaPoolingType};
 use llama_cpp_2::llama_backend::LlamaBackend;
+use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::sampling::LlamaSampler;
@@ -58,6 +59,65 @@ pub const FIRST_CONTEXT: usize = 4096;
 /// prompt and the answer's limit, but not more than this for the answer, so a call asking for
 /// 64,000 tokens does not reserve them all (a longer answer ends at the slot's end, `length`).
 pub const ANSWER_ROOM: usize = 4096;
+
+/// Tokens of one text an embedding is made of, at most (a model trained on fewer, fewer).
+pub const MAX_EMBEDDING_TOKENS: usize = 8192;
+
+/// llama.cpp's `LLAMA_FLASH_ATTN_TYPE_ENABLED`.
+const FLASH_ATTENTION_ENABLED: i32 = 1;
+
+/// Makes embeddings with a context of its own (see [`Model::embedder`]).
+pub struct Embedder<'m> {
+    context: LlamaContext<'m>,
+    size: usize,
+}
+
+impl Embedder<'_> {
+    /// The most tokens one text may have.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// The embedding of one text's tokens (at most [`Embedder::size`], at least one),
+    /// normalized to length 1.
+    pub fn embed(&mut self, tokens: &[LlamaToken]) -> Result<Vec<f32>, EngineError> {
+        let fail = |reason: String| EngineError::Embed { reason };
+        if tokens.is_empty() || tokens.len() > self.size {
+            return Err(fail(format!(
+                "{} tokens, where 1 to {} fit",
+                tokens.len(),
+                self.size
+            )));
+        }
+        self.context.clear_kv_cache();
+        let mut batch = LlamaBatch::new(tokens.len(), 1);
+        batch
+            .add_sequence(tokens, 0, true)
+            .map_err(|e| fail(brief(&e)))?;
+        self.context
+            .decode(&mut batch)
+            .map_err(|e| fail(brief(&e)))?;
+        let pooled = self
+            .context
+            .embeddings_seq_ith(0)
+            .map_err(|e| fail(brief(&e)))?;
+        Ok(normalized(pooled))
+    }
+}
+
+/// `v` scaled to length 1 (a vector of zeros as it is).
+pub fn normalized(v: &[f32]) -> Vec<f32> {
+    let norm = v
+        .iter()
+        .map(|x| f64::from(*x) * f64::from(*x))
+        .sum::<f64>()
+        .sqrt();
+    if norm > 0.0 {
+        v.iter().map(|x| (f64::from(*x) / norm) as f32).collect()
+    } else {
+        v.to_vec()
+    }
+}
 
 /// How to sample one answer.
 #[derive(Debug, Clone, PartialEq)]
@@ -126,6 +186,9 @@ pub enum EngineError {
     /// llguidance refused the grammar; `reason` is its error's first line.
     #[error("the schema cannot be enforced while decoding: {reason}")]
     Schema { reason: String },
+    /// llama.cpp did not make a text's embedding.
+    #[error("llama.cpp did not make the embedding: {reason}")]
+    Embed { reason: String },
 }
 
 /// llguidance could not read the model's vocabulary (kept: the calls that follow are told
@@ -376,6 +439,68 @@ impl Model {
         self.model
             .new_context(backend()?, params)
             .map_err(EngineError::Context)
+    }
+
+    /// A context that makes embeddings: one text of up to [`Embedder::size`] tokens at a time,
+    /// pooled as the model's file says (mean pooling for a model that says nothing, as a chat
+    /// model's file does).
+    pub fn embedder(&self) -> Result<Embedder<'_>, EngineError> {
+        // The context the settings allow (the trained one by default), to this server's cap.
+        let size = self.info.context.clamp(16, MAX_EMBEDDING_TOKENS);
+        let declared = self
+            .model
+            .meta_val_str(&format!("{}.pooling_type", self.info.architecture))
+            .ok()
+            .and_then(|v| v.trim().parse::<i32>().ok())
+            .map(LlamaPoolingType::from)
+            .filter(|p| !matches!(p, LlamaPoolingType::None | LlamaPoolingType::Unspecified));
+        let tokens = u32::try_from(size).unwrap_or(u32::MAX);
+        let threads = i32::try_from(self.info.threads).unwrap_or(1);
+        // The whole text is one batch: pooling reads every token of it at once.
+        let params = LlamaContextParams::default()
+            .with_n_ctx(NonZeroU32::new(tokens))
+            .with_n_batch(tokens)
+            .with_n_ubatch(tokens)
+            .with_n_seq_max(1)
+            .with_embeddings(true)
+            .with_pooling_type(declared.unwrap_or(LlamaPoolingType::Mean))
+            // The whole text is one step: attention in tiles, not a matrix of its tokens
+            // squared per head (gigabytes at a few thousand tokens).
+            .with_flash_attention_policy(FLASH_ATTENTION_ENABLED)
+            .with_n_threads(threads)
+            .with_n_threads_batch(threads);
+        let context = self
+            .model
+            .new_context(backend()?, params)
+            .map_err(EngineError::Context)?;
+        Ok(Embedder { context, size })
+    }
+
+    /// Tokens in the model's vocabulary.
+    pub fn vocabulary(&self) -> usize {
+        usize::try_from(self.model.n_vocab()).unwrap_or(0)
+    }
+
+    /// The tokens of a text to embed, read as text, with the markers the vocabulary puts
+    /// around one (a beginning-of-text token, an end or separator token for BERT's kind).
+    pub fn embedding_tokens(&self, text: &str) -> Vec<LlamaToken> {
+        let vocab = self.model.vocab();
+        let mut tokens = Vec::new();
+        let bos = vocab.bos();
+        if vocab.should_add_bos() && bos.0 >= 0 {
+            tokens.push(bos);
+        }
+        tokens.extend(vocab.tokenize(text.as_bytes(), false, false));
+        let eos = vocab.eos();
+        if vocab.should_add_eos() && eos.0 >= 0 {
+            tokens.push(eos);
+        } else if vocab.should_add_sep() {
+            let sep = vocab.sep();
+            if sep.0 >= 0 {
+                tokens.push(sep);
+            }
+        }
+        tokens
     }
 
     /// The tokens of a prompt: special tokens in its text are read as such, and a

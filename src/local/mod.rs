@@ -68,6 +68,9 @@ pub struct LocalSettings {
     pub seed: Option<u64>,
     /// The chat template to use instead of the model's (`--chat-template-file`).
     pub chat_template: Option<String>,
+    /// An embedding model (a models file's `embeddings = true`): no chat context is made, and
+    /// only embeddings are answered.
+    pub embeddings_only: bool,
 }
 
 impl LocalSettings {
@@ -85,7 +88,26 @@ impl LocalSettings {
                 .unwrap_or_else(engine::physical_cores),
             seed: config.local.local_seed,
             chat_template: chat_template(config)?,
+            embeddings_only: false,
         })
+    }
+
+    /// These settings for a models file's `model_file`: a path, or `hf:OWNER/REPO/FILE.gguf`
+    /// fetched from the Hub as `--model` is.
+    pub fn with_model_file(mut self, config: &Config, file: &Path) -> Result<Self, SettingsError> {
+        self.source = match file.to_str().filter(|f| f.starts_with(hub::PREFIX)) {
+            Some(hf) => Source::Hub(hf.parse().map_err(SettingsError::Model)?, access(config)),
+            None => Source::File(file.to_owned()),
+        };
+        Ok(self)
+    }
+}
+
+/// How the Hub is reached (`--hf-endpoint`, `HF_TOKEN`).
+fn access(config: &Config) -> hub::Access {
+    hub::Access {
+        endpoint: config.local.hf_endpoint.clone(),
+        token: config.local.hf_token.clone().filter(|t| !t.is_empty()),
     }
 }
 
@@ -127,10 +149,7 @@ fn source(config: &Config) -> Result<Source, SettingsError> {
     Ok(match (&local.model, &local.model_file) {
         (Some(source), _) => Source::Hub(
             source.parse().map_err(SettingsError::Model)?,
-            hub::Access {
-                endpoint: local.hf_endpoint.clone(),
-                token: local.hf_token.clone().filter(|t| !t.is_empty()),
-            },
+            access(config),
         ),
         (None, Some(path)) => Source::File(path.clone()),
         (None, None) => Source::Default,
@@ -184,6 +203,12 @@ pub enum LocalError {
         #[source]
         source: EngineError,
     },
+    /// An input this model cannot embed as asked (`path` names it: `input[2]`, `dimensions`).
+    #[error("invalid argument `{path}`: {problem}")]
+    EmbedInput { path: String, problem: String },
+    /// llama.cpp made no embeddings context, or no embedding.
+    #[error("the local model made no embedding: {0}")]
+    Embed(#[source] EngineError),
 }
 
 /// Why the model could not be had: fetched, loaded, or given a context.
@@ -263,6 +288,7 @@ impl From<LocalError> for CallError {
                 CallError::at("suffix", RequestError::NoFillInMiddle.to_string())
             }
             LocalError::Request(e) => fail(e.to_string()),
+            LocalError::EmbedInput { path, problem } => CallError::at(&path, problem),
             // A server that sent more than it stated: not overloaded, and no sooner mended.
             LocalError::Unavailable(load) if !load.again() => fail(load.to_string()),
             e => CallError::unavailable(KIND, e.to_string()),
@@ -275,6 +301,13 @@ impl From<LocalError> for CallError {
 enum Job {
     Answer(Answer),
     Count(Count),
+    Embed(Embed),
+}
+
+/// Embeddings of texts, made with the model's embedding context; takes no slot.
+struct Embed {
+    request: direct::EmbedRequest,
+    reply: oneshot::Sender<Result<direct::Embeddings, LocalError>>,
 }
 
 struct Answer {
@@ -294,8 +327,9 @@ struct Count {
 }
 
 impl Job {
-    fn is_count(&self) -> bool {
-        matches!(self, Job::Count(_))
+    /// A count or embeddings: answered between steps, without a slot.
+    fn takes_no_slot(&self) -> bool {
+        matches!(self, Job::Count(_) | Job::Embed(_))
     }
 
     /// Whether the caller has gone away (its call was cancelled).
@@ -303,6 +337,7 @@ impl Job {
         match self {
             Job::Answer(answer) => answer.reply.is_closed(),
             Job::Count(count) => count.reply.is_closed(),
+            Job::Embed(embed) => embed.reply.is_closed(),
         }
     }
 
@@ -314,6 +349,9 @@ impl Job {
             }
             Job::Count(count) => {
                 let _ = count.reply.send(Err(why));
+            }
+            Job::Embed(embed) => {
+                let _ = embed.reply.send(Err(why));
             }
         }
     }
@@ -526,8 +564,10 @@ impl Model for Local {
             "prefix_cache": {"calls": c.calls.load(Ordering::Relaxed),
                              "prompt_tokens": c.prompt_tokens.load(Ordering::Relaxed),
                              "reused_tokens": c.reused_tokens.load(Ordering::Relaxed)},
-            "supports": {"tools": true, "json_schema": true, "images": false,
-                         "stop_sequences": true, "reasoning": format.map(|f| f.reasons())},
+            "supports": {"tools": !s.embeddings_only, "json_schema": !s.embeddings_only,
+                         "images": false, "stop_sequences": !s.embeddings_only,
+                         "reasoning": format.map(|f| f.reasons()), "embeddings": true,
+                         "chat": !s.embeddings_only},
             "format": format.map(|f| json!({
                 "tool_calls": f.name(),
                 "recognised": f.recognised(),
@@ -565,6 +605,23 @@ impl Model for Local {
             let mut done = completion(output, parser, &name);
             done.warnings.extend(format_warning(format, &tools, &name));
             Ok(done)
+        })
+    }
+
+    /// Embeddings made between the answers' steps, with a context of their own (made on the
+    /// first request, and kept): they wait in the queue like a count.
+    fn embed(
+        &self,
+        request: direct::EmbedRequest,
+    ) -> BoxFuture<'_, CallResult<direct::Embeddings>> {
+        Box::pin(async move {
+            let (reply, made) = oneshot::channel();
+            let _place = self.queue(Job::Embed(Embed { request, reply }))?;
+            let mut embeddings = made
+                .await
+                .map_err(|_| LocalError::StoppedBeforeAnswering)??;
+            embeddings.model = self.name();
+            Ok(embeddings)
         })
     }
 
@@ -624,6 +681,85 @@ fn place(slots: &mut Slots, mut call: Call) -> Option<Call> {
     None
 }
 
+/// The embeddings of a request's inputs: each text's tokens (cut to the context when the
+/// request says so, else refused when over it), pooled and normalized, shortened to
+/// `dimensions` and normalized again.
+fn embeddings<'m>(
+    model: &'m engine::Model,
+    embedder: &mut Option<engine::Embedder<'m>>,
+    request: &direct::EmbedRequest,
+) -> Result<direct::Embeddings, LocalError> {
+    let embedder = match embedder {
+        Some(made) => made,
+        None => embedder.insert(model.embedder().map_err(LocalError::Embed)?),
+    };
+    let input = |i: usize, problem: String| LocalError::EmbedInput {
+        path: format!("input[{i}]"),
+        problem,
+    };
+    let vocabulary = model.vocabulary();
+    let mut vectors = Vec::with_capacity(request.inputs.len());
+    let mut counted = 0;
+    for (i, item) in request.inputs.iter().enumerate() {
+        let mut tokens = match item {
+            direct::EmbedInput::Text(text) => model.embedding_tokens(text),
+            direct::EmbedInput::Tokens(ids) => ids
+                .iter()
+                .map(|id| {
+                    i32::try_from(*id)
+                        .ok()
+                        .filter(|id| usize::try_from(*id).is_ok_and(|id| id < vocabulary))
+                        .map(LlamaToken::new)
+                        .ok_or_else(|| {
+                            input(
+                                i,
+                                format!("token {id} is not one of the model's {vocabulary}"),
+                            )
+                        })
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+        };
+        if tokens.is_empty() {
+            return Err(input(i, "is empty; send at least one token of text".into()));
+        }
+        if tokens.len() > embedder.size() {
+            if !request.truncate {
+                return Err(input(
+                    i,
+                    format!(
+                        "is {} tokens, over the {} this model embeds at once; send less, or \
+                         ask for it to be truncated",
+                        tokens.len(),
+                        embedder.size()
+                    ),
+                ));
+            }
+            tokens.truncate(embedder.size());
+        }
+        counted += tokens.len();
+        let mut vector = embedder.embed(&tokens).map_err(LocalError::Embed)?;
+        if let Some(wanted) = request.dimensions {
+            if wanted == 0 || wanted > vector.len() {
+                return Err(LocalError::EmbedInput {
+                    path: "dimensions".into(),
+                    problem: format!(
+                        "{wanted}: this model's embeddings have 1 to {} dimensions",
+                        vector.len()
+                    ),
+                });
+            }
+            vector.truncate(wanted);
+            vector = engine::normalized(&vector);
+        }
+        vectors.push(vector);
+    }
+    Ok(direct::Embeddings {
+        model: model.info().name.clone(),
+        vectors,
+        prompt_tokens: counted,
+    })
+}
+
 /// Whether the answer must be a call of one of the tools (decoded under a grammar saying so).
 fn requires_call(request: &ModelRequest, tools: &[ModelTool]) -> bool {
     request.response_schema.is_none()
@@ -658,6 +794,9 @@ impl Worker {
         loop {
             self.set(State::Loading);
             let why = match self.load() {
+                Ok((model, on_disk)) if self.settings.embeddings_only => {
+                    return self.serve_embeddings(&model, on_disk.as_ref(), queue, waiting);
+                }
                 Ok((model, on_disk)) => match Slots::new(&model, self.counters.clone()) {
                     Ok(slots) => {
                         return self.serve(&model, on_disk.as_ref(), slots, queue, waiting);
@@ -691,6 +830,8 @@ impl Worker {
     ) {
         self.ready(model);
         let mut held: Option<Call> = None;
+        // Made on the first request for embeddings, and kept.
+        let mut embedder: Option<engine::Embedder<'_>> = None;
         loop {
             if let Some(call) = held.take()
                 && !call.reply.is_closed()
@@ -707,19 +848,22 @@ impl Worker {
                         Some(job) => job,
                         None => return,
                     },
-                    None => match queue.take_first(|job| !(counted && job.is_count())) {
+                    None => match queue.take_first(|job| !(counted && job.takes_no_slot())) {
                         Some(job) => job,
                         None => break,
                     },
                 };
-                counted |= job.is_count();
+                counted |= job.takes_no_slot();
                 if !job.is_cancelled() {
-                    held = self.begin_unless_changed(model, on_disk, &mut slots, job);
+                    held =
+                        self.begin_unless_changed(model, on_disk, &mut slots, &mut embedder, job);
                 }
             }
             // Counts take no slot: one is answered each step even while every slot is busy.
-            if !counted && let Some(job) = queue.take_first(Job::is_count) {
-                held = held.or(self.begin_unless_changed(model, on_disk, &mut slots, job));
+            if !counted && let Some(job) = queue.take_first(Job::takes_no_slot) {
+                let begun =
+                    self.begin_unless_changed(model, on_disk, &mut slots, &mut embedder, job);
+                held = held.or(begun);
             }
             self.counters.busy.store(slots.busy(), Ordering::Relaxed);
             slots.step();
@@ -727,14 +871,52 @@ impl Worker {
         }
     }
 
-    /// Begins a job, unless the model's file changed on disk since it was loaded (its mapped
-    /// pages may be gone): then the job fails, saying so. Returns a call that waits for the
-    /// context to grow.
-    fn begin_unless_changed(
+    /// An embedding model's work: embeddings, one request at a time, until the queue closes;
+    /// anything else is refused (no chat context is made for it).
+    fn serve_embeddings(
         &self,
         model: &engine::Model,
         on_disk: Option<&OnDisk>,
+        queue: &Queue<Job>,
+        mut waiting: Option<Job>,
+    ) {
+        self.ready(model);
+        let mut embedder: Option<engine::Embedder<'_>> = None;
+        loop {
+            let Some(job) = waiting.take().or_else(|| queue.take()) else {
+                return;
+            };
+            if job.is_cancelled() {
+                continue;
+            }
+            if let Some(why) = on_disk.and_then(OnDisk::changed) {
+                job.fail(LocalError::FileChanged(why));
+                continue;
+            }
+            match job {
+                Job::Embed(embed) => {
+                    let made = embeddings(model, &mut embedder, &embed.request);
+                    let _ = embed.reply.send(made);
+                }
+                other => other.fail(LocalError::EmbedInput {
+                    path: "model".into(),
+                    problem: "this is an embedding model (`embeddings = true`): it makes \
+                              embeddings, not answers"
+                        .into(),
+                }),
+            }
+        }
+    }
+
+    /// Begins a job, unless the model's file changed on disk since it was loaded (its mapped
+    /// pages may be gone): then the job fails, saying so. Returns a call that waits for the
+    /// context to grow.
+    fn begin_unless_changed<'m>(
+        &self,
+        model: &'m engine::Model,
+        on_disk: Option<&OnDisk>,
         slots: &mut Slots,
+        embedder: &mut Option<engine::Embedder<'m>>,
         job: Job,
     ) -> Option<Call> {
         match on_disk.and_then(OnDisk::changed) {
@@ -742,7 +924,7 @@ impl Worker {
                 job.fail(LocalError::FileChanged(why));
                 None
             }
-            None => self.begin(model, slots, job),
+            None => self.begin(model, slots, embedder, job),
         }
     }
 
@@ -767,8 +949,19 @@ impl Worker {
 
     /// Begins a job: an answer takes a free slot (or is told why it cannot be made, or waits
     /// for the context to grow: then it is returned), a count is answered at once.
-    fn begin(&self, model: &engine::Model, slots: &mut Slots, job: Job) -> Option<Call> {
+    fn begin<'m>(
+        &self,
+        model: &'m engine::Model,
+        slots: &mut Slots,
+        embedder: &mut Option<engine::Embedder<'m>>,
+        job: Job,
+    ) -> Option<Call> {
         match job {
+            Job::Embed(embed) => {
+                let made = embeddings(model, embedder, &embed.request);
+                let _ = embed.reply.send(made);
+                None
+            }
             Job::Answer(answer) => self
                 .prepare(model, answer)
                 .and_then(|call| place(slots, call)),

@@ -73,6 +73,7 @@ impl Server {
             tools.push(definition(shape.name(), shape.definition())?);
         }
         tools.push(definition("list_models", shapes::LIST_MODELS)?);
+        tools.push(definition("embeddings_create", shapes::EMBEDDINGS_CREATE)?);
         let service = Service::new(limits, backends, settings.sampling_timeout);
         Ok(Server {
             settings: Arc::new(settings),
@@ -305,6 +306,35 @@ fn tool_result(shape: &dyn Shape, answered: Answered) -> CallToolResult {
     result
 }
 
+impl Server {
+    /// `embeddings_create`: OpenAI's embeddings object as structured content (and its JSON as
+    /// the text), with the backend (and, from a models file, the model) that made it.
+    async fn embeddings(
+        &self,
+        arguments: &Map<String, Value>,
+    ) -> Result<CallToolResult, CallError> {
+        let asked = crate::api::embeddings::openai(arguments)?;
+        let backends = self.service.backends();
+        let (entry, model) = backends.embedder(&asked.model)?;
+        let (entry, backend) = (entry.name.clone(), model.kind());
+        let made = self
+            .service
+            .embed(&asked.model, asked.request.clone())
+            .await?;
+        let mut object = crate::api::embeddings::openai_object(&asked, &made);
+        let text = object.to_string();
+        if let Some(fields) = object.as_object_mut() {
+            fields.insert("backend".into(), json!(backend));
+            if backends.named() {
+                fields.insert("route".into(), json!({"model": entry}));
+            }
+        }
+        let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
+        result.structured_content = Some(object);
+        Ok(result)
+    }
+}
+
 /// `list_models`: the models calls may name, and what the server knows of the host.
 fn list_models(host: &Host, backends: &Backends) -> CallToolResult {
     let models = Value::Array(backends.models());
@@ -431,6 +461,13 @@ impl Server {
     ) -> Result<CallToolResponse, ErrorData> {
         if request.name == "list_models" {
             return Ok(list_models(&Host::of(&ctx), self.service.backends()).into());
+        }
+        if request.name == "embeddings_create" {
+            let arguments = request.arguments.unwrap_or_default();
+            return match self.embeddings(&arguments).await {
+                Ok(result) => Ok(result.into()),
+                Err(e) => edge("embeddings_create", e),
+            };
         }
         match shapes::find(&request.name) {
             Some(shape) => self.complete(shape, request, ctx, record).await,

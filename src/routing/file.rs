@@ -41,6 +41,9 @@ struct RawEntry {
     speed: Option<Spanned<f64>>,
     intelligence: Option<Spanned<f64>>,
     max_in_flight: Option<Spanned<u32>>,
+    /// An embedding model: it answers embeddings, and no chat.
+    #[serde(default)]
+    embeddings: bool,
 }
 
 /// How well an entry does on each of MCP's model priorities, 0 to 1 (higher is better: a
@@ -105,6 +108,8 @@ pub struct Spec {
     pub scores: Scores,
     /// Calls in flight at once; more wait a bounded time.
     pub max_in_flight: Option<u32>,
+    /// An embedding model (`embeddings = true`): embeddings requests only.
+    pub embeddings: bool,
 }
 
 /// The models file, checked.
@@ -352,6 +357,7 @@ fn spec(entry: &Spanned<RawEntry>, env: &impl Fn(&str) -> Option<String>) -> Res
             intelligence: score(&e.intelligence, "intelligence")?,
         },
         max_in_flight: e.max_in_flight.as_ref().map(|c| *c.get_ref()),
+        embeddings: e.embeddings,
         name,
     })
 }

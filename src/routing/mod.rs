@@ -49,6 +49,8 @@ pub struct Entry {
     scores: Scores,
     /// Calls in flight at once, and the permits.
     cap: Option<(u32, Arc<Semaphore>)>,
+    /// An embedding model: it makes embeddings, and answers no chat.
+    pub embeddings: bool,
 }
 
 impl Entry {
@@ -120,6 +122,7 @@ fn entry(name: &str, answerer: Answerer) -> Entry {
         fallbacks: Vec::new(),
         scores: Scores::default(),
         cap: None,
+        embeddings: false,
     }
 }
 
@@ -144,10 +147,10 @@ pub enum SetupError {
 /// provider. The one way the server, the bridge and `try` start theirs.
 pub fn start(config: &Config, which: Direct) -> Result<Started, SetupError> {
     Ok(match which {
-        Direct::Local => Started::Local(local(config, None)?),
+        Direct::Local => Started::Local(local(config, None, false)?),
         Direct::Provider => {
             let settings = ProviderSettings::from_config(config)?;
-            Started::Provider(Provider::new(settings)?)
+            Started::Provider(Box::new(Provider::new(settings)?))
         }
     })
 }
@@ -155,7 +158,7 @@ pub fn start(config: &Config, which: Direct) -> Result<Started, SetupError> {
 /// A direct backend [`start`] started.
 pub enum Started {
     Local(Local),
-    Provider(Provider),
+    Provider(Box<Provider>),
 }
 
 impl Started {
@@ -163,7 +166,7 @@ impl Started {
     pub fn model(self) -> Arc<dyn Model> {
         match self {
             Started::Local(local) => Arc::new(local),
-            Started::Provider(provider) => Arc::new(provider),
+            Started::Provider(provider) => Arc::new(*provider),
         }
     }
 
@@ -231,23 +234,29 @@ impl Backends {
             .collect();
         let index = |name: &str| positions.get(name).copied();
         // Entries naming the same model file share one engine (its weights and slots).
-        let mut engines: std::collections::HashMap<Option<std::path::PathBuf>, Arc<dyn Model>> =
-            std::collections::HashMap::new();
+        // (An embedding model's engine makes no chat context: it is one of its own.)
+        let mut engines: std::collections::HashMap<
+            (Option<std::path::PathBuf>, bool),
+            Arc<dyn Model>,
+        > = std::collections::HashMap::new();
         let mut entries = Vec::with_capacity(models.entries.len());
         for spec in &models.entries {
             let answerer = match &spec.answer {
                 Answer::Host { hints } => Answerer::Host {
                     hints: hints.clone(),
                 },
-                Answer::Local { model_file } => Answerer::Model(match engines.get(model_file) {
-                    Some(engine) => engine.clone(),
-                    None => {
-                        let engine: Arc<dyn Model> =
-                            Arc::new(local(config, model_file.as_deref())?);
-                        engines.insert(model_file.clone(), engine.clone());
-                        engine
-                    }
-                }),
+                Answer::Local { model_file } => {
+                    let key = (model_file.clone(), spec.embeddings);
+                    Answerer::Model(match engines.get(&key) {
+                        Some(engine) => engine.clone(),
+                        None => {
+                            let engine: Arc<dyn Model> =
+                                Arc::new(local(config, model_file.as_deref(), spec.embeddings)?);
+                            engines.insert(key, engine.clone());
+                            engine
+                        }
+                    })
+                }
                 Answer::Provider(p) => Answerer::Model(provider(config, p)?),
             };
             entries.push(Entry {
@@ -259,6 +268,7 @@ impl Backends {
                 cap: spec
                     .max_in_flight
                     .map(|n| (n, Arc::new(Semaphore::new(n as usize)))),
+                embeddings: spec.embeddings,
             });
         }
         Ok(Backends {
@@ -302,6 +312,16 @@ impl Backends {
     /// nothing else is left, so that the call gets the host's -32021).
     pub fn route(&self, model: &str, host_samples: bool) -> CallResult<Vec<&Entry>> {
         let chosen = self.choose(model, host_samples)?;
+        if let Some(e) = self.entries.get(chosen).filter(|e| e.embeddings) {
+            return Err(CallError::at(
+                "model",
+                format!(
+                    "{:?} is an embedding model: it makes embeddings (`/v1/embeddings`, \
+                     `embeddings_create`), not answers; name a chat model",
+                    e.name
+                ),
+            ));
+        }
         let mut chain: Vec<&Entry> = Vec::new();
         for i in std::iter::once(chosen).chain(self.fallbacks_of(chosen)) {
             if let Some(e) = self.entries.get(i)
@@ -319,6 +339,28 @@ impl Backends {
             chain.into_iter().take(1).collect()
         } else {
             usable
+        })
+    }
+
+    /// The model that makes the embeddings a request for `model` asks for: the entry it names
+    /// (or the default), or, where that is the host's (sampling makes none), its first
+    /// fallback this server runs. No other fallback: another model's vectors are not
+    /// comparable with these.
+    pub fn embedder(&self, model: &str) -> CallResult<(&Entry, &Arc<dyn Model>)> {
+        let chosen = self.choose(model, false)?;
+        let found = std::iter::once(chosen)
+            .chain(self.fallbacks_of(chosen))
+            .filter_map(|i| self.entries.get(i))
+            .find_map(|e| match &e.answerer {
+                Answerer::Model(m) => Some((e, m)),
+                Answerer::Host { .. } => None,
+            });
+        found.ok_or_else(|| {
+            CallError::at(
+                "model",
+                "the host's model (MCP sampling) makes no embeddings; run this server with \
+                 --backend local or a provider, or name an embedding model of the models file",
+            )
         })
     }
 
@@ -352,10 +394,15 @@ impl Backends {
         }
     }
 
+    /// The entry named `name` (or an alias); Ollama's clients write `name:latest` for a name
+    /// without a tag, which finds it too.
     fn find(&self, name: &str) -> Option<usize> {
-        self.entries
-            .iter()
-            .position(|e| e.name == name || e.aliases.iter().any(|a| a == name))
+        let found = |name: &str| {
+            self.entries
+                .iter()
+                .position(|e| e.name == name || e.aliases.iter().any(|a| a == name))
+        };
+        found(name).or_else(|| name.strip_suffix(":latest").and_then(found))
     }
 
     /// The names, with their aliases: the first [`NAMES_SHOWN`] (each clipped, the list within
@@ -531,10 +578,15 @@ impl Backends {
 }
 
 /// A local entry's model: the command line's, or the entry's own file.
-fn local(config: &Config, model_file: Option<&std::path::Path>) -> Result<Local, SetupError> {
+fn local(
+    config: &Config,
+    model_file: Option<&std::path::Path>,
+    embeddings: bool,
+) -> Result<Local, SetupError> {
     let mut settings = LocalSettings::from_config(config)?;
+    settings.embeddings_only = embeddings;
     if let Some(path) = model_file {
-        settings.source = crate::local::Source::File(path.to_owned());
+        settings = settings.with_model_file(config, path)?;
     }
     Ok(Local::start(settings)?)
 }

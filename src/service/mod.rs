@@ -6,6 +6,7 @@
 
 pub mod driver;
 
+use crate::backends::direct::{EmbedRequest, Embeddings};
 use crate::call::{Block, Call, Reply};
 use crate::contract::cursor;
 use crate::error::{CallError, CallResult};
@@ -250,6 +251,22 @@ impl Service {
             });
         }
         Err(CallError::Invalid("no model can answer this call".into()))
+    }
+
+    /// The embeddings of `request`'s inputs by the model `model` names (the default without
+    /// one; see [`Backends::embedder`]), under that model's cap. No inputs: none, once the
+    /// model is there (Ollama's way of loading a model).
+    pub async fn embed(&self, model: &str, request: EmbedRequest) -> CallResult<Embeddings> {
+        let (entry, embedder) = self.backends.embedder(model)?;
+        let _permit = entry.admit(self.backends.queue_timeout).await?;
+        if request.inputs.is_empty() {
+            return Ok(Embeddings {
+                model: embedder.model_name().unwrap_or_else(|| entry.name.clone()),
+                vectors: Vec::new(),
+                prompt_tokens: 0,
+            });
+        }
+        embedder.embed(request).await
     }
 
     /// The prompt tokens of the call's first attempt on the model its route names first, for a

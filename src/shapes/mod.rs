@@ -124,6 +124,8 @@ pub fn parse(
 
 /// The definition of `list_models`, which is not a product shape.
 pub const LIST_MODELS: &str = include_str!("tools/list_models.json");
+/// The `embeddings_create` tool: OpenAI's embeddings request as arguments.
+pub const EMBEDDINGS_CREATE: &str = include_str!("tools/embeddings_create.json");
 
 #[cfg(test)]
 mod tests {

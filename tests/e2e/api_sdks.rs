@@ -17,7 +17,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_agent-as-model");
-const TOKEN: &str = "sk-api-sdks-token-0123456789abcdef";
+pub(crate) const TOKEN: &str = "sk-api-sdks-token-0123456789abcdef";
 pub(crate) const QUESTION: &str = "What is the capital of France?";
 /// What `paris` answers whole and `paris-live` in pieces.
 pub(crate) const ANSWER: &str = "The capital of France is Paris.";
@@ -75,14 +75,14 @@ impl Sdk {
 }
 
 /// The server with `--http` on a free port and `--auth-token TOKEN`, its log in a file.
-struct Server {
+pub(crate) struct Server {
     child: Killed,
-    url: String,
+    pub(crate) url: String,
     log: PathBuf,
 }
 
 impl Server {
-    async fn start(dir: &Path, args: &[&str]) -> Server {
+    pub(crate) async fn start(dir: &Path, args: &[&str]) -> Server {
         let port = free_port();
         let log = dir.join("server.log");
         let mut child = std::process::Command::new(BIN)
@@ -125,13 +125,13 @@ impl Server {
         }
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 }
 
 /// A fresh folder for one test's files.
-fn folder(name: &str) -> PathBuf {
+pub(crate) fn folder(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("aam-api-sdks-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     dir
@@ -140,12 +140,19 @@ fn folder(name: &str) -> PathBuf {
 /// Runs `sdk`'s client against `server` with `cases`, bounded by `limit`; what it printed.
 /// Each case's value is what the SDK returned, or `{"error": …}` for what it raised.
 async fn run(sdk: Sdk, server: &Server, models: &Value, cases: &[&str], limit: u64) -> Value {
+    run_script(sdk.script(), server, models, cases, limit).await
+}
+
+/// Runs the client `name` (a script of `tests/e2e/api`) as [`run`] does.
+async fn run_script(
+    name: &str,
+    server: &Server,
+    models: &Value,
+    cases: &[&str],
+    limit: u64,
+) -> Value {
     let python = peer("AGENT_AS_MODEL_PYTHON", &venv_bin("python"));
-    let script = format!(
-        "{}/tests/e2e/api/{}",
-        env!("CARGO_MANIFEST_DIR"),
-        sdk.script()
-    );
+    let script = format!("{}/tests/e2e/api/{name}", env!("CARGO_MANIFEST_DIR"));
     let per_request = (limit / 3).max(30);
     let mut command = tokio::process::Command::new(&python);
     command
@@ -172,8 +179,7 @@ async fn run(sdk: Sdk, server: &Server, models: &Value, cases: &[&str], limit: u
         .await
         .unwrap_or_else(|_| {
             panic!(
-                "{} did not finish within {limit} s; server log:\n{}",
-                sdk.script(),
+                "{name} did not finish within {limit} s; server log:\n{}",
                 server.log()
             )
         })
@@ -182,18 +188,14 @@ async fn run(sdk: Sdk, server: &Server, models: &Value, cases: &[&str], limit: u
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         output.status.success(),
-        "{} failed ({}) — if an SDK is missing, run scripts/peers\nstdout: {stdout}\n\
+        "{name} failed ({}) — if an SDK is missing, run scripts/peers\nstdout: {stdout}\n\
          stderr: {stderr}\nserver log:\n{}",
-        sdk.script(),
         output.status,
         server.log()
     );
     let last = stdout.lines().last().unwrap_or_default();
     serde_json::from_str(last).unwrap_or_else(|e| {
-        panic!(
-            "{} printed no JSON ({e}):\nstdout: {stdout}\nstderr: {stderr}",
-            sdk.script()
-        )
+        panic!("{name} printed no JSON ({e}):\nstdout: {stdout}\nstderr: {stderr}")
     })
 }
 
@@ -950,6 +952,139 @@ async fn every_sdk_is_answered_by_the_embedded_model_whole_and_streamed() {
             "{sdk:?}: {stream}"
         );
     }
+}
+
+/// A vector's numbers (panics on anything else).
+fn vector(v: &Value) -> Vec<f64> {
+    v.as_array()
+        .unwrap_or_else(|| panic!("not a vector: {v}"))
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect()
+}
+
+fn dot(a: &[f64], b: &[f64]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+/// Equal within float rounding (vectors made by the same model from the same text, decoded
+/// from JSON or base64).
+fn assert_same(a: &[f64], b: &[f64], what: &str) {
+    assert_eq!(a.len(), b.len(), "{what}");
+    let worst = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f64::max);
+    assert!(worst < 1e-5, "{what}: differ by {worst}");
+}
+
+/// Embeddings from the embedded model through the openai SDK (base64 by default, floats,
+/// `dimensions`), the google-genai SDK (`embed_content`, one and a batch, with
+/// `output_dimensionality`) and the `ollama` client (`embed`, the legacy `embeddings`, a long
+/// text truncated or refused): every vector has length 1, identical text gives identical
+/// vectors across the APIs, different text a different one, and the shortened vectors are the
+/// full one's first dimensions, normalized again.
+#[tokio::test]
+async fn embeddings_come_from_the_embedded_model_through_every_sdk() {
+    let fetched = crate::local::first_try();
+    assert!(
+        fetched.status.success(),
+        "the embedded model could not be fetched"
+    );
+    let _turn = crate::local::TURN.lock().await;
+    // A context of 1,024 tokens: the texts the model embeds at once are as long at most.
+    let server = Server::start(
+        &folder("embeddings"),
+        &["--backend", "local", "--local-context", "1024"],
+    )
+    .await;
+    let models = json!({"local": "text-embedding-3-small"});
+    let openai = run(Sdk::OpenAi, &server, &models, &["embeddings"], 600).await;
+    let o = ok(&openai, "embeddings");
+    let vectors: Vec<Vec<f64>> = o["vectors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(vector)
+        .collect();
+    assert_eq!(vectors.len(), 3, "{o}");
+    assert_eq!(o["indexes"], json!([0, 1, 2]));
+    assert_eq!(o["model"], "qwen2.5-coder-0.5b-instruct");
+    let dims = vectors[0].len();
+    assert!(dims >= 256, "{dims} dimensions");
+    for v in &vectors {
+        assert!((dot(v, v) - 1.0).abs() < 1e-3, "not of length 1");
+    }
+    assert_same(&vectors[0], &vectors[1], "identical text");
+    let unlike = dot(&vectors[0], &vectors[2]);
+    assert!(unlike < 0.999, "different texts gave one vector ({unlike})");
+    let tokens = o["usage"]["prompt_tokens"].as_u64().unwrap();
+    assert!((12..100).contains(&tokens), "{o}");
+    assert_eq!(o["usage"]["total_tokens"], tokens);
+    assert_same(&vector(&o["float"]), &vectors[0], "float and base64");
+    let short = vector(&o["short"]);
+    assert_eq!(short.len(), 32);
+    let head: Vec<f64> = vectors[0][..32].to_vec();
+    let norm = dot(&head, &head).sqrt();
+    let renormalized: Vec<f64> = head.iter().map(|x| x / norm).collect();
+    assert_same(
+        &short,
+        &renormalized,
+        "dimensions: the first 32, normalized",
+    );
+    let too_long = &o["too_long"];
+    assert_eq!(too_long["status"], 400, "{too_long}");
+    let message = too_long["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("input[1]") && message.contains("tokens"),
+        "{message}"
+    );
+
+    let models = json!({"local": "gemini-embedding-001"});
+    let genai = run(Sdk::Genai, &server, &models, &["embeddings"], 600).await;
+    let g = ok(&genai, "embeddings");
+    assert_same(&vector(&g["one"]), &vectors[0], "genai, one text");
+    let batch: Vec<Vec<f64>> = g["batch"].as_array().unwrap().iter().map(vector).collect();
+    assert_eq!(batch.len(), 3);
+    for (theirs, ours) in batch.iter().zip(&vectors) {
+        assert_same(theirs, ours, "genai, a batch");
+    }
+    assert_same(&vector(&g["short"]), &short, "genai, output_dimensionality");
+
+    let models = json!({"local": "nomic-embed-text"});
+    let ollama = run_script("ollama_embed.py", &server, &models, &["embeddings"], 900).await;
+    let l = ok(&ollama, "embeddings");
+    let theirs: Vec<Vec<f64>> = l["vectors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(vector)
+        .collect();
+    for (theirs, ours) in theirs.iter().zip(&vectors) {
+        assert_same(theirs, ours, "ollama embed");
+    }
+    assert_eq!(l["prompt_eval_count"], tokens);
+    assert!(l["total_duration"].as_u64().unwrap() > 0);
+    assert_same(&vector(&l["short"]), &short, "ollama, dimensions");
+    assert_same(
+        &vector(&l["legacy"]),
+        &vectors[0],
+        "ollama, legacy embeddings",
+    );
+    // A text longer than the model embeds at once is cut to fit; refused when asked not to.
+    assert_eq!(l["long_tokens"], 1024, "{l}");
+    assert_eq!(l["long_dims"], dims);
+    let refused = &l["refused"];
+    assert_eq!(refused["status"], 400, "{refused}");
+    assert!(
+        refused["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("input"),
+        "{refused}"
+    );
 }
 
 /// The messages a provider was sent, as `role: text` lines (tool calls and results by id).

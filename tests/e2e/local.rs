@@ -119,6 +119,69 @@ async fn a_host_that_cannot_sample_is_answered_by_the_local_fallback_on_both_era
     }
 }
 
+/// `embeddings_create` on both eras, from the local fallback of a host that cannot sample:
+/// OpenAI's embeddings object (valid against the tool's outputSchema), vectors of length 1,
+/// identical text giving identical vectors; bad input is an error naming the field; a server
+/// with only the host's sampling says it makes no embeddings.
+#[tokio::test]
+async fn embeddings_create_answers_from_the_local_model_on_both_eras() {
+    let _turn = TURN.lock().await;
+    let texts = ["a red apple", "a red apple", "the quarterly tax filing"];
+    for era in ERAS {
+        let client = local(era, true).await;
+        let r = call(
+            &client,
+            "embeddings_create",
+            json!({"input": texts, "model": "text-embedding-3-small"}),
+        )
+        .await;
+        assert!(!is_error(&r), "{}", text(&r));
+        assert_conforms(&client, "embeddings_create", &r).await;
+        let s = structured(&r);
+        assert_eq!(s["backend"], "local");
+        assert_eq!(s["object"], "list");
+        assert_eq!(s["model"], "qwen2.5-coder-0.5b-instruct");
+        let vectors: Vec<Vec<f64>> = s["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| {
+                d["embedding"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.as_f64().unwrap())
+                    .collect()
+            })
+            .collect();
+        assert_eq!(vectors.len(), 3);
+        let dot = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f64>();
+        for v in &vectors {
+            assert!((dot(v, v) - 1.0).abs() < 1e-3);
+        }
+        assert_eq!(vectors[0], vectors[1], "identical text, identical vectors");
+        assert!(dot(&vectors[0], &vectors[2]) < 0.999);
+        assert!(s["usage"]["prompt_tokens"].as_u64().unwrap() >= 6, "{s}");
+        let text_of: Value = serde_json::from_str(&text(&r)).unwrap();
+        assert_eq!(text_of["data"], s["data"], "the text is the same object");
+        for (bad, field) in [
+            (json!({"input": []}), "`input`"),
+            (json!({"input": "x", "dimensions": 100000}), "`dimensions`"),
+            (json!({"input": [1, 99999999]}), "`input[0]`"),
+        ] {
+            let r = call(&client, "embeddings_create", bad.clone()).await;
+            assert!(is_error(&r), "{bad}");
+            assert!(text(&r).contains(field), "{bad}: {}", text(&r));
+        }
+        client.cancel().await.unwrap();
+    }
+    let client = connect(Host::text("no"), Era::Legacy).await;
+    let r = call(&client, "embeddings_create", json!({"input": "hi"})).await;
+    assert!(is_error(&r));
+    assert!(text(&r).contains("makes no embeddings"), "{}", text(&r));
+    client.cancel().await.unwrap();
+}
+
 #[tokio::test]
 async fn structured_output_is_schema_valid_json_by_constrained_decoding() {
     let _turn = TURN.lock().await;
@@ -217,7 +280,7 @@ async fn token_limits_and_stop_sequences_are_honoured() {
 const PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
 
 /// The cached default model (fetched by `first_try`).
-fn cached_model() -> std::path::PathBuf {
+pub(crate) fn cached_model() -> std::path::PathBuf {
     let _ = first_try();
     agent_as_model::local::fetch::cached_default().expect("the default model is cached")
 }
@@ -234,6 +297,7 @@ async fn an_emulated_tool_call_comes_back_from_a_host_that_cannot_take_tools() {
     // declaring sampling without tools (as VS Code does): the server describes the tools in
     // the prompt and parses the call out of the model's text.
     let settings = LocalSettings {
+        embeddings_only: false,
         source: agent_as_model::local::Source::File(cached_model()),
         context: 4096,
         queue: 4,

@@ -28,6 +28,7 @@ mod completions;
 mod conformance;
 mod cursors;
 mod edges;
+mod embeddings;
 mod engine;
 mod eras;
 mod faults;

@@ -13,7 +13,7 @@ except ImportError as e:
     sys.exit(f"the google-genai SDK is missing from {sys.executable} ({e}): run scripts/peers")
 
 import harness
-from harness import CAPITAL_SCHEMA, QUESTION, WEATHER_QUESTION, WEATHER_SCHEMA, describe
+from harness import EMBED_TEXTS, CAPITAL_SCHEMA, QUESTION, WEATHER_QUESTION, WEATHER_SCHEMA, describe
 
 
 class Capital(BaseModel):
@@ -241,6 +241,25 @@ def local_stream(args):
     )
 
 
+
+def embeddings(args):
+    """One text (`:embedContent` or a batch of one, as the SDK picks), a batch, and a shorter
+    vector by `output_dimensionality`."""
+    c = client(args)
+    model = args.models["local"]
+    one = c.models.embed_content(model=model, contents=EMBED_TEXTS[0])
+    batch = c.models.embed_content(model=model, contents=EMBED_TEXTS)
+    short = c.models.embed_content(
+        model=model,
+        contents=EMBED_TEXTS[0],
+        config=types.EmbedContentConfig(output_dimensionality=32),
+    )
+    return {
+        "one": list(one.embeddings[0].values),
+        "batch": [list(e.values) for e in batch.embeddings],
+        "short": list(short.embeddings[0].values),
+    }
+
 harness.main(
     {
         "plain": lambda a: answer(a, a.models["plain"]),
@@ -259,5 +278,6 @@ harness.main(
         "wrong_key_models": wrong_key_models,
         "local_answer": local_answer,
         "local_stream": local_stream,
+        "embeddings": embeddings,
     }
 )

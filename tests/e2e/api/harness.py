@@ -42,6 +42,16 @@ CAPITAL_SCHEMA = {
 }
 
 
+# The embeddings cases' texts: the first twice (identical text, identical vectors), a third
+# unlike it; a long text over any context the embedded model embeds at once.
+EMBED_TEXTS = [
+    "The cat sat on the mat.",
+    "The cat sat on the mat.",
+    "Stock markets fell sharply after the announcement.",
+]
+EMBED_LONG = "word " * 10000
+
+
 def describe(e):
     """An exception as JSON: its class, HTTP status and what it says."""
     status = getattr(e, "status_code", None)

@@ -12,7 +12,7 @@ except ImportError as e:
     sys.exit(f"the openai SDK is missing from {sys.executable} ({e}): run scripts/peers")
 
 import harness
-from harness import QUESTION, WEATHER_QUESTION, WEATHER_SCHEMA, dedup, describe
+from harness import EMBED_LONG, EMBED_TEXTS, QUESTION, WEATHER_QUESTION, WEATHER_SCHEMA, dedup, describe
 
 
 class Capital(BaseModel):
@@ -393,6 +393,26 @@ def local_stream(args):
     )
 
 
+def embeddings(args):
+    """Vectors as the SDK hands them back: by default it asks for base64 and decodes it."""
+    c = client(args)
+    model = args.models["local"]
+    batch = c.embeddings.create(model=model, input=EMBED_TEXTS)
+    floats = c.embeddings.create(model=model, input=EMBED_TEXTS[0], encoding_format="float")
+    short = c.embeddings.create(model=model, input=EMBED_TEXTS[0], dimensions=32)
+    return {
+        "vectors": [list(d.embedding) for d in batch.data],
+        "indexes": [d.index for d in batch.data],
+        "model": batch.model,
+        "usage": usage(batch.usage),
+        "float": list(floats.data[0].embedding),
+        "short": list(short.data[0].embedding),
+        "too_long": expect_error(
+            lambda: c.embeddings.create(model=model, input=["fine", EMBED_LONG])
+        ),
+    }
+
+
 harness.main(
     {
         "chat_plain": lambda a: chat_answer(a, a.models["plain"]),
@@ -418,5 +438,6 @@ harness.main(
         "wrong_key_models": wrong_key_models,
         "local_answer": local_answer,
         "local_stream": local_stream,
+        "embeddings": embeddings,
     }
 )

@@ -1,0 +1,112 @@
+//! The embeddings routes: OpenAI's `POST /v1/embeddings`, Ollama's `POST /api/embed` and legacy
+//! `POST /api/embeddings`; Gemini's `:embedContent` and `:batchEmbedContents` are methods of
+//! its model paths (see [`super::api`]). Each reads its body with [`crate::api::embeddings`],
+//! has the service make the vectors, and writes them (or its API's error) back.
+
+use super::api::{admitted_object, error, json_body, read_object};
+use crate::api::embeddings::{self, Asked};
+use crate::api::{Api, ApiError, Dialect};
+use crate::backends::direct::Embeddings;
+use crate::error::CallResult;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::routing::post;
+use serde_json::{Map, Value, json};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// The embeddings routes of OpenAI and Ollama.
+pub fn routes() -> Router<Arc<Api>> {
+    Router::new()
+        .route("/v1/embeddings", post(openai))
+        .route("/api/embed", post(ollama))
+        .route("/api/embeddings", post(ollama_legacy))
+}
+
+/// How a request of one API is read and answered.
+struct Form {
+    dialect: Dialect,
+    read: fn(&Map<String, Value>) -> CallResult<Asked>,
+    write: fn(&Asked, &Embeddings, std::time::Duration) -> Value,
+    /// Errors as Ollama writes them (`{"error": "..."}`) rather than in `dialect`'s envelope.
+    ollama: bool,
+}
+
+async fn openai(State(api): State<Arc<Api>>, body: Bytes) -> Response {
+    let form = Form {
+        dialect: Dialect::Chat,
+        read: embeddings::openai,
+        write: |asked, made, _| embeddings::openai_object(asked, made),
+        ollama: false,
+    };
+    answer(&api, &form, body).await
+}
+
+async fn ollama(State(api): State<Arc<Api>>, body: Bytes) -> Response {
+    let form = Form {
+        dialect: Dialect::Chat,
+        read: embeddings::ollama,
+        write: |_, made, took| embeddings::ollama_object(made, took),
+        ollama: true,
+    };
+    answer(&api, &form, body).await
+}
+
+async fn ollama_legacy(State(api): State<Arc<Api>>, body: Bytes) -> Response {
+    let form = Form {
+        dialect: Dialect::Chat,
+        read: embeddings::ollama_legacy,
+        write: |_, made, _| embeddings::ollama_legacy_object(made),
+        ollama: true,
+    };
+    answer(&api, &form, body).await
+}
+
+/// Gemini's `:embedContent` (`batch` false) and `:batchEmbedContents` for `model`.
+pub(super) async fn gemini(api: &Api, model: &str, batch: bool, body: Bytes) -> Response {
+    let (_admitted, map) = match admitted_object(api, Dialect::Gemini, body).await {
+        Ok(read) => read,
+        Err(response) => return *response,
+    };
+    let asked = if batch {
+        embeddings::gemini_batch(model, &map)
+    } else {
+        embeddings::gemini_one(model, &map)
+    };
+    let made = match asked {
+        Ok(asked) => api.embed(&asked).await,
+        Err(e) => Err(ApiError::from(e)),
+    };
+    match made {
+        Ok(made) if batch => json_body(embeddings::gemini_batch_object(&made)),
+        Ok(made) => json_body(embeddings::gemini_one_object(&made)),
+        Err(e) => error(Dialect::Gemini, &e, &[]),
+    }
+}
+
+async fn answer(api: &Api, form: &Form, body: Bytes) -> Response {
+    let started = Instant::now();
+    let made = async {
+        let _admitted = api.admit()?;
+        let asked = (form.read)(&read_object(&body).await?)?;
+        drop(body);
+        let made = api.embed(&asked).await?;
+        Ok::<_, ApiError>((asked, made))
+    };
+    match made.await {
+        Ok((asked, made)) => json_body((form.write)(&asked, &made, started.elapsed())),
+        Err(e) if form.ollama => ollama_error(&e),
+        Err(e) => error(form.dialect, &e, &[]),
+    }
+}
+
+/// An error as Ollama's API writes it: the status, and `{"error": message}`.
+pub(super) fn ollama_error(e: &ApiError) -> Response {
+    let mut response = json_body(json!({"error": e.message}));
+    *response.status_mut() =
+        StatusCode::from_u16(e.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    response
+}
