@@ -16,6 +16,7 @@ pub mod completions;
 pub mod gate;
 pub mod gemini;
 pub mod messages;
+pub mod ollama;
 pub mod responses;
 pub mod sse;
 pub mod store;
@@ -63,12 +64,24 @@ pub enum Dialect {
     Gemini,
     /// `POST /v1/completions`: OpenAI's legacy text completions.
     Completions,
+    /// Ollama's `POST /api/chat`.
+    OllamaChat,
+    /// Ollama's `POST /api/generate`.
+    OllamaGenerate,
 }
 
 impl Dialect {
     /// Whether the API's stream shows a tool call as it is made (Gemini sends a call whole).
     pub fn streams_calls(self) -> bool {
-        self != Dialect::Gemini
+        !matches!(
+            self,
+            Dialect::Gemini | Dialect::OllamaChat | Dialect::OllamaGenerate
+        )
+    }
+
+    /// Whether this is Ollama's API (its stream is NDJSON, its errors `{"error": "..."}`).
+    pub fn is_ollama(self) -> bool {
+        matches!(self, Dialect::OllamaChat | Dialect::OllamaGenerate)
     }
 
     /// The API as the metrics name it.
@@ -79,6 +92,7 @@ impl Dialect {
             Dialect::Messages => crate::metrics::Api::Messages,
             Dialect::Gemini => crate::metrics::Api::Gemini,
             Dialect::Completions => crate::metrics::Api::Completions,
+            Dialect::OllamaChat | Dialect::OllamaGenerate => crate::metrics::Api::Ollama,
         }
     }
 
@@ -90,6 +104,8 @@ impl Dialect {
             Dialect::Messages => &shapes::anthropic::MessagesCreate,
             Dialect::Gemini => &shapes::gemini::GenerateContent,
             Dialect::Completions => &shapes::text::TextComplete,
+            // Ollama's requests are translated into chat completions' (see [`ollama`]).
+            Dialect::OllamaChat | Dialect::OllamaGenerate => &shapes::openai_chat::ChatComplete,
         }
     }
 }
@@ -133,7 +149,7 @@ pub fn prepare(
                 body.insert("model".into(), json!(model));
             }
         }
-        Dialect::Chat | Dialect::Completions => {}
+        Dialect::Chat | Dialect::Completions | Dialect::OllamaChat | Dialect::OllamaGenerate => {}
     }
     Prepared {
         arguments: body,
@@ -306,6 +322,7 @@ impl ApiError {
                     ErrorKind::Api => "INTERNAL",
                 },
             }}),
+            Dialect::OllamaChat | Dialect::OllamaGenerate => json!({"error": self.message}),
         }
     }
 }
@@ -388,6 +405,8 @@ pub struct Api {
     pub stream_write_timeout: Duration,
     /// Where Responses are kept for `previous_response_id` and `GET /v1/responses/{id}`.
     pub store: store::Store,
+    /// Where Ollama's `/api/pull` fetches `hf:` files from (`None`: it fetches none).
+    pub hub: Option<crate::local::hub::Access>,
 }
 
 /// A call's place under the server's cap on calls in flight, given back when it is dropped.
@@ -408,7 +427,14 @@ impl Api {
             max_calls,
             stream_write_timeout,
             store: store::Store::memory(store::Bounds::default()),
+            hub: None,
         }
+    }
+
+    /// `self` fetching `hf:` files for Ollama's `/api/pull` from the Hub `access` names.
+    pub fn with_hub(mut self, access: crate::local::hub::Access) -> Self {
+        self.hub = Some(access);
+        self
     }
 
     /// `self` keeping Responses in `store`.

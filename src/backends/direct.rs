@@ -119,6 +119,11 @@ pub trait Model: Send + Sync {
     fn stats(&self) -> Stats {
         Stats::default()
     }
+    /// The chat template the model's prompts are rendered with, when this server renders them
+    /// (the embedded model, once loaded).
+    fn chat_template(&self) -> Option<String> {
+        None
+    }
 }
 
 /// Refuses media for a backend that takes text only, naming where it is.

@@ -29,6 +29,7 @@ mod body;
 mod checks;
 mod compact;
 mod listen;
+mod ollama;
 mod responses_ws;
 mod settings;
 
