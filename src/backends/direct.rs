@@ -119,6 +119,10 @@ pub trait Model: Send + Sync {
     fn stats(&self) -> Stats {
         Stats::default()
     }
+    /// Waits until the model can answer (the embedded model loaded), or says why it cannot.
+    fn ready(&self) -> BoxFuture<'_, CallResult<()>> {
+        Box::pin(async { Ok(()) })
+    }
     /// The chat template the model's prompts are rendered with, when this server renders them
     /// (the embedded model, once loaded).
     fn chat_template(&self) -> Option<String> {

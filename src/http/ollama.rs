@@ -318,7 +318,15 @@ async fn show(State(api): State<Arc<Api>>, body: Bytes) -> Response {
         Ok(name) => name,
         Err(e) => return error(OLLAMA, &e, &[]),
     };
-    let Some((d, called)) = resolve(&api, &name) else {
+    let Some((_, called)) = resolve(&api, &name) else {
+        return not_found(&name);
+    };
+    // What the file says is known once the model is loaded (it loads as the server starts).
+    let model = api.service.backends().direct_model(&called).cloned();
+    if let Some(model) = &model {
+        let _ = model.ready().await;
+    }
+    let Some((d, _)) = resolve(&api, &name) else {
         return not_found(&name);
     };
     let architecture = d.architecture();
@@ -331,12 +339,7 @@ async fn show(State(api): State<Arc<Api>>, body: Bytes) -> Response {
     if let Some(context) = d.context() {
         model_info.insert(format!("{architecture}.context_length"), json!(context));
     }
-    let template = api
-        .service
-        .backends()
-        .direct_model(&called)
-        .and_then(|m| m.chat_template())
-        .unwrap_or_default();
+    let template = model.and_then(|m| m.chat_template()).unwrap_or_default();
     let parameters = d
         .context()
         .map(|c| format!("num_ctx {c}"))
@@ -433,6 +436,13 @@ async fn respond(
     drop(map);
     let stream = ollama.prepared.stream;
     if ollama.load {
+        // Loading is waiting until the model can answer.
+        let model = api.service.backends().direct_model(&called).cloned();
+        if let Some(model) = model
+            && let Err(e) = model.ready().await
+        {
+            return error(dialect, &ApiError::from(e), &ollama.prepared.warnings);
+        }
         let reason = if ollama.unload { "unload" } else { "load" };
         let encoder = Encoder::new(dialect, &asked, &[], started);
         let response = one(&encoder.loaded(reason), stream);

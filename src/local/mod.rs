@@ -543,6 +543,10 @@ impl Model for Local {
         })
     }
 
+    fn ready(&self) -> BoxFuture<'_, CallResult<()>> {
+        Box::pin(async move { Ok(Local::ready(self).await?) })
+    }
+
     fn chat_template(&self) -> Option<String> {
         match self.state() {
             State::Ready(info) => info.chat_template.map(|t| t.to_string()),
