@@ -28,6 +28,10 @@ struct Server {
 
 impl Server {
     async fn start(dir: &Path, args: &[&str]) -> Server {
+        Server::with_env(dir, args, &[]).await
+    }
+
+    async fn with_env(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Server {
         let port = free_port();
         let log = dir.join("server.log");
         let child = std::process::Command::new(BIN)
@@ -35,6 +39,7 @@ impl Server {
             .arg(format!("127.0.0.1:{port}"))
             .args(["--auth-token", TOKEN])
             .args(args)
+            .envs(env.iter().copied())
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -531,6 +536,87 @@ async fn tool_calls_come_as_objects_and_results_are_matched_to_them_by_name() {
     assert_eq!(messages[3]["tool_call_id"], ids[0], "{sent}");
 }
 
+/// `/api/pull` of an `hf:` file really fetches it (resuming the download the Hub breaks off),
+/// with Ollama's progress lines; a second pull finds it cached; `/api/delete` removes it.
+#[tokio::test]
+async fn pull_fetches_a_missing_hf_file_with_progress_and_delete_removes_it() {
+    let bytes: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+    let digest = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes));
+    let hub = crate::hub::Hub::start(bytes);
+    let dir = folder("pull");
+    let cache = dir.join("cache");
+    let _ = std::fs::remove_dir_all(&cache);
+    // A models file whose one provider is never asked.
+    let models = dir.join("models.toml");
+    std::fs::write(
+        &models,
+        "[[models]]\nname = \"paris\"\nbackend = \"provider\"\n\
+         url = \"http://127.0.0.1:9/v1\"\nmodel = \"upstream\"\n",
+    )
+    .unwrap();
+    let server = Server::with_env(
+        &dir,
+        &["--models", models.to_str().unwrap()],
+        &[
+            ("AGENT_AS_MODEL_CACHE_DIR", cache.to_str().unwrap()),
+            ("HF_ENDPOINT", &hub.endpoint),
+            ("HF_TOKEN", crate::hub::TOKEN),
+        ],
+    )
+    .await;
+    let name = format!("hf:{}/{}", crate::hub::REPO, crate::hub::FILE);
+    let lines = lines_of(server.post("/api/pull", json!({"model": name})).await).await;
+    let statuses: Vec<&str> = lines
+        .iter()
+        .map(|l| l["status"].as_str().unwrap_or_else(|| panic!("{lines:?}")))
+        .collect();
+    assert_eq!(statuses.first(), Some(&"pulling manifest"), "{lines:?}");
+    assert_eq!(statuses.last(), Some(&"success"), "{lines:?}");
+    let bytes_lines: Vec<&Value> = lines.iter().filter(|l| l["total"].is_u64()).collect();
+    assert!(!bytes_lines.is_empty(), "{lines:?}");
+    for l in &bytes_lines {
+        assert!(
+            l["completed"].as_u64().unwrap() <= l["total"].as_u64().unwrap(),
+            "{l}"
+        );
+        assert!(l["digest"].as_str().unwrap().starts_with("sha256:"), "{l}");
+    }
+    let last = bytes_lines.last().unwrap();
+    assert_eq!(last["completed"], 3_000_000, "{lines:?}");
+    assert_eq!(last["digest"], format!("sha256:{digest}"), "{lines:?}");
+    let cached = cache
+        .join("models/hf")
+        .join(crate::hub::REPO)
+        .join(crate::hub::FILE);
+    assert_eq!(std::fs::metadata(&cached).unwrap().len(), 3_000_000);
+    // Pulled again: cached, answered at once.
+    let (status, ok) = json_of(
+        server
+            .post("/api/pull", json!({"model": name, "stream": false}))
+            .await,
+    )
+    .await;
+    assert_eq!((status, ok), (200, json!({"status": "success"})));
+    // Deleted: gone from the cache, and a second delete finds nothing.
+    let r = server
+        .send(
+            reqwest::Method::DELETE,
+            "/api/delete",
+            json!({"model": name}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    assert!(!cached.exists());
+    let r = server
+        .send(
+            reqwest::Method::DELETE,
+            "/api/delete",
+            json!({"model": name}),
+        )
+        .await;
+    assert_eq!(r.status(), 404);
+}
+
 // ---- the embedded model, through the official clients ------------------------------------
 
 /// Runs the Python client's `cases` against `server`, asking for `model`; what it printed.
@@ -769,6 +855,11 @@ async fn the_ollama_clients_are_answered_by_the_embedded_model() {
     assert_eq!(
         trip["first"]["message"]["tool_calls"][0]["function"]["name"],
         "get_weather"
+    );
+    // The second turn read the call and its result.
+    assert!(
+        trip["second"]["prompt_eval_count"].as_u64() > trip["first"]["prompt_eval_count"].as_u64(),
+        "{trip}"
     );
     let second = &trip["second"]["message"];
     assert!(
