@@ -1,6 +1,6 @@
 //! The model APIs (OpenAI chat completions, legacy text completions and Responses, Anthropic
-//! messages, Gemini `generateContent`) as a base URL, without the HTTP: a request body becomes
-//! the arguments of the tool of the same shape (what a client sends that a tool has no use for
+//! messages, Gemini `generateContent`, Ollama's chat and generate) as a base URL, without the
+//! HTTP: a request body becomes the arguments of the tool of the same shape (what a client sends that a tool has no use for
 //! is set aside here: `stream`, a system turn inside Anthropic `messages`, hosted tools no
 //! backend here runs; a text completion's shape is the HTTP API's own), is parsed and answered
 //! by the completion service exactly as the tool is, and the shape's API object is the response
@@ -71,7 +71,8 @@ pub enum Dialect {
 }
 
 impl Dialect {
-    /// Whether the API's stream shows a tool call as it is made (Gemini sends a call whole).
+    /// Whether the API's stream shows a tool call as it is made (Gemini and Ollama send a
+    /// call whole).
     pub fn streams_calls(self) -> bool {
         !matches!(
             self,

@@ -657,6 +657,16 @@ fn generate_messages(
         return Ok(Vec::new());
     }
     if raw || suffix.is_some() {
+        if body
+            .get("images")
+            .is_some_and(|i| i.as_array().is_some_and(|a| !a.is_empty()))
+        {
+            return Err(invalid(
+                "images",
+                "a raw prompt (or fill-in-the-middle) is continued as text: send images without \
+                 `raw` and `suffix`, or to /api/chat",
+            ));
+        }
         if system.is_some() {
             warnings.push(
                 "`system` was set aside: a raw prompt (or fill-in-the-middle) is read as it is"
@@ -995,6 +1005,11 @@ mod tests {
                 "context",
             ),
             (Dialect::OllamaGenerate, json!({"prompt": 1}), "prompt"),
+            (
+                Dialect::OllamaGenerate,
+                json!({"prompt": "a", "raw": true, "images": ["iVBORw0KGgo="]}),
+                "images",
+            ),
             (
                 Dialect::OllamaGenerate,
                 json!({"prompt": "a", "format": "xml"}),

@@ -1,6 +1,7 @@
 //! The model APIs' routes: OpenAI chat completions, legacy text completions and Responses,
 //! Anthropic messages, Gemini `generateContent`, their token counts and model lists, as a base URL
-//! for any SDK or agent CLI; and `GET /metrics`, behind the same token. Each handler reads the
+//! for any SDK or agent CLI (Ollama's API beside them, in [`super::ollama`]); and `GET /metrics`,
+//! behind the same token. Each handler reads the
 //! JSON body, hands it to [`crate::api`] (which answers it as the tool of the same shape is
 //! answered) and writes the API object, the API's stream of events, or the API's error envelope.
 //! The token is taken in every spelling the clients use. Each model call is counted in the
