@@ -1,11 +1,12 @@
 //! The model APIs (OpenAI chat completions, legacy text completions and Responses, Anthropic
 //! messages, Gemini `generateContent`, Ollama's chat and generate) as a base URL, without the
-//! HTTP: a request body becomes the arguments of the tool of the same shape (what a client sends that a tool has no use for
-//! is set aside here: `stream`, a system turn inside Anthropic `messages`, hosted tools no
-//! backend here runs; a text completion's shape is the HTTP API's own), is parsed and answered
-//! by the completion service exactly as the tool is, and the shape's API object is the response
-//! body. [`stream`] renders an answer as each API's stream of events; errors take each API's
-//! envelope ([`ApiError`]).
+//! HTTP: a request body becomes the arguments of the tool of the same shape (what a client sends
+//! that a tool has no use for is set aside here: `stream`, a system turn inside Anthropic
+//! `messages`, hosted tools no backend here runs; a text completion's shape is the HTTP API's
+//! own; Ollama's requests are translated into chat completions', see [`ollama`]), is parsed and
+//! answered by the completion service exactly as the tool is, and the shape's API object is the
+//! response body. [`stream`] renders an answer as each API's stream of events; errors take each
+//! API's envelope ([`ApiError`]).
 //!
 //! These calls come from no MCP host, so they are answered by the direct backends (the
 //! embedded model, providers, the models file's entries), never by sampling.
