@@ -536,6 +536,61 @@ async fn tool_calls_come_as_objects_and_results_are_matched_to_them_by_name() {
     assert_eq!(messages[3]["tool_call_id"], ids[0], "{sent}");
 }
 
+/// `think` reaches the provider as `reasoning_effort` (`false` as `none`), and the reasoning it
+/// answers with comes back as `thinking`, whole and streamed, never in the text.
+#[tokio::test]
+async fn think_is_asked_for_and_the_reasoning_comes_back_as_thinking() {
+    let mut reasoned = completion(ANSWER);
+    reasoned["choices"][0]["message"]["reasoning_content"] = json!("France's capital: Paris.");
+    let thinker = Scripted::start(vec![Reply::json(200, &reasoned)]).await;
+    let dir = folder("think");
+    let models = dir.join("models.toml");
+    std::fs::write(
+        &models,
+        format!(
+            "[[models]]\nname = \"thinker\"\nbackend = \"provider\"\nurl = \"{}\"\n\
+             model = \"upstream-thinker\"\nretries = 0\n",
+            thinker.url
+        ),
+    )
+    .unwrap();
+    let s = Server::start(&dir, &["--models", models.to_str().unwrap()]).await;
+    let question = json!([{"role": "user", "content": "Capital of France?"}]);
+    let (status, whole) = json_of(
+        s.post(
+            "/api/chat",
+            json!({"model": "thinker", "messages": question, "think": "high", "stream": false}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 200, "{whole}");
+    assert_eq!(whole["message"]["thinking"], "France's capital: Paris.");
+    assert_eq!(whole["message"]["content"], ANSWER);
+    assert_eq!(thinker.seen()[0].body["reasoning_effort"], "high");
+    let lines = lines_of(
+        s.post(
+            "/api/generate",
+            json!({"model": "thinker", "prompt": "Capital of France?", "think": false}),
+        )
+        .await,
+    )
+    .await;
+    let thinking: String = lines
+        .iter()
+        .filter_map(|l| l["thinking"].as_str())
+        .collect();
+    let text: String = lines
+        .iter()
+        .filter_map(|l| l["response"].as_str())
+        .collect();
+    assert_eq!(
+        (thinking.as_str(), text.as_str()),
+        ("France's capital: Paris.", ANSWER)
+    );
+    assert_eq!(thinker.seen()[1].body["reasoning_effort"], "none");
+}
+
 /// `/api/pull` of an `hf:` file really fetches it (resuming the download the Hub breaks off),
 /// with Ollama's progress lines; a second pull finds it cached; `/api/delete` removes it.
 #[tokio::test]
