@@ -380,6 +380,17 @@ async fn errors_are_ollamas_and_name_what_is_wrong() {
     )
     .await;
     assert_eq!(status, 404, "{e}");
+    // A name that climbs out of the cache is no file of it.
+    let (status, e) = json_of(
+        s.send(
+            reqwest::Method::DELETE,
+            "/api/delete",
+            json!({"model": "hf:nobody/repo/../../../etc/x.gguf"}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 400, "{e}");
     assert!(f.paris.seen().is_empty(), "no provider was asked");
 }
 
