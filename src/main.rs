@@ -141,7 +141,11 @@ fn serve(config: &Config, runtime: &tokio::runtime::Runtime, sealer: Sealer) -> 
                 mcp_settings.max_calls,
                 Duration::from_secs(config.stream_write_timeout_secs),
             )
-            .with_store(store),
+            .with_store(store)
+            .with_hub(agent_as_model::local::hub::Access {
+                endpoint: config.local.hf_endpoint.clone(),
+                token: config.local.hf_token.clone().filter(|t| !t.is_empty()),
+            }),
         );
         let mcp = streamable::service(server, &mcp_settings, stop.child_token());
         let routes = agent_as_model::http::api::routes(api);

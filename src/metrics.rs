@@ -42,6 +42,8 @@ pub enum Api {
     Messages,
     /// Gemini's `generateContent` and `streamGenerateContent`.
     Gemini,
+    /// Ollama's `POST /api/chat` and `POST /api/generate`.
+    Ollama,
     /// An MCP tool call (stdio or `/mcp`).
     Mcp,
 }
@@ -54,6 +56,7 @@ impl Api {
             Api::Responses => "responses",
             Api::Messages => "messages",
             Api::Gemini => "gemini",
+            Api::Ollama => "ollama",
             Api::Mcp => "mcp",
         }
     }

@@ -1,11 +1,12 @@
 //! The model APIs (OpenAI chat completions, legacy text completions and Responses, Anthropic
-//! messages, Gemini `generateContent`) as a base URL, without the HTTP: a request body becomes
-//! the arguments of the tool of the same shape (what a client sends that a tool has no use for
-//! is set aside here: `stream`, a system turn inside Anthropic `messages`, hosted tools no
-//! backend here runs; a text completion's shape is the HTTP API's own), is parsed and answered
-//! by the completion service exactly as the tool is, and the shape's API object is the response
-//! body. [`stream`] renders an answer as each API's stream of events; errors take each API's
-//! envelope ([`ApiError`]).
+//! messages, Gemini `generateContent`, Ollama's chat and generate) as a base URL, without the
+//! HTTP: a request body becomes the arguments of the tool of the same shape (what a client sends
+//! that a tool has no use for is set aside here: `stream`, a system turn inside Anthropic
+//! `messages`, hosted tools no backend here runs; a text completion's shape is the HTTP API's
+//! own; Ollama's requests are translated into chat completions', see [`ollama`]), is parsed and
+//! answered by the completion service exactly as the tool is, and the shape's API object is the
+//! response body. [`stream`] renders an answer as each API's stream of events; errors take each
+//! API's envelope ([`ApiError`]).
 //!
 //! These calls come from no MCP host, so they are answered by the direct backends (the
 //! embedded model, providers, the models file's entries), never by sampling.
@@ -17,6 +18,7 @@ pub mod embeddings;
 pub mod gate;
 pub mod gemini;
 pub mod messages;
+pub mod ollama;
 pub mod responses;
 pub mod sse;
 pub mod store;
@@ -64,12 +66,25 @@ pub enum Dialect {
     Gemini,
     /// `POST /v1/completions`: OpenAI's legacy text completions.
     Completions,
+    /// Ollama's `POST /api/chat`.
+    OllamaChat,
+    /// Ollama's `POST /api/generate`.
+    OllamaGenerate,
 }
 
 impl Dialect {
-    /// Whether the API's stream shows a tool call as it is made (Gemini sends a call whole).
+    /// Whether the API's stream shows a tool call as it is made (Gemini and Ollama send a
+    /// call whole).
     pub fn streams_calls(self) -> bool {
-        self != Dialect::Gemini
+        !matches!(
+            self,
+            Dialect::Gemini | Dialect::OllamaChat | Dialect::OllamaGenerate
+        )
+    }
+
+    /// Whether this is Ollama's API (its stream is NDJSON, its errors `{"error": "..."}`).
+    pub fn is_ollama(self) -> bool {
+        matches!(self, Dialect::OllamaChat | Dialect::OllamaGenerate)
     }
 
     /// The API as the metrics name it.
@@ -80,6 +95,7 @@ impl Dialect {
             Dialect::Messages => crate::metrics::Api::Messages,
             Dialect::Gemini => crate::metrics::Api::Gemini,
             Dialect::Completions => crate::metrics::Api::Completions,
+            Dialect::OllamaChat | Dialect::OllamaGenerate => crate::metrics::Api::Ollama,
         }
     }
 
@@ -91,6 +107,8 @@ impl Dialect {
             Dialect::Messages => &shapes::anthropic::MessagesCreate,
             Dialect::Gemini => &shapes::gemini::GenerateContent,
             Dialect::Completions => &shapes::text::TextComplete,
+            // Ollama's requests are translated into chat completions' (see [`ollama`]).
+            Dialect::OllamaChat | Dialect::OllamaGenerate => &shapes::openai_chat::ChatComplete,
         }
     }
 }
@@ -134,7 +152,7 @@ pub fn prepare(
                 body.insert("model".into(), json!(model));
             }
         }
-        Dialect::Chat | Dialect::Completions => {}
+        Dialect::Chat | Dialect::Completions | Dialect::OllamaChat | Dialect::OllamaGenerate => {}
     }
     Prepared {
         arguments: body,
@@ -307,6 +325,7 @@ impl ApiError {
                     ErrorKind::Api => "INTERNAL",
                 },
             }}),
+            Dialect::OllamaChat | Dialect::OllamaGenerate => json!({"error": self.message}),
         }
     }
 }
@@ -389,6 +408,8 @@ pub struct Api {
     pub stream_write_timeout: Duration,
     /// Where Responses are kept for `previous_response_id` and `GET /v1/responses/{id}`.
     pub store: store::Store,
+    /// Where Ollama's `/api/pull` fetches `hf:` files from (`None`: it fetches none).
+    pub hub: Option<crate::local::hub::Access>,
 }
 
 /// A call's place under the server's cap on calls in flight, given back when it is dropped.
@@ -409,7 +430,14 @@ impl Api {
             max_calls,
             stream_write_timeout,
             store: store::Store::memory(store::Bounds::default()),
+            hub: None,
         }
+    }
+
+    /// `self` fetching `hf:` files for Ollama's `/api/pull` from the Hub `access` names.
+    pub fn with_hub(mut self, access: crate::local::hub::Access) -> Self {
+        self.hub = Some(access);
+        self
     }
 
     /// `self` keeping Responses in `store`.

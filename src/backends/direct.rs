@@ -129,6 +129,15 @@ pub trait Model: Send + Sync {
             ))
         })
     }
+    /// Waits until the model can answer (the embedded model loaded), or says why it cannot.
+    fn ready(&self) -> BoxFuture<'_, CallResult<()>> {
+        Box::pin(async { Ok(()) })
+    }
+    /// The chat template the model's prompts are rendered with, when this server renders them
+    /// (the embedded model, once loaded).
+    fn chat_template(&self) -> Option<String> {
+        None
+    }
 }
 
 /// What to embed: texts, or texts as token ids of the model's vocabulary.

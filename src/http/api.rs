@@ -1,6 +1,7 @@
 //! The model APIs' routes: OpenAI chat completions, legacy text completions and Responses,
 //! Anthropic messages, Gemini `generateContent`, their token counts and model lists, as a base URL
-//! for any SDK or agent CLI; and `GET /metrics`, behind the same token. Each handler reads the
+//! for any SDK or agent CLI (Ollama's API beside them, in [`super::ollama`]); and `GET /metrics`,
+//! behind the same token. Each handler reads the
 //! JSON body, hands it to [`crate::api`] (which answers it as the tool of the same shape is
 //! answered) and writes the API object, the API's stream of events, or the API's error envelope.
 //! The token is taken in every spelling the clients use. Each model call is counted in the
@@ -20,7 +21,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::{Extension, Path, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::Response;
-use axum::routing::{get, head, post};
+use axum::routing::{get, post};
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -49,7 +50,7 @@ const STREAM_BUFFER: usize = 64;
 /// The model APIs' routes, answered by `api`.
 pub fn routes(api: Arc<Api>) -> Routes {
     let router = Router::new()
-        .route("/", head(|| async { StatusCode::OK }))
+        .merge(super::ollama::router())
         .route("/v1/chat/completions", post(chat))
         .route("/v1/completions", post(text_completions))
         .route(
@@ -99,7 +100,7 @@ fn unknown_route(request: &Request) -> Option<Response> {
         path.strip_prefix(prefix)
             .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
     };
-    if !under("/v1") && !under("/v1beta") {
+    if !under("/v1") && !under("/v1beta") && !under("/api") {
         return None;
     }
     Some(route_error(
@@ -140,7 +141,9 @@ fn route_error(
 
 /// The dialect a request's errors are written in, from its path and headers.
 fn dialect_of(path: &str, headers: &HeaderMap) -> Dialect {
-    if path.starts_with("/v1/messages") {
+    if path == "/" || path == "/api" || path.starts_with("/api/") {
+        Dialect::OllamaChat
+    } else if path.starts_with("/v1/messages") {
         Dialect::Messages
     } else if path.starts_with("/v1beta/") || path.contains(':') {
         Dialect::Gemini
@@ -796,6 +799,10 @@ fn whole_object(api: &Api, dialect: Dialect, call: &Call, answered: &Answered) -
         Dialect::Responses => serialized(
             &resp::Encoder::new(Echo::read(&Map::new()), &model, stop).whole(&answered.finished),
         ),
+        Dialect::OllamaChat | Dialect::OllamaGenerate => {
+            api::ollama::Encoder::new(dialect, &model, stop, std::time::Instant::now())
+                .whole(&answered.finished)
+        }
     }
 }
 
@@ -827,6 +834,12 @@ async fn stream_encoder(
         Dialect::Responses => Box::new(Streamed::new(
             Encoder::new(Echo::read(&Map::new()), &model, stop),
             None,
+        )),
+        Dialect::OllamaChat | Dialect::OllamaGenerate => Box::new(api::ollama::Encoder::new(
+            dialect,
+            &model,
+            stop,
+            std::time::Instant::now(),
         )),
     }
 }
@@ -926,7 +939,7 @@ impl Sink for Deltas {
 /// away, cancels it, and the call's place, model and memory are freed. The head waits for the
 /// answer's first piece (at most [`HEAD_WAIT`]), so a call that fails before it is answered with
 /// its HTTP status.
-async fn streamed(
+pub(super) async fn streamed(
     api: Arc<Api>,
     dialect: Dialect,
     prepared: Prepared,
@@ -956,10 +969,15 @@ async fn streamed(
             .map(|frame| frame.map(Ok::<Bytes, std::convert::Infallible>))
     }));
     let mut response = Response::new(body);
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
+    // Ollama's stream is a JSON object a line; the others' server-sent events.
+    let content_type = if dialect.is_ollama() {
+        "application/x-ndjson"
+    } else {
+        "text/event-stream"
+    };
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     response
         .headers_mut()
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
@@ -1205,7 +1223,11 @@ fn model_object(dialect: Dialect, id: &str, described: Option<&Value>) -> Value 
             }
             model
         }
-        Dialect::Chat | Dialect::Responses | Dialect::Completions => {
+        Dialect::Chat
+        | Dialect::Responses
+        | Dialect::Completions
+        | Dialect::OllamaChat
+        | Dialect::OllamaGenerate => {
             let mut model =
                 json!({"id": id, "object": "model", "created": 0, "owned_by": "agent-as-model"});
             if let Some(object) = model.as_object_mut() {
@@ -1244,7 +1266,11 @@ fn model_list(api: &Api, dialect: Dialect) -> Value {
         Dialect::Messages => json!({"data": data, "has_more": false,
                                     "first_id": ids.first(), "last_id": ids.last()}),
         Dialect::Gemini => json!({"models": data}),
-        Dialect::Chat | Dialect::Responses | Dialect::Completions => {
+        Dialect::Chat
+        | Dialect::Responses
+        | Dialect::Completions
+        | Dialect::OllamaChat
+        | Dialect::OllamaGenerate => {
             json!({"object": "list", "data": data})
         }
     }

@@ -30,6 +30,7 @@ mod checks;
 mod compact;
 mod embeddings;
 mod listen;
+mod ollama;
 mod responses_ws;
 mod settings;
 

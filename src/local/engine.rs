@@ -161,6 +161,17 @@ pub struct Info {
     pub device: String,
     /// How the model writes tool calls and reasoning, told from its chat template.
     pub format: super::format::Format,
+    /// The model's parameters (weights), as the file counts them.
+    pub parameters: u64,
+    /// Bytes of the model's weights.
+    pub bytes: u64,
+    /// How the weights are stored (`general.file_type`: `Q8_0`, `Q4_K_M`, `F16`, …), when the
+    /// file says.
+    pub file_type: Option<String>,
+    /// The vocabulary has fill-in-the-middle tokens (see [`Model::fill_in_middle`]).
+    pub fill_in_middle: bool,
+    /// The chat template the model's prompts are rendered with, when it has one.
+    pub chat_template: Option<std::sync::Arc<str>>,
 }
 
 /// Why the engine cannot run a model, or cannot enforce a grammar.
@@ -318,6 +329,47 @@ fn special_tokens(model: &LlamaModel) -> SpecialTokens {
     }
 }
 
+/// The name of a GGUF `general.file_type` (llama.cpp's `llama_ftype`), as Ollama reports a
+/// model's quantization level.
+pub fn file_type_name(file_type: u32) -> Option<&'static str> {
+    Some(match file_type {
+        0 => "F32",
+        1 => "F16",
+        2 => "Q4_0",
+        3 => "Q4_1",
+        7 => "Q8_0",
+        8 => "Q5_0",
+        9 => "Q5_1",
+        10 => "Q2_K",
+        11 => "Q3_K_S",
+        12 => "Q3_K_M",
+        13 => "Q3_K_L",
+        14 => "Q4_K_S",
+        15 => "Q4_K_M",
+        16 => "Q5_K_S",
+        17 => "Q5_K_M",
+        18 => "Q6_K",
+        19 => "IQ2_XXS",
+        20 => "IQ2_XS",
+        21 => "Q2_K_S",
+        22 => "IQ3_XS",
+        23 => "IQ3_XXS",
+        24 => "IQ1_S",
+        25 => "IQ4_NL",
+        26 => "IQ3_S",
+        27 => "IQ3_M",
+        28 => "IQ2_S",
+        29 => "IQ2_M",
+        30 => "IQ4_XS",
+        31 => "IQ1_M",
+        32 => "BF16",
+        36 => "TQ1_0",
+        37 => "TQ2_0",
+        38 => "MXFP4_MOE",
+        _ => return None,
+    })
+}
+
 pub struct Model {
     model: LlamaModel,
     info: Info,
@@ -366,6 +418,17 @@ impl Model {
             (asked, 0) => asked,
             (asked, trained) => asked.min(trained),
         };
+        let file_type = meta("general.file_type")
+            .and_then(|t| t.parse::<u32>().ok())
+            .and_then(file_type_name)
+            .map(str::to_owned);
+        let fill_in_middle = {
+            let vocab = model.vocab();
+            [vocab.fim_pre(), vocab.fim_suf(), vocab.fim_mid()]
+                .iter()
+                .all(|t| t.0 >= 0)
+        };
+        let (parameters, bytes) = (model.n_params(), model.size());
         let device = llama_cpp_2::list_llama_ggml_backend_devices()
             .into_iter()
             .map(|d| d.backend)
@@ -387,6 +450,11 @@ impl Model {
                     device
                 },
                 format: super::format::Format::detect(template.as_deref()),
+                parameters,
+                bytes,
+                file_type,
+                fill_in_middle,
+                chat_template: template.as_deref().map(std::sync::Arc::from),
             },
             template,
             special,

@@ -214,10 +214,16 @@ pub fn cached_default() -> Option<PathBuf> {
     path.is_file().then_some(path)
 }
 
-/// Reports progress: on a terminal a bar redrawn in place, else a line now and then.
+/// Told of each piece of a download: what is downloaded, the bytes so far, the bytes in all (0
+/// when nobody states it).
+pub type Observer = Box<dyn FnMut(&str, u64, u64) + Send>;
+
+/// Reports progress: on a terminal a bar redrawn in place, else a line now and then; and to an
+/// observer, when one is set, as each piece comes (Ollama's `/api/pull` stream).
 pub struct Progress {
     terminal: bool,
     last: Instant,
+    observer: Option<Observer>,
 }
 
 impl Progress {
@@ -226,10 +232,22 @@ impl Progress {
         Progress {
             terminal: std::io::stderr().is_terminal(),
             last: Instant::now(),
+            observer: None,
+        }
+    }
+
+    /// Progress also told to `observer`.
+    pub fn observed(observer: Observer) -> Self {
+        Progress {
+            observer: Some(observer),
+            ..Progress::new()
         }
     }
 
     fn bytes(&mut self, what: &str, done: u64, total: u64) {
+        if let Some(observer) = self.observer.as_mut() {
+            observer(what, done, total);
+        }
         let every = if self.terminal {
             Duration::from_millis(100)
         } else {
@@ -799,7 +817,7 @@ pub fn intact(model: &Path) -> Result<(), Damage> {
 }
 
 /// The digest a model was sealed with, when the file has not changed since.
-pub(super) fn sealed(model: &Path) -> Option<String> {
+pub fn sealed(model: &Path) -> Option<String> {
     let size = std::fs::metadata(model).ok()?.len();
     let recorded = std::fs::read_to_string(seal_path(model)).ok()?;
     let mut fields = recorded.split_whitespace();

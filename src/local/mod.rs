@@ -545,9 +545,15 @@ impl Model for Local {
         };
         let c = &self.counters;
         // How the model writes calls and reasoning, once it is loaded (its template says).
-        let format = match self.state() {
-            State::Ready(info) => Some(info.format),
-            _ => None,
+        let (format, file) = match self.state() {
+            State::Ready(info) => (
+                Some(info.format),
+                json!({"architecture": info.architecture, "parameters": info.parameters,
+                       "bytes": info.bytes, "quantization": info.file_type,
+                       "trained_context": info.trained,
+                       "fill_in_middle": info.fill_in_middle}),
+            ),
+            _ => (None, Value::Null),
         };
         json!({
             "id": self.name(),
@@ -573,7 +579,19 @@ impl Model for Local {
                 "recognised": f.recognised(),
                 "reasoning": f.reasons(),
             })),
+            "file": file,
         })
+    }
+
+    fn ready(&self) -> BoxFuture<'_, CallResult<()>> {
+        Box::pin(async move { Ok(Local::ready(self).await?) })
+    }
+
+    fn chat_template(&self) -> Option<String> {
+        match self.state() {
+            State::Ready(info) => info.chat_template.map(|t| t.to_string()),
+            _ => None,
+        }
     }
 
     fn complete(

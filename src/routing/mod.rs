@@ -307,6 +307,16 @@ impl Backends {
         }
     }
 
+    /// The model a call for `model` goes to first without a sampling host; `None` when no
+    /// direct model would answer it.
+    pub fn direct_model(&self, model: &str) -> Option<&Arc<dyn Model>> {
+        let chain = self.route(model, false).ok()?;
+        match &chain.first()?.answerer {
+            Answerer::Model(m) => Some(m),
+            Answerer::Host { .. } => None,
+        }
+    }
+
     /// The entries that may answer a call for `model`, in order: the one it names (or the
     /// default) and its fallbacks, without host entries when the host cannot sample (unless
     /// nothing else is left, so that the call gets the host's -32021).

@@ -8,6 +8,7 @@
 pub mod anthropic;
 pub mod common;
 pub mod gemini;
+pub mod ollama;
 pub mod openai_chat;
 pub mod params;
 pub mod prompt;

@@ -141,6 +141,11 @@ backend = "host"
     assert!(message.contains("embedding model"), "{body}");
     assert_eq!(body["error"]["param"], "model");
 
+    // Ollama's clients see an embedding model.
+    let (status, body) = post(&server, "/api/show", json!({"model": "local-embed"})).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["capabilities"], json!(["embedding"]), "{body}");
+
     // The host's sampling makes none; Ollama's errors are its own shape.
     let (status, body) = post(
         &server,

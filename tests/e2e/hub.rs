@@ -18,9 +18,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-const TOKEN: &str = "hf_scripted_token_0123456789";
-const REPO: &str = "acme/gemma-3-270m-GGUF";
-const FILE: &str = "gemma-3-270m-q4_k_m.gguf";
+pub(crate) const TOKEN: &str = "hf_scripted_token_0123456789";
+pub(crate) const REPO: &str = "acme/gemma-3-270m-GGUF";
+pub(crate) const FILE: &str = "gemma-3-270m-q4_k_m.gguf";
 const SIGNATURE: &str = "sig=storage-secret";
 
 /// One request the scripted Hub saw.
@@ -60,13 +60,13 @@ enum Script {
 const FLOOD: u64 = 256 << 20;
 
 /// A Hub on loopback that serves one file from `/REPO/resolve/main/FILE`.
-struct Hub {
-    endpoint: String,
+pub(crate) struct Hub {
+    pub(crate) endpoint: String,
     seen: Arc<Mutex<Vec<Seen>>>,
 }
 
 impl Hub {
-    fn start(file: Vec<u8>) -> Hub {
+    pub(crate) fn start(file: Vec<u8>) -> Hub {
         Hub::scripted(file, Script::BreakOffOnce)
     }
 

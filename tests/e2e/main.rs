@@ -47,6 +47,7 @@ mod litellm;
 mod local;
 mod local_queue;
 mod metrics;
+mod ollama;
 mod packaging;
 mod properties;
 mod provider;

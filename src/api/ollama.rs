@@ -1,0 +1,1135 @@
+//! Ollama's `POST /api/chat` and `POST /api/generate`: a request becomes the arguments of
+//! `chat_complete` (its messages, tools, `format` as `response_format`, `options` as the
+//! sampling settings), answered as chat completions are, and the answer is written as Ollama's
+//! objects by one [`Encoder`]: a line of NDJSON per piece while it is made (streaming is
+//! Ollama's default), then a last line with `done: true`, the reason and the timings; or one
+//! object with `"stream": false`.
+//!
+//! What chat completions' arguments cannot say is applied to the parsed call ([`Ollama::apply`]):
+//! `options.top_k`, `think: true`, and a generate request's `raw` prompt or `suffix`, which the
+//! embedded model continues as text (fill-in-the-middle with the vocabulary's tokens for a
+//! suffix), as OpenAI's text completions are.
+//!
+//! Ollama's messages carry no ids: the assistant's tool calls are given ids here, and a
+//! `role: "tool"` message answers the first call not yet answered with its `tool_name` (or the
+//! first not yet answered, without one).
+
+use super::gate::TextGate;
+use super::sse::text_and_calls;
+use super::{ApiError, Dialect, Encode, Prepared};
+use crate::call::{Call, Finish, TextPrompt};
+use crate::fulfil::written::Piece;
+use crate::service::{Answered, Finished};
+use crate::shapes::ollama::{
+    APPLIED_OPTIONS, ChatResponse, Function, GenerateResponse, Message, Timings, ToolCall,
+    timestamp,
+};
+use base64::Engine as _;
+use serde_json::{Map, Value, json};
+use std::collections::VecDeque;
+use std::time::{Duration, Instant, SystemTime};
+
+/// Options Ollama takes that no backend here applies: accepted, and said in the warnings.
+const UNAPPLIED_OPTIONS: [&str; 22] = [
+    "num_ctx",
+    "repeat_penalty",
+    "repeat_last_n",
+    "presence_penalty",
+    "frequency_penalty",
+    "num_keep",
+    "typical_p",
+    "min_p",
+    "tfs_z",
+    "mirostat",
+    "mirostat_tau",
+    "mirostat_eta",
+    "penalize_newline",
+    "numa",
+    "num_batch",
+    "num_gpu",
+    "main_gpu",
+    "use_mmap",
+    "use_mlock",
+    "num_thread",
+    "low_vram",
+    "vocab_only",
+];
+
+/// The fields of `/api/chat` read here (others are reported as unknown).
+const CHAT_FIELDS: [&str; 10] = [
+    "model",
+    "messages",
+    "tools",
+    "format",
+    "options",
+    "stream",
+    "keep_alive",
+    "think",
+    "template",
+    "truncate",
+];
+
+/// The fields of `/api/generate` read here.
+const GENERATE_FIELDS: [&str; 15] = [
+    "model",
+    "prompt",
+    "suffix",
+    "system",
+    "template",
+    "context",
+    "stream",
+    "raw",
+    "format",
+    "images",
+    "options",
+    "keep_alive",
+    "think",
+    "tools",
+    "truncate",
+];
+
+/// An Ollama request, translated.
+#[derive(Debug, Default)]
+pub struct Ollama {
+    /// The arguments of `chat_complete`, with the stream asked for and what was set aside.
+    pub prepared: Prepared,
+    /// `options.top_k`.
+    pub top_k: Option<u32>,
+    /// `think: true`: reasoning asked for, at the model's own effort.
+    pub think: bool,
+    /// A generate request's raw prompt or fill-in-the-middle (`suffix`).
+    pub text: Option<TextPrompt>,
+    /// Nothing to answer (no messages, an empty prompt): the request loads the model.
+    pub load: bool,
+    /// `keep_alive` is 0: the request unloads the model.
+    pub unload: bool,
+}
+
+impl Ollama {
+    /// What the translated arguments cannot say, applied to the parsed call.
+    pub fn apply(&self, call: &mut Call) {
+        if self.top_k.is_some() {
+            call.request.tuning.top_k = self.top_k;
+        }
+        if self.think {
+            call.request.reasoning.enabled = Some(true);
+        }
+        if self.text.is_some() {
+            call.request.text = self.text.clone();
+        }
+    }
+}
+
+/// A 400 naming `field`.
+fn invalid(field: &str, message: impl std::fmt::Display) -> ApiError {
+    ApiError {
+        param: Some(field.to_owned()),
+        ..ApiError::invalid(format!("`{field}`: {message}"))
+    }
+}
+
+/// What a JSON value is, for errors.
+fn kind_of(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// A string field, if given (null is absent).
+fn opt_str<'a>(body: &'a Map<String, Value>, field: &str) -> Result<Option<&'a str>, ApiError> {
+    match body.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(other) => Err(invalid(
+            field,
+            format!("expected a string, got {}", kind_of(other)),
+        )),
+    }
+}
+
+/// A boolean field, if given.
+fn opt_bool(body: &Map<String, Value>, field: &str) -> Result<Option<bool>, ApiError> {
+    match body.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(other) => Err(invalid(
+            field,
+            format!("expected true or false, got {}", kind_of(other)),
+        )),
+    }
+}
+
+/// The model a request names (required, as Ollama requires it).
+pub fn model_named(body: &Map<String, Value>) -> Result<String, ApiError> {
+    match opt_str(body, "model")? {
+        Some(name) if !name.trim().is_empty() => Ok(name.to_owned()),
+        _ => Err(invalid(
+            "model",
+            "is required: name a model GET /api/tags lists",
+        )),
+    }
+}
+
+/// Whether `keep_alive` is zero (`0`, `"0"`, `"0s"`, `"0m"`): the model is to be unloaded.
+fn keep_alive_zero(body: &Map<String, Value>) -> Result<bool, ApiError> {
+    match body.get("keep_alive") {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Number(n)) => Ok(n.as_f64() == Some(0.0)),
+        Some(Value::String(s)) => {
+            let digits = s.trim().trim_end_matches(|c: char| c.is_ascii_alphabetic());
+            Ok(!digits.is_empty() && digits.parse::<f64>().is_ok_and(|n| n == 0.0))
+        }
+        Some(other) => Err(invalid(
+            "keep_alive",
+            format!(
+                "expected a duration (\"5m\", \"1h\", 0 or -1 seconds), got {}",
+                kind_of(other)
+            ),
+        )),
+    }
+}
+
+/// Refuses what no backend here can do, naming the field.
+fn refuse(body: &Map<String, Value>) -> Result<(), ApiError> {
+    if body.get("template").is_some_and(|t| !t.is_null()) {
+        return Err(invalid(
+            "template",
+            "a Go template of the prompt is not taken here: the model's own chat template \
+             renders the prompt; send `raw: true` with the whole prompt written out instead",
+        ));
+    }
+    if body.get("context").is_some_and(|c| !c.is_null()) {
+        return Err(invalid(
+            "context",
+            "the token context of an earlier answer is not kept here: send the conversation as \
+             messages to /api/chat instead",
+        ));
+    }
+    Ok(())
+}
+
+/// Translates an `/api/chat` (`dialect` [`Dialect::OllamaChat`]) or `/api/generate` body into
+/// `chat_complete`'s arguments for `model` (the name it resolved to).
+pub fn translate(
+    dialect: Dialect,
+    body: &Map<String, Value>,
+    model: &str,
+) -> Result<Ollama, ApiError> {
+    refuse(body)?;
+    let mut warnings = Vec::new();
+    let fields: &[&str] = if dialect == Dialect::OllamaChat {
+        &CHAT_FIELDS
+    } else {
+        &GENERATE_FIELDS
+    };
+    for key in body.keys().filter(|k| !fields.contains(&k.as_str())) {
+        warnings.push(format!(
+            "unknown field `{}` was ignored",
+            crate::error::clip(key)
+        ));
+    }
+    if body.get("truncate").is_some() {
+        warnings.push("`truncate` was ignored: a prompt over the context is refused".into());
+    }
+    let mut args = Map::new();
+    args.insert("model".into(), json!(model));
+    let mut out = Ollama {
+        unload: keep_alive_zero(body)?,
+        ..Ollama::default()
+    };
+    let messages = if dialect == Dialect::OllamaChat {
+        chat_messages(body)?
+    } else {
+        generate_messages(body, &mut out, &mut warnings)?
+    };
+    out.load = messages.is_empty() && out.text.is_none();
+    args.insert("messages".into(), Value::Array(messages));
+    match body.get("tools") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(tools)) if tools.is_empty() => {}
+        Some(Value::Array(tools)) => {
+            args.insert("tools".into(), Value::Array(tools.clone()));
+        }
+        Some(other) => {
+            return Err(invalid(
+                "tools",
+                format!("expected a list of tools, got {}", kind_of(other)),
+            ));
+        }
+    }
+    if let Some(format) = response_format(body.get("format"))? {
+        args.insert("response_format".into(), format);
+    }
+    options(body.get("options"), &mut args, &mut out, &mut warnings)?;
+    match body.get("think") {
+        None | Some(Value::Null) => {}
+        Some(Value::Bool(true)) => out.think = true,
+        Some(Value::Bool(false)) => {
+            args.insert("reasoning_effort".into(), json!("none"));
+        }
+        Some(Value::String(level)) if ["low", "medium", "high"].contains(&level.as_str()) => {
+            args.insert("reasoning_effort".into(), json!(level));
+        }
+        Some(other) => {
+            return Err(invalid(
+                "think",
+                format!(
+                    "expected true, false, \"low\", \"medium\" or \"high\", got {}",
+                    crate::error::clip(&other.to_string())
+                ),
+            ));
+        }
+    }
+    let stream = opt_bool(body, "stream")?.unwrap_or(true);
+    out.prepared = Prepared {
+        arguments: args,
+        stream,
+        include_usage: false,
+        warnings,
+        system_messages: 0,
+    };
+    Ok(out)
+}
+
+/// `format`: `"json"` (any JSON object) or a JSON Schema, as `response_format`.
+fn response_format(format: Option<&Value>) -> Result<Option<Value>, ApiError> {
+    match format {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) if s.is_empty() => Ok(None),
+        Some(Value::String(s)) if s == "json" => Ok(Some(json!({"type": "json_object"}))),
+        Some(Value::Object(schema)) => Ok(Some(json!({"type": "json_schema", "json_schema": {
+            "name": "format", "schema": schema, "strict": true}}))),
+        Some(other) => Err(invalid(
+            "format",
+            format!(
+                "expected \"json\" or a JSON Schema object, got {}",
+                crate::error::clip(&other.to_string())
+            ),
+        )),
+    }
+}
+
+/// `options`: the sampling settings, as `chat_complete` spells them; `top_k` kept for the call.
+fn options(
+    options: Option<&Value>,
+    args: &mut Map<String, Value>,
+    out: &mut Ollama,
+    warnings: &mut Vec<String>,
+) -> Result<(), ApiError> {
+    let options = match options {
+        None | Some(Value::Null) => return Ok(()),
+        Some(Value::Object(o)) => o,
+        Some(other) => {
+            return Err(invalid(
+                "options",
+                format!("expected an object, got {}", kind_of(other)),
+            ));
+        }
+    };
+    let number = |key: &str, v: &Value| {
+        v.as_f64()
+            .map(|_| v.clone())
+            .ok_or_else(|| invalid(&format!("options.{key}"), "expected a number"))
+    };
+    for (key, v) in options {
+        if v.is_null() {
+            continue;
+        }
+        match key.as_str() {
+            "temperature" | "top_p" => {
+                args.insert(key.clone(), number(key, v)?);
+            }
+            "seed" => {
+                let seed = v
+                    .as_i64()
+                    .ok_or_else(|| invalid("options.seed", "expected an integer"))?;
+                args.insert("seed".into(), json!(seed));
+            }
+            "top_k" => {
+                let k = v
+                    .as_u64()
+                    .ok_or_else(|| invalid("options.top_k", "expected a non-negative integer"))?;
+                out.top_k = Some(u32::try_from(k).unwrap_or(u32::MAX));
+            }
+            "num_predict" => {
+                let n = v
+                    .as_i64()
+                    .ok_or_else(|| invalid("options.num_predict", "expected an integer"))?;
+                // -1 (and -2): as many as the context holds, this server's default limit.
+                if n > 0 {
+                    args.insert("max_tokens".into(), json!(n));
+                }
+            }
+            "stop" => match v {
+                Value::String(_) | Value::Array(_) => {
+                    args.insert("stop".into(), v.clone());
+                }
+                other => {
+                    return Err(invalid(
+                        "options.stop",
+                        format!("expected a list of strings, got {}", kind_of(other)),
+                    ));
+                }
+            },
+            other if UNAPPLIED_OPTIONS.contains(&other) => warnings.push(format!(
+                "`options.{other}` was accepted and not applied: this server applies {}",
+                APPLIED_OPTIONS.join(", ")
+            )),
+            other => warnings.push(format!(
+                "unknown option `options.{}` was ignored",
+                crate::error::clip(other)
+            )),
+        }
+    }
+    Ok(())
+}
+
+/// An image as Ollama sends it (base64, no media type) as an `image_url` part with a data URL
+/// of the type its first bytes say.
+fn image_part(image: &Value, path: &str) -> Result<Value, ApiError> {
+    let Value::String(data) = image else {
+        return Err(invalid(
+            path,
+            format!("expected a base64 image, got {}", kind_of(image)),
+        ));
+    };
+    if data.starts_with("data:") {
+        return Ok(json!({"type": "image_url", "image_url": {"url": data}}));
+    }
+    let head: String = data
+        .chars()
+        .filter(|c| !c.is_whitespace())
+        .take(16)
+        .collect();
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(head.as_bytes())
+        .unwrap_or_default();
+    let mime = if bytes.starts_with(&[0x89, b'P', b'N', b'G']) {
+        "image/png"
+    } else if bytes.starts_with(&[0xFF, 0xD8, 0xFF]) {
+        "image/jpeg"
+    } else if bytes.starts_with(b"GIF8") {
+        "image/gif"
+    } else if bytes.starts_with(b"RIFF") && bytes.get(8..12) == Some(b"WEBP".as_slice()) {
+        "image/webp"
+    } else {
+        return Err(invalid(
+            path,
+            "is not a base64 PNG, JPEG, GIF or WebP image",
+        ));
+    };
+    Ok(json!({"type": "image_url", "image_url": {"url": format!("data:{mime};base64,{data}")}}))
+}
+
+/// A message's content with its images, as `chat_complete` content: the text alone, or parts.
+fn with_images(text: &str, images: Option<&Value>, path: &str) -> Result<Value, ApiError> {
+    let images = match images {
+        None | Some(Value::Null) => return Ok(json!(text)),
+        Some(Value::Array(images)) if images.is_empty() => return Ok(json!(text)),
+        Some(Value::Array(images)) => images,
+        Some(other) => {
+            return Err(invalid(
+                path,
+                format!("expected a list of base64 images, got {}", kind_of(other)),
+            ));
+        }
+    };
+    let mut parts = vec![json!({"type": "text", "text": text})];
+    for (i, image) in images.iter().enumerate() {
+        parts.push(image_part(image, &format!("{path}[{i}]"))?);
+    }
+    Ok(Value::Array(parts))
+}
+
+/// `/api/chat`'s messages as `chat_complete`'s.
+fn chat_messages(body: &Map<String, Value>) -> Result<Vec<Value>, ApiError> {
+    let list = match body.get("messages") {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(list)) => list,
+        Some(other) => {
+            return Err(invalid(
+                "messages",
+                format!("expected a list of messages, got {}", kind_of(other)),
+            ));
+        }
+    };
+    // The calls not answered yet: (id, name), in order.
+    let mut pending: VecDeque<(String, String)> = VecDeque::new();
+    let mut out = Vec::with_capacity(list.len());
+    for (i, message) in list.iter().enumerate() {
+        let path = format!("messages[{i}]");
+        let Value::Object(m) = message else {
+            return Err(invalid(
+                &path,
+                format!("expected a message object, got {}", kind_of(message)),
+            ));
+        };
+        let field = |name: &str| format!("{path}.{name}");
+        let role = match m.get("role") {
+            Some(Value::String(r))
+                if ["system", "user", "assistant", "tool"].contains(&r.as_str()) =>
+            {
+                r.as_str()
+            }
+            Some(other) => {
+                return Err(invalid(
+                    &field("role"),
+                    format!(
+                        "expected \"system\", \"user\", \"assistant\" or \"tool\", got {}",
+                        crate::error::clip(&other.to_string())
+                    ),
+                ));
+            }
+            None => return Err(invalid(&field("role"), "is required")),
+        };
+        let content = match m.get("content") {
+            None | Some(Value::Null) => "",
+            Some(Value::String(s)) => s.as_str(),
+            Some(other) => {
+                return Err(invalid(
+                    &field("content"),
+                    format!("expected a string, got {}", kind_of(other)),
+                ));
+            }
+        };
+        match role {
+            "assistant" => {
+                let mut turn = Map::new();
+                turn.insert("role".into(), json!("assistant"));
+                if let Some(Value::String(thinking)) = m.get("thinking")
+                    && !thinking.is_empty()
+                {
+                    turn.insert("reasoning_content".into(), json!(thinking));
+                }
+                let calls = assistant_calls(m.get("tool_calls"), i, &field("tool_calls"))?;
+                if calls.is_empty() {
+                    turn.insert("content".into(), json!(content));
+                } else {
+                    turn.insert(
+                        "content".into(),
+                        if content.is_empty() {
+                            Value::Null
+                        } else {
+                            json!(content)
+                        },
+                    );
+                    pending = calls
+                        .iter()
+                        .map(|c| {
+                            let id = c.get("id").and_then(Value::as_str).unwrap_or_default();
+                            let name = c
+                                .get("function")
+                                .and_then(|f| f.get("name"))
+                                .and_then(Value::as_str)
+                                .unwrap_or_default();
+                            (id.to_owned(), name.to_owned())
+                        })
+                        .collect();
+                    turn.insert("tool_calls".into(), Value::Array(calls));
+                }
+                out.push(Value::Object(turn));
+            }
+            "tool" => {
+                let id = answered_call(m, &mut pending, &path)?;
+                out.push(json!({"role": "tool", "tool_call_id": id, "content": content}));
+            }
+            _ => {
+                let content = with_images(content, m.get("images"), &field("images"))?;
+                out.push(json!({"role": role, "content": content}));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// An assistant message's `tool_calls` as chat completions': each given an id
+/// (`call_{message}_{call}`), its arguments (an object, or a JSON string) as a JSON string.
+fn assistant_calls(
+    calls: Option<&Value>,
+    message: usize,
+    path: &str,
+) -> Result<Vec<Value>, ApiError> {
+    let calls = match calls {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(calls)) => calls,
+        Some(other) => {
+            return Err(invalid(
+                path,
+                format!("expected a list of tool calls, got {}", kind_of(other)),
+            ));
+        }
+    };
+    calls
+        .iter()
+        .enumerate()
+        .map(|(k, call)| {
+            let here = format!("{path}[{k}].function");
+            let function = call
+                .get("function")
+                .and_then(Value::as_object)
+                .ok_or_else(|| {
+                    invalid(&here, "is required: {\"name\": ..., \"arguments\": {...}}")
+                })?;
+            let name = function
+                .get("name")
+                .and_then(Value::as_str)
+                .filter(|n| !n.is_empty())
+                .ok_or_else(|| invalid(&format!("{here}.name"), "is required: a string"))?;
+            let arguments = match function.get("arguments") {
+                None | Some(Value::Null) => "{}".to_owned(),
+                Some(Value::Object(a)) => Value::Object(a.clone()).to_string(),
+                Some(Value::String(s)) => s.clone(),
+                Some(other) => {
+                    return Err(invalid(
+                        &format!("{here}.arguments"),
+                        format!("expected an object, got {}", kind_of(other)),
+                    ));
+                }
+            };
+            let id = call
+                .get("id")
+                .and_then(Value::as_str)
+                .map_or_else(|| format!("call_{message}_{k}"), str::to_owned);
+            Ok(json!({"id": id, "type": "function",
+                      "function": {"name": name, "arguments": arguments}}))
+        })
+        .collect()
+}
+
+/// The id of the call a `role: "tool"` message answers: its `tool_call_id` when it gives one,
+/// else the first call not yet answered with its `tool_name` (or the first, without one).
+fn answered_call(
+    m: &Map<String, Value>,
+    pending: &mut VecDeque<(String, String)>,
+    path: &str,
+) -> Result<String, ApiError> {
+    if let Some(Value::String(id)) = m.get("tool_call_id") {
+        pending.retain(|(pending_id, _)| pending_id != id);
+        return Ok(id.clone());
+    }
+    let name = match m.get("tool_name").or_else(|| m.get("name")) {
+        None | Some(Value::Null) => None,
+        Some(Value::String(n)) => Some(n.as_str()),
+        Some(other) => {
+            return Err(invalid(
+                &format!("{path}.tool_name"),
+                format!("expected a string, got {}", kind_of(other)),
+            ));
+        }
+    };
+    let at = match name {
+        Some(name) => pending.iter().position(|(_, n)| n == name),
+        None => (!pending.is_empty()).then_some(0),
+    };
+    match at.and_then(|i| pending.remove(i)) {
+        Some((id, _)) => Ok(id),
+        None => Err(invalid(
+            &format!("{path}.tool_name"),
+            match name {
+                Some(name) => format!(
+                    "{:?} answers no tool call of the assistant message before it (each call \
+                     is answered once, in order)",
+                    crate::error::clip(name)
+                ),
+                None => "a tool result with no tool call before it left to answer".to_owned(),
+            },
+        )),
+    }
+}
+
+/// `/api/generate`'s prompt as `chat_complete` messages (a system message, then the prompt as
+/// the user's), and as raw text when `raw` or a `suffix` asks the model to continue it as it is.
+fn generate_messages(
+    body: &Map<String, Value>,
+    out: &mut Ollama,
+    warnings: &mut Vec<String>,
+) -> Result<Vec<Value>, ApiError> {
+    let prompt = opt_str(body, "prompt")?.unwrap_or_default();
+    let suffix = opt_str(body, "suffix")?.filter(|s| !s.is_empty());
+    let raw = opt_bool(body, "raw")?.unwrap_or(false);
+    let system = opt_str(body, "system")?.filter(|s| !s.is_empty());
+    if prompt.is_empty() && suffix.is_none() {
+        return Ok(Vec::new());
+    }
+    if raw || suffix.is_some() {
+        if body
+            .get("images")
+            .is_some_and(|i| i.as_array().is_some_and(|a| !a.is_empty()))
+        {
+            return Err(invalid(
+                "images",
+                "a raw prompt (or fill-in-the-middle) is continued as text: send images without \
+                 `raw` and `suffix`, or to /api/chat",
+            ));
+        }
+        if system.is_some() {
+            warnings.push(
+                "`system` was set aside: a raw prompt (or fill-in-the-middle) is read as it is"
+                    .into(),
+            );
+        }
+        out.text = Some(TextPrompt {
+            prompt: prompt.to_owned(),
+            suffix: suffix.map(str::to_owned),
+            echo: false,
+        });
+        // Other backends read the prompt as one user message.
+        return Ok(vec![json!({"role": "user", "content": prompt})]);
+    }
+    let mut messages = Vec::new();
+    if let Some(system) = system {
+        messages.push(json!({"role": "system", "content": system}));
+    }
+    let content = with_images(prompt, body.get("images"), "images")?;
+    messages.push(json!({"role": "user", "content": content}));
+    Ok(messages)
+}
+
+/// Why the answer ended, as Ollama says it.
+fn done_reason(finished: &Finished) -> &'static str {
+    match finished.finish {
+        Finish::MaxTokens => "length",
+        Finish::EndTurn | Finish::StopSequence(_) | Finish::ToolUse => "stop",
+    }
+}
+
+/// Nanoseconds of a duration.
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// One answer to `/api/chat` or `/api/generate`, as its lines while it is made and as its
+/// object when done.
+pub struct Encoder {
+    dialect: Dialect,
+    /// The model as the request named it (Ollama answers with the name asked).
+    model: String,
+    /// When the request came.
+    started: Instant,
+    /// When the first piece came, while streaming.
+    first: Option<Instant>,
+    gate: TextGate,
+    /// Reasoning was shown as it was made.
+    reasoned: bool,
+}
+
+impl Encoder {
+    /// An answer for `dialect` named `model`, its text stopped at `stop`, timed from `started`.
+    pub fn new(dialect: Dialect, model: &str, stop: &[String], started: Instant) -> Self {
+        Encoder {
+            dialect,
+            model: model.to_owned(),
+            started,
+            first: None,
+            gate: TextGate::new(stop),
+            reasoned: false,
+        }
+    }
+
+    /// The timings of the answer: the prompt's share until the first piece came (or, for a
+    /// whole answer, its share of the tokens), the rest the answer's.
+    fn timings(&self, finished: &Finished) -> Timings {
+        let total = nanos(self.started.elapsed());
+        let usage = finished.usage;
+        let prompt_share = match self.first {
+            Some(first) => nanos(first.duration_since(self.started)),
+            None => {
+                let all = usage.total().max(1) as u128;
+                u64::try_from(u128::from(total) * usage.prompt as u128 / all).unwrap_or(total)
+            }
+        };
+        let prompt_share = prompt_share.min(total);
+        Timings {
+            total_duration: total,
+            load_duration: 0,
+            prompt_eval_count: usage.prompt,
+            prompt_eval_duration: prompt_share.max(u64::from(usage.prompt > 0)),
+            eval_count: usage.completion,
+            eval_duration: total
+                .saturating_sub(prompt_share)
+                .max(u64::from(usage.completion > 0)),
+        }
+    }
+
+    /// A chat message of `content`, `thinking` and `calls`.
+    fn message(content: String, thinking: Option<String>, calls: Vec<ToolCall>) -> Message {
+        Message {
+            role: "assistant",
+            content,
+            thinking,
+            tool_calls: calls,
+        }
+    }
+
+    /// An object of this answer: a piece (`done` false, no reason) or the last.
+    fn object(
+        &self,
+        content: String,
+        thinking: Option<String>,
+        calls: Vec<ToolCall>,
+        last: Option<(&'static str, Timings)>,
+    ) -> Value {
+        let created_at = timestamp(SystemTime::now());
+        let (done_reason, timings) = match last {
+            Some((reason, timings)) => (Some(reason), Some(timings)),
+            None => (None, None),
+        };
+        let object = if self.dialect == Dialect::OllamaChat {
+            serde_json::to_value(ChatResponse {
+                model: self.model.clone(),
+                created_at,
+                message: Self::message(content, thinking, calls),
+                done: last.is_some(),
+                done_reason,
+                timings,
+            })
+        } else {
+            serde_json::to_value(GenerateResponse {
+                model: self.model.clone(),
+                created_at,
+                response: content,
+                thinking,
+                done: last.is_some(),
+                done_reason,
+                timings,
+            })
+        };
+        object.unwrap_or_default()
+    }
+
+    /// The whole answer as one object.
+    pub fn whole(&self, finished: &Finished) -> Value {
+        let (text, calls) = text_and_calls(&finished.answer);
+        let calls = calls.iter().map(tool_call).collect();
+        let last = (done_reason(finished), self.timings(finished));
+        self.object(text, finished.reasoning.clone(), calls, Some(last))
+    }
+
+    /// The object answering a request that only loads (or unloads) the model.
+    pub fn loaded(&self, reason: &'static str) -> Value {
+        let timings = Timings {
+            total_duration: nanos(self.started.elapsed()),
+            ..Timings::default()
+        };
+        self.object(String::new(), None, Vec::new(), Some((reason, timings)))
+    }
+
+    fn line(object: &Value) -> String {
+        let mut line = object.to_string();
+        line.push('\n');
+        line
+    }
+
+    fn text(&self, text: String) -> Vec<String> {
+        if text.is_empty() {
+            return Vec::new();
+        }
+        vec![Self::line(&self.object(text, None, Vec::new(), None))]
+    }
+
+    fn thinking(&self, text: String) -> String {
+        Self::line(&self.object(String::new(), Some(text), Vec::new(), None))
+    }
+}
+
+/// A tool call as Ollama writes it: its arguments as an object.
+fn tool_call(c: &crate::call::ToolCall) -> ToolCall {
+    ToolCall {
+        function: Function {
+            name: c.name.clone(),
+            arguments: c.input.clone(),
+        },
+    }
+}
+
+impl Encode for Encoder {
+    fn start(&mut self) -> Vec<String> {
+        Vec::new()
+    }
+
+    fn piece(&mut self, piece: Piece) -> Vec<String> {
+        self.first.get_or_insert_with(Instant::now);
+        match piece {
+            Piece::Text(text) => {
+                let show = self.gate.feed(&text);
+                self.text(show)
+            }
+            Piece::Reasoning(text) if !text.is_empty() => {
+                self.reasoned = true;
+                vec![self.thinking(text)]
+            }
+            // Ollama sends each call whole, at the end.
+            Piece::Reasoning(_) | Piece::CallStart { .. } | Piece::CallArgs { .. } => Vec::new(),
+        }
+    }
+
+    fn finish(&mut self, answered: &Answered) -> Vec<String> {
+        let finished = &answered.finished;
+        let (text, calls) = text_and_calls(&finished.answer);
+        let rest = self.gate.rest(&text);
+        let mut out = Vec::new();
+        // Reasoning not shown while it was made (an attempt that was not the answer's own).
+        if let Some(reasoning) = finished.reasoning.clone().filter(|_| !self.reasoned) {
+            out.push(self.thinking(reasoning));
+        }
+        out.extend(self.text(rest));
+        let calls: Vec<ToolCall> = calls.iter().map(tool_call).collect();
+        if !calls.is_empty() {
+            out.push(Self::line(&self.object(String::new(), None, calls, None)));
+        }
+        let last = (done_reason(finished), self.timings(finished));
+        out.push(Self::line(&self.object(
+            String::new(),
+            None,
+            Vec::new(),
+            Some(last),
+        )));
+        out
+    }
+
+    fn error(&mut self, e: &ApiError) -> Vec<String> {
+        vec![Self::line(&e.body(self.dialect))]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::sse::tests_support::*;
+    use crate::call::Answer;
+
+    fn body(v: Value) -> Map<String, Value> {
+        v.as_object().unwrap().clone()
+    }
+
+    fn lines(frames: &[String]) -> Vec<Value> {
+        frames
+            .iter()
+            .flat_map(|f| f.lines())
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn a_chat_request_becomes_chat_completions_arguments() {
+        let t = translate(
+            Dialect::OllamaChat,
+            &body(json!({"model": "m:latest", "messages": [
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": "Weather?"},
+                {"role": "assistant", "content": "", "thinking": "hmm",
+                 "tool_calls": [{"function": {"name": "get_weather", "arguments": {"city": "Paris"}}},
+                                {"function": {"name": "get_time", "arguments": {}}}]},
+                {"role": "tool", "tool_name": "get_time", "content": "noon"},
+                {"role": "tool", "content": "sunny"}],
+                "format": {"type": "object"}, "think": false, "keep_alive": "5m",
+                "options": {"temperature": 0, "top_k": 3, "num_predict": 7, "stop": ["\n"],
+                            "seed": 1, "num_ctx": 4096, "repeat_penalty": 1.1}})),
+            "m",
+        )
+        .unwrap();
+        let a = &t.prepared.arguments;
+        assert_eq!(a["model"], "m");
+        assert_eq!(a["max_tokens"], 7);
+        assert_eq!(a["temperature"], 0);
+        assert_eq!(a["seed"], 1);
+        assert_eq!(a["stop"], json!(["\n"]));
+        assert_eq!(a["reasoning_effort"], "none");
+        assert_eq!(a["response_format"]["type"], "json_schema");
+        assert_eq!(t.top_k, Some(3));
+        assert!(t.prepared.stream && !t.load && !t.unload);
+        let m = a["messages"].as_array().unwrap();
+        assert_eq!(m[2]["tool_calls"][0]["id"], "call_2_0");
+        assert_eq!(
+            m[2]["tool_calls"][0]["function"]["arguments"],
+            "{\"city\":\"Paris\"}"
+        );
+        assert_eq!(m[2]["reasoning_content"], "hmm");
+        // By name, then the first left.
+        assert_eq!(m[3]["tool_call_id"], "call_2_1");
+        assert_eq!(m[4]["tool_call_id"], "call_2_0");
+        let w = t.prepared.warnings.join("; ");
+        assert!(
+            w.contains("options.num_ctx") && w.contains("options.repeat_penalty"),
+            "{w}"
+        );
+    }
+
+    #[test]
+    fn a_generate_request_is_a_prompt_raw_text_or_fill_in_the_middle() {
+        let t = translate(
+            Dialect::OllamaGenerate,
+            &body(
+                json!({"model": "m", "prompt": "def f(", "suffix": "    return x\n",
+                         "stream": false}),
+            ),
+            "m",
+        )
+        .unwrap();
+        let text = t.text.unwrap();
+        assert_eq!(text.suffix.as_deref(), Some("    return x\n"));
+        assert!(!t.prepared.stream);
+        let t = translate(
+            Dialect::OllamaGenerate,
+            &body(json!({"model": "m", "prompt": "Hi", "system": "Be brief."})),
+            "m",
+        )
+        .unwrap();
+        assert!(t.text.is_none());
+        assert_eq!(t.prepared.arguments["messages"][0]["role"], "system");
+        let t = translate(
+            Dialect::OllamaGenerate,
+            &body(json!({"model": "m", "keep_alive": 0})),
+            "m",
+        )
+        .unwrap();
+        assert!(t.load && t.unload);
+    }
+
+    #[test]
+    fn what_cannot_be_done_is_refused_naming_the_field() {
+        for (dialect, b, field) in [
+            (
+                Dialect::OllamaGenerate,
+                json!({"prompt": "a", "template": "{{ .Prompt }}"}),
+                "template",
+            ),
+            (
+                Dialect::OllamaGenerate,
+                json!({"prompt": "a", "context": [1, 2]}),
+                "context",
+            ),
+            (Dialect::OllamaGenerate, json!({"prompt": 1}), "prompt"),
+            (
+                Dialect::OllamaGenerate,
+                json!({"prompt": "a", "raw": true, "images": ["iVBORw0KGgo="]}),
+                "images",
+            ),
+            (
+                Dialect::OllamaGenerate,
+                json!({"prompt": "a", "format": "xml"}),
+                "format",
+            ),
+            (
+                Dialect::OllamaChat,
+                json!({"messages": [{"role": "bot"}]}),
+                "messages[0].role",
+            ),
+            (
+                Dialect::OllamaChat,
+                json!({"messages": [{"role": "tool", "tool_name": "x"}]}),
+                "messages[0].tool_name",
+            ),
+            (
+                Dialect::OllamaChat,
+                json!({"messages": [{"role": "user", "content": "a",
+                                                      "images": ["bm90IGFuIGltYWdl"]}]}),
+                "messages[0].images[0]",
+            ),
+            (
+                Dialect::OllamaChat,
+                json!({"options": {"top_k": -1}}),
+                "options.top_k",
+            ),
+            (Dialect::OllamaChat, json!({"think": "very"}), "think"),
+            (Dialect::OllamaChat, json!({"stream": "yes"}), "stream"),
+        ] {
+            let e = translate(dialect, &body(b.clone()), "m").unwrap_err();
+            assert_eq!(e.status, 400, "{b}");
+            assert_eq!(e.param.as_deref(), Some(field), "{b}: {}", e.message);
+            assert!(e.message.contains(field), "{}", e.message);
+            assert_eq!(e.body(dialect), json!({"error": e.message}));
+        }
+        assert!(model_named(&body(json!({}))).is_err());
+    }
+
+    #[test]
+    fn images_become_data_urls_of_their_type() {
+        let png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk";
+        let v = with_images("look", Some(&json!([png])), "images").unwrap();
+        assert_eq!(
+            v[1]["image_url"]["url"],
+            format!("data:image/png;base64,{png}")
+        );
+    }
+
+    #[test]
+    fn a_streamed_chat_folds_into_the_whole_answer_with_calls_as_objects() {
+        let (pieces, answered) = reasoned(answered(text_and_call(), Finish::ToolUse));
+        let mut e = Encoder::new(Dialect::OllamaChat, "m:latest", &[], Instant::now());
+        let mut frames = e.start();
+        for piece in pieces {
+            frames.extend(e.piece(piece));
+        }
+        frames.extend(e.finish(&answered));
+        assert!(
+            frames
+                .iter()
+                .all(|f| f.ends_with('\n') && f.matches('\n').count() == 1)
+        );
+        let lines = lines(&frames);
+        let text: String = lines
+            .iter()
+            .filter_map(|l| l["message"]["content"].as_str())
+            .collect();
+        let thinking: String = lines
+            .iter()
+            .filter_map(|l| l["message"]["thinking"].as_str())
+            .collect();
+        assert_eq!((text.as_str(), thinking.as_str()), ("Sure.", "Think."));
+        let calls: Vec<&Value> = lines
+            .iter()
+            .filter_map(|l| l["message"]["tool_calls"].as_array())
+            .flatten()
+            .collect();
+        assert_eq!(
+            calls,
+            [&json!({"function": {"name": "get_weather",
+                                                  "arguments": {"city": "Paris"}}})]
+        );
+        let last = lines.last().unwrap();
+        assert_eq!(last["done"], true);
+        assert_eq!(last["done_reason"], "stop");
+        assert_eq!(last["model"], "m:latest");
+        assert_eq!(
+            (
+                last["prompt_eval_count"].as_u64(),
+                last["eval_count"].as_u64()
+            ),
+            (Some(12), Some(7))
+        );
+        assert!(last["eval_duration"].as_u64().unwrap() > 0);
+        assert!(
+            lines[..lines.len() - 1]
+                .iter()
+                .all(|l| l["done"] == false && l.get("done_reason").is_none())
+        );
+        let whole = e.whole(&answered.finished);
+        assert_eq!(whole["message"]["content"], "Sure.");
+        assert_eq!(whole["message"]["thinking"], "Think.");
+        assert_eq!(
+            whole["message"]["tool_calls"][0]["function"]["arguments"]["city"],
+            "Paris"
+        );
+    }
+
+    #[test]
+    fn a_generate_answer_is_its_response_and_a_limit_is_length() {
+        let answered = answered(Answer::Text("Paris".into()), Finish::MaxTokens);
+        let mut e = Encoder::new(Dialect::OllamaGenerate, "m", &[], Instant::now());
+        let frames = e.finish(&answered);
+        let lines = lines(&frames);
+        assert_eq!(lines[0]["response"], "Paris");
+        assert_eq!(lines[1]["done_reason"], "length");
+        assert_eq!(e.whole(&answered.finished)["response"], "Paris");
+        assert_eq!(e.loaded("load")["done_reason"], "load");
+        assert_eq!(e.loaded("unload")["response"], "");
+        let error = e.error(&ApiError::invalid("no"));
+        assert_eq!(error, ["{\"error\":\"no\"}\n"]);
+    }
+}

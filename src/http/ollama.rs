@@ -1,0 +1,672 @@
+//! Ollama's HTTP API, for the applications that find a local model through it (Open WebUI,
+//! VS Code Copilot's Ollama provider, Continue, Zed, Home Assistant, n8n): `GET /` and
+//! `/api/version` (the Ollama API version this server matches, [`VERSION`]), the model lists
+//! (`/api/tags`, `/api/show`, `/api/ps`), `POST /api/chat` and `/api/generate` (answered as the
+//! other APIs are, see [`crate::api::ollama`]), `POST /api/pull` (a configured model, or an
+//! `hf:` file fetched into the cache with Ollama's progress lines), `DELETE /api/delete` (a
+//! fetched file). Errors are Ollama's `{"error": "..."}`; a model nobody configured is a 404
+//! `model 'NAME' not found`. Names resolve with or without `:latest`.
+
+use super::api::{
+    Holding, Share, admitted_object, error, json_body, noted, parse_checked, streamed,
+    with_warnings,
+};
+use crate::api::ollama::{Encoder, model_named, translate};
+use crate::api::{Api, ApiError, Dialect, ErrorKind};
+use crate::local::{fetch, hub};
+use crate::metrics::Record;
+use crate::shapes::DEFAULT_MODEL;
+use crate::shapes::ollama::{
+    Details, Listed, Ps, PullStatus, Running, Show, Tags, VERSION, parameter_size, timestamp,
+};
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderValue, header};
+use axum::response::Response;
+use axum::routing::{delete, get, post};
+use serde_json::{Map, Value, json};
+use sha2::{Digest, Sha256};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant, SystemTime};
+use tokio::sync::mpsc;
+
+/// The header that carries this server's own version beside the Ollama API version.
+const SERVER_VERSION: &str = "x-agent-as-model-version";
+
+/// The dialect Ollama's errors are written in (the envelope is the same for both).
+const OLLAMA: Dialect = Dialect::OllamaChat;
+
+/// Ollama's routes.
+pub(super) fn router() -> Router<Arc<Api>> {
+    Router::new()
+        .route("/", get(running).head(running))
+        .route("/api/version", get(version))
+        .route("/api/tags", get(tags))
+        .route("/api/show", post(show))
+        .route("/api/ps", get(ps))
+        .route("/api/chat", post(chat))
+        .route("/api/generate", post(generate))
+        .route("/api/pull", post(pull))
+        .route("/api/delete", delete(remove))
+        .route("/api/create", post(not_here))
+        .route("/api/copy", post(not_here))
+        .route("/api/push", post(not_here))
+}
+
+/// `GET /` (and `HEAD /`): what Ollama's clients look for to know a server is up.
+async fn running() -> Response {
+    let mut response = Response::new(Body::from("Ollama is running"));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
+}
+
+/// `GET /api/version`: the Ollama API version this server matches; its own in a header.
+async fn version() -> Response {
+    let mut response = json_body(json!({"version": VERSION}));
+    response.headers_mut().insert(
+        SERVER_VERSION,
+        HeaderValue::from_static(env!("CARGO_PKG_VERSION")),
+    );
+    response
+}
+
+/// An Ollama error: `{"error": message}` with `status`.
+fn failure(status: u16, message: impl Into<String>) -> Response {
+    let kind = match status {
+        404 => ErrorKind::NotFound,
+        400 => ErrorKind::InvalidRequest,
+        _ => ErrorKind::Api,
+    };
+    error(OLLAMA, &ApiError::new(status, kind, message), &[])
+}
+
+/// The 404 for a name nothing resolves to, as Ollama words it.
+fn not_found(name: &str) -> Response {
+    failure(
+        404,
+        format!("model '{}' not found", crate::error::clip(name)),
+    )
+}
+
+/// `/api/create`, `/api/copy`, `/api/push`: models are configured here, not made.
+async fn not_here(uri: axum::http::Uri) -> Response {
+    failure(
+        501,
+        format!(
+            "{} is not served here: this server's models are configured (--model, a models \
+             file), not created, copied or pushed through the API; /api/pull fetches a \
+             hf:OWNER/REPO/FILE.gguf file",
+            uri.path()
+        ),
+    )
+}
+
+/// A model as the backends describe it: its name and what they say.
+struct Described {
+    /// The entry's name.
+    id: String,
+    /// Its aliases.
+    aliases: Vec<String>,
+    about: Value,
+}
+
+impl Described {
+    fn file(&self, key: &str) -> Option<&Value> {
+        self.about.get("file").and_then(|f| f.get(key))
+    }
+
+    fn local(&self) -> bool {
+        self.about.get("backend").and_then(Value::as_str) == Some("local")
+    }
+
+    fn supports(&self, what: &str) -> bool {
+        self.about
+            .get("supports")
+            .and_then(|s| s.get(what))
+            .and_then(Value::as_bool)
+            == Some(true)
+    }
+
+    fn context(&self) -> Option<u64> {
+        self.about.get("context_tokens").and_then(Value::as_u64)
+    }
+
+    fn architecture(&self) -> String {
+        self.file("architecture")
+            .and_then(Value::as_str)
+            .map_or_else(|| self.backend().to_owned(), str::to_owned)
+    }
+
+    fn backend(&self) -> &str {
+        self.about
+            .get("backend")
+            .and_then(Value::as_str)
+            .unwrap_or("provider")
+    }
+
+    fn size(&self) -> u64 {
+        self.file("bytes").and_then(Value::as_u64).unwrap_or(0)
+    }
+
+    fn details(&self) -> Details {
+        let family = self
+            .file("architecture")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        Details {
+            parent_model: String::new(),
+            format: if self.local() { "gguf" } else { "" }.to_owned(),
+            families: if family.is_empty() {
+                Vec::new()
+            } else {
+                vec![family.clone()]
+            },
+            family,
+            parameter_size: self
+                .file("parameters")
+                .and_then(Value::as_u64)
+                .map(parameter_size)
+                .unwrap_or_default(),
+            quantization_level: self
+                .file("quantization")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
+        }
+    }
+
+    /// What the model can do, as `/api/show` lists it.
+    fn capabilities(&self) -> Vec<&'static str> {
+        // An embedding model (a models file's `embeddings = true`) makes embeddings and no
+        // answers; a chat model here makes both, but is listed as Ollama lists a chat model.
+        if self.about.pointer("/supports/chat").and_then(Value::as_bool) == Some(false) {
+            return vec!["embedding"];
+        }
+        let mut capabilities = vec!["completion"];
+        if self.supports("tools") {
+            capabilities.push("tools");
+        }
+        if self.supports("reasoning") {
+            capabilities.push("thinking");
+        }
+        if self.file("fill_in_middle").and_then(Value::as_bool) == Some(true) {
+            capabilities.push("insert");
+        }
+        if self.supports("images") {
+            capabilities.push("vision");
+        }
+        capabilities
+    }
+}
+
+/// Every model a call may name, as the backends describe it.
+fn models(api: &Api) -> Vec<Described> {
+    api.service
+        .backends()
+        .models()
+        .into_iter()
+        .filter_map(|about| {
+            let id = about.get("id")?.as_str()?.to_owned();
+            let aliases = about
+                .get("aliases")
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|x| x.as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default();
+            Some(Described { id, aliases, about })
+        })
+        // The host's own model answers MCP tool calls only, never these APIs.
+        .filter(|d| d.about.get("owned_by").and_then(Value::as_str) != Some("host-agent"))
+        .collect()
+}
+
+/// The model `name` resolves to (with or without `:latest`), and the name to call it by.
+fn resolve(api: &Api, name: &str) -> Option<(Described, String)> {
+    let name = name.trim();
+    let bare = name.strip_suffix(":latest").unwrap_or(name);
+    let all = models(api);
+    if bare == DEFAULT_MODEL {
+        let first = all.into_iter().next()?;
+        return Some((first, DEFAULT_MODEL.to_owned()));
+    }
+    all.into_iter().find_map(|d| {
+        let called = [name, bare]
+            .into_iter()
+            .find(|n| d.id == *n || d.aliases.iter().any(|a| a.as_str() == *n))?
+            .to_owned();
+        Some((d, called))
+    })
+}
+
+/// A stand-in digest for a model: the SHA-256 of its name (the lists need one; a configured
+/// model has no manifest).
+fn digest(name: &str) -> String {
+    hex::encode(Sha256::digest(name.as_bytes()))
+}
+
+/// When this server started listing models: their `modified_at`.
+fn since() -> SystemTime {
+    static SINCE: OnceLock<SystemTime> = OnceLock::new();
+    *SINCE.get_or_init(SystemTime::now)
+}
+
+/// A name as Ollama's lists write it: with its tag (`:latest` when it has none).
+fn tagged(name: &str) -> String {
+    if name.contains(':') {
+        name.to_owned()
+    } else {
+        format!("{name}:latest")
+    }
+}
+
+/// `GET /api/tags`: every name a call may use (each entry's name and aliases), each as it is
+/// and as `name:latest`.
+async fn tags(State(api): State<Arc<Api>>) -> Response {
+    let modified_at = timestamp(since());
+    let mut listed = Vec::new();
+    for d in models(&api) {
+        let names = std::iter::once(&d.id).chain(d.aliases.iter());
+        for name in names {
+            let mut spellings = vec![name.clone()];
+            let with_tag = tagged(name);
+            if with_tag != *name {
+                spellings.push(with_tag);
+            }
+            for spelled in spellings {
+                listed.push(Listed {
+                    model: spelled.clone(),
+                    name: spelled,
+                    modified_at: modified_at.clone(),
+                    size: d.size(),
+                    digest: digest(&d.id),
+                    details: d.details(),
+                });
+            }
+        }
+    }
+    json_body(super::api::serialized(&Tags { models: listed }))
+}
+
+/// The name a body gives in `model` (or the older `name`).
+fn named(body: &Map<String, Value>) -> Result<String, ApiError> {
+    let mut body = body.clone();
+    if !body.contains_key("model")
+        && let Some(name) = body.remove("name")
+    {
+        body.insert("model".into(), name);
+    }
+    model_named(&body)
+}
+
+/// A small request body (the model lists' and pull's) as an object.
+async fn small_object(body: &Bytes) -> Result<Map<String, Value>, Response> {
+    super::api::read_object(body)
+        .await
+        .map_err(|e| error(OLLAMA, &e, &[]))
+}
+
+/// `POST /api/show`: what a model is and can do.
+async fn show(State(api): State<Arc<Api>>, body: Bytes) -> Response {
+    let body = match small_object(&body).await {
+        Ok(body) => body,
+        Err(response) => return response,
+    };
+    let name = match named(&body) {
+        Ok(name) => name,
+        Err(e) => return error(OLLAMA, &e, &[]),
+    };
+    let Some((_, called)) = resolve(&api, &name) else {
+        return not_found(&name);
+    };
+    // What the file says is known once the model is loaded (it loads as the server starts).
+    let model = api.service.backends().direct_model(&called).cloned();
+    if let Some(model) = &model {
+        let _ = model.ready().await;
+    }
+    let Some((d, _)) = resolve(&api, &name) else {
+        return not_found(&name);
+    };
+    let architecture = d.architecture();
+    let mut model_info = Map::new();
+    model_info.insert("general.architecture".into(), json!(architecture));
+    model_info.insert("general.basename".into(), json!(d.id));
+    if let Some(parameters) = d.file("parameters") {
+        model_info.insert("general.parameter_count".into(), parameters.clone());
+    }
+    if let Some(context) = d.context() {
+        model_info.insert(format!("{architecture}.context_length"), json!(context));
+    }
+    let template = model.and_then(|m| m.chat_template()).unwrap_or_default();
+    let parameters = d
+        .context()
+        .map(|c| format!("num_ctx {c}"))
+        .unwrap_or_default();
+    let show = Show {
+        modelfile: format!(
+            "# Served by agent-as-model {}: a {} model, configured on the server.\nFROM {}\n",
+            env!("CARGO_PKG_VERSION"),
+            d.backend(),
+            d.id
+        ),
+        parameters,
+        template,
+        details: d.details(),
+        model_info,
+        capabilities: d.capabilities(),
+        modified_at: timestamp(since()),
+    };
+    json_body(super::api::serialized(&show))
+}
+
+/// `GET /api/ps`: the loaded models (the embedded model, once loaded; it stays loaded).
+async fn ps(State(api): State<Arc<Api>>) -> Response {
+    // Loaded for as long as the server runs: a time far off, as Ollama says of `keep_alive: -1`.
+    let forever = SystemTime::now() + Duration::from_secs(100 * 365 * 86_400);
+    let running = models(&api)
+        .into_iter()
+        .filter(|d| d.local() && d.about.get("status").and_then(Value::as_str) == Some("ready"))
+        .map(|d| Running {
+            name: tagged(&d.id),
+            model: tagged(&d.id),
+            size: d.size(),
+            digest: digest(&d.id),
+            details: d.details(),
+            expires_at: timestamp(forever),
+            size_vram: 0,
+            context_length: usize::try_from(d.context().unwrap_or(0)).unwrap_or(0),
+        })
+        .collect();
+    json_body(super::api::serialized(&Ps { models: running }))
+}
+
+async fn chat(State(api): State<Arc<Api>>, held: Share, body: Bytes) -> Response {
+    answer(api, Dialect::OllamaChat, held, body).await
+}
+
+async fn generate(State(api): State<Arc<Api>>, held: Share, body: Bytes) -> Response {
+    answer(api, Dialect::OllamaGenerate, held, body).await
+}
+
+async fn answer(api: Arc<Api>, dialect: Dialect, held: Share, body: Bytes) -> Response {
+    let started = Instant::now();
+    let mut record = api.record(dialect);
+    let response = respond(api, dialect, held, body, started, &mut record).await;
+    noted(record, response)
+}
+
+/// One object, or one NDJSON line when a stream was asked for.
+fn one(object: &Value, stream: bool) -> Response {
+    if !stream {
+        return json_body(object.clone());
+    }
+    let mut response = Response::new(Body::from(format!("{object}\n")));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/x-ndjson"),
+    );
+    response
+}
+
+async fn respond(
+    api: Arc<Api>,
+    dialect: Dialect,
+    held: Share,
+    body: Bytes,
+    started: Instant,
+    record: &mut Record,
+) -> Response {
+    let (admitted, map) = match admitted_object(&api, dialect, body).await {
+        Ok(admitted) => admitted,
+        Err(refused) => return *refused,
+    };
+    let asked = match model_named(&map) {
+        Ok(name) => name,
+        Err(e) => return error(dialect, &e, &[]),
+    };
+    let Some((_, called)) = resolve(&api, &asked) else {
+        return not_found(&asked);
+    };
+    let ollama = match translate(dialect, &map, &called) {
+        Ok(ollama) => ollama,
+        Err(e) => return error(dialect, &e, &[]),
+    };
+    drop(map);
+    let stream = ollama.prepared.stream;
+    if ollama.load {
+        // Loading is waiting until the model can answer.
+        let model = api.service.backends().direct_model(&called).cloned();
+        if let Some(model) = model
+            && let Err(e) = model.ready().await
+        {
+            return error(dialect, &ApiError::from(e), &ollama.prepared.warnings);
+        }
+        let reason = if ollama.unload { "unload" } else { "load" };
+        let encoder = Encoder::new(dialect, &asked, &[], started);
+        let response = one(&encoder.loaded(reason), stream);
+        return with_warnings(response, &ollama.prepared.warnings);
+    }
+    let arguments = ollama.prepared.arguments.clone();
+    let (mut prepared, mut call) = match parse_checked(&api, dialect, arguments, None, false).await
+    {
+        Ok(parsed) => parsed,
+        Err(refused) => {
+            let mut warnings = ollama.prepared.warnings.clone();
+            warnings.extend(refused.warnings);
+            return error(dialect, &refused.error, &warnings);
+        }
+    };
+    ollama.apply(&mut call.0);
+    let mut warnings = ollama.prepared.warnings.clone();
+    warnings.append(&mut prepared.warnings);
+    prepared.warnings = warnings;
+    prepared.stream = stream;
+    let holding = Holding {
+        _call: admitted,
+        _body: held,
+    };
+    let encoder = Encoder::new(dialect, &asked, &call.request.stop, started);
+    if stream {
+        prepared.warnings.extend(call.warnings.iter().cloned());
+        let record = record.hand_on();
+        return streamed(
+            api,
+            dialect,
+            prepared,
+            call,
+            holding,
+            Box::new(encoder),
+            record,
+        )
+        .await;
+    }
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let mut warnings = prepared.warnings;
+    api.aim(record, &call);
+    let answer = api.answer(dialect, &call, &cancel, None).await;
+    api.note(record, &answer);
+    drop(holding);
+    match answer {
+        Ok(answered) => {
+            warnings.extend(answered.report.warnings.iter().cloned());
+            with_warnings(json_body(encoder.whole(&answered.finished)), &warnings)
+        }
+        Err(e) => error(dialect, &e, &warnings),
+    }
+}
+
+/// Progress lines as NDJSON, sent as they come.
+fn progress_stream(mut lines: mpsc::UnboundedReceiver<Value>) -> Response {
+    let body = Body::from_stream(futures_util::stream::poll_fn(move |cx| {
+        lines.poll_recv(cx).map(|line| {
+            line.map(|l| Ok::<Bytes, std::convert::Infallible>(Bytes::from(format!("{l}\n"))))
+        })
+    }));
+    let mut response = Response::new(body);
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/x-ndjson"),
+    );
+    response
+}
+
+fn status_line(status: &PullStatus) -> Value {
+    super::api::serialized(status)
+}
+
+/// `POST /api/pull`: a configured model is there already; an `hf:OWNER/REPO/FILE.gguf` file is
+/// fetched into the cache unless it is there, its progress streamed as Ollama's lines
+/// (`status`, `digest`, `total`, `completed`), or answered once with `"stream": false`.
+async fn pull(State(api): State<Arc<Api>>, body: Bytes) -> Response {
+    let body = match small_object(&body).await {
+        Ok(body) => body,
+        Err(response) => return response,
+    };
+    let name = match named(&body) {
+        Ok(name) => name,
+        Err(e) => return error(OLLAMA, &e, &[]),
+    };
+    let stream = match body.get("stream") {
+        None | Some(Value::Null) => true,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => {
+            return failure(400, "`stream`: expected true or false");
+        }
+    };
+    let (sender, lines) = mpsc::unbounded_channel();
+    if name.starts_with(hub::PREFIX) {
+        let file: hub::HubFile = match name.parse() {
+            Ok(file) => file,
+            Err(e) => return failure(400, format!("`model`: {e}")),
+        };
+        let Some(access) = api.hub.clone() else {
+            return failure(501, "this server fetches no hf: files");
+        };
+        let work = fetch_file(file, access, sender);
+        if stream {
+            tokio::spawn(work);
+            return progress_stream(lines);
+        }
+        return match work.await {
+            Ok(()) => json_body(json!({"status": "success"})),
+            Err(e) => failure(502, e),
+        };
+    }
+    if resolve(&api, &name).is_none() {
+        return failure(
+            404,
+            format!(
+                "pull model manifest: model '{}' not found: this server pulls the models it is \
+                 configured with (GET /api/tags lists them) and hf:OWNER/REPO/FILE.gguf files",
+                crate::error::clip(&name)
+            ),
+        );
+    }
+    if !stream {
+        return json_body(json!({"status": "success"}));
+    }
+    for status in ["pulling manifest", "verifying sha256 digest", "success"] {
+        let _ = sender.send(status_line(&PullStatus::said(status)));
+    }
+    drop(sender);
+    progress_stream(lines)
+}
+
+/// Fetches `file` unless it is cached, telling `lines` how it goes; the error in words (also
+/// told to `lines`, as Ollama's stream ends with one).
+async fn fetch_file(
+    file: hub::HubFile,
+    access: hub::Access,
+    lines: mpsc::UnboundedSender<Value>,
+) -> Result<(), String> {
+    let said = |status: &str| {
+        let _ = lines.send(status_line(&PullStatus::said(status)));
+    };
+    said("pulling manifest");
+    let label = format!("sha256:{}", digest(&file.to_string()));
+    let observed = lines.clone();
+    let mut last = Instant::now();
+    let observer: fetch::Observer = Box::new(move |_what, done, total| {
+        // A line now and then, and the last.
+        if done < total && last.elapsed() < Duration::from_millis(200) {
+            return;
+        }
+        last = Instant::now();
+        let status = PullStatus {
+            status: format!("pulling {}", label.get(7..19).unwrap_or_default()),
+            digest: Some(label.clone()),
+            total: Some(total),
+            completed: Some(done),
+        };
+        let _ = observed.send(status_line(&status));
+    });
+    let mut progress = fetch::Progress::observed(observer);
+    match hub::fetch(&file, &access, &mut progress).await {
+        Ok(path) => {
+            let size = std::fs::metadata(&path).map_or(0, |m| m.len());
+            if let Some(sha) = fetch::sealed(&path) {
+                let status = PullStatus {
+                    status: format!("pulling {}", sha.get(..12).unwrap_or_default()),
+                    digest: Some(format!("sha256:{sha}")),
+                    total: Some(size),
+                    completed: Some(size),
+                };
+                let _ = lines.send(status_line(&status));
+            }
+            said("verifying sha256 digest");
+            said("writing manifest");
+            said("success");
+            Ok(())
+        }
+        Err(e) => {
+            let message = e.to_string();
+            let _ = lines.send(json!({"error": message}));
+            Err(message)
+        }
+    }
+}
+
+/// `DELETE /api/delete`: removes a fetched `hf:` file from the cache; a configured model is not
+/// this API's to delete.
+async fn remove(State(api): State<Arc<Api>>, body: Bytes) -> Response {
+    let body = match small_object(&body).await {
+        Ok(body) => body,
+        Err(response) => return response,
+    };
+    let name = match named(&body) {
+        Ok(name) => name,
+        Err(e) => return error(OLLAMA, &e, &[]),
+    };
+    if name.starts_with(hub::PREFIX) {
+        let file: hub::HubFile = match name.parse() {
+            Ok(file) => file,
+            Err(e) => return failure(400, format!("`model`: {e}")),
+        };
+        let Ok(path) = file.cached() else {
+            return not_found(&name);
+        };
+        if !path.is_file() {
+            return not_found(&name);
+        }
+        fetch::forget(&path);
+        return Response::new(Body::empty());
+    }
+    if resolve(&api, &name).is_some() {
+        return failure(
+            400,
+            format!(
+                "model '{}' is configured on this server (--model or a models file), not a \
+                 fetched file: it is not deleted through the API",
+                crate::error::clip(&name)
+            ),
+        );
+    }
+    not_found(&name)
+}
