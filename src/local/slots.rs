@@ -105,7 +105,8 @@ impl Think {
 /// may make): before, the answer is free.
 pub struct Lazy {
     trigger: Stops,
-    /// A trigger that counts only at the answer's start (blanks before it aside).
+    /// A trigger that counts only at the answer's start (blanks, and a code fence opening,
+    /// before it aside).
     bare: Option<Stops>,
     grammar: Option<TopLevelGrammar>,
 }
@@ -125,8 +126,13 @@ impl Lazy {
         let tagged = self.trigger.feed(new).map(|(back, _)| back);
         let bare = self.bare.as_mut().and_then(|bare| {
             let (back, _) = bare.feed(new)?;
-            let before = text.get(..text.len().saturating_sub(back))?;
-            before.trim().is_empty().then_some(back)
+            let before = text.get(..text.len().saturating_sub(back))?.trim();
+            // Small models often open a code fence before the object.
+            let before = match before.strip_prefix("```") {
+                Some(fence) => fence.trim_start_matches("json").trim(),
+                None => before,
+            };
+            before.is_empty().then_some(back)
         });
         tagged.or(bare)
     }
@@ -487,8 +493,11 @@ impl<'m> Slots<'m> {
             seconds = active.admitted.elapsed().as_secs_f64(),
             "local answer"
         );
+        let text = active.text.finish(cut);
+        // The model's words, as the prompt's are: at trace only.
+        tracing::trace!(slot = index, text = %text, "local answer text");
         let output = Output {
-            text: active.text.finish(cut),
+            text,
             prompt_tokens: prompt,
             cached_tokens: active.reused,
             completion_tokens: active.generated,
@@ -573,6 +582,30 @@ fn common_prefix(a: &[LlamaToken], b: &[LlamaToken]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Feeds `pieces` one by one; where the trigger fired (the piece's index, bytes back).
+    fn fired_at(pieces: &[&str]) -> Option<(usize, usize)> {
+        let grammar = TopLevelGrammar::from_lark("start: \"x\"".into());
+        let mut lazy = Lazy::new("<tool_call>", Some("{"), grammar);
+        let mut text = String::new();
+        pieces.iter().enumerate().find_map(|(i, piece)| {
+            text.push_str(piece);
+            lazy.fired(piece, &text).map(|back| (i, back))
+        })
+    }
+
+    #[test]
+    fn the_bare_trigger_fires_at_the_answers_start_or_after_a_code_fence_only() {
+        assert_eq!(fired_at(&["{\"name\""]), Some((0, 7)));
+        assert_eq!(fired_at(&["\n  ", "{"]), Some((1, 1)));
+        // Qwen's small models open a fence before a call (Codex's first turn).
+        assert_eq!(fired_at(&["```", "json\n", "{\"na"]), Some((2, 4)));
+        assert_eq!(fired_at(&["```\n", "{"]), Some((1, 1)));
+        assert_eq!(fired_at(&["Here: ", "{"]), None);
+        assert_eq!(fired_at(&["```python\n", "{"]), None);
+        // The tag counts anywhere.
+        assert_eq!(fired_at(&["I will call it. ", "<tool_call>"]), Some((1, 11)));
+    }
 
     #[test]
     fn a_reasoning_budget_closes_the_reasoning_once_spent_and_only_then() {

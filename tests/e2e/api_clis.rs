@@ -984,6 +984,25 @@ async fn claude_code_on_the_embedded_model_reads_a_file_and_sends_its_text_back(
 }
 
 #[tokio::test]
+async fn codex_on_the_embedded_model_runs_cat_and_sends_its_output_back() {
+    let _turn = crate::local::TURN.lock().await;
+    let world = World::new("codex-local");
+    let server = Server::start_with(
+        &world,
+        &local_entry(&["test-model"]),
+        &[("AGENT_AS_MODEL_LOCAL_SEED", "7")],
+    )
+    .await;
+    let mut cli = codex(
+        &server,
+        &format!("Run `cat {FILE_NAME}` and then tell me where the spare kettle is."),
+    );
+    // Every event as a line of JSON (`exec` reads its prompt last).
+    cli.args.insert(1, "--json".into());
+    local_round_trip(&world, &server, cli, &["\"command_execution\"", FILE_LINE]).await;
+}
+
+#[tokio::test]
 async fn gemini_cli_on_the_embedded_model_reads_a_file_and_sends_its_text_back() {
     let _turn = crate::local::TURN.lock().await;
     let world = World::new("gemini-local");
