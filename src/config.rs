@@ -402,6 +402,19 @@ pub struct LocalArgs {
           value_parser = clap::value_parser!(u64).range(1..=256))]
     pub local_threads: Option<u64>,
 
+    /// How long a local model stays loaded with no call, in seconds, before it is unloaded
+    /// (its memory given back; the next call loads it again); negative: for good. A models
+    /// file's entry may set its own `keep_alive`, and an Ollama request its own
+    #[arg(long, env = "AGENT_AS_MODEL_LOCAL_KEEP_ALIVE", default_value_t = -1,
+          allow_hyphen_values = true)]
+    pub local_keep_alive: i64,
+
+    /// The memory the loaded local models may take together, in bytes or with a unit (`8G`,
+    /// `512M`): a model that would go over it first unloads the least recently used idle
+    /// ones; 0: no budget [default: three quarters of the machine's memory]
+    #[arg(long, env = "AGENT_AS_MODEL_LOCAL_MEMORY", value_parser = byte_size)]
+    pub local_memory: Option<u64>,
+
     /// The seed of the local model's sampled answers when a call gives none, so that they
     /// repeat [default: a new one for each call]
     #[arg(long, env = "AGENT_AS_MODEL_LOCAL_SEED")]
@@ -494,6 +507,40 @@ fn non_empty_token(token: &str) -> Result<String, String> {
         );
     }
     Ok(token.to_owned())
+}
+
+/// `--local-memory`: bytes, or a number with `K`, `M`, `G` or `T` (powers of 1024).
+fn byte_size(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let (number, unit) = match text.find(|c: char| c.is_ascii_alphabetic()) {
+        Some(at) => text.split_at(at),
+        None => (text, ""),
+    };
+    let shift = match unit
+        .trim()
+        .to_ascii_uppercase()
+        .trim_end_matches("IB")
+        .trim_end_matches('B')
+    {
+        "" => 0,
+        "K" => 10,
+        "M" => 20,
+        "G" => 30,
+        "T" => 40,
+        _ => {
+            return Err(format!(
+                "{text:?}: expected bytes, or a number with K, M, G or T"
+            ));
+        }
+    };
+    let value: f64 = number
+        .trim()
+        .parse()
+        .map_err(|_| format!("{text:?}: expected bytes, or a number with K, M, G or T"))?;
+    if !value.is_finite() || value < 0.0 {
+        return Err(format!("{text:?}: expected a size of 0 or more"));
+    }
+    Ok((value * f64::from(1u32 << 10).powi(shift / 10)) as u64)
 }
 
 /// `--local-context`: 0 (the model's own), or 256 tokens to about a million.

@@ -103,6 +103,9 @@ pub struct Ollama {
     pub load: bool,
     /// `keep_alive` is 0: the request unloads the model.
     pub unload: bool,
+    /// `keep_alive`, when given: how long the model stays loaded after this request (`None`
+    /// inside: for good).
+    pub keep_alive: Option<Option<std::time::Duration>>,
 }
 
 impl Ollama {
@@ -175,22 +178,65 @@ pub fn model_named(body: &Map<String, Value>) -> Result<String, ApiError> {
     }
 }
 
-/// Whether `keep_alive` is zero (`0`, `"0"`, `"0s"`, `"0m"`): the model is to be unloaded.
-fn keep_alive_zero(body: &Map<String, Value>) -> Result<bool, ApiError> {
-    match body.get("keep_alive") {
-        None | Some(Value::Null) => Ok(false),
-        Some(Value::Number(n)) => Ok(n.as_f64() == Some(0.0)),
-        Some(Value::String(s)) => {
-            let digits = s.trim().trim_end_matches(|c: char| c.is_ascii_alphabetic());
-            Ok(!digits.is_empty() && digits.parse::<f64>().is_ok_and(|n| n == 0.0))
+/// `keep_alive` as Ollama takes it: seconds as a number, or a duration (`"5m"`, `"1h30m"`,
+/// `"90s"`, `"0"`); negative keeps the model loaded for good (`Some(None)`). Absent: `None`.
+fn keep_alive(body: &Map<String, Value>) -> Result<Option<Option<std::time::Duration>>, ApiError> {
+    let secs = |secs: f64| {
+        if secs < 0.0 {
+            None
+        } else {
+            Some(std::time::Duration::from_secs_f64(secs.min(1e9)))
         }
-        Some(other) => Err(invalid(
+    };
+    let bad = |what: &Value| {
+        invalid(
             "keep_alive",
             format!(
                 "expected a duration (\"5m\", \"1h\", 0 or -1 seconds), got {}",
-                kind_of(other)
+                kind_of(what)
             ),
-        )),
+        )
+    };
+    match body.get("keep_alive") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) => n
+            .as_f64()
+            .map(|n| Some(secs(n)))
+            .ok_or_else(|| bad(&Value::Null)),
+        Some(v @ Value::String(s)) => {
+            let text = s.trim();
+            let (sign, text) = match text.strip_prefix('-') {
+                Some(rest) => (-1.0, rest),
+                None => (1.0, text),
+            };
+            if let Ok(n) = text.parse::<f64>() {
+                return Ok(Some(secs(sign * n)));
+            }
+            // Go's durations: numbers each with a unit, `h`, `m`, `s`, `ms`.
+            let mut total = 0.0;
+            let mut rest = text;
+            while !rest.is_empty() {
+                let digits = rest
+                    .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+                    .ok_or_else(|| bad(v))?;
+                let (number, after) = rest.split_at(digits);
+                let unit_len = after
+                    .find(|c: char| c.is_ascii_digit() || c == '.')
+                    .unwrap_or(after.len());
+                let (unit, after) = after.split_at(unit_len);
+                let n: f64 = number.parse().map_err(|_| bad(v))?;
+                total += n * match unit {
+                    "h" => 3600.0,
+                    "m" => 60.0,
+                    "s" => 1.0,
+                    "ms" => 0.001,
+                    _ => return Err(bad(v)),
+                };
+                rest = after;
+            }
+            Ok(Some(secs(sign * total)))
+        }
+        Some(other) => Err(bad(other)),
     }
 }
 
@@ -238,8 +284,10 @@ pub fn translate(
     }
     let mut args = Map::new();
     args.insert("model".into(), json!(model));
+    let keep = keep_alive(body)?;
     let mut out = Ollama {
-        unload: keep_alive_zero(body)?,
+        unload: keep == Some(Some(std::time::Duration::ZERO)),
+        keep_alive: keep,
         ..Ollama::default()
     };
     let messages = if dialect == Dialect::OllamaChat {
@@ -989,6 +1037,24 @@ mod tests {
         )
         .unwrap();
         assert!(t.load && t.unload);
+    }
+
+    #[test]
+    fn keep_alive_is_read_as_ollama_reads_it() {
+        let read = |v: Value| keep_alive(&body(json!({"keep_alive": v})));
+        let secs = |n: u64| Some(Some(std::time::Duration::from_secs(n)));
+        assert_eq!(read(json!(30)).unwrap(), secs(30));
+        assert_eq!(read(json!("5m")).unwrap(), secs(300));
+        assert_eq!(read(json!("1h30m")).unwrap(), secs(5400));
+        assert_eq!(read(json!("0")).unwrap(), secs(0));
+        assert_eq!(read(json!("0s")).unwrap(), secs(0));
+        assert_eq!(read(json!(-1)).unwrap(), Some(None));
+        assert_eq!(read(json!("-1m")).unwrap(), Some(None));
+        assert_eq!(read(Value::Null).unwrap(), None);
+        for bad in [json!("soon"), json!("5x"), json!([1]), json!(true)] {
+            let e = read(bad.clone()).unwrap_err();
+            assert!(e.message.contains("keep_alive"), "{bad}: {}", e.message);
+        }
     }
 
     #[test]

@@ -184,7 +184,12 @@ impl Described {
     fn capabilities(&self) -> Vec<&'static str> {
         // An embedding model (a models file's `embeddings = true`) makes embeddings and no
         // answers; a chat model here makes both, but is listed as Ollama lists a chat model.
-        if self.about.pointer("/supports/chat").and_then(Value::as_bool) == Some(false) {
+        if self
+            .about
+            .pointer("/supports/chat")
+            .and_then(Value::as_bool)
+            == Some(false)
+        {
             return vec!["embedding"];
         }
         let mut capabilities = vec!["completion"];
@@ -440,10 +445,15 @@ async fn respond(
     };
     drop(map);
     let stream = ollama.prepared.stream;
+    let model = api.service.backends().direct_model(&called).cloned();
+    // How long the model stays loaded after this request, as Ollama's clients say it.
+    if let (Some(alive), Some(model)) = (ollama.keep_alive, &model) {
+        model.keep_alive(alive);
+    }
     if ollama.load {
-        // Loading is waiting until the model can answer.
-        let model = api.service.backends().direct_model(&called).cloned();
-        if let Some(model) = model
+        // Loading is waiting until the model can answer; unloading, the reply alone (the
+        // model goes once its calls are answered).
+        if let Some(model) = model.filter(|_| !ollama.unload)
             && let Err(e) = model.ready().await
         {
             return error(dialect, &ApiError::from(e), &ollama.prepared.warnings);

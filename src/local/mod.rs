@@ -12,6 +12,7 @@ pub mod fetch;
 pub mod format;
 pub mod hub;
 pub mod jinja;
+pub mod pool;
 pub mod queue;
 pub mod slots;
 pub mod template;
@@ -31,7 +32,7 @@ use hub::HubError;
 use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
 use llguidance::api::TopLevelGrammar;
-use queue::{Queue, Refused};
+use queue::{Queue, Refused, Taken};
 use serde_json::{Map, Value, json};
 use slots::{Call, Counters, Slots};
 use std::path::{Path, PathBuf};
@@ -71,6 +72,12 @@ pub struct LocalSettings {
     /// An embedding model (a models file's `embeddings = true`): no chat context is made, and
     /// only embeddings are answered.
     pub embeddings_only: bool,
+    /// Loaded at start, rather than on the first call.
+    pub preload: bool,
+    /// How long the model stays loaded with no call (`None`: for good).
+    pub keep_alive: Option<std::time::Duration>,
+    /// The name the pool and its log lines know the model by.
+    pub label: String,
 }
 
 impl LocalSettings {
@@ -89,6 +96,11 @@ impl LocalSettings {
             seed: config.local.local_seed,
             chat_template: chat_template(config)?,
             embeddings_only: false,
+            preload: true,
+            keep_alive: u64::try_from(config.local.local_keep_alive)
+                .ok()
+                .map(std::time::Duration::from_secs),
+            label: "local".into(),
         })
     }
 
@@ -222,6 +234,9 @@ pub enum LoadError {
     Default(#[source] FetchError),
     #[error(transparent)]
     Hub(#[from] HubError),
+    /// The model does not fit in the local models' memory budget now.
+    #[error("cannot load the local model: {0}")]
+    NoRoom(#[from] pool::NoRoom),
 }
 
 impl LoadError {
@@ -230,7 +245,7 @@ impl LoadError {
         match self {
             LoadError::Default(e) => e.again(),
             LoadError::Hub(e) => e.again(),
-            LoadError::Engine(_) | LoadError::Runtime(_) => true,
+            LoadError::Engine(_) | LoadError::Runtime(_) | LoadError::NoRoom(_) => true,
         }
     }
 }
@@ -302,6 +317,8 @@ enum Job {
     Answer(Answer),
     Count(Count),
     Embed(Embed),
+    /// Told once the model is loaded (a caller that waits for it: Ollama's empty request).
+    Load(oneshot::Sender<Result<(), LocalError>>),
 }
 
 /// Embeddings of texts, made with the model's embedding context; takes no slot.
@@ -329,7 +346,7 @@ struct Count {
 impl Job {
     /// A count or embeddings: answered between steps, without a slot.
     fn takes_no_slot(&self) -> bool {
-        matches!(self, Job::Count(_) | Job::Embed(_))
+        matches!(self, Job::Count(_) | Job::Embed(_) | Job::Load(_))
     }
 
     /// Whether the caller has gone away (its call was cancelled).
@@ -338,6 +355,7 @@ impl Job {
             Job::Answer(answer) => answer.reply.is_closed(),
             Job::Count(count) => count.reply.is_closed(),
             Job::Embed(embed) => embed.reply.is_closed(),
+            Job::Load(reply) => reply.is_closed(),
         }
     }
 
@@ -352,6 +370,9 @@ impl Job {
             }
             Job::Embed(embed) => {
                 let _ = embed.reply.send(Err(why));
+            }
+            Job::Load(reply) => {
+                let _ = reply.send(Err(why));
             }
         }
     }
@@ -396,6 +417,9 @@ impl OnDisk {
 /// What the worker knows of its model, for `list_models`.
 #[derive(Debug, Clone)]
 enum State {
+    /// Not loaded: it is on the next call (or was unloaded, idle past its keep-alive or to make
+    /// room for another).
+    Unloaded,
     Loading,
     Ready(engine::Info),
     Failed(Arc<LoadError>),
@@ -406,6 +430,30 @@ pub struct Local {
     state: watch::Receiver<State>,
     counters: Arc<Counters>,
     settings: LocalSettings,
+    keep: Arc<Keep>,
+}
+
+/// How long the model stays loaded, as set last (a request may change it, as Ollama's do).
+#[derive(Default)]
+struct Keep {
+    /// `None`: for good.
+    alive: std::sync::Mutex<Option<std::time::Duration>>,
+}
+
+impl Keep {
+    fn get(&self) -> Option<std::time::Duration> {
+        *self
+            .alive
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn set(&self, alive: Option<std::time::Duration>) {
+        *self
+            .alive
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = alive;
+    }
 }
 
 const KIND: Backend = Backend::Local;
@@ -418,12 +466,20 @@ impl Local {
     /// Starts the worker, which begins loading (or fetching) the model at once.
     pub fn start(settings: LocalSettings) -> Result<Local, LocalError> {
         let jobs = Queue::new(settings.queue);
-        let (state_tx, state) = watch::channel(State::Loading);
+        let first = if settings.preload {
+            State::Loading
+        } else {
+            State::Unloaded
+        };
+        let (state_tx, state) = watch::channel(first);
         let counters = Arc::new(Counters::default());
+        let keep = Arc::new(Keep::default());
+        keep.set(settings.keep_alive);
         let worker = Worker {
             settings: settings.clone(),
             state: state_tx,
             counters: counters.clone(),
+            keep: keep.clone(),
         };
         let queue = Closing(jobs.clone());
         std::thread::Builder::new()
@@ -438,11 +494,26 @@ impl Local {
             state,
             counters,
             settings,
+            keep,
         })
+    }
+
+    /// How long the model stays loaded with no call, from now on (`None`: for good); zero
+    /// unloads it once its calls are answered.
+    pub fn keep_alive(&self, alive: Option<std::time::Duration>) {
+        self.keep.set(alive);
+        self.jobs.nudge();
     }
 
     /// Waits until the model is loaded (fetched first if needed), or says why it cannot be.
     pub async fn ready(&self) -> Result<(), LocalError> {
+        if matches!(self.state(), State::Unloaded) {
+            let (reply, loaded) = oneshot::channel();
+            let _place = self.queue(Job::Load(reply))?;
+            return loaded
+                .await
+                .map_err(|_| LocalError::StoppedBeforeAnswering)?;
+        }
         let mut state = self.state.clone();
         let seen = state
             .wait_for(|s| !matches!(s, State::Loading))
@@ -509,7 +580,7 @@ impl Model for Local {
     fn stats(&self) -> direct::Stats {
         let (loaded, slots) = match self.state() {
             State::Ready(info) => (true, info.slots),
-            State::Loading | State::Failed(_) => (false, self.settings.slots),
+            State::Unloaded | State::Loading | State::Failed(_) => (false, self.settings.slots),
         };
         let c = &self.counters;
         direct::Stats {
@@ -534,6 +605,7 @@ impl Model for Local {
         let (status, context, slots, threads, device) = match self.state() {
             // Before the model is loaded, a context of 0 is the model's own (not yet known).
             State::Loading => ("loading".to_owned(), asked, s.slots, s.threads, None),
+            State::Unloaded => ("unloaded".to_owned(), asked, s.slots, s.threads, None),
             State::Ready(info) => (
                 "ready".to_owned(),
                 Some(info.context),
@@ -585,6 +657,10 @@ impl Model for Local {
 
     fn ready(&self) -> BoxFuture<'_, CallResult<()>> {
         Box::pin(async move { Ok(Local::ready(self).await?) })
+    }
+
+    fn keep_alive(&self, alive: Option<std::time::Duration>) {
+        Local::keep_alive(self, alive);
     }
 
     fn chat_template(&self) -> Option<String> {
@@ -798,6 +874,14 @@ struct Worker {
     settings: LocalSettings,
     state: watch::Sender<State>,
     counters: Arc<Counters>,
+    keep: Arc<Keep>,
+}
+
+/// Why serving stopped: the queue closed (the server is stopping), or the model is to be
+/// unloaded (idle past its keep-alive, or asked to make room).
+enum Served {
+    Closed,
+    Unload,
 }
 
 impl Worker {
@@ -807,21 +891,62 @@ impl Worker {
 
     /// Loads the model and serves the queue until it closes. A model that cannot be loaded
     /// fails the calls that come, and loading is tried again for each.
-    fn run(self, queue: &Queue<Job>) {
+    fn run(self, queue: &Arc<Queue<Job>>) {
+        let nudged = queue.clone();
+        let member = pool::shared().join(&self.settings.label, Box::new(move || nudged.nudge()));
         let mut waiting = None;
+        let mut load = self.settings.preload;
         loop {
-            self.set(State::Loading);
-            let why = match self.load() {
-                Ok((model, on_disk)) if self.settings.embeddings_only => {
-                    return self.serve_embeddings(&model, on_disk.as_ref(), queue, waiting);
+            if !load {
+                self.set(State::Unloaded);
+                match queue.take() {
+                    Some(job) if job.is_cancelled() => continue,
+                    Some(job) => waiting = Some(job),
+                    None => return,
                 }
-                Ok((model, on_disk)) => match Slots::new(&model, self.counters.clone()) {
-                    Ok(slots) => {
-                        return self.serve(&model, on_disk.as_ref(), slots, queue, waiting);
+            }
+            load = true;
+            self.set(State::Loading);
+            let why = match self.load(&member) {
+                Ok((model, on_disk)) => {
+                    let served = if self.settings.embeddings_only {
+                        Ok(self.serve_embeddings(
+                            &model,
+                            on_disk.as_ref(),
+                            queue,
+                            waiting.take(),
+                            &member,
+                        ))
+                    } else {
+                        Slots::new(&model, self.counters.clone()).map(|slots| {
+                            self.serve(
+                                &model,
+                                on_disk.as_ref(),
+                                slots,
+                                queue,
+                                waiting.take(),
+                                &member,
+                            )
+                        })
+                    };
+                    // The model's memory is given back before the pool is told.
+                    drop(model);
+                    member.release();
+                    self.counters.memory_bytes.store(0, Ordering::Relaxed);
+                    match served {
+                        Ok(Served::Closed) => return,
+                        Ok(Served::Unload) => {
+                            tracing::info!(model = %self.settings.label, "local model unloaded");
+                            load = false;
+                            continue;
+                        }
+                        Err(e) => LoadError::Engine(e),
                     }
-                    Err(e) => LoadError::Engine(e),
-                },
-                Err(e) => e,
+                }
+                Err(e) => {
+                    member.release();
+                    e
+                }
             };
             let why = Arc::new(why);
             self.set(State::Failed(why.clone()));
@@ -845,7 +970,8 @@ impl Worker {
         mut slots: Slots,
         queue: &Queue<Job>,
         mut waiting: Option<Job>,
-    ) {
+        member: &pool::Member,
+    ) -> Served {
         self.ready(model);
         let mut held: Option<Call> = None;
         // Made on the first request for embeddings, and kept.
@@ -862,9 +988,9 @@ impl Worker {
             while held.is_none() && slots.has_free_slot() {
                 let job = match waiting.take() {
                     Some(job) => job,
-                    None if slots.is_idle() && !counted => match queue.take() {
-                        Some(job) => job,
-                        None => return,
+                    None if slots.is_idle() && !counted => match self.idle(queue, member) {
+                        Ok(job) => job,
+                        Err(served) => return served,
                     },
                     None => match queue.take_first(|job| !(counted && job.takes_no_slot())) {
                         Some(job) => job,
@@ -884,8 +1010,31 @@ impl Worker {
                 held = held.or(begun);
             }
             self.counters.busy.store(slots.busy(), Ordering::Relaxed);
-            slots.step();
+            if !slots.is_idle() {
+                let _cpu = member.cpu();
+                slots.step();
+            }
             self.counters.busy.store(slots.busy(), Ordering::Relaxed);
+        }
+    }
+
+    /// The next job for an idle model: waits for one while the model's keep-alive lasts, and
+    /// says to unload when it runs out, or when the pool asks for the model's room.
+    fn idle(&self, queue: &Queue<Job>, member: &pool::Member) -> Result<Job, Served> {
+        member.busy(false);
+        loop {
+            if member.evicted() {
+                return Err(Served::Unload);
+            }
+            match queue.take_within(self.keep.get()) {
+                Taken::Item(job) => {
+                    member.busy(true);
+                    return Ok(job);
+                }
+                Taken::Nudged => continue,
+                Taken::TimedOut => return Err(Served::Unload),
+                Taken::Closed => return Err(Served::Closed),
+            }
         }
     }
 
@@ -897,12 +1046,17 @@ impl Worker {
         on_disk: Option<&OnDisk>,
         queue: &Queue<Job>,
         mut waiting: Option<Job>,
-    ) {
+        member: &pool::Member,
+    ) -> Served {
         self.ready(model);
         let mut embedder: Option<engine::Embedder<'_>> = None;
         loop {
-            let Some(job) = waiting.take().or_else(|| queue.take()) else {
-                return;
+            let job = match waiting.take() {
+                Some(job) => job,
+                None => match self.idle(queue, member) {
+                    Ok(job) => job,
+                    Err(served) => return served,
+                },
             };
             if job.is_cancelled() {
                 continue;
@@ -913,8 +1067,12 @@ impl Worker {
             }
             match job {
                 Job::Embed(embed) => {
+                    let _cpu = member.cpu();
                     let made = embeddings(model, &mut embedder, &embed.request);
                     let _ = embed.reply.send(made);
+                }
+                Job::Load(reply) => {
+                    let _ = reply.send(Ok(()));
                 }
                 other => other.fail(LocalError::EmbedInput {
                     path: "model".into(),
@@ -980,6 +1138,10 @@ impl Worker {
                 let _ = embed.reply.send(made);
                 None
             }
+            Job::Load(reply) => {
+                let _ = reply.send(Ok(()));
+                None
+            }
             Job::Answer(answer) => self
                 .prepare(model, answer)
                 .and_then(|call| place(slots, call)),
@@ -1003,8 +1165,12 @@ impl Worker {
         let _ = count.reply.send(counted);
     }
 
-    fn load(&self) -> Result<(engine::Model, Option<OnDisk>), LoadError> {
+    fn load(&self, member: &pool::Member) -> Result<(engine::Model, Option<OnDisk>), LoadError> {
         let path = self.locate()?;
+        // Room in the memory budget for the weights (mapped) and a tenth more for the
+        // context, before they are loaded.
+        let bytes = OnDisk::stat(&path).map_or(0, |(len, _)| len.saturating_add(len / 10));
+        member.reserve(bytes, pool::ROOM_WAIT)?;
         let started = std::time::Instant::now();
         let settings = engine::Settings {
             context: self.settings.context,

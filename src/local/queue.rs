@@ -6,6 +6,7 @@
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 
 /// Why an item was not queued; the item comes back.
 #[derive(Debug)]
@@ -27,6 +28,20 @@ struct State<T> {
     waiting: VecDeque<(u64, T)>,
     next: u64,
     closed: bool,
+    /// The worker was asked to look at its state (see [`Queue::nudge`]).
+    nudged: bool,
+}
+
+/// What [`Queue::take_within`] found.
+#[derive(Debug)]
+pub enum Taken<T> {
+    Item(T),
+    /// Nothing came within the wait.
+    TimedOut,
+    /// Someone asked the worker to look at its state ([`Queue::nudge`]).
+    Nudged,
+    /// The queue is closed and empty.
+    Closed,
 }
 
 /// An item's place in the queue: dropping it takes the item out, unless the worker took it.
@@ -44,6 +59,7 @@ impl<T> Queue<T> {
                 waiting: VecDeque::new(),
                 next: 0,
                 closed: false,
+                nudged: false,
             }),
             changed: Condvar::new(),
             limit: limit.max(1),
@@ -90,6 +106,46 @@ impl<T> Queue<T> {
                 .wait(state)
                 .unwrap_or_else(PoisonError::into_inner);
         }
+    }
+
+    /// The item at the front, waiting for one at most `wait` (`None`: as long as it takes), or
+    /// until the queue is nudged.
+    pub fn take_within(&self, wait: Option<Duration>) -> Taken<T> {
+        let deadline = wait.and_then(|w| Instant::now().checked_add(w));
+        let mut state = self.lock();
+        loop {
+            if let Some((_, item)) = state.waiting.pop_front() {
+                return Taken::Item(item);
+            }
+            if state.closed {
+                return Taken::Closed;
+            }
+            if std::mem::take(&mut state.nudged) {
+                return Taken::Nudged;
+            }
+            state = match deadline {
+                None => self
+                    .changed
+                    .wait(state)
+                    .unwrap_or_else(PoisonError::into_inner),
+                Some(deadline) => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Taken::TimedOut;
+                    }
+                    self.changed
+                        .wait_timeout(state, left)
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .0
+                }
+            };
+        }
+    }
+
+    /// Wakes the worker waiting in [`Queue::take_within`] (once), to look at its state.
+    pub fn nudge(&self) {
+        self.lock().nudged = true;
+        self.changed.notify_all();
     }
 
     /// The item at the front, if one is waiting.

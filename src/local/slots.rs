@@ -604,7 +604,10 @@ mod tests {
         assert_eq!(fired_at(&["Here: ", "{"]), None);
         assert_eq!(fired_at(&["```python\n", "{"]), None);
         // The tag counts anywhere.
-        assert_eq!(fired_at(&["I will call it. ", "<tool_call>"]), Some((1, 11)));
+        assert_eq!(
+            fired_at(&["I will call it. ", "<tool_call>"]),
+            Some((1, 11))
+        );
     }
 
     #[test]

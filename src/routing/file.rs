@@ -44,6 +44,10 @@ struct RawEntry {
     /// An embedding model: it answers embeddings, and no chat.
     #[serde(default)]
     embeddings: bool,
+    /// A local model loaded at start rather than on its first call.
+    preload: Option<bool>,
+    /// Seconds a local model stays loaded with no call; negative: for good.
+    keep_alive: Option<i64>,
 }
 
 /// How well an entry does on each of MCP's model priorities, 0 to 1 (higher is better: a
@@ -75,8 +79,16 @@ pub struct ProviderSpec {
 /// What answers an entry.
 #[derive(Clone, PartialEq)]
 pub enum Answer {
-    Host { hints: Vec<String> },
-    Local { model_file: Option<PathBuf> },
+    Host {
+        hints: Vec<String>,
+    },
+    Local {
+        model_file: Option<PathBuf>,
+        /// Loaded at start (`preload = true`), else on its first call.
+        preload: bool,
+        /// Seconds it stays loaded with no call (negative: for good); `None`: the setting's.
+        keep_alive: Option<i64>,
+    },
     Provider(ProviderSpec),
 }
 
@@ -84,9 +96,15 @@ impl std::fmt::Debug for Answer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Answer::Host { hints } => f.debug_struct("Host").field("hints", hints).finish(),
-            Answer::Local { model_file } => f
+            Answer::Local {
+                model_file,
+                preload,
+                keep_alive,
+            } => f
                 .debug_struct("Local")
                 .field("model_file", model_file)
+                .field("preload", preload)
+                .field("keep_alive", keep_alive)
                 .finish(),
             Answer::Provider(p) => f
                 .debug_struct("Provider")
@@ -323,6 +341,8 @@ fn spec(entry: &Spanned<RawEntry>, env: &impl Fn(&str) -> Option<String>) -> Res
         },
         Backend::Local => Answer::Local {
             model_file: e.model_file.clone(),
+            preload: e.preload.unwrap_or(false),
+            keep_alive: e.keep_alive,
         },
         Backend::Provider => Answer::Provider(provider(e, &name, env).map_err(|p| match p {
             Problem(0, problem) => Problem::at(entry.span().start, problem),
@@ -376,6 +396,8 @@ fn settings_of_its_backend(e: &RawEntry, name: &str, at: usize) -> Result<(), Pr
         ("stream", e.stream.is_some(), Backend::Provider),
         ("max_tokens", e.max_tokens.is_some(), Backend::Provider),
         ("model_file", e.model_file.is_some(), Backend::Local),
+        ("preload", e.preload.is_some(), Backend::Local),
+        ("keep_alive", e.keep_alive.is_some(), Backend::Local),
         ("hints", e.hints.is_some(), Backend::Host),
     ];
     match keys
@@ -536,7 +558,14 @@ backend = "local"
         };
         assert_eq!(p.key.as_deref(), Some("sk-secret"));
         assert!(!format!("{fast:?}").contains("sk-secret"));
-        assert_eq!(m.entries[1].answer, Answer::Local { model_file: None });
+        assert_eq!(
+            m.entries[1].answer,
+            Answer::Local {
+                model_file: None,
+                preload: false,
+                keep_alive: None
+            }
+        );
     }
 
     #[test]

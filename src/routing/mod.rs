@@ -147,7 +147,9 @@ pub enum SetupError {
 /// provider. The one way the server, the bridge and `try` start theirs.
 pub fn start(config: &Config, which: Direct) -> Result<Started, SetupError> {
     Ok(match which {
-        Direct::Local => Started::Local(local(config, None, false)?),
+        Direct::Local => Started::Local(Box::new(Local::start(local_settings(
+            config, None, false,
+        )?)?)),
         Direct::Provider => {
             let settings = ProviderSettings::from_config(config)?;
             Started::Provider(Box::new(Provider::new(settings)?))
@@ -157,7 +159,7 @@ pub fn start(config: &Config, which: Direct) -> Result<Started, SetupError> {
 
 /// A direct backend [`start`] started.
 pub enum Started {
-    Local(Local),
+    Local(Box<Local>),
     Provider(Box<Provider>),
 }
 
@@ -165,7 +167,7 @@ impl Started {
     /// The model, to answer with (the local one answers once it has loaded).
     pub fn model(self) -> Arc<dyn Model> {
         match self {
-            Started::Local(local) => Arc::new(local),
+            Started::Local(local) => Arc::new(*local),
             Started::Provider(provider) => Arc::new(*provider),
         }
     }
@@ -245,13 +247,24 @@ impl Backends {
                 Answer::Host { hints } => Answerer::Host {
                     hints: hints.clone(),
                 },
-                Answer::Local { model_file } => {
+                Answer::Local {
+                    model_file,
+                    preload,
+                    keep_alive,
+                } => {
                     let key = (model_file.clone(), spec.embeddings);
                     Answerer::Model(match engines.get(&key) {
                         Some(engine) => engine.clone(),
                         None => {
-                            let engine: Arc<dyn Model> =
-                                Arc::new(local(config, model_file.as_deref(), spec.embeddings)?);
+                            let mut settings =
+                                local_settings(config, model_file.as_deref(), spec.embeddings)?;
+                            settings.preload = *preload;
+                            settings.label.clone_from(&spec.name);
+                            if let Some(secs) = keep_alive {
+                                settings.keep_alive =
+                                    u64::try_from(*secs).ok().map(Duration::from_secs);
+                            }
+                            let engine: Arc<dyn Model> = Arc::new(Local::start(settings)?);
                             engines.insert(key, engine.clone());
                             engine
                         }
@@ -588,17 +601,23 @@ impl Backends {
 }
 
 /// A local entry's model: the command line's, or the entry's own file.
-fn local(
+fn local_settings(
     config: &Config,
     model_file: Option<&std::path::Path>,
     embeddings: bool,
-) -> Result<Local, SetupError> {
+) -> Result<LocalSettings, SetupError> {
+    crate::local::pool::shared().set_budget(
+        config
+            .local
+            .local_memory
+            .unwrap_or_else(crate::local::pool::default_budget),
+    );
     let mut settings = LocalSettings::from_config(config)?;
     settings.embeddings_only = embeddings;
     if let Some(path) = model_file {
         settings = settings.with_model_file(config, path)?;
     }
-    Ok(Local::start(settings)?)
+    Ok(settings)
 }
 
 /// A provider entry: its own URL, model and key, the command line's other settings.

@@ -298,6 +298,9 @@ async fn an_emulated_tool_call_comes_back_from_a_host_that_cannot_take_tools() {
     // the prompt and parses the call out of the model's text.
     let settings = LocalSettings {
         embeddings_only: false,
+        preload: true,
+        keep_alive: None,
+        label: "local".into(),
         source: agent_as_model::local::Source::File(cached_model()),
         context: 4096,
         queue: 4,

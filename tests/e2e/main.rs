@@ -49,6 +49,7 @@ mod local_queue;
 mod metrics;
 mod ollama;
 mod packaging;
+mod pool;
 mod properties;
 mod provider;
 mod provider_limits;
