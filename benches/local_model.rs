@@ -204,6 +204,7 @@ fn main() {
         threads,
         step,
         chat_template: None,
+        gpu_layers: Default::default(),
     };
     let mut loads = Vec::new();
     let mut model = None;

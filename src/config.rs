@@ -402,6 +402,12 @@ pub struct LocalArgs {
           value_parser = clap::value_parser!(u64).range(1..=256))]
     pub local_threads: Option<u64>,
 
+    /// The local model's layers put on a GPU: `auto` (all of them where a GPU backend was
+    /// built in and a device is found, the CPU if they do not load there), a number, or 0 for
+    /// the CPU alone. A models file's entry may set its own `gpu_layers`
+    #[arg(long, env = "AGENT_AS_MODEL_GPU_LAYERS", default_value = "auto", value_parser = gpu_layers)]
+    pub gpu_layers: GpuLayers,
+
     /// How long a local model stays loaded with no call, in seconds, before it is unloaded
     /// (its memory given back; the next call loads it again); negative: for good. A models
     /// file's entry may set its own `keep_alive`, and an Ollama request its own
@@ -509,6 +515,35 @@ fn non_empty_token(token: &str) -> Result<String, String> {
     Ok(token.to_owned())
 }
 
+/// How many of a local model's layers go to a GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GpuLayers {
+    /// All of them where a device is found, falling back to the CPU.
+    #[default]
+    Auto,
+    Count(u32),
+}
+
+impl std::fmt::Display for GpuLayers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GpuLayers::Auto => write!(f, "auto"),
+            GpuLayers::Count(n) => write!(f, "{n}"),
+        }
+    }
+}
+
+/// `--gpu-layers`: `auto`, or a number of layers (0: the CPU).
+pub fn gpu_layers(text: &str) -> Result<GpuLayers, String> {
+    let text = text.trim();
+    if text.eq_ignore_ascii_case("auto") {
+        return Ok(GpuLayers::Auto);
+    }
+    text.parse()
+        .map(GpuLayers::Count)
+        .map_err(|_| format!("expected `auto` or a number of layers (0: the CPU), got {text:?}"))
+}
+
 /// `--local-memory`: bytes, or a number with `K`, `M`, `G` or `T` (powers of 1024).
 fn byte_size(text: &str) -> Result<u64, String> {
     let text = text.trim();
@@ -601,6 +636,39 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gpu_layers_and_the_memory_budget_are_read_or_refused_naming_what_is_expected() {
+        assert_eq!(gpu_layers("auto"), Ok(GpuLayers::Auto));
+        assert_eq!(gpu_layers(" AUTO "), Ok(GpuLayers::Auto));
+        assert_eq!(gpu_layers("0"), Ok(GpuLayers::Count(0)));
+        assert_eq!(gpu_layers("33"), Ok(GpuLayers::Count(33)));
+        assert!(gpu_layers("-1").unwrap_err().contains("`auto` or a number"));
+        assert_eq!(byte_size("0"), Ok(0));
+        assert_eq!(byte_size("512M"), Ok(512 << 20));
+        assert_eq!(byte_size("8G"), Ok(8 << 30));
+        assert_eq!(byte_size("8GiB"), Ok(8 << 30));
+        assert_eq!(byte_size("1.5g"), Ok(3 << 29));
+        assert_eq!(byte_size("1000"), Ok(1000));
+        assert!(byte_size("lots").is_err());
+        assert!(byte_size("5X").is_err());
+        let c = Config::try_parse_from(["agent-as-model"]).unwrap();
+        assert_eq!(c.local.gpu_layers, GpuLayers::Auto);
+        assert_eq!(c.local.local_keep_alive, -1);
+        assert_eq!(c.local.local_memory, None);
+        let c = Config::try_parse_from([
+            "agent-as-model",
+            "--gpu-layers",
+            "0",
+            "--local-keep-alive",
+            "-1",
+            "--local-memory",
+            "2G",
+        ])
+        .unwrap();
+        assert_eq!(c.local.gpu_layers, GpuLayers::Count(0));
+        assert_eq!(c.local.local_memory, Some(2 << 30));
+    }
 
     #[test]
     fn keys_come_active_first_and_blank_ones_are_skipped() {

@@ -373,8 +373,17 @@ async fn show(State(api): State<Arc<Api>>, body: Bytes) -> Response {
 
 /// `GET /api/ps`: the loaded models (the embedded model, once loaded; it stays loaded).
 async fn ps(State(api): State<Arc<Api>>) -> Response {
-    // Loaded for as long as the server runs: a time far off, as Ollama says of `keep_alive: -1`.
+    // Kept for good: a time far off, as Ollama says of `keep_alive: -1`; else its keep-alive
+    // from now (it runs from the model's last call).
     let forever = SystemTime::now() + Duration::from_secs(100 * 365 * 86_400);
+    let expires = |d: &Described| {
+        d.about
+            .get("keep_alive_secs")
+            .and_then(Value::as_u64)
+            .map_or(forever, |secs| {
+                SystemTime::now() + Duration::from_secs(secs)
+            })
+    };
     let running = models(&api)
         .into_iter()
         .filter(|d| d.local() && d.about.get("status").and_then(Value::as_str) == Some("ready"))
@@ -384,7 +393,7 @@ async fn ps(State(api): State<Arc<Api>>) -> Response {
             size: d.size(),
             digest: digest(&d.id),
             details: d.details(),
-            expires_at: timestamp(forever),
+            expires_at: timestamp(expires(&d)),
             size_vram: 0,
             context_length: usize::try_from(d.context().unwrap_or(0)).unwrap_or(0),
         })

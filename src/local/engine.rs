@@ -6,6 +6,7 @@
 
 use super::template::SpecialTokens;
 use crate::call::Finish;
+use llama_cpp_2::LlamaBackendDeviceType;
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::context::params::{LlamaContextParams, LlamaPoolingType};
 use llama_cpp_2::llama_backend::LlamaBackend;
@@ -34,6 +35,8 @@ pub struct Settings {
     pub step: usize,
     /// A chat template to use instead of the one the file carries.
     pub chat_template: Option<String>,
+    /// Layers put on a GPU.
+    pub gpu_layers: crate::config::GpuLayers,
 }
 
 /// Tokens in one step of the slots at most, by default. How many a step really takes is set
@@ -159,6 +162,9 @@ pub struct Info {
     pub step: usize,
     /// The devices llama.cpp found, e.g. "CPU".
     pub device: String,
+    /// The layers asked for on a GPU (`auto`, a number), as loaded: `0` when `auto` fell back
+    /// to the CPU, or found no GPU.
+    pub gpu_layers: String,
     /// How the model writes tool calls and reasoning, told from its chat template.
     pub format: super::format::Format,
     /// The model's parameters (weights), as the file counts them.
@@ -392,11 +398,43 @@ impl Model {
         if !path.is_file() {
             return Err(EngineError::Missing { file: file() });
         }
-        let model = LlamaModel::load_from_file(backend, path, &LlamaModelParams::default())
-            .map_err(|source| EngineError::Load {
+        let devices = llama_cpp_2::list_llama_ggml_backend_devices();
+        let gpu = devices.iter().find(|d| {
+            matches!(
+                d.device_type,
+                LlamaBackendDeviceType::Gpu | LlamaBackendDeviceType::IntegratedGpu
+            )
+        });
+        let load = |params: &LlamaModelParams| {
+            LlamaModel::load_from_file(backend, path, params).map_err(|source| EngineError::Load {
                 file: file(),
                 source,
-            })?;
+            })
+        };
+        use crate::config::GpuLayers;
+        let (model, gpu_layers) = match (settings.gpu_layers, gpu) {
+            (GpuLayers::Count(n), _) => (
+                load(&LlamaModelParams::default().with_n_gpu_layers(n))?,
+                n.to_string(),
+            ),
+            // No GPU: the CPU, as llama.cpp runs it by default.
+            (GpuLayers::Auto, None) => (load(&LlamaModelParams::default())?, "0".to_owned()),
+            // Every layer on the GPU; where they do not fit, the CPU, and the log says so.
+            (GpuLayers::Auto, Some(gpu)) => match load(&LlamaModelParams::default()) {
+                Ok(model) => (model, "all".to_owned()),
+                Err(e) => {
+                    tracing::warn!(
+                        device = %gpu.description, problem = %e,
+                        "the model did not load on the GPU: loading it on the CPU \
+                         (set --gpu-layers to put fewer layers there)"
+                    );
+                    (
+                        load(&LlamaModelParams::default().with_n_gpu_layers(0))?,
+                        "0".to_owned(),
+                    )
+                }
+            },
+        };
         let meta = |key: &str| model.meta_val_str(key).ok().filter(|s| !s.is_empty());
         let architecture = meta("general.architecture").unwrap_or_default();
         let name = meta("general.name").unwrap_or_else(|| architecture.clone());
@@ -429,9 +467,12 @@ impl Model {
                 .all(|t| t.0 >= 0)
         };
         let (parameters, bytes) = (model.n_params(), model.size());
-        let device = llama_cpp_2::list_llama_ggml_backend_devices()
+        let device = devices
             .into_iter()
-            .map(|d| d.backend)
+            .map(|d| match d.device_type {
+                LlamaBackendDeviceType::Cpu => d.backend,
+                _ => format!("{} ({})", d.backend, d.description),
+            })
             .collect::<Vec<_>>()
             .join(", ");
         Ok(Model {
@@ -444,6 +485,7 @@ impl Model {
                 slots: settings.slots.max(1),
                 threads: settings.threads.max(1),
                 step: settings.step.clamp(8, 4096),
+                gpu_layers,
                 device: if device.is_empty() {
                     "CPU".into()
                 } else {

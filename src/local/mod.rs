@@ -78,6 +78,8 @@ pub struct LocalSettings {
     pub keep_alive: Option<std::time::Duration>,
     /// The name the pool and its log lines know the model by.
     pub label: String,
+    /// Layers put on a GPU.
+    pub gpu_layers: crate::config::GpuLayers,
 }
 
 impl LocalSettings {
@@ -101,6 +103,7 @@ impl LocalSettings {
                 .ok()
                 .map(std::time::Duration::from_secs),
             label: "local".into(),
+            gpu_layers: config.local.gpu_layers,
         })
     }
 
@@ -615,6 +618,11 @@ impl Model for Local {
             ),
             State::Failed(why) => (format!("failed: {why}"), asked, s.slots, s.threads, None),
         };
+        // The layers on a GPU: as loaded, else as asked.
+        let gpu_layers = match self.state() {
+            State::Ready(info) => info.gpu_layers,
+            _ => s.gpu_layers.to_string(),
+        };
         let c = &self.counters;
         // How the model writes calls and reasoning, once it is loaded (its template says).
         let (format, file) = match self.state() {
@@ -636,9 +644,11 @@ impl Model for Local {
                             enforced while decoding, in the tool-call format its chat template \
                             names (`format`); its reasoning is returned apart from its text.",
             "status": status,
+            // Seconds it stays loaded with no call (null: for good).
+            "keep_alive_secs": self.keep.get().map(|d| d.as_secs()),
             "context_tokens": context,
             "engine": {"name": "llama.cpp", "device": device, "threads": threads,
-                       "slots": slots},
+                       "slots": slots, "gpu_layers": gpu_layers},
             "prefix_cache": {"calls": c.calls.load(Ordering::Relaxed),
                              "prompt_tokens": c.prompt_tokens.load(Ordering::Relaxed),
                              "reused_tokens": c.reused_tokens.load(Ordering::Relaxed)},
@@ -1112,6 +1122,7 @@ impl Worker {
             architecture = %info.architecture,
             engine = "llama.cpp",
             device = %info.device,
+            gpu_layers = %info.gpu_layers,
             threads = info.threads,
             slots = info.slots,
             context = info.context,
@@ -1178,6 +1189,7 @@ impl Worker {
             threads: self.settings.threads,
             step: engine::STEP_TOKENS,
             chat_template: self.settings.chat_template.clone(),
+            gpu_layers: self.settings.gpu_layers,
         };
         // What the file is as it is mapped: checked before each call uses the map.
         let on_disk = OnDisk::stat(&path);

@@ -48,6 +48,8 @@ struct RawEntry {
     preload: Option<bool>,
     /// Seconds a local model stays loaded with no call; negative: for good.
     keep_alive: Option<i64>,
+    /// A local model's layers on a GPU: `"auto"` or a number.
+    gpu_layers: Option<Spanned<toml::Value>>,
 }
 
 /// How well an entry does on each of MCP's model priorities, 0 to 1 (higher is better: a
@@ -88,6 +90,8 @@ pub enum Answer {
         preload: bool,
         /// Seconds it stays loaded with no call (negative: for good); `None`: the setting's.
         keep_alive: Option<i64>,
+        /// Layers on a GPU; `None`: the setting's.
+        gpu_layers: Option<crate::config::GpuLayers>,
     },
     Provider(ProviderSpec),
 }
@@ -100,6 +104,7 @@ impl std::fmt::Debug for Answer {
                 model_file,
                 preload,
                 keep_alive,
+                ..
             } => f
                 .debug_struct("Local")
                 .field("model_file", model_file)
@@ -343,6 +348,22 @@ fn spec(entry: &Spanned<RawEntry>, env: &impl Fn(&str) -> Option<String>) -> Res
             model_file: e.model_file.clone(),
             preload: e.preload.unwrap_or(false),
             keep_alive: e.keep_alive,
+            gpu_layers: match &e.gpu_layers {
+                None => None,
+                Some(v) => {
+                    let text = match v.get_ref() {
+                        toml::Value::String(s) => s.clone(),
+                        toml::Value::Integer(n) => n.to_string(),
+                        other => format!("{other:?}"),
+                    };
+                    Some(crate::config::gpu_layers(&text).map_err(|problem| {
+                        Problem::at(
+                            v.span().start,
+                            format!("model {name:?}: `gpu_layers`: {problem}"),
+                        )
+                    })?)
+                }
+            },
         },
         Backend::Provider => Answer::Provider(provider(e, &name, env).map_err(|p| match p {
             Problem(0, problem) => Problem::at(entry.span().start, problem),
@@ -398,6 +419,7 @@ fn settings_of_its_backend(e: &RawEntry, name: &str, at: usize) -> Result<(), Pr
         ("model_file", e.model_file.is_some(), Backend::Local),
         ("preload", e.preload.is_some(), Backend::Local),
         ("keep_alive", e.keep_alive.is_some(), Backend::Local),
+        ("gpu_layers", e.gpu_layers.is_some(), Backend::Local),
         ("hints", e.hints.is_some(), Backend::Host),
     ];
     match keys
@@ -563,7 +585,8 @@ backend = "local"
             Answer::Local {
                 model_file: None,
                 preload: false,
-                keep_alive: None
+                keep_alive: None,
+                gpu_layers: None
             }
         );
     }
@@ -580,6 +603,36 @@ backend = "local"
             .unwrap_err()
             .to_string();
         assert!(e.contains("larger than 4 MiB"), "{e}");
+    }
+
+    #[test]
+    fn a_local_entry_takes_its_pool_and_gpu_settings() {
+        let text = FILE.replace(
+            "backend = \"local\"",
+            "backend = \"local\"\npreload = true\nkeep_alive = 600\ngpu_layers = 12\nembeddings = true",
+        );
+        let m = parse(&text).unwrap();
+        assert_eq!(
+            m.entries[1].answer,
+            Answer::Local {
+                model_file: None,
+                preload: true,
+                keep_alive: Some(600),
+                gpu_layers: Some(crate::config::GpuLayers::Count(12)),
+            }
+        );
+        assert!(m.entries[1].embeddings);
+        let auto = FILE.replace(
+            "backend = \"local\"",
+            "backend = \"local\"\ngpu_layers = \"auto\"",
+        );
+        assert!(matches!(
+            parse(&auto).unwrap().entries[1].answer,
+            Answer::Local {
+                gpu_layers: Some(crate::config::GpuLayers::Auto),
+                ..
+            }
+        ));
     }
 
     #[test]
@@ -634,6 +687,19 @@ backend = "local"
                 FILE.replace("default = \"fast\"", "default = \"slow\""),
                 1,
                 "default \"slow\" names no model",
+            ),
+            (
+                FILE.replace(
+                    "backend = \"local\"",
+                    "backend = \"local\"\ngpu_layers = \"most\"",
+                ),
+                17,
+                "`gpu_layers`: expected `auto` or a number of layers",
+            ),
+            (
+                FILE.replace("cost = 0.2", "keep_alive = 60"),
+                3,
+                "`keep_alive` is not a setting of a provider model",
             ),
             (
                 FILE.replace("fallbacks = [\"local\"]", "fallbacks = [\"nope\"]"),

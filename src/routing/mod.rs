@@ -251,6 +251,7 @@ impl Backends {
                     model_file,
                     preload,
                     keep_alive,
+                    gpu_layers,
                 } => {
                     let key = (model_file.clone(), spec.embeddings);
                     Answerer::Model(match engines.get(&key) {
@@ -259,6 +260,7 @@ impl Backends {
                             let mut settings =
                                 local_settings(config, model_file.as_deref(), spec.embeddings)?;
                             settings.preload = *preload;
+                            settings.gpu_layers = gpu_layers.unwrap_or(settings.gpu_layers);
                             settings.label.clone_from(&spec.name);
                             if let Some(secs) = keep_alive {
                                 settings.keep_alive =

@@ -301,6 +301,7 @@ async fn an_emulated_tool_call_comes_back_from_a_host_that_cannot_take_tools() {
         preload: true,
         keep_alive: None,
         label: "local".into(),
+        gpu_layers: Default::default(),
         source: agent_as_model::local::Source::File(cached_model()),
         context: 4096,
         queue: 4,

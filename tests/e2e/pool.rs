@@ -77,7 +77,7 @@ async fn local_models_load_on_demand_and_unload_by_keep_alive_and_for_room() {
         format!(
             "default = \"a\"\n\
              [[models]]\nname = \"a\"\nbackend = \"local\"\nmodel_file = {a:?}\n\
-             [[models]]\nname = \"b\"\nbackend = \"local\"\nmodel_file = {b:?}\n\
+             [[models]]\nname = \"b\"\nbackend = \"local\"\nmodel_file = {b:?}\ngpu_layers = 0\n\
              [[models]]\nname = \"c\"\nbackend = \"local\"\nmodel_file = {c:?}\nkeep_alive = 3\n",
             a = dir.join("a.gguf").display().to_string(),
             b = dir.join("b.gguf").display().to_string(),
@@ -111,6 +111,8 @@ async fn local_models_load_on_demand_and_unload_by_keep_alive_and_for_room() {
     let (status, body) = chat(&server, "b").await;
     assert_eq!(status, 200, "{body}");
     until_loaded(&server, &["a", "b"]).await;
+    // The layers on a GPU, said as each model is ready: none here (no GPU, or `0` asked).
+    assert!(server.log().contains("gpu_layers=0"), "{}", server.log());
     // c does not fit beside both: a, the least recently used, makes room.
     let (status, body) = chat(&server, "c").await;
     assert_eq!(status, 200, "{body}");
