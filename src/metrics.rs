@@ -44,6 +44,9 @@ pub enum Api {
     Gemini,
     /// Ollama's `POST /api/chat` and `POST /api/generate`.
     Ollama,
+    /// Embeddings over HTTP: `/v1/embeddings`, Ollama's `/api/embed` and `/api/embeddings`,
+    /// Gemini's `embedContent` and `batchEmbedContents`.
+    Embeddings,
     /// An MCP tool call (stdio or `/mcp`).
     Mcp,
 }
@@ -57,6 +60,7 @@ impl Api {
             Api::Messages => "messages",
             Api::Gemini => "gemini",
             Api::Ollama => "ollama",
+            Api::Embeddings => "embeddings",
             Api::Mcp => "mcp",
         }
     }

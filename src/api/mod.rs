@@ -501,10 +501,36 @@ impl Api {
         &self,
         asked: &embeddings::Asked,
     ) -> Result<crate::backends::direct::Embeddings, ApiError> {
-        Ok(self
+        let mut record = self
+            .service
+            .metrics()
+            .record(crate::metrics::Api::Embeddings);
+        let entry = self
+            .service
+            .backends()
+            .embedder(&asked.model)
+            .ok()
+            .map(|(entry, _)| entry.name.clone());
+        record.model(entry.as_deref());
+        let made = self
             .service
             .embed(&asked.model, asked.request.clone())
-            .await?)
+            .await
+            .map_err(ApiError::from);
+        match (&made, &entry) {
+            (Ok(made), Some(entry)) => record.answered(
+                entry,
+                crate::call::Usage {
+                    prompt: made.prompt_tokens,
+                    completion: 0,
+                    estimated: false,
+                    cached: None,
+                },
+            ),
+            (Ok(_), None) => {}
+            (Err(e), _) => record.status(e.status),
+        }
+        made
     }
 
     /// The model a call's answer is reported as made by, before the answer says (the backend's

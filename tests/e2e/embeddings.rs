@@ -178,4 +178,31 @@ backend = "host"
     .await;
     assert_eq!(status, 404, "{body}");
     assert_eq!(body["error"]["param"], "model");
+
+    // Each embeddings request is counted under `api="embeddings"`, by model and outcome.
+    let scrape = http_client()
+        .get(format!("{}/metrics", server.url))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let count = |model: &str, outcome: &str| -> f64 {
+        scrape
+            .lines()
+            .filter(|l| l.starts_with("agent_as_model_requests_total{"))
+            .filter(|l| {
+                l.contains("api=\"embeddings\"")
+                    && l.contains(&format!("model=\"{model}\""))
+                    && l.contains(&format!("outcome=\"{outcome}\""))
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    assert_eq!(count("embed", "ok"), 1.0, "{scrape}");
+    assert_eq!(count("local-embed", "ok"), 2.0, "{scrape}");
+    // The host's model and an unknown name: no model of the server made them.
+    assert_eq!(count("unknown", "client_error"), 2.0, "{scrape}");
 }
