@@ -37,12 +37,32 @@ impl Write for ClippedStderr {
     }
 }
 
+/// The log filter: `RUST_LOG` (else `warn`, `info` for JSON lines), with llama.cpp's lines at
+/// `error` unless it names their target.
+fn filter_directives(asked: Option<&str>, json: bool) -> String {
+    let base = asked.unwrap_or(if json { "info" } else { "warn" });
+    if base.contains(LLAMA_TARGET) {
+        base.to_owned()
+    } else {
+        format!("{base},{LLAMA_TARGET}=error")
+    }
+}
+
+/// The target llama.cpp's log lines come under.
+const LLAMA_TARGET: &str = "llama-cpp-2";
+
 /// Logs to stderr at `RUST_LOG` (default `warn`, or `info` for JSON lines, which carry the
-/// per-call records operators collect), without colour, lines bounded.
+/// per-call records operators collect), without colour, lines bounded. llama.cpp's own lines
+/// (target `llama-cpp-2`: hundreds at `info` for each model loaded) show from `error` unless
+/// `RUST_LOG` names the target.
 pub fn init(format: crate::config::LogFormat) {
     let json = format == crate::config::LogFormat::Json;
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(if json { "info" } else { "warn" }));
+    let asked = std::env::var("RUST_LOG")
+        .ok()
+        .filter(|v| !v.trim().is_empty());
+    let directives = filter_directives(asked.as_deref(), json);
+    let filter = tracing_subscriber::EnvFilter::try_new(&directives)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(filter_directives(None, json)));
     let builder = tracing_subscriber::fmt()
         .with_writer(ClippedStderr)
         .with_ansi(false)

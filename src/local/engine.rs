@@ -269,14 +269,15 @@ pub fn brief(e: &dyn std::fmt::Display) -> String {
         .to_owned()
 }
 
-/// llama.cpp's process-wide state, started once; its own log lines are silenced (the engine
-/// says what matters in ours).
+/// llama.cpp's process-wide state, started once; its own log lines go to this server's log
+/// under the target `llama-cpp-2` (shown from `error` unless `RUST_LOG` names that target:
+/// `RUST_LOG=warn,llama-cpp-2=info` shows the devices found and the layers offloaded).
 pub fn backend() -> Result<&'static LlamaBackend, EngineError> {
     static BACKEND: OnceLock<Result<LlamaBackend, llama_cpp_2::LlamaCppError>> = OnceLock::new();
     BACKEND
         .get_or_init(|| {
-            let mut backend = LlamaBackend::init()?;
-            backend.void_logs();
+            let backend = LlamaBackend::init()?;
+            llama_cpp_2::send_logs_to_tracing(llama_cpp_2::LogOptions::default());
             Ok(backend)
         })
         .as_ref()

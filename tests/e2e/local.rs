@@ -36,6 +36,33 @@ fn try_answers_a_question_through_the_whole_mcp_path() {
     );
 }
 
+/// llama.cpp's own log lines reach the server's log when `RUST_LOG` names their target (the
+/// buffers and devices of the model loaded), and none by default; either way the process ends
+/// cleanly after the engine's teardown (exit 0, no signal).
+#[test]
+fn llama_cpps_log_is_shown_when_asked_and_the_process_exits_cleanly() {
+    let _ = first_try();
+    let run = |filter: Option<&str>| {
+        let mut command = std::process::Command::new(BIN);
+        command.args(["try", "Say hi."]).env_remove("RUST_LOG");
+        if let Some(filter) = filter {
+            command.env("RUST_LOG", filter);
+        }
+        command.output().unwrap()
+    };
+    let quiet = run(None);
+    assert_eq!(quiet.status.code(), Some(0), "{quiet:?}");
+    let stderr = String::from_utf8_lossy(&quiet.stderr);
+    assert!(!stderr.contains("llama-cpp-2"), "{stderr}");
+    let shown = run(Some("warn,llama-cpp-2=info"));
+    assert_eq!(shown.status.code(), Some(0), "{shown:?}");
+    let stderr = String::from_utf8_lossy(&shown.stderr);
+    assert!(
+        stderr.contains("llama-cpp-2") && stderr.contains("model buffer size"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn try_prints_the_whole_result_and_structured_output() {
     let _ = first_try();
