@@ -148,7 +148,7 @@ fn serve(config: &Config, runtime: &tokio::runtime::Runtime, sealer: Sealer) -> 
             }),
         );
         let mcp = streamable::service(server, &mcp_settings, stop.child_token());
-        let routes = agent_as_model::http::api::routes(api);
+        let routes = agent_as_model::http::routes::routes(api);
         return runtime
             .block_on(agent_as_model::http::serve_http(
                 http,

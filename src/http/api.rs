@@ -1,4 +1,4 @@
-//! The model APIs' routes: OpenAI chat completions, legacy text completions and Responses,
+//! The model APIs' handlers (their paths are in [`super::routes`]): OpenAI chat completions, legacy text completions and Responses,
 //! Anthropic messages, Gemini `generateContent`, their token counts and model lists, as a base URL
 //! for any SDK or agent CLI (Ollama's API beside them, in [`super::ollama`]); and `GET /metrics`,
 //! behind the same token. Each handler reads the
@@ -16,12 +16,10 @@ use crate::fulfil::written::Piece;
 use crate::metrics::Record;
 use crate::service::Answered;
 use crate::service::Parsed;
-use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{Extension, Path, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::Response;
-use axum::routing::{get, post};
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -30,7 +28,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::body::Held;
-use super::{Routes, Token, bearer_credentials};
+use super::{Token, bearer_credentials};
 
 /// The header that says what a backend could not do as asked.
 const WARNINGS: &str = "x-agent-as-model-warnings";
@@ -47,43 +45,9 @@ const HEAD_WAIT: Duration = PING_EVERY;
 /// waits for the client (for `Api::stream_write_timeout`, then it is cancelled).
 const STREAM_BUFFER: usize = 64;
 
-/// The model APIs' routes, answered by `api`.
-pub fn routes(api: Arc<Api>) -> Routes {
-    let router = Router::new()
-        .merge(super::ollama::router())
-        .route("/v1/chat/completions", post(chat))
-        .route("/v1/completions", post(text_completions))
-        .route(
-            "/v1/responses",
-            get(super::responses_ws::upgrade).post(responses),
-        )
-        .route("/v1/responses/compact", post(super::compact::compact))
-        .route("/v1/responses/input_tokens", post(responses_tokens))
-        .route(
-            "/v1/responses/{id}",
-            get(responses_get).delete(responses_delete),
-        )
-        .route("/v1/responses/{id}/input_items", get(responses_input_items))
-        .route("/v1/messages", post(messages))
-        .route("/v1/messages/count_tokens", post(messages_tokens))
-        .route("/v1/models", get(models))
-        .route("/v1/models/{name}", get(model).post(gemini))
-        .route("/v1beta/models", get(gemini_models))
-        .route("/v1beta/models/{name}", get(gemini_model).post(gemini))
-        .route("/metrics", get(metrics))
-        .merge(super::embeddings::routes())
-        .method_not_allowed_fallback(wrong_method)
-        .with_state(api);
-    Routes {
-        router,
-        auth: api_key,
-        unknown: Some(unknown_route),
-    }
-}
-
 /// `GET /metrics`: the server's metrics in Prometheus's text format (behind the token, as the
 /// APIs are).
-async fn metrics(State(api): State<Arc<Api>>) -> Response {
+pub(super) async fn metrics(State(api): State<Arc<Api>>) -> Response {
     let mut response = Response::new(Body::from(api.service.metrics().render()));
     response.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -94,7 +58,7 @@ async fn metrics(State(api): State<Arc<Api>>) -> Response {
 
 /// A path under `/v1` or `/v1beta` that no route serves: a 404 in the API's JSON envelope
 /// (OpenAI's "Invalid URL (POST /v1/…)"), as a client's error handling expects of the API.
-fn unknown_route(request: &Request) -> Option<Response> {
+pub(super) fn unknown_route(request: &Request) -> Option<Response> {
     let path = request.uri().path();
     let under = |prefix: &str| {
         path.strip_prefix(prefix)
@@ -113,7 +77,7 @@ fn unknown_route(request: &Request) -> Option<Response> {
 }
 
 /// A method a route does not take (`GET /v1/chat/completions`): a 405 in the API's envelope.
-async fn wrong_method(method: Method, uri: Uri, headers: HeaderMap) -> Response {
+pub(super) async fn wrong_method(method: Method, uri: Uri, headers: HeaderMap) -> Response {
     route_error(405, &method, uri.path(), &headers, "Method not allowed")
 }
 
@@ -170,7 +134,7 @@ fn models_dialect(headers: &HeaderMap) -> Dialect {
 
 /// The token as `Authorization: Bearer`, `x-api-key`, `x-goog-api-key` or `?key=` (any of
 /// them, percent-decoded); a missing or wrong one is a 401 in the API's envelope.
-fn api_key(request: &Request, token: &Token) -> Option<Response> {
+pub(super) fn api_key(request: &Request, token: &Token) -> Option<Response> {
     let headers = request.headers();
     let header_value = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     // Every `key=` of the query, percent-decoded (`+` as a space), as a form decodes it.
@@ -257,14 +221,18 @@ fn object(body: &Bytes) -> Result<Map<String, Value>, ApiError> {
 /// The body's share of the server's buffer, which a call keeps until its answer is sent.
 pub(super) type Share = Option<Extension<Held>>;
 
-async fn chat(State(api): State<Arc<Api>>, held: Share, body: Bytes) -> Response {
+pub(super) async fn chat(State(api): State<Arc<Api>>, held: Share, body: Bytes) -> Response {
     let mut record = api.record(Dialect::Chat);
     let response = complete(api, Dialect::Chat, body, None, false, held, &mut record).await;
     noted(record, response)
 }
 
 /// `POST /v1/completions`: OpenAI's legacy text completions.
-async fn text_completions(State(api): State<Arc<Api>>, held: Share, body: Bytes) -> Response {
+pub(super) async fn text_completions(
+    State(api): State<Arc<Api>>,
+    held: Share,
+    body: Bytes,
+) -> Response {
     let mut record = api.record(Dialect::Completions);
     let dialect = Dialect::Completions;
     let response = complete(api, dialect, body, None, false, held, &mut record).await;
@@ -281,7 +249,7 @@ pub(super) fn noted(mut record: Record, response: Response) -> Response {
 /// `POST /v1/responses`: a conversation continued from a stored response when the request
 /// names one (`previous_response_id`), answered as the other APIs are, written by the
 /// Responses encoder, and stored unless `store: false`.
-async fn responses(State(api): State<Arc<Api>>, held: Share, body: Bytes) -> Response {
+pub(super) async fn responses(State(api): State<Arc<Api>>, held: Share, body: Bytes) -> Response {
     let mut record = api.record(Dialect::Responses);
     let response = respond(api, held, body, &mut record).await;
     noted(record, response)
@@ -468,7 +436,7 @@ fn no_response(id: &str) -> ApiError {
 }
 
 /// `GET /v1/responses/{id}`: a stored response.
-async fn responses_get(State(api): State<Arc<Api>>, Path(id): Path<String>) -> Response {
+pub(super) async fn responses_get(State(api): State<Arc<Api>>, Path(id): Path<String>) -> Response {
     match stored_response(&api, &id).await {
         Ok(Some(stored)) => json_body(serialized(&stored.response)),
         Ok(None) => error(Dialect::Responses, &no_response(&id), &[]),
@@ -477,7 +445,10 @@ async fn responses_get(State(api): State<Arc<Api>>, Path(id): Path<String>) -> R
 }
 
 /// `GET /v1/responses/{id}/input_items`: the input a stored response answered, as a list.
-async fn responses_input_items(State(api): State<Arc<Api>>, Path(id): Path<String>) -> Response {
+pub(super) async fn responses_input_items(
+    State(api): State<Arc<Api>>,
+    Path(id): Path<String>,
+) -> Response {
     match stored_response(&api, &id).await {
         Ok(Some(stored)) => {
             let data: Vec<Value> = stored
@@ -504,7 +475,10 @@ async fn responses_input_items(State(api): State<Arc<Api>>, Path(id): Path<Strin
 }
 
 /// `DELETE /v1/responses/{id}`: forgets a stored response.
-async fn responses_delete(State(api): State<Arc<Api>>, Path(id): Path<String>) -> Response {
+pub(super) async fn responses_delete(
+    State(api): State<Arc<Api>>,
+    Path(id): Path<String>,
+) -> Response {
     match api.store.delete(&id).await {
         Ok(true) => json_body(json!({"id": id, "object": "response", "deleted": true})),
         Ok(false) => error(Dialect::Responses, &no_response(&id), &[]),
@@ -516,7 +490,7 @@ async fn responses_delete(State(api): State<Arc<Api>>, Path(id): Path<String>) -
     }
 }
 
-async fn messages(State(api): State<Arc<Api>>, held: Share, body: Bytes) -> Response {
+pub(super) async fn messages(State(api): State<Arc<Api>>, held: Share, body: Bytes) -> Response {
     let mut record = api.record(Dialect::Messages);
     let response = complete(api, Dialect::Messages, body, None, false, held, &mut record).await;
     noted(record, response)
@@ -524,7 +498,7 @@ async fn messages(State(api): State<Arc<Api>>, held: Share, body: Bytes) -> Resp
 
 /// `POST …/models/{model}:{action}`: `generateContent`, `streamGenerateContent` (SSE with
 /// `?alt=sse`, else one JSON array) or `countTokens`.
-async fn gemini(
+pub(super) async fn gemini(
     State(api): State<Arc<Api>>,
     Path(name): Path<String>,
     uri: axum::http::Uri,
@@ -559,8 +533,8 @@ async fn gemini(
             noted(record, response)
         }
         "countTokens" => count(api, Counting::Gemini, body, Some(model)).await,
-        "embedContent" => super::embeddings::gemini(&api, model, false, body).await,
-        "batchEmbedContents" => super::embeddings::gemini(&api, model, true, body).await,
+        "embedContent" => gemini_embed(&api, model, false, body).await,
+        "batchEmbedContents" => gemini_embed(&api, model, true, body).await,
         other => error(
             Dialect::Gemini,
             &ApiError::new(
@@ -574,6 +548,29 @@ async fn gemini(
             ),
             &[],
         ),
+    }
+}
+
+/// Gemini's `:embedContent` (`batch` false) and `:batchEmbedContents` for `model` (see
+/// [`api::embeddings`]).
+async fn gemini_embed(api: &Api, model: &str, batch: bool, body: Bytes) -> Response {
+    let (_admitted, map) = match admitted_object(api, Dialect::Gemini, body).await {
+        Ok(read) => read,
+        Err(response) => return *response,
+    };
+    let asked = if batch {
+        api::embeddings::gemini_batch(model, &map)
+    } else {
+        api::embeddings::gemini_one(model, &map)
+    };
+    let made = match asked {
+        Ok(asked) => api.embed(&asked).await,
+        Err(e) => Err(ApiError::from(e)),
+    };
+    match made {
+        Ok(made) if batch => json_body(api::embeddings::gemini_batch_object(&made)),
+        Ok(made) => json_body(api::embeddings::gemini_one_object(&made)),
+        Err(e) => error(Dialect::Gemini, &e, &[]),
     }
 }
 
@@ -1175,11 +1172,11 @@ async fn count(api: Arc<Api>, counting: Counting, body: Bytes, model: Option<&st
     json_body(counting.body(tokens))
 }
 
-async fn messages_tokens(State(api): State<Arc<Api>>, body: Bytes) -> Response {
+pub(super) async fn messages_tokens(State(api): State<Arc<Api>>, body: Bytes) -> Response {
     count(api, Counting::Messages, body, None).await
 }
 
-async fn responses_tokens(State(api): State<Arc<Api>>, body: Bytes) -> Response {
+pub(super) async fn responses_tokens(State(api): State<Arc<Api>>, body: Bytes) -> Response {
     count(api, Counting::Responses, body, None).await
 }
 
@@ -1276,11 +1273,11 @@ fn model_list(api: &Api, dialect: Dialect) -> Value {
     }
 }
 
-async fn models(State(api): State<Arc<Api>>, headers: HeaderMap) -> Response {
+pub(super) async fn models(State(api): State<Arc<Api>>, headers: HeaderMap) -> Response {
     json_body(model_list(&api, models_dialect(&headers)))
 }
 
-async fn gemini_models(State(api): State<Arc<Api>>) -> Response {
+pub(super) async fn gemini_models(State(api): State<Arc<Api>>) -> Response {
     json_body(model_list(&api, Dialect::Gemini))
 }
 
@@ -1308,7 +1305,7 @@ fn one_model(api: &Api, dialect: Dialect, name: &str) -> Response {
     }
 }
 
-async fn model(
+pub(super) async fn model(
     State(api): State<Arc<Api>>,
     Path(name): Path<String>,
     headers: HeaderMap,
@@ -1316,6 +1313,9 @@ async fn model(
     one_model(&api, models_dialect(&headers), &name)
 }
 
-async fn gemini_model(State(api): State<Arc<Api>>, Path(name): Path<String>) -> Response {
+pub(super) async fn gemini_model(
+    State(api): State<Arc<Api>>,
+    Path(name): Path<String>,
+) -> Response {
     one_model(&api, Dialect::Gemini, &name)
 }

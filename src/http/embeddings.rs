@@ -1,9 +1,9 @@
 //! The embeddings routes: OpenAI's `POST /v1/embeddings`, Ollama's `POST /api/embed` and legacy
 //! `POST /api/embeddings`; Gemini's `:embedContent` and `:batchEmbedContents` are methods of
-//! its model paths (see [`super::api`]). Each reads its body with [`crate::api::embeddings`],
+//! its model paths, answered in `super::api`. Each reads its body with [`crate::api::embeddings`],
 //! has the service make the vectors, and writes them (or its API's error) back.
 
-use super::api::{admitted_object, error, json_body, read_object};
+use super::api::{error, json_body, read_object};
 use crate::api::embeddings::{self, Asked};
 use crate::api::{Api, ApiError, Dialect};
 use crate::backends::direct::Embeddings;
@@ -63,28 +63,6 @@ async fn ollama_legacy(State(api): State<Arc<Api>>, body: Bytes) -> Response {
         ollama: true,
     };
     answer(&api, &form, body).await
-}
-
-/// Gemini's `:embedContent` (`batch` false) and `:batchEmbedContents` for `model`.
-pub(super) async fn gemini(api: &Api, model: &str, batch: bool, body: Bytes) -> Response {
-    let (_admitted, map) = match admitted_object(api, Dialect::Gemini, body).await {
-        Ok(read) => read,
-        Err(response) => return *response,
-    };
-    let asked = if batch {
-        embeddings::gemini_batch(model, &map)
-    } else {
-        embeddings::gemini_one(model, &map)
-    };
-    let made = match asked {
-        Ok(asked) => api.embed(&asked).await,
-        Err(e) => Err(ApiError::from(e)),
-    };
-    match made {
-        Ok(made) if batch => json_body(embeddings::gemini_batch_object(&made)),
-        Ok(made) => json_body(embeddings::gemini_one_object(&made)),
-        Err(e) => error(Dialect::Gemini, &e, &[]),
-    }
 }
 
 async fn answer(api: &Api, form: &Form, body: Bytes) -> Response {

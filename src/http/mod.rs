@@ -32,6 +32,7 @@ mod embeddings;
 mod listen;
 mod ollama;
 mod responses_ws;
+pub mod routes;
 mod settings;
 
 pub use checks::{Auth, Token, bearer, bearer_credentials};
