@@ -129,9 +129,10 @@ pub trait Model: Send + Sync {
             ))
         })
     }
-    /// How long the model stays loaded with no call, from now on (`None`: for good; zero:
-    /// unloaded once idle), for a model this server loads; others take no notice.
-    fn keep_alive(&self, _alive: Option<std::time::Duration>) {}
+    /// How long the model stays loaded with no call, from now on (`Some(None)`: for good; zero:
+    /// unloaded once idle; `None`: as its settings say), for a model this server loads;
+    /// others take no notice.
+    fn keep_alive(&self, _alive: Option<Option<std::time::Duration>>) {}
     /// Waits until the model can answer (the embedded model loaded), or says why it cannot.
     fn ready(&self) -> BoxFuture<'_, CallResult<()>> {
         Box::pin(async { Ok(()) })

@@ -455,9 +455,10 @@ async fn respond(
     drop(map);
     let stream = ollama.prepared.stream;
     let model = api.service.backends().direct_model(&called).cloned();
-    // How long the model stays loaded after this request, as Ollama's clients say it.
-    if let (Some(alive), Some(model)) = (ollama.keep_alive, &model) {
-        model.keep_alive(alive);
+    // How long the model stays loaded after this request, as Ollama's clients say it (as
+    // Ollama does, a request without `keep_alive` gets the model's own setting back).
+    if let Some(model) = &model {
+        model.keep_alive(ollama.keep_alive);
     }
     if ollama.load {
         // Loading is waiting until the model can answer; unloading, the reply alone (the

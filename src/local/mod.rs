@@ -669,8 +669,8 @@ impl Model for Local {
         Box::pin(async move { Ok(Local::ready(self).await?) })
     }
 
-    fn keep_alive(&self, alive: Option<std::time::Duration>) {
-        Local::keep_alive(self, alive);
+    fn keep_alive(&self, alive: Option<Option<std::time::Duration>>) {
+        Local::keep_alive(self, alive.unwrap_or(self.settings.keep_alive));
     }
 
     fn chat_template(&self) -> Option<String> {
@@ -1042,7 +1042,14 @@ impl Worker {
                     return Ok(job);
                 }
                 Taken::Nudged => continue,
-                Taken::TimedOut => return Err(Served::Unload),
+                Taken::TimedOut => {
+                    // "Unload now" is done once: the next load keeps the model as its
+                    // settings say.
+                    if self.keep.get() == Some(std::time::Duration::ZERO) {
+                        self.keep.set(self.settings.keep_alive);
+                    }
+                    return Err(Served::Unload);
+                }
                 Taken::Closed => return Err(Served::Closed),
             }
         }

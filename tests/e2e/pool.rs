@@ -137,10 +137,12 @@ async fn local_models_load_on_demand_and_unload_by_keep_alive_and_for_room() {
     let body: Value = r.json().await.unwrap();
     assert_eq!(body["done_reason"], "unload", "{body}");
     until_loaded(&server, &[]).await;
-    // Loaded again by a call.
+    // Loaded again by a call, and kept as its settings say (for good): the unload was once.
     let (status, body) = chat(&server, "b").await;
     assert_eq!(status, 200, "{body}");
     until_loaded(&server, &["b"]).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(loaded(&server).await, ["b"]);
     drop(server);
 
     // A budget smaller than the model: refused, naming the budget.
