@@ -1009,14 +1009,26 @@ impl Worker {
                 };
                 counted |= job.takes_no_slot();
                 if !job.is_cancelled() {
-                    held =
-                        self.begin_unless_changed(model, on_disk, &mut slots, &mut embedder, job);
+                    held = self.begin_unless_changed(
+                        model,
+                        on_disk,
+                        &mut slots,
+                        &mut embedder,
+                        member,
+                        job,
+                    );
                 }
             }
             // Counts take no slot: one is answered each step even while every slot is busy.
             if !counted && let Some(job) = queue.take_first(Job::takes_no_slot) {
-                let begun =
-                    self.begin_unless_changed(model, on_disk, &mut slots, &mut embedder, job);
+                let begun = self.begin_unless_changed(
+                    model,
+                    on_disk,
+                    &mut slots,
+                    &mut embedder,
+                    member,
+                    job,
+                );
                 held = held.or(begun);
             }
             self.counters.busy.store(slots.busy(), Ordering::Relaxed);
@@ -1110,6 +1122,7 @@ impl Worker {
         on_disk: Option<&OnDisk>,
         slots: &mut Slots,
         embedder: &mut Option<engine::Embedder<'m>>,
+        member: &pool::Member,
         job: Job,
     ) -> Option<Call> {
         match on_disk.and_then(OnDisk::changed) {
@@ -1117,7 +1130,7 @@ impl Worker {
                 job.fail(LocalError::FileChanged(why));
                 None
             }
-            None => self.begin(model, slots, embedder, job),
+            None => self.begin(model, slots, embedder, member, job),
         }
     }
 
@@ -1148,10 +1161,12 @@ impl Worker {
         model: &'m engine::Model,
         slots: &mut Slots,
         embedder: &mut Option<engine::Embedder<'m>>,
+        member: &pool::Member,
         job: Job,
     ) -> Option<Call> {
         match job {
             Job::Embed(embed) => {
+                let _cpu = member.cpu();
                 let made = embeddings(model, embedder, &embed.request);
                 let _ = embed.reply.send(made);
                 None
