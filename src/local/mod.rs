@@ -510,7 +510,9 @@ impl Local {
 
     /// Waits until the model is loaded (fetched first if needed), or says why it cannot be.
     pub async fn ready(&self) -> Result<(), LocalError> {
-        if matches!(self.state(), State::Unloaded) {
+        // Loaded or not, the worker says so in its queue's order: an unload asked just before
+        // (Ollama's `keep_alive: 0`) is done first, and the model loaded again.
+        if matches!(self.state(), State::Unloaded | State::Ready(_)) {
             let (reply, loaded) = oneshot::channel();
             let _place = self.queue(Job::Load(reply))?;
             return loaded
