@@ -518,81 +518,92 @@ fn chat_messages(body: &Map<String, Value>) -> Result<Vec<Value>, ApiError> {
             ));
         };
         let field = |name: &str| format!("{path}.{name}");
-        let role = match m.get("role") {
-            Some(Value::String(r))
-                if ["system", "user", "assistant", "tool"].contains(&r.as_str()) =>
-            {
-                r.as_str()
-            }
-            Some(other) => {
-                return Err(invalid(
-                    &field("role"),
-                    format!(
-                        "expected \"system\", \"user\", \"assistant\" or \"tool\", got {}",
-                        crate::error::clip(&other.to_string())
-                    ),
-                ));
-            }
-            None => return Err(invalid(&field("role"), "is required")),
-        };
-        let content = match m.get("content") {
-            None | Some(Value::Null) => "",
-            Some(Value::String(s)) => s.as_str(),
-            Some(other) => {
-                return Err(invalid(
-                    &field("content"),
-                    format!("expected a string, got {}", kind_of(other)),
-                ));
-            }
-        };
+        let role = message_role(m, &field("role"))?;
+        let content = message_content(m, &field("content"))?;
         match role {
-            "assistant" => {
-                let mut turn = Map::new();
-                turn.insert("role".into(), json!("assistant"));
-                if let Some(Value::String(thinking)) = m.get("thinking")
-                    && !thinking.is_empty()
-                {
-                    turn.insert("reasoning_content".into(), json!(thinking));
-                }
-                let calls = assistant_calls(m.get("tool_calls"), i, &field("tool_calls"))?;
-                if calls.is_empty() {
-                    turn.insert("content".into(), json!(content));
-                } else {
-                    turn.insert(
-                        "content".into(),
-                        if content.is_empty() {
-                            Value::Null
-                        } else {
-                            json!(content)
-                        },
-                    );
-                    pending = calls
-                        .iter()
-                        .map(|c| {
-                            let id = c.get("id").and_then(Value::as_str).unwrap_or_default();
-                            let name = c
-                                .get("function")
-                                .and_then(|f| f.get("name"))
-                                .and_then(Value::as_str)
-                                .unwrap_or_default();
-                            (id.to_owned(), name.to_owned())
-                        })
-                        .collect();
-                    turn.insert("tool_calls".into(), Value::Array(calls));
-                }
-                out.push(Value::Object(turn));
-            }
+            "assistant" => out.push(assistant_turn(m, content, i, &path, &mut pending)?),
             "tool" => {
                 let id = answered_call(m, &mut pending, &path)?;
                 out.push(json!({"role": "tool", "tool_call_id": id, "content": content}));
             }
-            _ => {
+            role => {
                 let content = with_images(content, m.get("images"), &field("images"))?;
                 out.push(json!({"role": role, "content": content}));
             }
         }
     }
     Ok(out)
+}
+
+/// A message's `role`: system, user, assistant or tool (`path` names the field).
+fn message_role<'a>(m: &'a Map<String, Value>, path: &str) -> Result<&'a str, ApiError> {
+    match m.get("role") {
+        Some(Value::String(r)) if ["system", "user", "assistant", "tool"].contains(&r.as_str()) => {
+            Ok(r.as_str())
+        }
+        Some(other) => Err(invalid(
+            path,
+            format!(
+                "expected \"system\", \"user\", \"assistant\" or \"tool\", got {}",
+                crate::error::clip(&other.to_string())
+            ),
+        )),
+        None => Err(invalid(path, "is required")),
+    }
+}
+
+/// A message's text `content` (none: empty).
+fn message_content<'a>(m: &'a Map<String, Value>, path: &str) -> Result<&'a str, ApiError> {
+    match m.get("content") {
+        None | Some(Value::Null) => Ok(""),
+        Some(Value::String(s)) => Ok(s.as_str()),
+        Some(other) => Err(invalid(
+            path,
+            format!("expected a string, got {}", kind_of(other)),
+        )),
+    }
+}
+
+/// The `i`th message, an assistant's, as chat completions' turn: its thinking as
+/// `reasoning_content`, its calls given ids (which become the calls `pending` an answer).
+fn assistant_turn(
+    m: &Map<String, Value>,
+    content: &str,
+    i: usize,
+    path: &str,
+    pending: &mut VecDeque<(String, String)>,
+) -> Result<Value, ApiError> {
+    let mut turn = Map::new();
+    turn.insert("role".into(), json!("assistant"));
+    if let Some(Value::String(thinking)) = m.get("thinking")
+        && !thinking.is_empty()
+    {
+        turn.insert("reasoning_content".into(), json!(thinking));
+    }
+    let calls = assistant_calls(m.get("tool_calls"), i, &format!("{path}.tool_calls"))?;
+    if calls.is_empty() {
+        turn.insert("content".into(), json!(content));
+        return Ok(Value::Object(turn));
+    }
+    let content = if content.is_empty() {
+        Value::Null
+    } else {
+        json!(content)
+    };
+    turn.insert("content".into(), content);
+    *pending = calls
+        .iter()
+        .map(|c| {
+            let id = c.get("id").and_then(Value::as_str).unwrap_or_default();
+            let name = c
+                .pointer("/function/name")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            (id.to_owned(), name.to_owned())
+        })
+        .collect();
+    turn.insert("tool_calls".into(), Value::Array(calls));
+    Ok(Value::Object(turn))
 }
 
 /// An assistant message's `tool_calls` as chat completions': each given an id

@@ -1186,20 +1186,21 @@ fn names(api: &Api) -> Vec<(String, Vec<String>)> {
         .backends()
         .models()
         .iter()
-        .filter_map(|m| {
-            let id = m.get("id")?.as_str()?.to_owned();
-            let aliases = m
-                .get("aliases")
-                .and_then(Value::as_array)
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|x| x.as_str().map(str::to_owned))
-                        .collect()
-                })
-                .unwrap_or_default();
-            Some((id, aliases))
-        })
+        .filter_map(|m| Some((m.get("id")?.as_str()?.to_owned(), aliases(m))))
         .collect()
+}
+
+/// The aliases a model's `list_models` entry lists.
+pub(super) fn aliases(about: &Value) -> Vec<String> {
+    about
+        .get("aliases")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// One model as `dialect` lists it. What the backend says of it (`described`: the embedded

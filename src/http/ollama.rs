@@ -11,10 +11,13 @@ use super::api::{
     Holding, Share, admitted_object, error, json_body, noted, parse_checked, streamed,
     with_warnings,
 };
-use crate::api::ollama::{Encoder, model_named, translate};
+use crate::api::ollama::{Encoder, Ollama, model_named, translate};
 use crate::api::{Api, ApiError, Dialect, ErrorKind};
+use crate::backends::direct::Model;
+use crate::call::Call;
 use crate::local::{fetch, hub};
 use crate::metrics::Record;
+use crate::service::Answered;
 use crate::shapes::DEFAULT_MODEL;
 use crate::shapes::ollama::{
     Details, Listed, Ps, PullStatus, Running, Show, Tags, VERSION, parameter_size, timestamp,
@@ -217,15 +220,7 @@ fn models(api: &Api) -> Vec<Described> {
         .into_iter()
         .filter_map(|about| {
             let id = about.get("id")?.as_str()?.to_owned();
-            let aliases = about
-                .get("aliases")
-                .and_then(Value::as_array)
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|x| x.as_str().map(str::to_owned))
-                        .collect()
-                })
-                .unwrap_or_default();
+            let aliases = super::api::aliases(&about);
             Some(Described { id, aliases, about })
         })
         // The host's own model answers MCP tool calls only, never these APIs.
@@ -461,17 +456,8 @@ async fn respond(
         model.keep_alive(ollama.keep_alive);
     }
     if ollama.load {
-        // Loading is waiting until the model can answer; unloading, the reply alone (the
-        // model goes once its calls are answered).
-        if let Some(model) = model.filter(|_| !ollama.unload)
-            && let Err(e) = model.ready().await
-        {
-            return error(dialect, &ApiError::from(e), &ollama.prepared.warnings);
-        }
-        let reason = if ollama.unload { "unload" } else { "load" };
         let encoder = Encoder::new(dialect, &asked, &[], started);
-        let response = one(&encoder.loaded(reason), stream);
-        return with_warnings(response, &ollama.prepared.warnings);
+        return load_or_unload(model, &ollama, dialect, &encoder).await;
     }
     let arguments = ollama.prepared.arguments.clone();
     let (mut prepared, mut call) = match parse_checked(&api, dialect, arguments, None, false).await
@@ -507,12 +493,8 @@ async fn respond(
         )
         .await;
     }
-    let cancel = tokio_util::sync::CancellationToken::new();
+    let answer = whole(&api, dialect, &call, holding, record).await;
     let mut warnings = prepared.warnings;
-    api.aim(record, &call);
-    let answer = api.answer(dialect, &call, &cancel, None).await;
-    api.note(record, &answer);
-    drop(holding);
     match answer {
         Ok(answered) => {
             warnings.extend(answered.report.warnings.iter().cloned());
@@ -520,6 +502,40 @@ async fn respond(
         }
         Err(e) => error(dialect, &e, &warnings),
     }
+}
+
+/// A request with nothing to answer: loading is waiting until the model can answer;
+/// unloading, the reply alone (the model goes once its calls are answered).
+async fn load_or_unload(
+    model: Option<Arc<dyn Model>>,
+    ollama: &Ollama,
+    dialect: Dialect,
+    encoder: &Encoder,
+) -> Response {
+    if let Some(model) = model.filter(|_| !ollama.unload)
+        && let Err(e) = model.ready().await
+    {
+        return error(dialect, &ApiError::from(e), &ollama.prepared.warnings);
+    }
+    let reason = if ollama.unload { "unload" } else { "load" };
+    let response = one(&encoder.loaded(reason), ollama.prepared.stream);
+    with_warnings(response, &ollama.prepared.warnings)
+}
+
+/// The call answered whole, noted on its record; its place is given up once answered.
+async fn whole(
+    api: &Api,
+    dialect: Dialect,
+    call: &Call,
+    holding: Holding,
+    record: &mut Record,
+) -> Result<Answered, ApiError> {
+    let cancel = tokio_util::sync::CancellationToken::new();
+    api.aim(record, call);
+    let answer = api.answer(dialect, call, &cancel, None).await;
+    api.note(record, &answer);
+    drop(holding);
+    answer
 }
 
 /// Progress lines as NDJSON, sent as they come.

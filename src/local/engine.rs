@@ -390,6 +390,80 @@ pub struct Model {
     guidance: OnceCell<Result<ParserFactory, GuidanceError>>,
 }
 
+/// The vocabulary's fill-in-the-middle tokens (prefix, suffix, middle), when it has all three.
+fn fim_tokens(model: &LlamaModel) -> Option<(LlamaToken, LlamaToken, LlamaToken)> {
+    let vocab = model.vocab();
+    let (pre, suf, mid) = (vocab.fim_pre(), vocab.fim_suf(), vocab.fim_mid());
+    [pre, suf, mid]
+        .iter()
+        .all(|t| t.0 >= 0)
+        .then_some((pre, suf, mid))
+}
+
+/// The devices llama.cpp found, as `list_models` shows them: `CPU`, or `Vulkan (NVIDIA …)`.
+fn shown_devices(devices: Vec<llama_cpp_2::LlamaBackendDevice>) -> String {
+    let shown = devices
+        .into_iter()
+        .map(|d| match d.device_type {
+            LlamaBackendDeviceType::Cpu => d.backend,
+            _ => format!("{} ({})", d.backend, d.description),
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    if shown.is_empty() {
+        "CPU".into()
+    } else {
+        shown
+    }
+}
+
+/// The model's weights, with `asked` of their layers on a GPU where `devices` has one: `auto`
+/// puts them all there and falls back to the CPU (saying so) when they do not load; the layers
+/// placed, as `list_models` reports them.
+fn load_weights(
+    backend: &LlamaBackend,
+    path: &Path,
+    asked: crate::config::GpuLayers,
+    devices: &[llama_cpp_2::LlamaBackendDevice],
+) -> Result<(LlamaModel, String), EngineError> {
+    use crate::config::GpuLayers;
+    let gpu = devices.iter().find(|d| {
+        matches!(
+            d.device_type,
+            LlamaBackendDeviceType::Gpu | LlamaBackendDeviceType::IntegratedGpu
+        )
+    });
+    let load = |params: &LlamaModelParams| {
+        LlamaModel::load_from_file(backend, path, params).map_err(|source| EngineError::Load {
+            file: ModelFile::Path(path.to_path_buf()),
+            source,
+        })
+    };
+    Ok(match (asked, gpu) {
+        (GpuLayers::Count(n), _) => (
+            load(&LlamaModelParams::default().with_n_gpu_layers(n))?,
+            n.to_string(),
+        ),
+        // No GPU: the CPU, as llama.cpp runs it by default.
+        (GpuLayers::Auto, None) => (load(&LlamaModelParams::default())?, "0".to_owned()),
+        // Every layer on the GPU; where they do not fit, the CPU, and the log says so.
+        (GpuLayers::Auto, Some(gpu)) => match load(&LlamaModelParams::default()) {
+            Ok(model) => (model, "all".to_owned()),
+            Err(e) => {
+                tracing::warn!(
+                    device = %gpu.description, problem = %e,
+                    "the model did not load on the GPU: loading it on the CPU \
+                     (set --gpu-layers to put fewer layers there)"
+                );
+                (
+                    load(&LlamaModelParams::default().with_n_gpu_layers(0))?,
+                    "0".to_owned(),
+                )
+            }
+        },
+    })
+}
+
 impl Model {
     /// Loads a GGUF model (memory-mapped) with its chat template; `Err` says why it cannot
     /// be run.
@@ -400,42 +474,7 @@ impl Model {
             return Err(EngineError::Missing { file: file() });
         }
         let devices = llama_cpp_2::list_llama_ggml_backend_devices();
-        let gpu = devices.iter().find(|d| {
-            matches!(
-                d.device_type,
-                LlamaBackendDeviceType::Gpu | LlamaBackendDeviceType::IntegratedGpu
-            )
-        });
-        let load = |params: &LlamaModelParams| {
-            LlamaModel::load_from_file(backend, path, params).map_err(|source| EngineError::Load {
-                file: file(),
-                source,
-            })
-        };
-        use crate::config::GpuLayers;
-        let (model, gpu_layers) = match (settings.gpu_layers, gpu) {
-            (GpuLayers::Count(n), _) => (
-                load(&LlamaModelParams::default().with_n_gpu_layers(n))?,
-                n.to_string(),
-            ),
-            // No GPU: the CPU, as llama.cpp runs it by default.
-            (GpuLayers::Auto, None) => (load(&LlamaModelParams::default())?, "0".to_owned()),
-            // Every layer on the GPU; where they do not fit, the CPU, and the log says so.
-            (GpuLayers::Auto, Some(gpu)) => match load(&LlamaModelParams::default()) {
-                Ok(model) => (model, "all".to_owned()),
-                Err(e) => {
-                    tracing::warn!(
-                        device = %gpu.description, problem = %e,
-                        "the model did not load on the GPU: loading it on the CPU \
-                         (set --gpu-layers to put fewer layers there)"
-                    );
-                    (
-                        load(&LlamaModelParams::default().with_n_gpu_layers(0))?,
-                        "0".to_owned(),
-                    )
-                }
-            },
-        };
+        let (model, gpu_layers) = load_weights(backend, path, settings.gpu_layers, &devices)?;
         let meta = |key: &str| model.meta_val_str(key).ok().filter(|s| !s.is_empty());
         let architecture = meta("general.architecture").unwrap_or_default();
         let name = meta("general.name").unwrap_or_else(|| architecture.clone());
@@ -461,21 +500,8 @@ impl Model {
             .and_then(|t| t.parse::<u32>().ok())
             .and_then(file_type_name)
             .map(str::to_owned);
-        let fill_in_middle = {
-            let vocab = model.vocab();
-            [vocab.fim_pre(), vocab.fim_suf(), vocab.fim_mid()]
-                .iter()
-                .all(|t| t.0 >= 0)
-        };
+        let fill_in_middle = fim_tokens(&model).is_some();
         let (parameters, bytes) = (model.n_params(), model.size());
-        let device = devices
-            .into_iter()
-            .map(|d| match d.device_type {
-                LlamaBackendDeviceType::Cpu => d.backend,
-                _ => format!("{} ({})", d.backend, d.description),
-            })
-            .collect::<Vec<_>>()
-            .join(", ");
         Ok(Model {
             model,
             info: Info {
@@ -487,11 +513,7 @@ impl Model {
                 threads: settings.threads.max(1),
                 step: settings.step.clamp(8, 4096),
                 gpu_layers,
-                device: if device.is_empty() {
-                    "CPU".into()
-                } else {
-                    device
-                },
+                device: shown_devices(devices),
                 format: super::format::Format::detect(template.as_deref()),
                 parameters,
                 bytes,
@@ -632,11 +654,8 @@ impl Model {
     /// as text: a special token spelled in them is not one. `None` when the vocabulary has no
     /// fill-in-the-middle tokens.
     pub fn fill_in_middle(&self, prefix: &str, suffix: &str) -> Option<Vec<LlamaToken>> {
+        let (pre, suf, mid) = fim_tokens(&self.model)?;
         let vocab = self.model.vocab();
-        let (pre, suf, mid) = (vocab.fim_pre(), vocab.fim_suf(), vocab.fim_mid());
-        if [pre, suf, mid].iter().any(|t| t.0 < 0) {
-            return None;
-        }
         let mut tokens = Vec::new();
         let bos = vocab.bos();
         if vocab.should_add_bos() && bos.0 >= 0 {

@@ -83,6 +83,11 @@ pub(crate) struct Server {
 
 impl Server {
     pub(crate) async fn start(dir: &Path, args: &[&str]) -> Server {
+        Server::with_env(dir, args, &[]).await
+    }
+
+    /// The server started with `env` set besides.
+    pub(crate) async fn with_env(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Server {
         let port = free_port();
         let log = dir.join("server.log");
         let mut child = std::process::Command::new(BIN)
@@ -90,6 +95,7 @@ impl Server {
             .arg(format!("127.0.0.1:{port}"))
             .args(["--auth-token", TOKEN])
             .args(args)
+            .envs(env.iter().copied())
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -160,8 +166,19 @@ async fn run_script(
         .args(["--base", &server.url, "--key", TOKEN])
         .args(["--models", &models.to_string()])
         .args(["--timeout", &per_request.to_string()])
-        .args(cases)
-        // Nothing from the environment may choose a key, a base URL or a proxy for the SDKs.
+        .args(cases);
+    run_client(command, name, server, limit).await
+}
+
+/// Runs a client, bounded by `limit`, with nothing from the environment choosing a key, a
+/// base URL or a proxy for it; its last line of output as JSON.
+pub(crate) async fn run_client(
+    mut command: tokio::process::Command,
+    name: &str,
+    server: &Server,
+    limit: u64,
+) -> Value {
+    command
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("HOME", std::env::temp_dir())
@@ -173,7 +190,7 @@ async fn run_script(
         .stderr(Stdio::piped())
         .kill_on_drop(true);
     let child = command.spawn().unwrap_or_else(|e| {
-        panic!("cannot start {python} ({e}): run scripts/peers, which installs the SDKs")
+        panic!("cannot start {name} ({e}): run scripts/peers, which installs the clients")
     });
     let output = tokio::time::timeout(Duration::from_secs(limit), child.wait_with_output())
         .await
@@ -188,7 +205,7 @@ async fn run_script(
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         output.status.success(),
-        "{name} failed ({}) — if an SDK is missing, run scripts/peers\nstdout: {stdout}\n\
+        "{name} failed ({}) — if a client is missing, run scripts/peers\nstdout: {stdout}\n\
          stderr: {stderr}\nserver log:\n{}",
         output.status,
         server.log()

@@ -8,73 +8,22 @@
 //! (`tests/e2e/api/ollama_client.py`, in `target/peers/venv`) and the JavaScript one
 //! (`tests/e2e/api/ollama_client.mjs`, on the Node.js 22 of `target/peers/npm`).
 
+use crate::api_sdks::{Server, TOKEN, run_client};
 use crate::common::openai::{Reply, Scripted, completion};
-use crate::common::{Killed, free_port, http_client, peer, venv_bin};
+use crate::common::{http_client, peer, venv_bin};
 use serde_json::{Value, json};
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::path::PathBuf;
 
-const BIN: &str = env!("CARGO_BIN_EXE_agent-as-model");
-const TOKEN: &str = "sk-ollama-token-0123456789abcdef";
 const ANSWER: &str = "The capital of France is Paris.";
 
-/// The server with `--http` on a free port and `--auth-token TOKEN`, its log in a file.
-struct Server {
-    _child: Killed,
-    url: String,
-    log: PathBuf,
+/// The requests these tests make of the server, with its token.
+trait Calls {
+    async fn get(&self, path: &str) -> reqwest::Response;
+    async fn send(&self, method: reqwest::Method, path: &str, body: Value) -> reqwest::Response;
+    async fn post(&self, path: &str, body: Value) -> reqwest::Response;
 }
 
-impl Server {
-    async fn start(dir: &Path, args: &[&str]) -> Server {
-        Server::with_env(dir, args, &[]).await
-    }
-
-    async fn with_env(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Server {
-        let port = free_port();
-        let log = dir.join("server.log");
-        let child = std::process::Command::new(BIN)
-            .arg("--http")
-            .arg(format!("127.0.0.1:{port}"))
-            .args(["--auth-token", TOKEN])
-            .args(args)
-            .envs(env.iter().copied())
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        let mut child = Killed(child);
-        let url = format!("http://127.0.0.1:{port}");
-        let deadline = Instant::now() + Duration::from_secs(180);
-        loop {
-            if let Some(status) = child.0.try_wait().unwrap() {
-                panic!(
-                    "the server exited ({status}):\n{}",
-                    std::fs::read_to_string(&log).unwrap_or_default()
-                );
-            }
-            if let Ok(r) = http_client().get(format!("{url}/healthz")).send().await
-                && r.status() == 200
-            {
-                break;
-            }
-            assert!(Instant::now() < deadline, "the server did not start");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        Server {
-            _child: child,
-            url,
-            log,
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
+impl Calls for Server {
     async fn get(&self, path: &str) -> reqwest::Response {
         http_client()
             .get(format!("{}{path}", self.url))
@@ -699,45 +648,7 @@ async fn python(server: &Server, model: &str, cases: &[&str], limit: u64) -> Val
         .args(["--models", &json!({"local": model}).to_string()])
         .args(["--timeout", "300"])
         .args(cases);
-    run(command, "ollama_client.py", server, limit).await
-}
-
-/// Runs a client, bounded by `limit`, with nothing from the environment choosing a host or a
-/// proxy; its last line of output as JSON.
-async fn run(
-    mut command: tokio::process::Command,
-    what: &str,
-    server: &Server,
-    limit: u64,
-) -> Value {
-    command
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("HOME", std::env::temp_dir())
-        .env("NO_PROXY", "127.0.0.1,localhost")
-        .env("PYTHONUNBUFFERED", "1")
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    let child = command
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {what} ({e}): run scripts/peers"));
-    let output = tokio::time::timeout(Duration::from_secs(limit), child.wait_with_output())
-        .await
-        .unwrap_or_else(|_| panic!("{what} did not finish in {limit} s:\n{}", server.log()))
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "{what} failed — if the client is missing, run scripts/peers\nstdout: {stdout}\n\
-         stderr: {stderr}\nserver log:\n{}",
-        server.log()
-    );
-    serde_json::from_str(stdout.lines().last().unwrap_or_default())
-        .unwrap_or_else(|e| panic!("{what} printed no JSON ({e}):\n{stdout}\n{stderr}"))
+    run_client(command, "ollama_client.py", server, limit).await
 }
 
 /// A case that succeeded.
@@ -986,7 +897,7 @@ async fn the_ollama_clients_are_answered_by_the_embedded_model() {
             ),
         ])
         .args(["--base", &server.url, "--key", TOKEN, "--model", model]);
-    let js = run(command, "ollama_client.mjs", &server, 600).await;
+    let js = run_client(command, "ollama_client.mjs", &server, 600).await;
     let list = ok(&js, "list");
     assert!(
         list["names"].as_array().unwrap().contains(&json!(model)),
