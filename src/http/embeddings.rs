@@ -28,16 +28,14 @@ pub fn routes() -> Router<Arc<Api>> {
 
 /// How a request of one API is read and answered.
 struct Form {
-    dialect: Dialect,
     read: fn(&Map<String, Value>) -> CallResult<Asked>,
     write: fn(&Asked, &Embeddings, std::time::Duration) -> Value,
-    /// Errors as Ollama writes them (`{"error": "..."}`) rather than in `dialect`'s envelope.
+    /// Errors as Ollama writes them (`{"error": "..."}`) rather than in OpenAI's envelope.
     ollama: bool,
 }
 
 async fn openai(State(api): State<Arc<Api>>, body: Bytes) -> Response {
     let form = Form {
-        dialect: Dialect::Chat,
         read: embeddings::openai,
         write: |asked, made, _| embeddings::openai_object(asked, made),
         ollama: false,
@@ -47,7 +45,6 @@ async fn openai(State(api): State<Arc<Api>>, body: Bytes) -> Response {
 
 async fn ollama(State(api): State<Arc<Api>>, body: Bytes) -> Response {
     let form = Form {
-        dialect: Dialect::Chat,
         read: embeddings::ollama,
         write: |_, made, took| embeddings::ollama_object(made, took),
         ollama: true,
@@ -57,7 +54,6 @@ async fn ollama(State(api): State<Arc<Api>>, body: Bytes) -> Response {
 
 async fn ollama_legacy(State(api): State<Arc<Api>>, body: Bytes) -> Response {
     let form = Form {
-        dialect: Dialect::Chat,
         read: embeddings::ollama_legacy,
         write: |_, made, _| embeddings::ollama_legacy_object(made),
         ollama: true,
@@ -77,7 +73,7 @@ async fn answer(api: &Api, form: &Form, body: Bytes) -> Response {
     match made.await {
         Ok((asked, made)) => json_body((form.write)(&asked, &made, started.elapsed())),
         Err(e) if form.ollama => ollama_error(&e),
-        Err(e) => error(form.dialect, &e, &[]),
+        Err(e) => error(Dialect::Chat, &e, &[]),
     }
 }
 
