@@ -274,13 +274,17 @@ async fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(5);
     let threads = engine::physical_cores().to_string();
+    // On a GPU build: the layers both put on the device (`auto`, both servers' default, or a
+    // number), BENCHMARKS.md's GPU procedure.
+    let gpu_layers = std::env::var("BENCH_GPU_LAYERS").ok();
     let ours_binary = std::env::var_os("BENCH_SERVER")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| env!("CARGO_BIN_EXE_agent-as-model").into());
     println!(
         "model {}; {threads} threads, {SLOTS} slots of {CONTEXT} tokens each, greedy, \
-         {MAX_TOKENS} tokens at most, {runs} conversations each",
-        model.display()
+         {MAX_TOKENS} tokens at most, {runs} conversations each, GPU layers: {}",
+        model.display(),
+        gpu_layers.as_deref().unwrap_or("each server's default")
     );
     // A new connection for every request, for both (llama-server closes a streamed one).
     let client = reqwest::Client::builder()
@@ -303,6 +307,9 @@ async fn main() {
                 .env("AGENT_AS_MODEL_LOCAL_SLOTS", SLOTS.to_string())
                 .env("AGENT_AS_MODEL_LOCAL_CONTEXT", CONTEXT.to_string())
                 .env("RUST_LOG", "error");
+            if let Some(layers) = &gpu_layers {
+                command.env("AGENT_AS_MODEL_GPU_LAYERS", layers);
+            }
             "/healthz"
         } else {
             command = Command::new(&llama_server);
@@ -312,6 +319,9 @@ async fn main() {
                 .args(["--host", "127.0.0.1", "--port", &port.to_string()])
                 .args(["-t", &threads, "-np", &SLOTS.to_string()])
                 .args(["-c", &(CONTEXT * SLOTS).to_string(), "--no-webui"]);
+            if let Some(layers) = gpu_layers.as_deref().filter(|l| *l != "auto") {
+                command.args(["-ngl", layers]);
+            }
             "/health"
         };
         servers.push(start(&client, name, &mut command, port, health).await);

@@ -402,9 +402,11 @@ pub struct LocalArgs {
           value_parser = clap::value_parser!(u64).range(1..=256))]
     pub local_threads: Option<u64>,
 
-    /// The local model's layers put on a GPU: `auto` (all of them where a GPU backend was
-    /// built in and a device is found, the CPU if they do not load there), a number, or 0 for
-    /// the CPU alone. A models file's entry may set its own `gpu_layers`
+    /// The local model's layers put on a GPU: `auto` (where a GPU backend was built in and a
+    /// device is found, as many as llama.cpp's fit finds room for, leaving 1 GiB of the
+    /// device free, with the context cut to fit when none is set; the CPU if they do not load
+    /// there), a number, or 0 for the CPU alone. A models file's entry may set its own
+    /// `gpu_layers`
     #[arg(long, env = "AGENT_AS_MODEL_GPU_LAYERS", default_value = "auto", value_parser = gpu_layers)]
     pub gpu_layers: GpuLayers,
 

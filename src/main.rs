@@ -106,14 +106,37 @@ fn main() -> ExitCode {
     };
     // Pending blocking reads on stdin must not hold the process once the connection is over.
     runtime.shutdown_timeout(Duration::from_millis(100));
-    match outcome {
-        Ok(()) => ExitCode::SUCCESS,
+    // The local models' engines are freed before the process ends (a GPU's driver tears its
+    // device down at exit, and must not find a model's buffers still in use).
+    agent_as_model::local::shutdown(Duration::from_secs(10));
+    let code = match outcome {
+        Ok(()) => 0,
         Err(e) => {
             eprintln!("agent-as-model: {e}");
-            ExitCode::FAILURE
+            1
         }
-    }
+    };
+    end_after_the_gpu(code);
+    ExitCode::from(code)
 }
+
+/// In a GPU build, ends the process here, without the C++ static destructors that run at
+/// exit: ggml's Vulkan backend destroys its instance in one, and on NVIDIA's driver that
+/// teardown, once the driver's own has begun, can crash a process that has already answered
+/// (llama.cpp issue 10528; seen as exit code 139 after `try`). The engines were freed above;
+/// what is left is the operating system's to reclaim.
+#[cfg(all(unix, any(feature = "vulkan", feature = "cuda")))]
+fn end_after_the_gpu(code: u8) {
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stderr().flush();
+    // SAFETY: `_exit` ends the process at once; nothing after it runs, and the output above
+    // is flushed.
+    unsafe { libc::_exit(i32::from(code)) }
+}
+
+#[cfg(not(all(unix, any(feature = "vulkan", feature = "cuda"))))]
+fn end_after_the_gpu(_code: u8) {}
 
 fn serve(config: &Config, runtime: &tokio::runtime::Runtime, sealer: Sealer) -> Result<(), String> {
     let settings = Settings {

@@ -417,16 +417,40 @@ fn shown_devices(devices: Vec<llama_cpp_2::LlamaBackendDevice>) -> String {
     }
 }
 
+/// The GPU backend this build has (a cargo feature), if any.
+const GPU_BACKEND: Option<&str> = if cfg!(feature = "vulkan") {
+    Some("Vulkan")
+} else if cfg!(feature = "cuda") {
+    Some("CUDA")
+} else if cfg!(feature = "metal") {
+    Some("Metal")
+} else {
+    None
+};
+
+/// What to check when a GPU build finds no device.
+const NO_DEVICE_HINT: &str = if cfg!(feature = "vulkan") {
+    "`vulkaninfo --summary` lists the devices a Vulkan driver offers; NVIDIA's driver needs \
+     the GL dispatch libraries (libglvnd: Debian's libgl1 and libegl1); software devices \
+     (llvmpipe) are used only when GGML_VK_VISIBLE_DEVICES names them"
+} else if cfg!(feature = "cuda") {
+    "`nvidia-smi` lists the devices the CUDA driver sees"
+} else {
+    "the system's GPU driver lists its devices"
+};
+
 /// The model's weights, with `asked` of their layers on a GPU where `devices` has one: `auto`
-/// puts them all there and falls back to the CPU (saying so) when they do not load; the layers
-/// placed, as `list_models` reports them.
+/// places as many as llama.cpp's fit finds room for (and the context with them), and falls
+/// back to the CPU (saying so) when they do not load. Also the layers placed, as `list_models`
+/// reports them, and the context per slot the fit left room for, when it chose one.
 fn load_weights(
     backend: &LlamaBackend,
     path: &Path,
-    asked: crate::config::GpuLayers,
+    settings: &Settings,
     devices: &[llama_cpp_2::LlamaBackendDevice],
-) -> Result<(LlamaModel, String), EngineError> {
+) -> Result<(LlamaModel, String, Option<usize>), EngineError> {
     use crate::config::GpuLayers;
+    let asked = settings.gpu_layers;
     let gpu = devices.iter().find(|d| {
         matches!(
             d.device_type,
@@ -439,29 +463,110 @@ fn load_weights(
             source,
         })
     };
+    if gpu.is_none()
+        && asked != GpuLayers::Count(0)
+        && let Some(backend) = GPU_BACKEND
+    {
+        tracing::warn!(
+            "this build runs models on {backend} devices, and none was found: the model runs \
+             on the CPU ({})",
+            NO_DEVICE_HINT
+        );
+    }
     Ok(match (asked, gpu) {
-        (GpuLayers::Count(n), _) => (
+        (GpuLayers::Count(n), Some(_)) => (
             load(&LlamaModelParams::default().with_n_gpu_layers(n))?,
             n.to_string(),
+            None,
         ),
         // No GPU: the CPU, as llama.cpp runs it by default.
-        (GpuLayers::Auto, None) => (load(&LlamaModelParams::default())?, "0".to_owned()),
-        // Every layer on the GPU; where they do not fit, the CPU, and the log says so.
-        (GpuLayers::Auto, Some(gpu)) => match load(&LlamaModelParams::default()) {
-            Ok(model) => (model, "all".to_owned()),
-            Err(e) => {
-                tracing::warn!(
-                    device = %gpu.description, problem = %e,
-                    "the model did not load on the GPU: loading it on the CPU \
-                     (set --gpu-layers to put fewer layers there)"
-                );
-                (
-                    load(&LlamaModelParams::default().with_n_gpu_layers(0))?,
-                    "0".to_owned(),
-                )
+        (_, None) => (load(&LlamaModelParams::default())?, "0".to_owned(), None),
+        (GpuLayers::Auto, Some(gpu)) => {
+            let (params, context) = match fit(path, settings) {
+                Some((params, context)) => (params, context),
+                None => (Box::pin(LlamaModelParams::default()), None),
+            };
+            match load(&params) {
+                Ok(model) => {
+                    let placed = params.n_gpu_layers();
+                    let layers = u32::try_from(placed)
+                        .ok()
+                        .filter(|&n| n <= model.n_layer())
+                        .map_or_else(|| "all".to_owned(), |n| n.to_string());
+                    (model, layers, context)
+                }
+                // Where they do not fit, the CPU, and the log says so.
+                Err(e) => {
+                    tracing::warn!(
+                        device = %gpu.description, problem = %e,
+                        "the model did not load on the GPU: loading it on the CPU \
+                         (set --gpu-layers to put fewer layers there)"
+                    );
+                    (
+                        load(&LlamaModelParams::default().with_n_gpu_layers(0))?,
+                        "0".to_owned(),
+                        None,
+                    )
+                }
             }
-        },
+        }
     })
+}
+
+/// Memory llama.cpp's fit leaves free on each device, as llama-server's `--fit-target` does.
+const FIT_MARGIN_BYTES: usize = 1 << 30;
+
+/// Tokens of context the fit keeps at least when it has to cut the context to make room, as
+/// llama-server's `--fit-ctx` does (or the context asked, when that is less).
+const FIT_CONTEXT_MIN: u32 = 4096;
+
+/// llama.cpp's fit of the model's layers, and of the context when none is set, to the free
+/// memory of the GPUs: the model's parameters, and the context per slot it chose. `None`
+/// (saying why) when it finds no fit or cannot read the file.
+fn fit(
+    path: &Path,
+    settings: &Settings,
+) -> Option<(std::pin::Pin<Box<LlamaModelParams>>, Option<usize>)> {
+    // The fit swaps llama.cpp's logger while it runs: one at a time.
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let file = std::ffi::CString::new(path.to_str()?).ok()?;
+    let slots = u32::try_from(settings.slots.max(1)).unwrap_or(1);
+    let asked = u32::try_from(settings.context).unwrap_or(u32::MAX);
+    // Zero: the fit chooses (the trained context, cut down to make room).
+    let mut context = LlamaContextParams::default()
+        .with_n_ctx(NonZeroU32::new(asked.saturating_mul(slots)))
+        .with_n_seq_max(slots)
+        .with_kv_unified(false)
+        .with_swa_full(true);
+    let mut margins = vec![FIT_MARGIN_BYTES; llama_cpp_2::max_devices()];
+    let minimum = match asked {
+        0 => FIT_CONTEXT_MIN,
+        asked => asked.min(FIT_CONTEXT_MIN),
+    }
+    .saturating_mul(slots);
+    let mut params = Box::pin(LlamaModelParams::default());
+    let _one = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    // llama.cpp's GGML_LOG_LEVEL_INFO: the fit's own lines from info up reach the log.
+    const LOG_INFO: u32 = 2;
+    match params
+        .as_mut()
+        .fit_params(&file, &mut context, &mut margins, minimum, LOG_INFO)
+    {
+        Ok(fitted) => {
+            let per_slot = (asked == 0).then(|| (fitted.n_ctx / slots) as usize);
+            Some((params, per_slot.filter(|&n| n > 0)))
+        }
+        Err(e) => {
+            tracing::warn!(
+                problem = %e,
+                "llama.cpp found no fit of the model to the GPU's free memory: trying every \
+                 layer there"
+            );
+            None
+        }
+    }
 }
 
 impl Model {
@@ -474,7 +579,7 @@ impl Model {
             return Err(EngineError::Missing { file: file() });
         }
         let devices = llama_cpp_2::list_llama_ggml_backend_devices();
-        let (model, gpu_layers) = load_weights(backend, path, settings.gpu_layers, &devices)?;
+        let (model, gpu_layers, fitted) = load_weights(backend, path, settings, &devices)?;
         let meta = |key: &str| model.meta_val_str(key).ok().filter(|s| !s.is_empty());
         let architecture = meta("general.architecture").unwrap_or_default();
         let name = meta("general.name").unwrap_or_else(|| architecture.clone());
@@ -496,6 +601,8 @@ impl Model {
             (asked, 0) => asked,
             (asked, trained) => asked.min(trained),
         };
+        // What the GPU's memory has room for, when the fit chose the context.
+        let context = fitted.map_or(context, |fitted| context.min(fitted));
         let file_type = meta("general.file_type")
             .and_then(|t| t.parse::<u32>().ok())
             .and_then(file_type_name)

@@ -485,13 +485,14 @@ impl Local {
             keep: keep.clone(),
         };
         let queue = Closing(jobs.clone());
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("local-model".into())
             .spawn(move || {
                 let queue = queue;
                 worker.run(&queue.0);
             })
             .map_err(LocalError::Thread)?;
+        workers().push((jobs.clone(), thread));
         Ok(Local {
             jobs,
             state,
@@ -757,6 +758,41 @@ impl Drop for Local {
 /// Closes the queue when the worker's thread ends, however it ends (a panic too): calls
 /// waiting are dropped, which their callers see as the thread's end, and new ones are refused.
 struct Closing(Arc<Queue<Job>>);
+
+/// The local models' workers started in this process, each with its queue.
+type Workers = Vec<(Arc<Queue<Job>>, std::thread::JoinHandle<()>)>;
+
+fn workers() -> std::sync::MutexGuard<'static, Workers> {
+    static WORKERS: std::sync::Mutex<Workers> = std::sync::Mutex::new(Vec::new());
+    WORKERS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Stops every local model's worker and waits, `within` at most, for each to free its model
+/// and context: the process then ends with no engine left running, on a GPU too, where the
+/// device's own teardown at exit must not find the model's buffers still in use. Jobs still
+/// queued are refused; calls in progress end when their callers are gone.
+pub fn shutdown(within: std::time::Duration) {
+    let started = std::time::Instant::now();
+    let running = std::mem::take(&mut *workers());
+    for (queue, _) in &running {
+        drop(queue.close_and_drain());
+    }
+    for (_, thread) in running {
+        while !thread.is_finished() && started.elapsed() < within {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        if thread.is_finished() {
+            let _ = thread.join();
+        } else {
+            tracing::warn!(
+                "a local model was still answering when the process ended: its engine was \
+                 not freed"
+            );
+        }
+    }
+}
 
 impl Drop for Closing {
     fn drop(&mut self) {

@@ -65,3 +65,6 @@ mod streaming;
 mod structured;
 mod templates;
 mod tools;
+// Built with `--features vulkan` only (scripts/test runs it on Mesa's lavapipe).
+#[cfg(feature = "vulkan")]
+mod vulkan;

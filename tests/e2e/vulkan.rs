@@ -1,0 +1,141 @@
+//! The embedded engine on a Vulkan device, in a build with `--features vulkan` (scripts/test
+//! builds and runs it): Mesa's software device, lavapipe, stands in for a GPU as a real Vulkan
+//! path (ggml-vulkan skips CPU-type devices unless `GGML_VK_VISIBLE_DEVICES` names them). The
+//! model's layers go to the device, it answers as the CPU does, the start log and `list_models`
+//! name the device, and every process ends cleanly after the engine's teardown with llama.cpp's
+//! log on. Without the variable the build finds no device, says so and runs on the CPU.
+
+use crate::common::raw::{Raw, tools_call};
+use crate::local::{TURN, first_try};
+use serde_json::{Value, json};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+const BIN: &str = env!("CARGO_BIN_EXE_agent-as-model");
+
+/// lavapipe, the first (and only) Vulkan device here, made visible to ggml-vulkan.
+const LAVAPIPE: (&str, &str) = ("GGML_VK_VISIBLE_DEVICES", "0");
+
+/// `try` with the embedded model; `env` on top of a log that shows the server's and llama.cpp's
+/// lines from info up.
+fn run_try(prompt: &str, env: &[(&str, &str)]) -> Output {
+    let _ = first_try();
+    let mut command = Command::new(BIN);
+    command
+        .args(["try", prompt])
+        .env("RUST_LOG", "warn,agent_as_model=info,llama-cpp-2=info")
+        .env_remove(LAVAPIPE.0)
+        .env_remove("AGENT_AS_MODEL_GPU_LAYERS");
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    command.output().unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[tokio::test]
+async fn the_model_runs_on_the_vulkan_device_answers_as_the_cpu_does_and_exits_cleanly() {
+    let _turn = TURN.lock().await;
+    let prompt = "What is the capital of France? One word.";
+    let gpu = run_try(prompt, &[LAVAPIPE]);
+    let (stdout, stderr) = (text(&gpu.stdout), text(&gpu.stderr));
+    // Exit 0 after the engine's teardown on the device (no SIGSEGV at exit).
+    assert_eq!(gpu.status.code(), Some(0), "{gpu:?}\n{stderr}");
+    assert!(stdout.contains("Paris"), "{stdout}\n{stderr}");
+    // The start log names the device, and llama.cpp's own log the layers it offloaded.
+    let ready = stderr
+        .lines()
+        .find(|l| l.contains("local model ready"))
+        .unwrap_or_else(|| panic!("no ready line in {stderr}"));
+    assert!(
+        ready.contains("Vulkan") && ready.contains("llvmpipe"),
+        "{ready}"
+    );
+    assert!(ready.contains("gpu_layers=all"), "{ready}");
+    let offloaded = stderr
+        .lines()
+        .find(|l| l.contains("offloaded") && l.contains("layers to GPU"))
+        .unwrap_or_else(|| panic!("no offload line in {stderr}"));
+    let (done, all) = offloaded
+        .rsplit("offloaded ")
+        .next()
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.split_once('/'))
+        .unwrap_or_else(|| panic!("{offloaded}"));
+    assert_eq!(done, all, "{offloaded}");
+    assert!(!stderr.contains("none was found"), "{stderr}");
+
+    // The same greedy answer from the CPU.
+    let cpu = run_try(prompt, &[LAVAPIPE, ("AGENT_AS_MODEL_GPU_LAYERS", "0")]);
+    assert_eq!(cpu.status.code(), Some(0), "{cpu:?}");
+    assert_eq!(text(&cpu.stdout), stdout, "{}", text(&cpu.stderr));
+}
+
+#[tokio::test]
+async fn with_no_device_the_vulkan_build_says_so_and_runs_on_the_cpu() {
+    let _turn = TURN.lock().await;
+    let out = run_try("What is the capital of France? One word.", &[]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{out:?}\n{stderr}");
+    assert!(stdout.contains("Paris"), "{stdout}\n{stderr}");
+    let warning = stderr
+        .lines()
+        .find(|l| l.contains("none was found"))
+        .unwrap_or_else(|| panic!("no warning in {stderr}"));
+    assert!(
+        warning.contains("Vulkan") && warning.contains("GGML_VK_VISIBLE_DEVICES"),
+        "{warning}"
+    );
+    let ready = stderr
+        .lines()
+        .find(|l| l.contains("local model ready"))
+        .unwrap_or_else(|| panic!("no ready line in {stderr}"));
+    assert!(
+        ready.contains("device=CPU") && ready.contains("gpu_layers=0"),
+        "{ready}"
+    );
+}
+
+/// `list_models` over MCP says where the loaded model runs, and the server, told to stop
+/// (its stdin closed), exits 0 after freeing the engine on the device.
+#[tokio::test]
+async fn list_models_names_the_device_and_the_layers_on_it() {
+    let _turn = TURN.lock().await;
+    let _ = first_try();
+    let mut raw = Raw::legacy(
+        &[
+            ("AGENT_AS_MODEL_BACKEND", "local"),
+            LAVAPIPE,
+            ("RUST_LOG", "warn,llama-cpp-2=info"),
+        ],
+        json!({}),
+    );
+    let long = Duration::from_secs(600);
+    raw.send(&tools_call(
+        json!(1),
+        "generate",
+        json!({"prompt": "The capital of France is", "max_tokens": 3}),
+    ));
+    let answer = raw.recv_id(&json!(1), long).expect("generate answered");
+    assert_eq!(answer["result"]["isError"], json!(false), "{answer}");
+    raw.send(&tools_call(json!(2), "list_models", json!({})));
+    let reply = raw.recv_id(&json!(2), long).expect("list_models answered");
+    let listed: Value =
+        serde_json::from_str(reply["result"]["content"][0]["text"].as_str().unwrap()).unwrap();
+    let local = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["backend"] == "local")
+        .unwrap_or_else(|| panic!("{listed}"));
+    let engine = &local["engine"];
+    let device = engine["device"].as_str().unwrap_or_default();
+    assert!(device.contains("Vulkan (llvmpipe"), "{engine}");
+    assert_eq!(engine["gpu_layers"], json!("all"), "{engine}");
+    raw.close_stdin();
+    let status = raw.wait_exit(Duration::from_secs(60));
+    assert_eq!(status.and_then(|s| s.code()), Some(0), "{}", raw.stderr());
+}
