@@ -492,7 +492,11 @@ impl Local {
                 worker.run(&queue.0);
             })
             .map_err(LocalError::Thread)?;
-        workers().push((jobs.clone(), thread));
+        let mut running = workers();
+        // The workers of models gone before (their threads ended) are forgotten.
+        running.retain(|(_, thread)| !thread.is_finished());
+        running.push((jobs.clone(), thread));
+        drop(running);
         Ok(Local {
             jobs,
             state,

@@ -55,6 +55,15 @@ async fn the_model_runs_on_the_vulkan_device_answers_as_the_cpu_does_and_exits_c
         "{ready}"
     );
     assert!(ready.contains("gpu_layers=all"), "{ready}");
+    // llama.cpp's fit placed the context too: lavapipe offers 2 GiB, the fit keeps 1 GiB free,
+    // so two slots of the model's trained 32,768 tokens do not fit and the context is cut.
+    let context: usize = ready
+        .split("context=")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{ready}"));
+    assert!((4096..32768).contains(&context), "{ready}");
     let offloaded = stderr
         .lines()
         .find(|l| l.contains("offloaded") && l.contains("layers to GPU"))
