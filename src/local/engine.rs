@@ -184,7 +184,7 @@ pub struct Info {
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
     #[error("llama.cpp cannot start: {0}")]
-    Start(#[source] &'static llama_cpp_2::LlamaCppError),
+    Start(&'static str),
     #[error("the model file {file} does not exist")]
     Missing { file: ModelFile },
     #[error(
@@ -273,15 +273,51 @@ pub fn brief(e: &dyn std::fmt::Display) -> String {
 /// under the target `llama-cpp-2` (shown from `error` unless `RUST_LOG` names that target:
 /// `RUST_LOG=warn,llama-cpp-2=info` shows the devices found and the layers offloaded).
 pub fn backend() -> Result<&'static LlamaBackend, EngineError> {
-    static BACKEND: OnceLock<Result<LlamaBackend, llama_cpp_2::LlamaCppError>> = OnceLock::new();
+    static BACKEND: OnceLock<Result<LlamaBackend, String>> = OnceLock::new();
     BACKEND
         .get_or_init(|| {
-            let backend = LlamaBackend::init()?;
+            // First, so that loading the backends is logged too.
             llama_cpp_2::send_logs_to_tracing(llama_cpp_2::LogOptions::default());
-            Ok(backend)
+            load_backend_modules()?;
+            LlamaBackend::init().map_err(|e| brief(&e))
         })
         .as_ref()
-        .map_err(EngineError::Start)
+        .map_err(|e| EngineError::Start(e.as_str()))
+}
+
+/// In a build with the `dynamic-backends` feature, llama.cpp's backends are modules beside the
+/// binary: ggml loads the CPU build that is best for this CPU (llama.cpp's log says which:
+/// `loaded CPU backend from …/libggml-cpu-haswell.so`) and each GPU backend whose driver is
+/// installed. Only that folder is searched (not the working directory).
+#[cfg(feature = "dynamic-backends")]
+fn load_backend_modules() -> Result<(), String> {
+    let folder = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(Path::to_path_buf))
+        .ok_or(
+            "the folder of this program is not known, so llama.cpp's backends cannot be found",
+        )?;
+    if folder.to_str().is_none() {
+        return Err(format!(
+            "llama.cpp's backends cannot be loaded from {}: the path is not UTF-8",
+            folder.display()
+        ));
+    }
+    llama_cpp_2::llama_backend::load_backends_from_path(&folder);
+    if llama_cpp_2::list_llama_ggml_backend_devices().is_empty() {
+        return Err(format!(
+            "no llama.cpp backend was found in {} (the libggml-cpu-*.so files, or ggml-cpu-*.dll, \
+             must sit beside the program)",
+            folder.display()
+        ));
+    }
+    Ok(())
+}
+
+/// llama.cpp's backends are built into the binary.
+#[cfg(not(feature = "dynamic-backends"))]
+fn load_backend_modules() -> Result<(), String> {
+    Ok(())
 }
 
 /// The physical cores of this machine (hyperthreads share a core's arithmetic units, so

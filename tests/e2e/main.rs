@@ -19,6 +19,13 @@ mod common;
 mod api_clis;
 mod api_letter;
 mod api_sdks;
+// Built with `--features dynamic-backends` only (scripts/test runs it).
+#[cfg(all(
+    feature = "dynamic-backends",
+    target_os = "linux",
+    target_arch = "x86_64"
+))]
+mod backends;
 mod bridge;
 mod bridge_limits;
 mod build;

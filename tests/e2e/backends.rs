@@ -1,0 +1,210 @@
+//! The release build's CPU selection (a build with `--features dynamic-backends`; scripts/test
+//! builds and runs it): llama.cpp's CPU backend is built once per x86-64 level and shipped
+//! beside the binary, and ggml loads the best one this CPU runs. None of them holds ggml's AMX
+//! kernels (the Sapphire Rapids build is not shipped).
+
+use crate::local::{TURN, first_try};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_agent-as-model");
+
+/// ggml's x86-64 CPU builds (ggml/src/CMakeLists.txt) and the CPU features each needs, as
+/// /proc/cpuinfo names them.
+const VARIANTS: [(&str, &[&str]); 13] = [
+    ("x64", &[]),
+    ("sse42", &["sse4_2"]),
+    ("sandybridge", &["sse4_2", "avx"]),
+    ("ivybridge", &["sse4_2", "avx", "f16c"]),
+    ("piledriver", &["sse4_2", "avx", "f16c", "fma"]),
+    ("haswell", &["sse4_2", "avx", "f16c", "fma", "avx2", "bmi2"]),
+    (
+        "skylakex",
+        &["sse4_2", "avx", "f16c", "fma", "avx2", "bmi2", "avx512f"],
+    ),
+    (
+        "cannonlake",
+        &[
+            "sse4_2",
+            "avx",
+            "f16c",
+            "fma",
+            "avx2",
+            "bmi2",
+            "avx512f",
+            "avx512vbmi",
+        ],
+    ),
+    (
+        "cascadelake",
+        &[
+            "sse4_2",
+            "avx",
+            "f16c",
+            "fma",
+            "avx2",
+            "bmi2",
+            "avx512f",
+            "avx512_vnni",
+        ],
+    ),
+    (
+        "icelake",
+        &[
+            "sse4_2",
+            "avx",
+            "f16c",
+            "fma",
+            "avx2",
+            "bmi2",
+            "avx512f",
+            "avx512vbmi",
+            "avx512_vnni",
+        ],
+    ),
+    (
+        "cooperlake",
+        &[
+            "sse4_2",
+            "avx",
+            "f16c",
+            "fma",
+            "avx2",
+            "bmi2",
+            "avx512f",
+            "avx512_vnni",
+            "avx512_bf16",
+        ],
+    ),
+    (
+        "zen4",
+        &[
+            "sse4_2",
+            "avx",
+            "f16c",
+            "fma",
+            "avx2",
+            "bmi2",
+            "avx512f",
+            "avx512vbmi",
+            "avx512_vnni",
+            "avx512_bf16",
+        ],
+    ),
+    (
+        "alderlake",
+        &["sse4_2", "avx", "f16c", "fma", "avx2", "bmi2", "avx_vnni"],
+    ),
+];
+
+/// Strings that only the AMX kernels put into a library (as in build.rs's test).
+const AMX_MARKERS: [&str; 3] = [
+    "ggml-cpu/amx/mmq.cpp",
+    "ggml-cpu/amx/amx.cpp",
+    "amx repack tensor",
+];
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// The CPU builds shipped beside the binary, by name.
+fn shipped() -> Vec<(String, PathBuf)> {
+    let folder = Path::new(BIN).parent().unwrap();
+    let mut found: Vec<_> = std::fs::read_dir(folder)
+        .unwrap()
+        .filter_map(|e| {
+            let path = e.unwrap().path();
+            let name = path.file_name()?.to_str()?;
+            let variant = name.strip_prefix("libggml-cpu-")?.strip_suffix(".so")?;
+            Some((variant.to_owned(), path.clone()))
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+fn cpu_flags() -> Vec<String> {
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap();
+    let flags = info
+        .lines()
+        .find(|l| l.starts_with("flags"))
+        .and_then(|l| l.split_once(':'))
+        .map(|(_, f)| f.to_owned())
+        .unwrap();
+    flags.split_whitespace().map(str::to_owned).collect()
+}
+
+fn needs(variant: &str) -> &'static [&'static str] {
+    VARIANTS
+        .iter()
+        .find(|(name, _)| *name == variant)
+        .map(|(_, features)| *features)
+        .unwrap_or_else(|| panic!("an unknown CPU build {variant:?}"))
+}
+
+#[test]
+fn every_x86_64_level_ships_and_none_holds_amx_kernels() {
+    let shipped = shipped();
+    let names: Vec<_> = shipped.iter().map(|(n, _)| n.as_str()).collect();
+    for (variant, _) in VARIANTS {
+        assert!(
+            names.contains(&variant),
+            "{variant} is not shipped: {names:?}"
+        );
+    }
+    assert!(!names.contains(&"sapphirerapids"), "{names:?}");
+    for (name, path) in &shipped {
+        let library = std::fs::read(path).unwrap();
+        // The check can see the CPU backend in the file at all.
+        assert!(contains(&library, b"ggml-cpu.c"), "{name}: no CPU backend");
+        for marker in AMX_MARKERS {
+            assert!(
+                !contains(&library, marker.as_bytes()),
+                "{name} holds {marker:?}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_best_cpu_build_this_cpu_runs_is_the_one_loaded() {
+    let _turn = TURN.lock().await;
+    let _ = first_try();
+    let out = Command::new(BIN)
+        .args(["try", "What is the capital of France? One word."])
+        .env("RUST_LOG", "warn,llama-cpp-2=info")
+        .env_remove("GGML_VK_VISIBLE_DEVICES")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("Paris"),
+        "{stderr}"
+    );
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("loaded CPU backend from"))
+        .unwrap_or_else(|| panic!("no CPU backend loaded: {stderr}"));
+    let picked = line
+        .split("libggml-cpu-")
+        .nth(1)
+        .and_then(|rest| rest.split(".so").next())
+        .unwrap_or_else(|| panic!("{line}"));
+    eprintln!("this CPU runs llama.cpp's {picked} build ({line})");
+    let flags = cpu_flags();
+    let runs = |variant: &str| needs(variant).iter().all(|f| flags.iter().any(|g| g == f));
+    assert!(
+        runs(picked),
+        "{picked} needs {:?}; this CPU has {flags:?}",
+        needs(picked)
+    );
+    // No shipped build this CPU runs has every feature of the one picked and more.
+    for (other, _) in shipped() {
+        let better = runs(&other)
+            && needs(picked).iter().all(|f| needs(&other).contains(f))
+            && needs(&other).len() > needs(picked).len();
+        assert!(!better, "{other} runs here and has more than {picked}");
+    }
+}
