@@ -466,7 +466,8 @@ const GPU_BACKEND: Option<&str> = if cfg!(feature = "vulkan") {
 
 /// What to check when a GPU build finds no device.
 const NO_DEVICE_HINT: &str = if cfg!(feature = "vulkan") {
-    "`vulkaninfo --summary` lists the devices a Vulkan driver offers; NVIDIA's driver needs \
+    "the Vulkan loader, libvulkan.so.1 or vulkan-1.dll, and a driver must be installed; \
+     `vulkaninfo --summary` lists the devices a Vulkan driver offers; NVIDIA's driver needs \
      the GL dispatch libraries (libglvnd: Debian's libgl1 and libegl1); software devices \
      (llvmpipe) are used only when GGML_VK_VISIBLE_DEVICES names them"
 } else if cfg!(feature = "cuda") {

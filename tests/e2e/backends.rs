@@ -208,3 +208,42 @@ async fn the_best_cpu_build_this_cpu_runs_is_the_one_loaded() {
         assert!(!better, "{other} runs here and has more than {picked}");
     }
 }
+
+/// Without the Vulkan loader (libvulkan.so.1 made unreadable in a mount namespace of the test's
+/// own), the Vulkan build starts all the same, says it found no device, and answers on the
+/// CPU: its Vulkan backend is a module loaded when it can be, not a library the binary needs.
+#[cfg(feature = "vulkan")]
+#[tokio::test]
+async fn without_the_vulkan_loader_the_vulkan_build_starts_and_runs_on_the_cpu() {
+    let _turn = TURN.lock().await;
+    let _ = first_try();
+    let loader = [
+        "/usr/lib/x86_64-linux-gnu/libvulkan.so.1",
+        "/lib/x86_64-linux-gnu/libvulkan.so.1",
+        "/usr/lib64/libvulkan.so.1",
+    ]
+    .iter()
+    .find_map(|p| std::fs::canonicalize(p).ok())
+    .expect("the Vulkan loader is installed (scripts/vulkan-deps)");
+    let out = Command::new("unshare")
+        .args([
+            "-m",
+            "sh",
+            "-c",
+            r#"mount --bind /dev/null "$1" && exec "$2" try "$3""#,
+            "sh",
+        ])
+        .arg(&loader)
+        .args([BIN, "What is the capital of France? One word."])
+        .env("RUST_LOG", "warn")
+        .env("GGML_VK_VISIBLE_DEVICES", "0")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("Paris"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("none was found"), "{stderr}");
+}
