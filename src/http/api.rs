@@ -1204,8 +1204,9 @@ pub(super) fn aliases(about: &Value) -> Vec<String> {
 }
 
 /// One model as `dialect` lists it. What the backend says of it (`described`: the embedded
-/// model's context, tool-call format and reasoning) is added where the dialect has a place for
-/// it: OpenAI's object takes extra fields (as llama-server's does), Gemini's has
+/// model's context, tool-call format, reasoning and engine: device and GPU layers) is added where
+/// the dialect has a place for it: OpenAI's object takes extra fields (as llama-server's does),
+/// Gemini's has
 /// `inputTokenLimit`.
 fn model_object(dialect: Dialect, id: &str, described: Option<&Value>) -> Value {
     let context = described.and_then(|d| d.get("context_tokens")).cloned();
@@ -1237,6 +1238,10 @@ fn model_object(dialect: Dialect, id: &str, described: Option<&Value>) -> Value 
                     .filter(|f| !f.is_null())
                 {
                     object.insert("format".into(), format.clone());
+                }
+                // Where the embedded model runs: the device and the layers on it.
+                if let Some(engine) = described.and_then(|d| d.get("engine")) {
+                    object.insert("engine".into(), engine.clone());
                 }
             }
             model

@@ -82,6 +82,9 @@ async fn the_weights_of_one_family_write_the_call_format_their_template_names() 
         let model = &models["data"][0];
         assert_eq!(model["format"]["tool_calls"], format, "{file}: {models}");
         assert!(model["context_length"].as_u64().is_some(), "{models}");
+        // Where it runs: this build has no GPU backend.
+        assert_eq!(model["engine"]["device"], "CPU", "{models}");
+        assert_eq!(model["engine"]["gpu_layers"], "0", "{models}");
         // Streamed: the call's start, then its arguments in pieces that join into them.
         let (status, _, text) = post(&url, &[], &weather_body(true)).await;
         assert_eq!(status, 200, "{file}: {text}");
