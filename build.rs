@@ -50,8 +50,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         }
     }
-    // Beside the binary, and beside the tests and benchmarks (in deps/), which load them too.
-    for folder in [beside.to_path_buf(), beside.join("deps")] {
+    // Beside the binary, and beside the tests and benchmarks (in deps/), which load them too;
+    // in examples/ as well, where llama-cpp-sys-2 links the unversioned names to these (a link
+    // left dangling there fails its next build with other features).
+    let examples = beside.join("examples");
+    let mut folders = vec![beside.to_path_buf(), beside.join("deps")];
+    if examples.is_dir() {
+        folders.push(examples);
+    }
+    for folder in folders {
         for path in &shipped {
             let to = folder.join(path.file_name().ok_or("a library has no name")?);
             // Replaced, not hard-linked: a build with other features has its own.
