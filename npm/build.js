@@ -1,15 +1,17 @@
 #!/usr/bin/env node
 // Makes the npm package that carries one platform's binary:
-//   node npm/build.js <binary> <platform> <arch> <out-dir>
+//   node npm/build.js <binary> <platform> <arch> <out-dir> [<library>...]
 // writes <out-dir>/package.json (@agent-as-model/<platform>-<arch>, restricted to that os and
-// cpu, the launcher's version) and <out-dir>/bin/<binary>. The release workflow runs it once a
-// platform; the packaging test runs it for this machine and installs the result.
+// cpu, the launcher's version) and <out-dir>/bin/<binary>, with the libraries a build with
+// `dynamic-backends` loads from beside it (llama.cpp's and its backend modules). The release
+// workflow runs it once a platform; the packaging tests run it for this machine and install the
+// result.
 "use strict";
 
 const fs = require("node:fs");
 const path = require("node:path");
 
-const [binary, platform, arch, out] = process.argv.slice(2);
+const [binary, platform, arch, out, ...libraries] = process.argv.slice(2);
 if (!binary || !platform || !arch || !out) {
   process.stderr.write("usage: node npm/build.js <binary> <platform> <arch> <out-dir>\n");
   process.exit(2);
@@ -26,6 +28,9 @@ const exe = platform === "win32" ? "agent-as-model.exe" : "agent-as-model";
 fs.mkdirSync(path.join(out, "bin"), { recursive: true });
 fs.copyFileSync(binary, path.join(out, "bin", exe));
 fs.chmodSync(path.join(out, "bin", exe), 0o755);
+for (const library of libraries) {
+  fs.copyFileSync(library, path.join(out, "bin", path.basename(library)));
+}
 const manifest = {
   name,
   version: launcher.version,
@@ -34,7 +39,7 @@ const manifest = {
   repository: launcher.repository,
   os: [platform],
   cpu: [arch],
-  files: [`bin/${exe}`],
+  files: [`bin/${exe}`, ...libraries.map((l) => `bin/${path.basename(l)}`)],
   preferUnplugged: true,
 };
 fs.writeFileSync(path.join(out, "package.json"), JSON.stringify(manifest, null, 2) + "\n");

@@ -247,3 +247,83 @@ async fn without_the_vulkan_loader_the_vulkan_build_starts_and_runs_on_the_cpu()
     );
     assert!(stderr.contains("none was found"), "{stderr}");
 }
+
+/// The npm package of this build carries llama.cpp's libraries and modules beside its binary,
+/// and `npx agent-as-model`, installed from it, loads the CPU build from there.
+#[tokio::test]
+async fn the_npm_package_carries_the_modules_and_its_binary_loads_them() {
+    let _turn = TURN.lock().await;
+    let _ = first_try();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = std::env::temp_dir().join(format!("aam-npm-modules-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("app")).unwrap();
+    // What the release workflow passes: the regular files of llama.cpp's beside the binary.
+    let libraries: Vec<PathBuf> = std::fs::read_dir(Path::new(BIN).parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            std::fs::symlink_metadata(p).unwrap().is_file()
+                && (name.contains("ggml") || name.contains("llama"))
+                && (name.ends_with(".so") || name.contains(".so."))
+        })
+        .collect();
+    let ok = |out: std::process::Output| {
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        text
+    };
+    let platform = dir.join("platform");
+    ok(Command::new("node")
+        .arg(root.join("npm/build.js"))
+        .args([BIN, "linux", "x64"])
+        .arg(&platform)
+        .args(&libraries)
+        .output()
+        .unwrap());
+    let packed = ok(Command::new("npm")
+        .current_dir(&dir)
+        .args(["pack", "--silent"])
+        .arg(root.join("npm/agent-as-model"))
+        .arg(&platform)
+        .output()
+        .unwrap());
+    std::fs::write(
+        dir.join("app/package.json"),
+        r#"{"name": "app", "private": true}"#,
+    )
+    .unwrap();
+    let mut install = Command::new("npm");
+    install
+        .current_dir(dir.join("app"))
+        .args(["install", "--no-audit", "--no-fund", "--silent"]);
+    for tarball in packed.lines().filter(|l| l.ends_with(".tgz")) {
+        install.arg(dir.join(tarball));
+    }
+    ok(install.output().unwrap());
+    let out = Command::new(dir.join("app/node_modules/.bin/agent-as-model"))
+        .args(["try", "What is the capital of France? One word."])
+        .env("RUST_LOG", "warn,llama-cpp-2=info")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("Paris"),
+        "{stderr}"
+    );
+    let loaded = stderr
+        .lines()
+        .find(|l| l.contains("loaded CPU backend from"))
+        .unwrap_or_else(|| panic!("{stderr}"));
+    assert!(
+        loaded.contains("node_modules/@agent-as-model/linux-x64/bin/libggml-cpu-"),
+        "{loaded}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
