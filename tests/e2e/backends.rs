@@ -3,7 +3,9 @@
 //! beside the binary, and ggml loads the best one this CPU runs. None of them holds ggml's AMX
 //! kernels (the Sapphire Rapids build is not shipped).
 
-use crate::local::{TURN, first_try};
+use crate::build::{AMX_MARKERS, contains};
+use crate::install::{npm_install, run};
+use crate::local::{CAPITAL, TURN, answers_paris, first_try, log_line};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -97,17 +99,6 @@ const VARIANTS: [(&str, &[&str]); 13] = [
     ),
 ];
 
-/// Strings that only the AMX kernels put into a library (as in build.rs's test).
-const AMX_MARKERS: [&str; 3] = [
-    "ggml-cpu/amx/mmq.cpp",
-    "ggml-cpu/amx/amx.cpp",
-    "amx repack tensor",
-];
-
-fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle)
-}
-
 /// The CPU builds shipped beside the binary, by name.
 fn shipped() -> Vec<(String, PathBuf)> {
     let folder = Path::new(BIN).parent().unwrap();
@@ -171,22 +162,13 @@ fn every_x86_64_level_ships_and_none_holds_amx_kernels() {
 async fn the_best_cpu_build_this_cpu_runs_is_the_one_loaded() {
     let _turn = TURN.lock().await;
     let _ = first_try();
-    let out = Command::new(BIN)
-        .args(["try", "What is the capital of France? One word."])
-        .env("RUST_LOG", "warn,llama-cpp-2=info")
-        .env_remove("GGML_VK_VISIBLE_DEVICES")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
-    assert!(
-        String::from_utf8_lossy(&out.stdout).contains("Paris"),
-        "{stderr}"
+    let (_, stderr) = answers_paris(
+        Command::new(BIN)
+            .args(["try", CAPITAL])
+            .env("RUST_LOG", "warn,llama-cpp-2=info")
+            .env_remove("GGML_VK_VISIBLE_DEVICES"),
     );
-    let line = stderr
-        .lines()
-        .find(|l| l.contains("loaded CPU backend from"))
-        .unwrap_or_else(|| panic!("no CPU backend loaded: {stderr}"));
+    let line = log_line(&stderr, "loaded CPU backend from");
     let picked = line
         .split("libggml-cpu-")
         .nth(1)
@@ -225,25 +207,19 @@ async fn without_the_vulkan_loader_the_vulkan_build_starts_and_runs_on_the_cpu()
     .iter()
     .find_map(|p| std::fs::canonicalize(p).ok())
     .expect("the Vulkan loader is installed (scripts/vulkan-deps)");
-    let out = Command::new("unshare")
-        .args([
-            "-m",
-            "sh",
-            "-c",
-            r#"mount --bind /dev/null "$1" && exec "$2" try "$3""#,
-            "sh",
-        ])
-        .arg(&loader)
-        .args([BIN, "What is the capital of France? One word."])
-        .env("RUST_LOG", "warn")
-        .env("GGML_VK_VISIBLE_DEVICES", "0")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
-    assert!(
-        String::from_utf8_lossy(&out.stdout).contains("Paris"),
-        "{stderr}"
+    let (_, stderr) = answers_paris(
+        Command::new("unshare")
+            .args([
+                "-m",
+                "sh",
+                "-c",
+                r#"mount --bind /dev/null "$1" && exec "$2" try "$3""#,
+                "sh",
+            ])
+            .arg(&loader)
+            .args([BIN, CAPITAL])
+            .env("RUST_LOG", "warn")
+            .env("GGML_VK_VISIBLE_DEVICES", "0"),
     );
     assert!(stderr.contains("none was found"), "{stderr}");
 }
@@ -257,7 +233,7 @@ async fn the_npm_package_carries_the_modules_and_its_binary_loads_them() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let dir = std::env::temp_dir().join(format!("aam-npm-modules-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(dir.join("app")).unwrap();
+    std::fs::create_dir_all(&dir).unwrap();
     // What the release workflow passes: the regular files of llama.cpp's beside the binary.
     let libraries: Vec<PathBuf> = std::fs::read_dir(Path::new(BIN).parent().unwrap())
         .unwrap()
@@ -269,58 +245,19 @@ async fn the_npm_package_carries_the_modules_and_its_binary_loads_them() {
                 && (name.ends_with(".so") || name.contains(".so."))
         })
         .collect();
-    let ok = |out: std::process::Output| {
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        assert!(
-            out.status.success(),
-            "{text}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        text
-    };
     let platform = dir.join("platform");
-    ok(Command::new("node")
+    run(Command::new("node")
         .arg(root.join("npm/build.js"))
         .args([BIN, "linux", "x64"])
         .arg(&platform)
-        .args(&libraries)
-        .output()
-        .unwrap());
-    let packed = ok(Command::new("npm")
-        .current_dir(&dir)
-        .args(["pack", "--silent"])
-        .arg(root.join("npm/agent-as-model"))
-        .arg(&platform)
-        .output()
-        .unwrap());
-    std::fs::write(
-        dir.join("app/package.json"),
-        r#"{"name": "app", "private": true}"#,
-    )
-    .unwrap();
-    let mut install = Command::new("npm");
-    install
-        .current_dir(dir.join("app"))
-        .args(["install", "--no-audit", "--no-fund", "--silent"]);
-    for tarball in packed.lines().filter(|l| l.ends_with(".tgz")) {
-        install.arg(dir.join(tarball));
-    }
-    ok(install.output().unwrap());
-    let out = Command::new(dir.join("app/node_modules/.bin/agent-as-model"))
-        .args(["try", "What is the capital of France? One word."])
-        .env("RUST_LOG", "warn,llama-cpp-2=info")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
-    assert!(
-        String::from_utf8_lossy(&out.stdout).contains("Paris"),
-        "{stderr}"
+        .args(&libraries));
+    let app = npm_install(&dir, &platform);
+    let (_, stderr) = answers_paris(
+        Command::new(app.join("node_modules/.bin/agent-as-model"))
+            .args(["try", CAPITAL])
+            .env("RUST_LOG", "warn,llama-cpp-2=info"),
     );
-    let loaded = stderr
-        .lines()
-        .find(|l| l.contains("loaded CPU backend from"))
-        .unwrap_or_else(|| panic!("{stderr}"));
+    let loaded = log_line(&stderr, "loaded CPU backend from");
     assert!(
         loaded.contains("node_modules/@agent-as-model/linux-x64/bin/libggml-cpu-"),
         "{loaded}"

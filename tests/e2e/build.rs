@@ -5,13 +5,13 @@
 //! ggml's assertions; without them the file compiles to nothing.
 
 /// Strings that only the AMX kernels put into a binary.
-const AMX_MARKERS: [&str; 3] = [
+pub const AMX_MARKERS: [&str; 3] = [
     "ggml-cpu/amx/mmq.cpp",
     "ggml-cpu/amx/amx.cpp",
     "amx repack tensor",
 ];
 
-fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+pub fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
 }
 

@@ -17,7 +17,7 @@ fn scratch(name: &str) -> PathBuf {
     dir
 }
 
-fn run(cmd: &mut Command) -> String {
+pub fn run(cmd: &mut Command) -> String {
     let out = cmd
         .output()
         .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
@@ -99,27 +99,14 @@ async fn the_wheel_installs_and_its_console_script_serves() {
     let _ = std::fs::remove_dir_all(&venv);
 }
 
-#[tokio::test]
-async fn the_npm_launcher_starts_this_platforms_binary() {
-    let dir = scratch("npm");
-    let platform = dir.join("platform");
-    let (os, cpu) = match (std::env::consts::OS, std::env::consts::ARCH) {
-        ("linux", "x86_64") => ("linux", "x64"),
-        ("linux", "aarch64") => ("linux", "arm64"),
-        ("macos", "x86_64") => ("darwin", "x64"),
-        ("macos", "aarch64") => ("darwin", "arm64"),
-        other => panic!("no npm package for {other:?}"),
-    };
-    run(Command::new("node")
-        .arg(Path::new(ROOT).join("npm/build.js"))
-        .arg(env!("CARGO_BIN_EXE_agent-as-model"))
-        .args([os, cpu])
-        .arg(&platform));
+/// The launcher and the platform package made in `platform` (npm/build.js), packed into `dir`
+/// and installed into a new project, `dir/app`, which is returned.
+pub fn npm_install(dir: &Path, platform: &Path) -> PathBuf {
     let packed = run(Command::new("npm")
-        .current_dir(&dir)
+        .current_dir(dir)
         .args(["pack", "--silent"])
         .arg(Path::new(ROOT).join("npm/agent-as-model"))
-        .arg(&platform));
+        .arg(platform));
     let tarballs: Vec<&str> = packed.lines().filter(|l| l.ends_with(".tgz")).collect();
     assert_eq!(tarballs.len(), 2, "{packed}");
     let app = dir.join("app");
@@ -137,6 +124,26 @@ async fn the_npm_launcher_starts_this_platforms_binary() {
         install.arg(dir.join(t));
     }
     run(&mut install);
+    app
+}
+
+#[tokio::test]
+async fn the_npm_launcher_starts_this_platforms_binary() {
+    let dir = scratch("npm");
+    let platform = dir.join("platform");
+    let (os, cpu) = match (std::env::consts::OS, std::env::consts::ARCH) {
+        ("linux", "x86_64") => ("linux", "x64"),
+        ("linux", "aarch64") => ("linux", "arm64"),
+        ("macos", "x86_64") => ("darwin", "x64"),
+        ("macos", "aarch64") => ("darwin", "arm64"),
+        other => panic!("no npm package for {other:?}"),
+    };
+    run(Command::new("node")
+        .arg(Path::new(ROOT).join("npm/build.js"))
+        .arg(env!("CARGO_BIN_EXE_agent-as-model"))
+        .args([os, cpu])
+        .arg(&platform));
+    let app = npm_install(&dir, &platform);
     // What `npx agent-as-model` runs in a project that installed it.
     let npx = run(Command::new("npx").current_dir(&app).args([
         "--no-install",

@@ -24,6 +24,27 @@ pub fn first_try() -> &'static std::process::Output {
     })
 }
 
+/// The question the tests of the engine's builds (GPU, CPU modules) ask through `try`.
+pub const CAPITAL: &str = "What is the capital of France? One word.";
+
+/// Runs `command` (a `try` of [`CAPITAL`]) and checks that it exits 0 having answered Paris;
+/// its stdout and stderr.
+pub fn answers_paris(command: &mut std::process::Command) -> (String, String) {
+    let out = command.output().expect("run try");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{out:?}\n{stderr}");
+    assert!(stdout.contains("Paris"), "{stdout}\n{stderr}");
+    (stdout, stderr)
+}
+
+/// The first line of `log` that holds `needle`.
+pub fn log_line<'a>(log: &'a str, needle: &str) -> &'a str {
+    log.lines()
+        .find(|l| l.contains(needle))
+        .unwrap_or_else(|| panic!("no line with {needle:?} in {log}"))
+}
+
 #[test]
 fn try_answers_a_question_through_the_whole_mcp_path() {
     let out = first_try();

@@ -6,9 +6,9 @@
 //! log on. Without the variable the build finds no device, says so and runs on the CPU.
 
 use crate::common::raw::{Raw, tools_call};
-use crate::local::{TURN, first_try};
+use crate::local::{CAPITAL, TURN, answers_paris, first_try, log_line};
 use serde_json::{Value, json};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_agent-as-model");
@@ -16,40 +16,29 @@ const BIN: &str = env!("CARGO_BIN_EXE_agent-as-model");
 /// lavapipe, the first (and only) Vulkan device here, made visible to ggml-vulkan.
 const LAVAPIPE: (&str, &str) = ("GGML_VK_VISIBLE_DEVICES", "0");
 
-/// `try` with the embedded model; `env` on top of a log that shows the server's and llama.cpp's
-/// lines from info up.
-fn run_try(prompt: &str, env: &[(&str, &str)]) -> Output {
+/// `try` of [`CAPITAL`] with the embedded model, answered Paris; `env` on top of a log that
+/// shows the server's and llama.cpp's lines from info up. Its stdout and stderr.
+fn run_try(env: &[(&str, &str)]) -> (String, String) {
     let _ = first_try();
     let mut command = Command::new(BIN);
     command
-        .args(["try", prompt])
+        .args(["try", CAPITAL])
         .env("RUST_LOG", "warn,agent_as_model=info,llama-cpp-2=info")
         .env_remove(LAVAPIPE.0)
         .env_remove("AGENT_AS_MODEL_GPU_LAYERS");
     for (key, value) in env {
         command.env(key, value);
     }
-    command.output().unwrap()
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
+    answers_paris(&mut command)
 }
 
 #[tokio::test]
 async fn the_model_runs_on_the_vulkan_device_answers_as_the_cpu_does_and_exits_cleanly() {
     let _turn = TURN.lock().await;
-    let prompt = "What is the capital of France? One word.";
-    let gpu = run_try(prompt, &[LAVAPIPE]);
-    let (stdout, stderr) = (text(&gpu.stdout), text(&gpu.stderr));
     // Exit 0 after the engine's teardown on the device (no SIGSEGV at exit).
-    assert_eq!(gpu.status.code(), Some(0), "{gpu:?}\n{stderr}");
-    assert!(stdout.contains("Paris"), "{stdout}\n{stderr}");
+    let (stdout, stderr) = run_try(&[LAVAPIPE]);
     // The start log names the device, and llama.cpp's own log the layers it offloaded.
-    let ready = stderr
-        .lines()
-        .find(|l| l.contains("local model ready"))
-        .unwrap_or_else(|| panic!("no ready line in {stderr}"));
+    let ready = log_line(&stderr, "local model ready");
     assert!(
         ready.contains("Vulkan") && ready.contains("llvmpipe"),
         "{ready}"
@@ -78,30 +67,20 @@ async fn the_model_runs_on_the_vulkan_device_answers_as_the_cpu_does_and_exits_c
     assert!(!stderr.contains("none was found"), "{stderr}");
 
     // The same greedy answer from the CPU.
-    let cpu = run_try(prompt, &[LAVAPIPE, ("AGENT_AS_MODEL_GPU_LAYERS", "0")]);
-    assert_eq!(cpu.status.code(), Some(0), "{cpu:?}");
-    assert_eq!(text(&cpu.stdout), stdout, "{}", text(&cpu.stderr));
+    let (cpu, cpu_log) = run_try(&[LAVAPIPE, ("AGENT_AS_MODEL_GPU_LAYERS", "0")]);
+    assert_eq!(cpu, stdout, "{cpu_log}");
 }
 
 #[tokio::test]
 async fn with_no_device_the_vulkan_build_says_so_and_runs_on_the_cpu() {
     let _turn = TURN.lock().await;
-    let out = run_try("What is the capital of France? One word.", &[]);
-    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
-    assert_eq!(out.status.code(), Some(0), "{out:?}\n{stderr}");
-    assert!(stdout.contains("Paris"), "{stdout}\n{stderr}");
-    let warning = stderr
-        .lines()
-        .find(|l| l.contains("none was found"))
-        .unwrap_or_else(|| panic!("no warning in {stderr}"));
+    let (_, stderr) = run_try(&[]);
+    let warning = log_line(&stderr, "none was found");
     assert!(
         warning.contains("Vulkan") && warning.contains("GGML_VK_VISIBLE_DEVICES"),
         "{warning}"
     );
-    let ready = stderr
-        .lines()
-        .find(|l| l.contains("local model ready"))
-        .unwrap_or_else(|| panic!("no ready line in {stderr}"));
+    let ready = log_line(&stderr, "local model ready");
     assert!(
         ready.contains("device=CPU") && ready.contains("gpu_layers=0"),
         "{ready}"
