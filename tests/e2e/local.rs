@@ -8,7 +8,10 @@ use std::sync::OnceLock;
 
 const BIN: &str = env!("CARGO_BIN_EXE_agent-as-model");
 
-/// The tests that run the model take turns: each server process loads its own copy.
+/// The tests that run the model take turns, whether in a server they start or in a `try`
+/// process: each process loads its own copy and runs llama.cpp on every core, and two such
+/// processes at once on a small machine slow each other's spinning threads many times over
+/// (a 5 s call took over 60 s in CI beside a `try`).
 pub static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// `try "What is the capital of France?"`, run once: it fetches the model when it is not
@@ -63,6 +66,7 @@ fn try_answers_a_question_through_the_whole_mcp_path() {
 #[test]
 fn llama_cpps_log_is_shown_when_asked_and_the_process_exits_cleanly() {
     let _ = first_try();
+    let _turn = TURN.blocking_lock();
     let run = |filter: Option<&str>| {
         let mut command = std::process::Command::new(BIN);
         command.args(["try", "Say hi."]).env_remove("RUST_LOG");
@@ -87,6 +91,7 @@ fn llama_cpps_log_is_shown_when_asked_and_the_process_exits_cleanly() {
 #[test]
 fn try_prints_the_whole_result_and_structured_output() {
     let _ = first_try();
+    let _turn = TURN.blocking_lock();
     let out = std::process::Command::new(BIN)
         .args([
             "try",
