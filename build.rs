@@ -3,7 +3,10 @@
 //! which ggml loads the best this CPU runs, and a GPU backend (Vulkan, CUDA) only where its
 //! driver is installed. The modules and llama.cpp's shared libraries are copied beside the
 //! binary (where it looks for them, `$ORIGIN` on Linux), except the Sapphire Rapids build:
-//! ggml's AMX kernels crash on the first prompt (llama.cpp issue 20824), so none ships.
+//! ggml's AMX kernels crash on the first prompt (llama.cpp issue 20824), so none ships. On
+//! Linux the OpenMP runtime llama.cpp's CPU code needs (`libgomp.so.1`, which slim systems
+//! lack) is copied beside them too, so that the folder runs anywhere as it is.
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 /// The CPU build that holds ggml's AMX kernels.
@@ -34,6 +37,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             shipped.push(path);
         }
     }
+    let linux = std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux");
     let libraries = modules
         .parent()
         .map(|out| out.join("lib"))
@@ -50,6 +54,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         }
     }
+    // Under the name the libraries ask for, wherever this machine keeps it.
+    let mut shipped: Vec<(PathBuf, OsString)> = shipped
+        .into_iter()
+        .filter_map(|path| Some((path.clone(), path.file_name()?.to_owned())))
+        .collect();
+    if linux {
+        let base = libraries.join("libggml-base.so.0");
+        if let Some(openmp) = needed_from_system(&base, "libgomp.so.1") {
+            shipped.push((openmp, "libgomp.so.1".into()));
+        }
+    }
     // Beside the binary, and beside the tests and benchmarks (in deps/), which load them too;
     // in examples/ as well, where llama-cpp-sys-2 links the unversioned names to these (a link
     // left dangling there fails its next build with other features).
@@ -59,8 +74,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         folders.push(examples);
     }
     for folder in folders {
-        for path in &shipped {
-            let to = folder.join(path.file_name().ok_or("a library has no name")?);
+        for (path, name) in &shipped {
+            let to = folder.join(name);
             // Replaced, not hard-linked: a build with other features has its own.
             let _ = std::fs::remove_file(&to);
             std::fs::copy(path, &to)?;
@@ -71,11 +86,32 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     match std::env::var("CARGO_CFG_TARGET_OS").as_deref() {
-        Ok("linux") => println!("cargo:rustc-link-arg=-Wl,-rpath,$ORIGIN"),
+        // DT_RPATH, not DT_RUNPATH: the binary's folder is searched for what its libraries
+        // need as well (libggml-base's libgomp), not only for what it needs itself.
+        Ok("linux") => println!("cargo:rustc-link-arg=-Wl,-rpath,$ORIGIN,--disable-new-dtags"),
         Ok("macos") => println!("cargo:rustc-link-arg=-Wl,-rpath,@executable_path"),
         _ => {}
     }
     Ok(())
+}
+
+/// Where the dynamic loader finds `name`, a library `library` needs, on this machine
+/// (`ldd`'s answer), when it is found outside `library`'s folder. Cargo's library path for
+/// build scripts (target/<profile>/deps, where an earlier run copied it) is left out.
+fn needed_from_system(library: &Path, name: &str) -> Option<PathBuf> {
+    let out = std::process::Command::new("ldd")
+        .arg(library)
+        .env_remove("LD_LIBRARY_PATH")
+        .output()
+        .ok()?;
+    let found = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|line| {
+            let (needed, at) = line.trim().split_once(" => ")?;
+            let at = at.split(" (").next()?.trim();
+            (needed == name && at.starts_with('/')).then(|| PathBuf::from(at))
+        })?;
+    (found.parent() != library.parent()).then_some(found)
 }
 
 /// A backend module that ships: `libggml-cpu-haswell.so`, `ggml-vulkan.dll`, …

@@ -4,6 +4,7 @@
 //! kernels (the Sapphire Rapids build is not shipped).
 
 use crate::build::{AMX_MARKERS, contains};
+use crate::common::venv_bin;
 use crate::install::{npm_install, run};
 use crate::local::{CAPITAL, TURN, answers_paris, first_try, log_line};
 use std::path::{Path, PathBuf};
@@ -199,25 +200,11 @@ async fn the_best_cpu_build_this_cpu_runs_is_the_one_loaded() {
 async fn without_the_vulkan_loader_the_vulkan_build_starts_and_runs_on_the_cpu() {
     let _turn = TURN.lock().await;
     let _ = first_try();
-    let loader = [
-        "/usr/lib/x86_64-linux-gnu/libvulkan.so.1",
-        "/lib/x86_64-linux-gnu/libvulkan.so.1",
-        "/usr/lib64/libvulkan.so.1",
-    ]
-    .iter()
-    .find_map(|p| std::fs::canonicalize(p).ok())
-    .expect("the Vulkan loader is installed (scripts/vulkan-deps)");
+    let loader = system_library("libvulkan.so.1")
+        .expect("the Vulkan loader is installed (scripts/vulkan-deps)");
     let (_, stderr) = answers_paris(
-        Command::new("unshare")
-            .args([
-                "-m",
-                "sh",
-                "-c",
-                r#"mount --bind /dev/null "$1" && exec "$2" try "$3""#,
-                "sh",
-            ])
-            .arg(&loader)
-            .args([BIN, CAPITAL])
+        hiding(&loader, Path::new(BIN))
+            .args(["try", CAPITAL])
             .env("RUST_LOG", "warn")
             .env("GGML_VK_VISIBLE_DEVICES", "0"),
     );
@@ -225,7 +212,8 @@ async fn without_the_vulkan_loader_the_vulkan_build_starts_and_runs_on_the_cpu()
 }
 
 /// The npm package of this build carries llama.cpp's libraries and modules beside its binary,
-/// and `npx agent-as-model`, installed from it, loads the CPU build from there.
+/// and `npx agent-as-model`, installed from it, loads the CPU build from there, on a system
+/// without an OpenMP runtime of its own.
 #[tokio::test]
 async fn the_npm_package_carries_the_modules_and_its_binary_loads_them() {
     let _turn = TURN.lock().await;
@@ -234,17 +222,7 @@ async fn the_npm_package_carries_the_modules_and_its_binary_loads_them() {
     let dir = std::env::temp_dir().join(format!("aam-npm-modules-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    // What the release workflow passes: the regular files of llama.cpp's beside the binary.
-    let libraries: Vec<PathBuf> = std::fs::read_dir(Path::new(BIN).parent().unwrap())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| {
-            let name = p.file_name().unwrap().to_string_lossy().into_owned();
-            std::fs::symlink_metadata(p).unwrap().is_file()
-                && (name.contains("ggml") || name.contains("llama"))
-                && (name.ends_with(".so") || name.contains(".so."))
-        })
-        .collect();
+    let libraries = libraries();
     let platform = dir.join("platform");
     run(Command::new("node")
         .arg(root.join("npm/build.js"))
@@ -253,7 +231,7 @@ async fn the_npm_package_carries_the_modules_and_its_binary_loads_them() {
         .args(&libraries));
     let app = npm_install(&dir, &platform);
     let (_, stderr) = answers_paris(
-        Command::new(app.join("node_modules/.bin/agent-as-model"))
+        without_openmp(&app.join("node_modules/.bin/agent-as-model"))
             .args(["try", CAPITAL])
             .env("RUST_LOG", "warn,llama-cpp-2=info"),
     );
@@ -263,4 +241,116 @@ async fn the_npm_package_carries_the_modules_and_its_binary_loads_them() {
         "{loaded}"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The PyPI wheel of this build carries llama.cpp's libraries, its modules and the OpenMP
+/// runtime beside its binary (maturin's wheel, repacked by scripts/wheel-libraries as the
+/// release does): installed into a fresh environment, its binary starts on a system without
+/// an OpenMP runtime of its own and loads the CPU build from the environment's bin/.
+#[tokio::test]
+async fn the_wheel_carries_the_modules_and_its_binary_loads_them() {
+    let _turn = TURN.lock().await;
+    let _ = first_try();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let wheel = std::fs::read_dir(root.join("target/dist"))
+        .ok()
+        .into_iter()
+        .flatten()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "whl"))
+        .expect("maturin's wheel in target/dist: run scripts/test");
+    let dir = std::env::temp_dir().join(format!("aam-wheel-modules-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    // The release repacks the wheel of the dynamic-backends build; here maturin's wheel of the
+    // test build gets this build's binary as well.
+    let libraries = libraries();
+    run(Command::new(root.join("scripts/wheel-libraries"))
+        .arg(&wheel)
+        .arg(dir.join("dist"))
+        .arg(BIN)
+        .args(&libraries)
+        .env("PYTHON", venv_bin("python")));
+    let repacked = dir.join("dist").join(wheel.file_name().unwrap());
+    let venv = dir.join("venv");
+    run(Command::new("python3").args(["-m", "venv"]).arg(&venv));
+    run(Command::new(venv.join("bin/pip"))
+        .args([
+            "install",
+            "--quiet",
+            "--no-index",
+            "--disable-pip-version-check",
+        ])
+        .arg(&repacked));
+    let bin = venv.join("bin");
+    for library in &libraries {
+        let name = library.file_name().unwrap();
+        assert!(bin.join(name).is_file(), "{name:?} is not in {bin:?}");
+    }
+    assert!(
+        bin.join("libgomp.so.1").is_file(),
+        "no OpenMP runtime in {bin:?}"
+    );
+    let (_, stderr) = answers_paris(
+        without_openmp(&bin.join("agent-as-model"))
+            .args(["try", CAPITAL])
+            .env("RUST_LOG", "warn,llama-cpp-2=info"),
+    );
+    let loaded = log_line(&stderr, "loaded CPU backend from");
+    assert!(
+        loaded.contains(&format!("{}/libggml-cpu-", bin.display())),
+        "{loaded}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// What the release packs with the binary: the files beside it that scripts/beside-binary
+/// lists (llama.cpp's libraries and modules, and the OpenMP runtime build.rs copied there).
+fn libraries() -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let listed =
+        run(Command::new(root.join("scripts/beside-binary")).arg(Path::new(BIN).parent().unwrap()));
+    let libraries: Vec<PathBuf> = listed.lines().map(PathBuf::from).collect();
+    assert!(
+        libraries.iter().any(|l| l.ends_with("libggml-base.so.0"))
+            && libraries.iter().any(|l| l.ends_with("libgomp.so.1")),
+        "{listed}"
+    );
+    libraries
+}
+
+/// Where this system keeps the library `name` (the file its link names).
+fn system_library(name: &str) -> Option<PathBuf> {
+    [
+        "/usr/lib/x86_64-linux-gnu",
+        "/lib/x86_64-linux-gnu",
+        "/usr/lib64",
+    ]
+    .iter()
+    .find_map(|dir| std::fs::canonicalize(Path::new(dir).join(name)).ok())
+}
+
+/// `program`, to be given its arguments, run where `file` reads as empty: in a mount
+/// namespace of its own with /dev/null bound over it.
+fn hiding(file: &Path, program: &Path) -> Command {
+    let mut command = Command::new("unshare");
+    command
+        .args([
+            "-m",
+            "sh",
+            "-c",
+            r#"mount --bind /dev/null "$1" && shift && exec "$@""#,
+            "sh",
+        ])
+        .arg(file)
+        .arg(program);
+    command
+}
+
+/// `program` run where the system's OpenMP runtime cannot be loaded.
+fn without_openmp(program: &Path) -> Command {
+    hiding(
+        &system_library("libgomp.so.1").expect("libgomp, which llama.cpp's build links"),
+        program,
+    )
 }
