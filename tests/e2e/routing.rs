@@ -267,6 +267,7 @@ async fn the_embedded_model_and_litellm_answer_by_name_and_list_models_shows_eve
         crate::local::first_try().status.success(),
         "the model could not be fetched"
     );
+    let _turn = crate::local::TURN.lock().await;
     let port = free_port();
     let _litellm = crate::litellm::start(port);
     crate::litellm::wait_until_up(port).await;
@@ -654,6 +655,7 @@ async fn local_entries_of_one_model_file_share_an_engine() {
         crate::local::first_try().status.success(),
         "the model could not be fetched"
     );
+    let _turn = crate::local::TURN.lock().await;
     let one = "[[models]]\nname = \"a\"\nbackend = \"local\"\n".to_owned();
     let four: String = ["a", "b", "c", "d"]
         .iter()
