@@ -476,16 +476,34 @@ const NO_DEVICE_HINT: &str = if cfg!(feature = "vulkan") {
     "the system's GPU driver lists its devices"
 };
 
+/// A model's weights as loaded, and where.
+struct Weights {
+    model: LlamaModel,
+    /// The layers placed on a GPU, as `list_models` reports them: a number, or `all`.
+    gpu_layers: String,
+    /// The context per slot llama.cpp's fit left room for, when it chose one.
+    fitted_context: Option<usize>,
+}
+
+impl Weights {
+    fn on(model: LlamaModel, gpu_layers: String, fitted_context: Option<usize>) -> Weights {
+        Weights {
+            model,
+            gpu_layers,
+            fitted_context,
+        }
+    }
+}
+
 /// The model's weights, with `asked` of their layers on a GPU where `devices` has one: `auto`
 /// places as many as llama.cpp's fit finds room for (and the context with them), and falls
-/// back to the CPU (saying so) when they do not load. Also the layers placed, as `list_models`
-/// reports them, and the context per slot the fit left room for, when it chose one.
+/// back to the CPU (saying so) when they do not load.
 fn load_weights(
     backend: &LlamaBackend,
     path: &Path,
     settings: &Settings,
     devices: &[llama_cpp_2::LlamaBackendDevice],
-) -> Result<(LlamaModel, String, Option<usize>), EngineError> {
+) -> Result<Weights, EngineError> {
     use crate::config::GpuLayers;
     let asked = settings.gpu_layers;
     let gpu = devices.iter().find(|d| {
@@ -511,13 +529,13 @@ fn load_weights(
         );
     }
     Ok(match (asked, gpu) {
-        (GpuLayers::Count(n), Some(_)) => (
+        (GpuLayers::Count(n), Some(_)) => Weights::on(
             load(&LlamaModelParams::default().with_n_gpu_layers(n))?,
             n.to_string(),
             None,
         ),
         // No GPU: the CPU, as llama.cpp runs it by default.
-        (_, None) => (load(&LlamaModelParams::default())?, "0".to_owned(), None),
+        (_, None) => Weights::on(load(&LlamaModelParams::default())?, "0".to_owned(), None),
         (GpuLayers::Auto, Some(gpu)) => {
             let (params, context) = match fit(path, settings) {
                 Some((params, context)) => (params, context),
@@ -530,7 +548,7 @@ fn load_weights(
                         .ok()
                         .filter(|&n| n <= model.n_layer())
                         .map_or_else(|| "all".to_owned(), |n| n.to_string());
-                    (model, layers, context)
+                    Weights::on(model, layers, context)
                 }
                 // Where they do not fit, the CPU, and the log says so.
                 Err(e) => {
@@ -539,7 +557,7 @@ fn load_weights(
                         "the model did not load on the GPU: loading it on the CPU \
                          (set --gpu-layers to put fewer layers there)"
                     );
-                    (
+                    Weights::on(
                         load(&LlamaModelParams::default().with_n_gpu_layers(0))?,
                         "0".to_owned(),
                         None,
@@ -616,7 +634,11 @@ impl Model {
             return Err(EngineError::Missing { file: file() });
         }
         let devices = llama_cpp_2::list_llama_ggml_backend_devices();
-        let (model, gpu_layers, fitted) = load_weights(backend, path, settings, &devices)?;
+        let Weights {
+            model,
+            gpu_layers,
+            fitted_context,
+        } = load_weights(backend, path, settings, &devices)?;
         let meta = |key: &str| model.meta_val_str(key).ok().filter(|s| !s.is_empty());
         let architecture = meta("general.architecture").unwrap_or_default();
         let name = meta("general.name").unwrap_or_else(|| architecture.clone());
@@ -639,7 +661,7 @@ impl Model {
             (asked, trained) => asked.min(trained),
         };
         // What the GPU's memory has room for, when the fit chose the context.
-        let context = fitted.map_or(context, |fitted| context.min(fitted));
+        let context = fitted_context.map_or(context, |fitted| context.min(fitted));
         let file_type = meta("general.file_type")
             .and_then(|t| t.parse::<u32>().ok())
             .and_then(file_type_name)
