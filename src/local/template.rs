@@ -495,20 +495,42 @@ fn isolated(
             return Err(TemplateError::Failed);
         }
     };
-    // Its pipes are closed: it is ending. Waited for until the deadline, then killed.
-    let status = loop {
+    // Its pipes are closed: it is ending.
+    let status = exit_within(&mut child, started, limits.deadline);
+    answer(&out, &err, status, sandbox, limits)
+}
+
+/// The renderer's exit status, waited for until `deadline` after `started`; killed then (no
+/// status).
+fn exit_within(
+    child: &mut std::process::Child,
+    started: std::time::Instant,
+    deadline: Duration,
+) -> Option<std::process::ExitStatus> {
+    loop {
         match child.try_wait() {
-            Ok(Some(status)) => break Some(status),
-            Ok(None) if started.elapsed() < limits.deadline => {
+            Ok(Some(status)) => return Some(status),
+            Ok(None) if started.elapsed() < deadline => {
                 std::thread::sleep(Duration::from_millis(5));
             }
             _ => {
-                end(&mut child);
-                break None;
+                end(child);
+                return None;
             }
         }
-    };
-    if let Ok(reply) = serde_json::from_slice::<Reply>(&out) {
+    }
+}
+
+/// What the renderer's reply (`out`), its stderr and its exit `status` say: the text, the
+/// limit it reached, or how it failed.
+fn answer(
+    out: &[u8],
+    err: &[u8],
+    status: Option<std::process::ExitStatus>,
+    sandbox: &Sandbox,
+    limits: Limits,
+) -> Result<String, TemplateError> {
+    if let Ok(reply) = serde_json::from_slice::<Reply>(out) {
         return match reply {
             Reply::Ok(text) => Ok(text),
             Reply::Fuel => Err(TemplateError::Fuel { fuel: limits.fuel }),
@@ -517,8 +539,7 @@ fn isolated(
             Reply::Render(message) => Err(TemplateError::Render(message)),
         };
     }
-    let err = String::from_utf8_lossy(&err);
-    if err.contains("memory allocation of") {
+    if String::from_utf8_lossy(err).contains("memory allocation of") {
         return Err(TemplateError::Memory {
             limit: sandbox.memory,
         });
