@@ -5,7 +5,7 @@
 
 use crate::build::{AMX_MARKERS, contains};
 use crate::common::venv_bin;
-use crate::install::{npm_install, run};
+use crate::install::{built_wheel, npm_install, pip_install, run};
 use crate::local::{CAPITAL, TURN, answers_paris, first_try, log_line};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -252,13 +252,7 @@ async fn the_wheel_carries_the_modules_and_its_binary_loads_them() {
     let _turn = TURN.lock().await;
     let _ = first_try();
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let wheel = std::fs::read_dir(root.join("target/dist"))
-        .ok()
-        .into_iter()
-        .flatten()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.extension().is_some_and(|x| x == "whl"))
-        .expect("maturin's wheel in target/dist: run scripts/test");
+    let wheel = built_wheel();
     let dir = std::env::temp_dir().join(format!("aam-wheel-modules-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -273,15 +267,7 @@ async fn the_wheel_carries_the_modules_and_its_binary_loads_them() {
         .env("PYTHON", venv_bin("python")));
     let repacked = dir.join("dist").join(wheel.file_name().unwrap());
     let venv = dir.join("venv");
-    run(Command::new("python3").args(["-m", "venv"]).arg(&venv));
-    run(Command::new(venv.join("bin/pip"))
-        .args([
-            "install",
-            "--quiet",
-            "--no-index",
-            "--disable-pip-version-check",
-        ])
-        .arg(&repacked));
+    pip_install(&venv, &repacked);
     let bin = venv.join("bin");
     for library in &libraries {
         let name = library.file_name().unwrap();

@@ -58,14 +58,7 @@ async fn round_trip(launcher: &Path) {
 
 #[tokio::test]
 async fn the_wheel_installs_and_its_console_script_serves() {
-    let dist = Path::new(ROOT).join("target/dist");
-    let wheel = std::fs::read_dir(&dist)
-        .ok()
-        .into_iter()
-        .flatten()
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .find(|p| p.extension().is_some_and(|x| x == "whl"))
-        .unwrap_or_else(|| panic!("no wheel in {}: run scripts/test", dist.display()));
+    let wheel = built_wheel();
     let name = wheel.file_name().unwrap().to_string_lossy().into_owned();
     assert!(
         name.starts_with(&format!("agent_as_model-{}-", env!("CARGO_PKG_VERSION"))),
@@ -86,7 +79,26 @@ async fn the_wheel_installs_and_its_console_script_serves() {
         "the wheel's version {version:?} is not newer than the Python original's 0.2.0"
     );
     let venv = scratch("wheel");
-    run(Command::new("python3").args(["-m", "venv"]).arg(&venv));
+    pip_install(&venv, &wheel);
+    round_trip(&venv.join("bin/agent-as-model")).await;
+    let _ = std::fs::remove_dir_all(&venv);
+}
+
+/// The wheel scripts/test built with maturin into `target/dist`.
+pub fn built_wheel() -> PathBuf {
+    let dist = Path::new(ROOT).join("target/dist");
+    std::fs::read_dir(&dist)
+        .ok()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.extension().is_some_and(|x| x == "whl"))
+        .unwrap_or_else(|| panic!("no wheel in {}: run scripts/test", dist.display()))
+}
+
+/// A fresh virtual environment at `venv` with `wheel` installed into it, offline.
+pub fn pip_install(venv: &Path, wheel: &Path) {
+    run(Command::new("python3").args(["-m", "venv"]).arg(venv));
     run(Command::new(venv.join("bin/pip"))
         .args([
             "install",
@@ -94,9 +106,7 @@ async fn the_wheel_installs_and_its_console_script_serves() {
             "--no-index",
             "--disable-pip-version-check",
         ])
-        .arg(&wheel));
-    round_trip(&venv.join("bin/agent-as-model")).await;
-    let _ = std::fs::remove_dir_all(&venv);
+        .arg(wheel));
 }
 
 /// The launcher and the platform package made in `platform` (npm/build.js), packed into `dir`
