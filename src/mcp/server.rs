@@ -159,22 +159,7 @@ impl Server {
             if let Some(reporter) = started {
                 reporter.stop().await;
             }
-            match served? {
-                Served::Answered(answered) => {
-                    let usage = answered.finished.usage;
-                    record.answered(&answered.report.entry, usage);
-                    Ok(tool_result(shape, *answered).into())
-                }
-                Served::Asked => caller
-                    .take_asked()
-                    .map(CallToolResponse::InputRequired)
-                    .ok_or_else(|| {
-                        CallError::fault(
-                            FaultKind::Internal,
-                            "the call stopped for an input-required round that was not made",
-                        )
-                    }),
-            }
+            response(shape, served?, &caller, record)
         }
         .await;
         result.or_else(|e| {
@@ -185,6 +170,32 @@ impl Server {
             });
             edge(shape.name(), e)
         })
+    }
+}
+
+/// The tool's response to what the service made of a call: its result, or the input-required
+/// round the caller made.
+fn response(
+    shape: &'static dyn Shape,
+    served: Served,
+    caller: &Caller<'_>,
+    record: &mut Record,
+) -> Result<CallToolResponse, CallError> {
+    match served {
+        Served::Answered(answered) => {
+            let usage = answered.finished.usage;
+            record.answered(&answered.report.entry, usage);
+            Ok(tool_result(shape, *answered).into())
+        }
+        Served::Asked => caller
+            .take_asked()
+            .map(CallToolResponse::InputRequired)
+            .ok_or_else(|| {
+                CallError::fault(
+                    FaultKind::Internal,
+                    "the call stopped for an input-required round that was not made",
+                )
+            }),
     }
 }
 
