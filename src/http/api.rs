@@ -1073,8 +1073,20 @@ pub(super) async fn stream_answer(
             }
         }
     };
+    end_stream(stream.as_mut(), &mut pieces, result, &frames, within).await;
+}
+
+/// The stream's end, once the answer is made: the pieces still queued, then its last frames
+/// (the whole answer's, or the error's), after the response is saved where it is kept.
+async fn end_stream(
+    stream: &mut dyn Encode,
+    pieces: &mut mpsc::UnboundedReceiver<Piece>,
+    result: Result<Answered, ApiError>,
+    frames: &mpsc::Sender<Bytes>,
+    within: Duration,
+) {
     while let Ok(piece) = pieces.try_recv() {
-        if !hand_over(&frames, stream.piece(piece), within).await {
+        if !hand_over(frames, stream.piece(piece), within).await {
             return;
         }
     }
@@ -1085,7 +1097,7 @@ pub(super) async fn stream_answer(
     if let Some(saving) = stream.save() {
         saving.await;
     }
-    hand_over(&frames, last, within).await;
+    hand_over(frames, last, within).await;
 }
 
 /// Hands the answer's pieces (and Anthropic's pings) to the client while it is made; its
