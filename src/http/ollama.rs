@@ -12,7 +12,7 @@ use super::api::{
     with_warnings,
 };
 use crate::api::ollama::{Encoder, Ollama, model_named, translate};
-use crate::api::{Api, ApiError, Dialect, ErrorKind};
+use crate::api::{Admitted, Api, ApiError, Dialect, ErrorKind};
 use crate::backends::direct::Model;
 use crate::call::Call;
 use crate::local::{fetch, hub};
@@ -424,6 +424,23 @@ fn one(object: &Value, stream: bool) -> Response {
     response
 }
 
+/// An Ollama request admitted and read: the admission, the model as asked and as this server
+/// names it, and the call it makes; or the response refusing it.
+async fn read_request(
+    api: &Api,
+    dialect: Dialect,
+    body: Bytes,
+) -> Result<(Admitted, String, String, Ollama), Box<Response>> {
+    let (admitted, map) = admitted_object(api, dialect, body).await?;
+    let asked = model_named(&map).map_err(|e| Box::new(error(dialect, &e, &[])))?;
+    let Some((_, called)) = resolve(api, &asked) else {
+        return Err(Box::new(not_found(&asked)));
+    };
+    let ollama =
+        translate(dialect, &map, &called).map_err(|e| Box::new(error(dialect, &e, &[])))?;
+    Ok((admitted, asked, called, ollama))
+}
+
 async fn respond(
     api: Arc<Api>,
     dialect: Dialect,
@@ -432,22 +449,10 @@ async fn respond(
     started: Instant,
     record: &mut Record,
 ) -> Response {
-    let (admitted, map) = match admitted_object(&api, dialect, body).await {
-        Ok(admitted) => admitted,
+    let (admitted, asked, called, ollama) = match read_request(&api, dialect, body).await {
+        Ok(read) => read,
         Err(refused) => return *refused,
     };
-    let asked = match model_named(&map) {
-        Ok(name) => name,
-        Err(e) => return error(dialect, &e, &[]),
-    };
-    let Some((_, called)) = resolve(&api, &asked) else {
-        return not_found(&asked);
-    };
-    let ollama = match translate(dialect, &map, &called) {
-        Ok(ollama) => ollama,
-        Err(e) => return error(dialect, &e, &[]),
-    };
-    drop(map);
     let stream = ollama.prepared.stream;
     let model = api.service.backends().direct_model(&called).cloned();
     // How long the model stays loaded after this request, as Ollama's clients say it (as
