@@ -267,21 +267,7 @@ pub fn translate(
     model: &str,
 ) -> Result<Ollama, ApiError> {
     refuse(body)?;
-    let mut warnings = Vec::new();
-    let fields: &[&str] = if dialect == Dialect::OllamaChat {
-        &CHAT_FIELDS
-    } else {
-        &GENERATE_FIELDS
-    };
-    for key in body.keys().filter(|k| !fields.contains(&k.as_str())) {
-        warnings.push(format!(
-            "unknown field `{}` was ignored",
-            crate::error::clip(key)
-        ));
-    }
-    if body.get("truncate").is_some() {
-        warnings.push("`truncate` was ignored: a prompt over the context is refused".into());
-    }
+    let mut warnings = ignored(dialect, body);
     let mut args = Map::new();
     args.insert("model".into(), json!(model));
     let keep = keep_alive(body)?;
@@ -314,7 +300,44 @@ pub fn translate(
         args.insert("response_format".into(), format);
     }
     options(body.get("options"), &mut args, &mut out, &mut warnings)?;
-    match body.get("think") {
+    think(body.get("think"), &mut args, &mut out)?;
+    let stream = opt_bool(body, "stream")?.unwrap_or(true);
+    out.prepared = Prepared {
+        arguments: args,
+        stream,
+        include_usage: false,
+        warnings,
+        system_messages: 0,
+    };
+    Ok(out)
+}
+
+/// The warnings for the fields of `body` this server does not take.
+fn ignored(dialect: Dialect, body: &Map<String, Value>) -> Vec<String> {
+    let fields: &[&str] = if dialect == Dialect::OllamaChat {
+        &CHAT_FIELDS
+    } else {
+        &GENERATE_FIELDS
+    };
+    let mut warnings: Vec<String> = body
+        .keys()
+        .filter(|k| !fields.contains(&k.as_str()))
+        .map(|key| format!("unknown field `{}` was ignored", crate::error::clip(key)))
+        .collect();
+    if body.get("truncate").is_some() {
+        warnings.push("`truncate` was ignored: a prompt over the context is refused".into());
+    }
+    warnings
+}
+
+/// `think`: `true` asks for the reasoning back as `thinking`; `false` or a level is the
+/// call's `reasoning_effort`.
+fn think(
+    think: Option<&Value>,
+    args: &mut Map<String, Value>,
+    out: &mut Ollama,
+) -> Result<(), ApiError> {
+    match think {
         None | Some(Value::Null) => {}
         Some(Value::Bool(true)) => out.think = true,
         Some(Value::Bool(false)) => {
@@ -333,15 +356,7 @@ pub fn translate(
             ));
         }
     }
-    let stream = opt_bool(body, "stream")?.unwrap_or(true);
-    out.prepared = Prepared {
-        arguments: args,
-        stream,
-        include_usage: false,
-        warnings,
-        system_messages: 0,
-    };
-    Ok(out)
+    Ok(())
 }
 
 /// `format`: `"json"` (any JSON object) or a JSON Schema, as `response_format`.
