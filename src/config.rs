@@ -68,6 +68,18 @@ impl std::fmt::Display for Backend {
     }
 }
 
+/// What an Ollama request's `keep_alive` may do to a local model (`--request-keep-alive`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum RequestKeepAlive {
+    /// As Ollama does: it sets how long the model stays loaded after the request (`0`
+    /// unloads it once its calls are answered).
+    #[default]
+    Honour,
+    /// Answered as if it were not given, with a warning: the model keeps its configured
+    /// keep-alive.
+    Ignore,
+}
+
 /// What answers when the host cannot sample.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Fallback {
@@ -198,6 +210,11 @@ pub struct Config {
     #[arg(long, env = "AGENT_AS_MODEL_STREAM_WRITE_TIMEOUT_SECS", default_value_t = 30,
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub stream_write_timeout_secs: u64,
+    /// Seconds a Responses WebSocket may wait between creates before it is closed (pings do
+    /// not extend it)
+    #[arg(long, env = "AGENT_AS_MODEL_WEBSOCKET_IDLE_SECS", default_value_t = 900,
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub websocket_idle_secs: u64,
 
     /// Where Responses are kept for previous_response_id and GET /v1/responses/{id}: `memory`
     /// (this process), or a Redis URL (redis://host:port[/db]) that replicas share. Read by
@@ -416,6 +433,15 @@ pub struct LocalArgs {
     #[arg(long, env = "AGENT_AS_MODEL_LOCAL_KEEP_ALIVE", default_value_t = -1,
           allow_hyphen_values = true)]
     pub local_keep_alive: i64,
+
+    /// What an Ollama request's `keep_alive` does: `honour` (it sets how long the model stays
+    /// loaded after the request, `0` unloading it for everyone once its calls are answered, as
+    /// Ollama does) or `ignore` (the request is answered as if it gave none, with a warning in
+    /// the `x-agent-as-model-warnings` header and the log: a model keeps --local-keep-alive or
+    /// its models file entry's `keep_alive`, and no client unloads it for the others)
+    #[arg(long, env = "AGENT_AS_MODEL_REQUEST_KEEP_ALIVE", value_enum,
+          default_value_t = RequestKeepAlive::Honour)]
+    pub request_keep_alive: RequestKeepAlive,
 
     /// The memory the loaded local models may take together, in bytes or with a unit (`8G`,
     /// `512M`): a model that would go over it first unloads the least recently used idle
@@ -657,6 +683,7 @@ mod tests {
         let c = Config::try_parse_from(["agent-as-model"]).unwrap();
         assert_eq!(c.local.gpu_layers, GpuLayers::Auto);
         assert_eq!(c.local.local_keep_alive, -1);
+        assert_eq!(c.local.request_keep_alive, RequestKeepAlive::Honour);
         assert_eq!(c.local.local_memory, None);
         let c = Config::try_parse_from([
             "agent-as-model",
@@ -670,6 +697,9 @@ mod tests {
         .unwrap();
         assert_eq!(c.local.gpu_layers, GpuLayers::Count(0));
         assert_eq!(c.local.local_memory, Some(2 << 30));
+        let c =
+            Config::try_parse_from(["agent-as-model", "--request-keep-alive", "ignore"]).unwrap();
+        assert_eq!(c.local.request_keep_alive, RequestKeepAlive::Ignore);
     }
 
     #[test]

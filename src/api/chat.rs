@@ -67,8 +67,8 @@ pub struct Usage {
     pub prompt_tokens: usize,
     pub completion_tokens: usize,
     pub total_tokens: usize,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub prompt_tokens_details: Option<CachedTokens>,
+    /// Always there, as OpenAI always sends it (0 when the backend said nothing of a cache).
+    pub prompt_tokens_details: CachedTokens,
     /// Counted by this server from the text, not by the model.
     pub estimated: bool,
 }
@@ -79,7 +79,9 @@ impl From<crate::call::Usage> for Usage {
             prompt_tokens: u.prompt,
             completion_tokens: u.completion,
             total_tokens: u.total(),
-            prompt_tokens_details: u.cached.map(|cached_tokens| CachedTokens { cached_tokens }),
+            prompt_tokens_details: CachedTokens {
+                cached_tokens: u.cached.unwrap_or(0),
+            },
             estimated: u.estimated,
         }
     }

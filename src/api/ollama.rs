@@ -56,7 +56,7 @@ const UNAPPLIED_OPTIONS: [&str; 22] = [
 ];
 
 /// The fields of `/api/chat` read here (others are reported as unknown).
-const CHAT_FIELDS: [&str; 10] = [
+const CHAT_FIELDS: [&str; 12] = [
     "model",
     "messages",
     "tools",
@@ -67,10 +67,12 @@ const CHAT_FIELDS: [&str; 10] = [
     "think",
     "template",
     "truncate",
+    "logprobs",
+    "top_logprobs",
 ];
 
 /// The fields of `/api/generate` read here.
-const GENERATE_FIELDS: [&str; 15] = [
+const GENERATE_FIELDS: [&str; 17] = [
     "model",
     "prompt",
     "suffix",
@@ -86,6 +88,8 @@ const GENERATE_FIELDS: [&str; 15] = [
     "think",
     "tools",
     "truncate",
+    "logprobs",
+    "top_logprobs",
 ];
 
 /// An Ollama request, translated.
@@ -109,6 +113,33 @@ pub struct Ollama {
 }
 
 impl Ollama {
+    /// Whether the request asks for reasoning: `think: true` or an effort (`false` is
+    /// reasoning turned off).
+    pub fn thinks(&self) -> bool {
+        self.think
+            || self
+                .prepared
+                .arguments
+                .get("reasoning_effort")
+                .and_then(Value::as_str)
+                .is_some_and(|effort| effort != "none")
+    }
+
+    /// The request's `keep_alive` set aside (`--request-keep-alive ignore`): the model keeps
+    /// its own, and a request to unload it is answered without unloading it. Whether it gave
+    /// one (then the warning says so).
+    pub fn ignore_keep_alive(&mut self) -> bool {
+        if self.keep_alive.take().is_none() {
+            return false;
+        }
+        self.prepared.warnings.push(
+            "`keep_alive` was ignored: this server keeps its models loaded as it is configured \
+             (--request-keep-alive ignore)"
+                .into(),
+        );
+        true
+    }
+
     /// What the translated arguments cannot say, applied to the parsed call.
     pub fn apply(&self, call: &mut Call) {
         if self.top_k.is_some() {
@@ -247,6 +278,26 @@ fn refuse(body: &Map<String, Value>) -> Result<(), ApiError> {
             "template",
             "a Go template of the prompt is not taken here: the model's own chat template \
              renders the prompt; send `raw: true` with the whole prompt written out instead",
+        ));
+    }
+    // No backend here reports log probabilities (and `/v1` refuses them too).
+    let none = "log probabilities are not available: no backend here reports them";
+    if body
+        .get("logprobs")
+        .is_some_and(|v| !v.is_null() && v != &Value::Bool(false))
+    {
+        return Err(invalid(
+            "logprobs",
+            format!("{none}; leave `logprobs` out (or false)"),
+        ));
+    }
+    if body
+        .get("top_logprobs")
+        .is_some_and(|v| !v.is_null() && v.as_u64() != Some(0))
+    {
+        return Err(invalid(
+            "top_logprobs",
+            format!("{none}; leave `top_logprobs` out (or 0)"),
         ));
     }
     if body.get("context").is_some_and(|c| !c.is_null()) {
@@ -1130,6 +1181,12 @@ mod tests {
             ),
             (Dialect::OllamaChat, json!({"think": "very"}), "think"),
             (Dialect::OllamaChat, json!({"stream": "yes"}), "stream"),
+            (Dialect::OllamaChat, json!({"logprobs": true}), "logprobs"),
+            (
+                Dialect::OllamaGenerate,
+                json!({"prompt": "a", "top_logprobs": 3}),
+                "top_logprobs",
+            ),
         ] {
             let e = translate(dialect, &body(b.clone()), "m").unwrap_err();
             assert_eq!(e.status, 400, "{b}");
@@ -1138,6 +1195,34 @@ mod tests {
             assert_eq!(e.body(dialect), json!({"error": e.message}));
         }
         assert!(model_named(&body(json!({}))).is_err());
+        // Turned off or zero, they ask for nothing and are taken without a warning.
+        let t = translate(
+            Dialect::OllamaChat,
+            &body(json!({"logprobs": false, "top_logprobs": 0})),
+            "m",
+        )
+        .unwrap();
+        assert!(t.prepared.warnings.is_empty(), "{:?}", t.prepared.warnings);
+    }
+
+    #[test]
+    fn thinking_asked_for_and_keep_alive_set_aside_are_told_apart() {
+        let read = |b: Value| translate(Dialect::OllamaChat, &body(b), "m").unwrap();
+        for (think, thinks) in [
+            (json!(true), true),
+            (json!("high"), true),
+            (json!(false), false),
+            (Value::Null, false),
+        ] {
+            assert_eq!(read(json!({"think": think})).thinks(), thinks, "{think}");
+        }
+        let mut t = read(json!({"keep_alive": 0}));
+        assert!(t.ignore_keep_alive());
+        assert!(t.keep_alive.is_none() && t.unload && t.load);
+        assert!(t.prepared.warnings[0].contains("keep_alive"));
+        let mut t = read(json!({}));
+        assert!(!t.ignore_keep_alive());
+        assert!(t.prepared.warnings.is_empty());
     }
 
     #[test]

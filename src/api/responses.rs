@@ -322,6 +322,126 @@ impl Stored {
     }
 }
 
+/// How `GET /v1/responses/{id}/input_items` pages the items (OpenAI's query parameters).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Paging {
+    /// Newest first (`order=desc`, the default) or oldest first (`asc`).
+    pub newest_first: bool,
+    /// Most items in one page (`limit`, 1 to 100, 20 by default).
+    pub limit: usize,
+    /// The item the page starts after (`after`).
+    pub after: Option<String>,
+}
+
+impl Paging {
+    /// Reads `order`, `limit` and `after` from a query string; a wrong value is named.
+    pub fn from_query(query: Option<&str>) -> Result<Paging, String> {
+        let mut paging = Paging {
+            newest_first: true,
+            limit: 20,
+            after: None,
+        };
+        let pairs = url::form_urlencoded::parse(query.unwrap_or_default().as_bytes());
+        for (name, value) in pairs {
+            match name.as_ref() {
+                "order" => {
+                    paging.newest_first = match value.as_ref() {
+                        "desc" => true,
+                        "asc" => false,
+                        other => {
+                            return Err(format!(
+                                "`order`: expected \"asc\" or \"desc\", got {:?}",
+                                crate::error::clip(other)
+                            ));
+                        }
+                    }
+                }
+                "limit" => {
+                    paging.limit = value
+                        .parse::<usize>()
+                        .ok()
+                        .filter(|n| (1..=100).contains(n))
+                        .ok_or_else(|| {
+                            format!(
+                                "`limit`: expected a whole number from 1 to 100, got {:?}",
+                                crate::error::clip(&value)
+                            )
+                        })?;
+                }
+                "after" => paging.after = Some(value.into_owned()),
+                _ => {}
+            }
+        }
+        Ok(paging)
+    }
+}
+
+/// The input items a stored response answered, as OpenAI lists them: each with an id (a
+/// message's `msg_…`, stable for the response), a message's `status` and its text as content
+/// parts (`input_text`, or `output_text` for the assistant's), one page of them.
+pub fn input_item_list(response_id: &str, input: &[Value], paging: &Paging) -> Value {
+    let stem = response_id.strip_prefix("resp_").unwrap_or(response_id);
+    let mut items: Vec<Value> = input
+        .iter()
+        .enumerate()
+        .map(|(i, item)| listed_item(stem, i, item))
+        .collect();
+    if paging.newest_first {
+        items.reverse();
+    }
+    let start = paging.after.as_deref().map_or(0, |after| {
+        items
+            .iter()
+            .position(|item| item.get("id").and_then(Value::as_str) == Some(after))
+            .map_or(items.len(), |at| at + 1)
+    });
+    let rest: Vec<Value> = items.into_iter().skip(start).collect();
+    let has_more = rest.len() > paging.limit;
+    let data: Vec<Value> = rest.into_iter().take(paging.limit).collect();
+    json!({"object": "list",
+           "first_id": data.first().and_then(|d| d.get("id")),
+           "last_id": data.last().and_then(|d| d.get("id")),
+           "has_more": has_more,
+           "data": data})
+}
+
+/// One input item as listed: see [`input_item_list`].
+fn listed_item(stem: &str, i: usize, item: &Value) -> Value {
+    let mut item = item.clone();
+    let Some(o) = item.as_object_mut() else {
+        return item;
+    };
+    let kind = o
+        .entry("type")
+        .or_insert_with(|| json!("message"))
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let prefix = match kind.as_str() {
+        "message" => "msg",
+        "function_call" => "fc",
+        "function_call_output" => "fco",
+        "reasoning" => "rs",
+        _ => "item",
+    };
+    o.entry("id")
+        .or_insert_with(|| json!(format!("{prefix}_{stem}_{i}")));
+    if kind == "message" {
+        let assistant = o.get("role").and_then(Value::as_str) == Some("assistant");
+        let part = if assistant {
+            "output_text"
+        } else {
+            "input_text"
+        };
+        if let Some(Value::String(text)) = o.get("content") {
+            let content = json!([{"type": part, "text": text}]);
+            o.insert("content".into(), content);
+        }
+        o.entry("status").or_insert_with(|| json!("completed"));
+    }
+    item
+}
+
 /// A request's `input` as a list of items (a string is one user message).
 pub fn input_items(input: Option<&Value>) -> Vec<Value> {
     match input {
@@ -1090,6 +1210,41 @@ impl super::Encode for Streamed {
 mod tests {
     use super::*;
     use crate::api::sse::tests_support::*;
+
+    #[test]
+    fn input_items_are_listed_as_openai_lists_them_and_paged() {
+        let input = vec![
+            json!({"role": "user", "content": "Hi"}),
+            json!({"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"}),
+            json!({"role": "assistant", "content": "Hello"}),
+        ];
+        let paging = Paging::from_query(None).unwrap();
+        let list = input_item_list("resp_ab", &input, &paging);
+        assert_eq!(list["object"], "list");
+        assert_eq!(list["has_more"], false);
+        // Newest first by default.
+        assert_eq!(list["data"][0]["content"][0]["type"], "output_text");
+        let first = &list["data"][2];
+        assert_eq!(first["id"], "msg_ab_0");
+        assert_eq!(first["type"], "message");
+        assert_eq!(first["status"], "completed");
+        assert_eq!(
+            first["content"],
+            json!([{"type": "input_text", "text": "Hi"}])
+        );
+        assert_eq!(list["data"][1]["id"], "fc_ab_1");
+        assert_eq!(list["first_id"], "msg_ab_2");
+        assert_eq!(list["last_id"], "msg_ab_0");
+        let paging = Paging::from_query(Some("order=asc&limit=1&after=msg_ab_0")).unwrap();
+        let page = input_item_list("resp_ab", &input, &paging);
+        assert_eq!(page["data"].as_array().unwrap().len(), 1);
+        assert_eq!(page["data"][0]["id"], "fc_ab_1");
+        assert_eq!(page["has_more"], true);
+        for wrong in ["order=up", "limit=0", "limit=101", "limit=x"] {
+            let e = Paging::from_query(Some(wrong)).unwrap_err();
+            assert!(e.contains(wrong.split('=').next().unwrap()), "{e}");
+        }
+    }
     use crate::call::Answer;
 
     fn streamed(answered: &crate::service::Answered, pieces: Vec<Piece>) -> Vec<Value> {

@@ -123,11 +123,20 @@ impl Store {
         }
     }
 
-    /// The entry kept under `id`, if any.
-    pub async fn get(&self, id: &str) -> Result<Option<String>, StoreError> {
+    /// The entry kept under `id`, if any (from memory, not copied).
+    pub async fn get(&self, id: &str) -> Result<Option<Arc<str>>, StoreError> {
         match self {
             Store::Memory(m) => Ok(m.get(id)),
-            Store::Redis(r) => r.get(id).await,
+            Store::Redis(r) => Ok(r.get(id).await?.map(Arc::from)),
+        }
+    }
+
+    /// The size in bytes of the entry kept under `id`, if any: what reading it will take,
+    /// known before it is read.
+    pub async fn size(&self, id: &str) -> Result<Option<usize>, StoreError> {
+        match self {
+            Store::Memory(m) => Ok(m.get(id).map(|entry| entry.len())),
+            Store::Redis(r) => r.size(id).await,
         }
     }
 
@@ -204,6 +213,15 @@ impl Redis {
         command.arg(format!("{REDIS_PREFIX}{id}"));
         let mut connection = self.connection.clone();
         bounded(command.query_async::<Option<String>>(&mut connection)).await
+    }
+
+    /// `STRLEN <prefix><id>` (0 for no key: no entry is empty).
+    async fn size(&self, id: &str) -> Result<Option<usize>, StoreError> {
+        let mut command = redis::cmd("STRLEN");
+        command.arg(format!("{REDIS_PREFIX}{id}"));
+        let mut connection = self.connection.clone();
+        let size = bounded(command.query_async::<u64>(&mut connection)).await?;
+        Ok((size > 0).then(|| usize::try_from(size).unwrap_or(usize::MAX)))
     }
 
     /// `DEL <prefix><id>`; whether a key was removed.
@@ -305,7 +323,7 @@ impl Memory {
         }
     }
 
-    fn get(&self, id: &str) -> Option<String> {
+    fn get(&self, id: &str) -> Option<Arc<str>> {
         let mut e = self.lock();
         let kept = e.by_id.get(id)?;
         if kept.expires <= Instant::now() {
@@ -314,7 +332,7 @@ impl Memory {
             }
             return None;
         }
-        Some(kept.entry.to_string())
+        Some(Arc::clone(&kept.entry))
     }
 
     fn delete(&self, id: &str) -> bool {
@@ -394,6 +412,7 @@ mod tests {
         assert_eq!(m.get("a"), None);
         assert_eq!(m.get("b").as_deref(), Some("2"));
         assert_eq!(m.get("c").as_deref(), Some("3"));
+        assert_eq!(m.get("c").map(|e| e.len()), Some(1));
         let m = Memory::new(bounds(100, 25, 60_000));
         m.put("a", "x".repeat(10));
         m.put("b", "y".repeat(10));

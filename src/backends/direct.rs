@@ -133,6 +133,11 @@ pub trait Model: Send + Sync {
     /// unloaded once idle; `None`: as its settings say), for a model this server loads;
     /// others take no notice.
     fn keep_alive(&self, _alive: Option<Option<std::time::Duration>>) {}
+    /// Whether the model answers from the file at `path` (the embedded model's GGUF file,
+    /// given or in the cache); a model with no file of its own says no.
+    fn uses_file(&self, _path: &std::path::Path) -> bool {
+        false
+    }
     /// Waits until the model can answer (the embedded model loaded), or says why it cannot.
     fn ready(&self) -> BoxFuture<'_, CallResult<()>> {
         Box::pin(async { Ok(()) })
@@ -172,16 +177,29 @@ pub struct Embeddings {
     pub prompt_tokens: usize,
 }
 
+/// `v` scaled to length 1 (a zero vector as it is): every backend's embeddings are unit
+/// vectors.
+pub fn normalized(v: &[f32]) -> Vec<f32> {
+    let norm = v
+        .iter()
+        .map(|x| f64::from(*x) * f64::from(*x))
+        .sum::<f64>()
+        .sqrt();
+    if norm > 0.0 {
+        v.iter().map(|x| (f64::from(*x) / norm) as f32).collect()
+    } else {
+        v.to_vec()
+    }
+}
+
 /// Refuses media for a backend that takes text only, naming where it is.
 pub fn text_only(request: &ModelRequest, backend: Backend) -> CallResult<()> {
+    // The request must change, not the server: a 400 naming the part.
     match request.first_media() {
-        Some((turn, kind)) => Err(CallError::backend(
-            backend,
-            format!(
-                "it takes text only, and message {turn} carries {kind} content; send text, or \
-                 use a host or provider whose model takes {kind}"
-            ),
-        )),
+        Some((turn, kind)) => Err(CallError::Invalid(format!(
+            "(message {turn}, its {kind} part): the {backend} model takes text only; send \
+             text, or use a host or provider whose model takes {kind}"
+        ))),
         None => Ok(()),
     }
 }

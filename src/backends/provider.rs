@@ -497,7 +497,10 @@ impl Provider {
         let mut assembly = super::stream::Assembly::new(self.settings.max_tool_calls);
         let mut read = 0usize;
         let mut held = Held::default();
-        while let Some(chunk) = self.chunk(&mut response, deadline).await? {
+        // The timeout runs from the last complete event, not the last byte: a provider that
+        // trickles one endless line is cut as one that sends nothing is.
+        let mut heard = Instant::now();
+        while let Some(chunk) = self.chunk_since(&mut response, heard, deadline).await? {
             read = read.saturating_add(chunk.len());
             if read > max {
                 return Err(fail(format!(
@@ -506,6 +509,9 @@ impl Provider {
                 )));
             }
             let added = assembly.feed(&chunk).map_err(stream_failure)?;
+            if added.events > 0 {
+                heard = Instant::now();
+            }
             // A large chunk is work: let the other calls (and this call's timeout) run.
             tokio::task::yield_now().await;
             if let Some(live) = live.filter(|_| added.any) {
@@ -591,9 +597,28 @@ impl Provider {
 
     /// When a wait for the provider ends: the timeout from now, and never past `deadline`.
     fn by(&self, deadline: Instant) -> Instant {
-        Instant::now()
+        self.after(Instant::now(), deadline)
+    }
+
+    /// The timeout from `since`, and never past `deadline`.
+    fn after(&self, since: Instant, deadline: Instant) -> Instant {
+        since
             .checked_add(self.settings.timeout)
             .map_or(deadline, |idle| idle.min(deadline))
+    }
+
+    /// The next part of a streamed answer (`None` at its end), waited for until the timeout from
+    /// `heard` (the last complete event) and never past `deadline`.
+    async fn chunk_since(
+        &self,
+        response: &mut reqwest::Response,
+        heard: Instant,
+        deadline: Instant,
+    ) -> CallResult<Option<bytes::Bytes>> {
+        match tokio::time::timeout_at(self.after(heard, deadline), response.chunk()).await {
+            Ok(chunk) => chunk.map_err(|e| self.failure(e)),
+            Err(_) => Err(self.timed_out(deadline, Waited::Next)),
+        }
     }
 
     /// The next part of an answer's body (`None` at its end), waited for at most the timeout
@@ -623,7 +648,10 @@ impl Provider {
         } else if waited == Waited::First {
             format!("did not answer within {idle} s ({source})")
         } else {
-            format!("sent nothing for {idle} s in the middle of its answer ({source})")
+            format!(
+                "sent nothing for {idle} s in the middle of its answer, or no complete event \
+                 ({source})"
+            )
         };
         unavailable(format!("the provider at {} {what}", self.shown))
     }
@@ -883,7 +911,17 @@ impl Provider {
             .call(&self.embeddings, body, None)
             .await
             .map_err(|e| self.redact(e))?;
-        embedded(&answer, &self.settings.model, request.inputs.len())
+        let mut made = embedded(&answer, &self.settings.model, request.inputs.len())?;
+        // As every backend's: unit vectors, cut to `dimensions` by an upstream that ignored it.
+        for vector in &mut made.vectors {
+            if let Some(wanted) = request.dimensions
+                && wanted < vector.len()
+            {
+                vector.truncate(wanted);
+            }
+            *vector = super::direct::normalized(vector);
+        }
+        Ok(made)
     }
 }
 

@@ -100,6 +100,8 @@ pub struct Added {
     pub pieces: Vec<Piece>,
     /// Whether anything was added (text or a tool call's part).
     pub any: bool,
+    /// Complete events read (with data or not).
+    pub events: usize,
 }
 
 impl Added {
@@ -177,6 +179,7 @@ impl Assembly {
         let mut cx = Context::from_waker(Waker::noop());
         while let Poll::Ready(Some(event)) = Pin::new(&mut self.events).poll_next(&mut cx) {
             let event = event.map_err(StreamError::Sse)?;
+            added.events += 1;
             self.dispatch(event, &mut added)?;
         }
         Ok(added)

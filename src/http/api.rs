@@ -27,7 +27,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use super::body::Held;
+use super::body::{Budget, CALL_COPIES, Held};
 use super::{Token, bearer_credentials};
 
 /// The header that says what a backend could not do as asked.
@@ -221,6 +221,22 @@ fn object(body: &Bytes) -> Result<Map<String, Value>, ApiError> {
 /// The body's share of the server's buffer, which a call keeps until its answer is sent.
 pub(super) type Share = Option<Extension<Held>>;
 
+/// The buffer requests share, which a call's other data (a stored conversation it loads) is
+/// counted against too.
+pub(super) type Budgets = Extension<Arc<Budget>>;
+
+/// `share` holding `more` too.
+pub(super) fn joined(share: Share, more: Held) -> Share {
+    let mut held = share.map(|Extension(h)| h).unwrap_or_default();
+    held.join(more);
+    Some(Extension(held))
+}
+
+/// The JSON values a body's share counts.
+fn values_of(share: &Share) -> usize {
+    share.as_ref().map_or(0, |Extension(h)| h.values())
+}
+
 pub(super) async fn chat(State(api): State<Arc<Api>>, held: Share, body: Bytes) -> Response {
     let mut record = api.record(Dialect::Chat);
     let response = complete(api, Dialect::Chat, body, None, false, held, &mut record).await;
@@ -249,19 +265,34 @@ pub(super) fn noted(mut record: Record, response: Response) -> Response {
 /// `POST /v1/responses`: a conversation continued from a stored response when the request
 /// names one (`previous_response_id`), answered as the other APIs are, written by the
 /// Responses encoder, and stored unless `store: false`.
-pub(super) async fn responses(State(api): State<Arc<Api>>, held: Share, body: Bytes) -> Response {
+pub(super) async fn responses(
+    State(api): State<Arc<Api>>,
+    Extension(budget): Budgets,
+    held: Share,
+    body: Bytes,
+) -> Response {
     let mut record = api.record(Dialect::Responses);
-    let response = respond(api, held, body, &mut record).await;
+    let response = respond(api, &budget, held, body, &mut record).await;
     noted(record, response)
 }
 
-async fn respond(api: Arc<Api>, held: Share, body: Bytes, record: &mut Record) -> Response {
+async fn respond(
+    api: Arc<Api>,
+    budget: &Budget,
+    held: Share,
+    body: Bytes,
+    record: &mut Record,
+) -> Response {
     let dialect = Dialect::Responses;
     let (admitted, map) = match admitted_object(&api, dialect, body).await {
         Ok(admitted) => admitted,
         Err(refused) => return *refused,
     };
-    let turn = match responses_turn(&api, map, None).await {
+    let loads = Loads {
+        budget,
+        values: values_of(&held),
+    };
+    let turn = match responses_turn(&api, loads, map, None).await {
         Ok(turn) => turn,
         Err(refused) => return error(dialect, &refused.error, &refused.warnings),
     };
@@ -270,11 +301,12 @@ async fn respond(api: Arc<Api>, held: Share, body: Bytes, record: &mut Record) -
         call,
         encoder,
         keep,
+        held: loaded,
         ..
     } = turn;
     let holding = Holding {
         _call: admitted,
-        _body: held,
+        _body: joined(held, loaded),
     };
     if prepared.stream {
         let encode = Box::new(Streamed::new(encoder, keep));
@@ -310,6 +342,24 @@ pub(super) struct ResponsesTurn {
     /// The input items the response answers: the conversation it continues, then the request's
     /// own input.
     pub(super) input: Vec<Value>,
+    /// The buffer's share of the conversation loaded (none when none was).
+    pub(super) held: Held,
+}
+
+/// What loading a stored conversation for a request is counted against: the shared buffer, and
+/// the JSON values the request already holds.
+#[derive(Clone, Copy)]
+pub(super) struct Loads<'a> {
+    pub(super) budget: &'a Budget,
+    pub(super) values: usize,
+}
+
+/// A connection's last response (WebSocket mode), kept as its stored JSON text with the
+/// buffer's share of it.
+pub(super) struct Cached {
+    pub(super) id: String,
+    pub(super) text: Arc<str>,
+    pub(super) _held: Held,
 }
 
 /// Why a request is not answered: the error, and the warnings said before it.
@@ -332,8 +382,9 @@ impl From<ApiError> for Refused {
 /// response, when it is that one, else from the store), the call parsed, and its encoder.
 pub(super) async fn responses_turn(
     api: &Arc<Api>,
+    loads: Loads<'_>,
     mut map: Map<String, Value>,
-    cached: Option<&Stored>,
+    cached: Option<&Cached>,
 ) -> Result<ResponsesTurn, Refused> {
     if map.get("background") == Some(&Value::Bool(true)) {
         return Err(ApiError {
@@ -347,12 +398,15 @@ pub(super) async fn responses_turn(
     }
     let echo = Echo::read(&map);
     let mut input = resp::input_items(map.get("input"));
+    let mut held = Held::default();
     if let Some(previous) = map.remove("previous_response_id").filter(|v| !v.is_null()) {
-        let stored = match cached.filter(|c| previous.as_str() == Some(c.response.id.as_str())) {
-            Some(cached) => cached.clone(),
-            None => previous_response(api, &previous).await?,
+        let (stored, loaded) = match cached.filter(|c| previous.as_str() == Some(c.id.as_str())) {
+            Some(cached) => read_stored(loads, &cached.text, &cached.id)?,
+            None => previous_response(api, loads, &previous).await?,
         };
+        held = loaded;
         let mut conversation = stored.conversation();
+        drop(stored);
         conversation.append(&mut input);
         input = conversation;
         map.insert("input".into(), Value::Array(input.clone()));
@@ -369,6 +423,7 @@ pub(super) async fn responses_turn(
         encoder,
         keep,
         input,
+        held,
     })
 }
 
@@ -377,8 +432,13 @@ pub(super) fn serialized(object: &impl serde::Serialize) -> Value {
     serde_json::to_value(object).unwrap_or_default()
 }
 
-/// The stored response `previous_response_id` names, or the error saying it is not there.
-pub(super) async fn previous_response(api: &Api, previous: &Value) -> Result<Stored, ApiError> {
+/// The stored response `previous_response_id` names, with the buffer's share of it, or the
+/// error saying it is not there (or that it is too large to hold now).
+pub(super) async fn previous_response(
+    api: &Api,
+    loads: Loads<'_>,
+    previous: &Value,
+) -> Result<(Stored, Held), ApiError> {
     let param = |e: ApiError| ApiError {
         param: Some("previous_response_id".into()),
         ..e
@@ -388,7 +448,10 @@ pub(super) async fn previous_response(api: &Api, previous: &Value) -> Result<Sto
             "`previous_response_id`: expected the id of a stored response (a string)",
         )));
     };
-    match stored_response(api, id).await? {
+    match stored_response(api, loads, CALL_COPIES, id)
+        .await
+        .map_err(param)?
+    {
         Some(stored) => Ok(stored),
         None => Err(param(
             ApiError::invalid(format!(
@@ -401,16 +464,55 @@ pub(super) async fn previous_response(api: &Api, previous: &Value) -> Result<Sto
     }
 }
 
-/// The response stored under `id`, if any.
-async fn stored_response(api: &Api, id: &str) -> Result<Option<Stored>, ApiError> {
-    let text = api.store.get(id).await.map_err(|e| ApiError {
+/// The response stored under `id`, if any, with the buffer's share of it: its text, counted
+/// before it is read from the store, and what parsing it and `copies` copies of it take.
+async fn stored_response(
+    api: &Api,
+    loads: Loads<'_>,
+    copies: usize,
+    id: &str,
+) -> Result<Option<(Stored, Held)>, ApiError> {
+    let failed = |e: crate::api::store::StoreError| ApiError {
         retry_after: Some(1),
         ..ApiError::new(503, ErrorKind::Overloaded, e.to_string())
-    })?;
-    let Some(text) = text else {
+    };
+    let what = "the stored response";
+    let Some(size) = api.store.size(id).await.map_err(failed)? else {
         return Ok(None);
     };
-    serde_json::from_str(&text).map(Some).map_err(|e| {
+    let mut held = loads.budget.hold(size).map_err(|e| e.api_error(what))?;
+    let Some(text) = api.store.get(id).await.map_err(failed)? else {
+        return Ok(None);
+    };
+    let (stored, parsed) = read_stored_copies(loads, &text, id, copies)?;
+    held.join(parsed);
+    Ok(Some((stored, held)))
+}
+
+/// The stored JSON `text` of the response `id` parsed, with the buffer's share of what that
+/// takes (and of the copies of it a call makes).
+pub(super) fn read_stored(
+    loads: Loads<'_>,
+    text: &str,
+    id: &str,
+) -> Result<(Stored, Held), ApiError> {
+    read_stored_copies(loads, text, id, CALL_COPIES).map_err(|e| ApiError {
+        param: Some("previous_response_id".into()),
+        ..e
+    })
+}
+
+fn read_stored_copies(
+    loads: Loads<'_>,
+    text: &str,
+    id: &str,
+    copies: usize,
+) -> Result<(Stored, Held), ApiError> {
+    let held = loads
+        .budget
+        .hold_json(text.as_bytes(), copies.saturating_sub(1), loads.values)
+        .map_err(|e| e.api_error("the stored response"))?;
+    let stored = serde_json::from_str(text).map_err(|e| {
         ApiError::new(
             500,
             ErrorKind::Api,
@@ -419,7 +521,8 @@ async fn stored_response(api: &Api, id: &str) -> Result<Option<Stored>, ApiError
                 crate::error::clip(id)
             ),
         )
-    })
+    })?;
+    Ok((stored, held))
 }
 
 /// The 404 for a response id no store here holds.
@@ -436,39 +539,42 @@ fn no_response(id: &str) -> ApiError {
 }
 
 /// `GET /v1/responses/{id}`: a stored response.
-pub(super) async fn responses_get(State(api): State<Arc<Api>>, Path(id): Path<String>) -> Response {
-    match stored_response(&api, &id).await {
-        Ok(Some(stored)) => json_body(serialized(&stored.response)),
+pub(super) async fn responses_get(
+    State(api): State<Arc<Api>>,
+    Extension(budget): Budgets,
+    Path(id): Path<String>,
+) -> Response {
+    let loads = Loads {
+        budget: &budget,
+        values: 0,
+    };
+    match stored_response(&api, loads, 1, &id).await {
+        Ok(Some((stored, _held))) => json_body(serialized(&stored.response)),
         Ok(None) => error(Dialect::Responses, &no_response(&id), &[]),
         Err(e) => error(Dialect::Responses, &e, &[]),
     }
 }
 
-/// `GET /v1/responses/{id}/input_items`: the input a stored response answered, as a list.
+/// `GET /v1/responses/{id}/input_items`: the input a stored response answered, as OpenAI
+/// lists it (`order`, `limit`, `after`).
 pub(super) async fn responses_input_items(
     State(api): State<Arc<Api>>,
+    Extension(budget): Budgets,
     Path(id): Path<String>,
+    uri: Uri,
 ) -> Response {
-    match stored_response(&api, &id).await {
-        Ok(Some(stored)) => {
-            let data: Vec<Value> = stored
-                .input
-                .iter()
-                .enumerate()
-                .map(|(i, item)| {
-                    let mut item = item.clone();
-                    if let Some(o) = item.as_object_mut() {
-                        o.entry("type").or_insert_with(|| json!("message"));
-                        o.entry("id").or_insert_with(|| json!(format!("item_{i}")));
-                    }
-                    item
-                })
-                .collect();
-            json_body(json!({"object": "list", "data": data,
-                             "first_id": data.first().and_then(|d| d.get("id")),
-                             "last_id": data.last().and_then(|d| d.get("id")),
-                             "has_more": false}))
+    let paging = match resp::Paging::from_query(uri.query()) {
+        Ok(paging) => paging,
+        Err(message) => {
+            return error(Dialect::Responses, &ApiError::invalid(message), &[]);
         }
+    };
+    let loads = Loads {
+        budget: &budget,
+        values: 0,
+    };
+    match stored_response(&api, loads, 1, &id).await {
+        Ok(Some((stored, _held))) => json_body(resp::input_item_list(&id, &stored.input, &paging)),
         Ok(None) => error(Dialect::Responses, &no_response(&id), &[]),
         Err(e) => error(Dialect::Responses, &e, &[]),
     }
@@ -574,16 +680,6 @@ async fn gemini_embed(api: &Api, model: &str, batch: bool, body: Bytes) -> Respo
     }
 }
 
-/// Bodies up to this size are parsed on the thread that received them; larger ones (and
-/// every request with tools, whose schemas are compiled) on tokio's blocking threads.
-const INLINE_PARSE_BYTES: usize = 16 * 1024;
-
-/// Whether parsing `body` may take long enough to hold up the async runtime's thread: a large
-/// body, or one that may carry schemas to compile.
-fn parses_long(len: usize, has_schemas: bool) -> bool {
-    len > INLINE_PARSE_BYTES || has_schemas
-}
-
 /// Runs `work` where parsing of this size belongs: here when it is quick, else on tokio's
 /// blocking threads.
 async fn parse_where<T: Send + 'static>(
@@ -621,9 +717,11 @@ pub(super) async fn admitted_object(
 /// The request body as a JSON object, read where its size says (see [`parse_where`]).
 pub(super) async fn read_object(body: &Bytes) -> Result<Map<String, Value>, ApiError> {
     let body = body.clone();
-    parse_where(parses_long(body.len(), false), Dialect::Chat, move || {
-        Ok(object(&body))
-    })
+    parse_where(
+        body.len() > crate::service::INLINE_PARSE_BYTES,
+        Dialect::Chat,
+        move || Ok(object(&body)),
+    )
     .await
     .unwrap_or_else(|_| {
         Err(ApiError::new(
@@ -658,16 +756,7 @@ pub(super) async fn parse_checked(
     model: Option<&str>,
     stream: bool,
 ) -> Result<(Prepared, Parsed), Refused> {
-    let has_schemas = [
-        "tools",
-        "text",
-        "response_format",
-        "output_schema",
-        "generationConfig",
-    ]
-    .iter()
-    .any(|k| body.contains_key(*k));
-    let long = parses_long(approximate_size(&body), has_schemas);
+    let long = crate::service::parses_long(&body);
     let (api, model) = (Arc::clone(api), model.map(str::to_owned));
     let parsed = parse_where(long, dialect, move || {
         let prepared = api::prepare(dialect, body, model.as_deref(), stream);
@@ -683,19 +772,6 @@ pub(super) async fn parse_checked(
     parsed.unwrap_or_else(|_| {
         Err(ApiError::new(500, ErrorKind::Api, "parsing the request failed").into())
     })
-}
-
-/// About how many bytes of JSON `body` is: its strings' lengths, without writing it.
-fn approximate_size(body: &Map<String, Value>) -> usize {
-    fn size(v: &Value) -> usize {
-        match v {
-            Value::String(s) => s.len() + 2,
-            Value::Array(a) => a.iter().map(size).sum::<usize>() + 2,
-            Value::Object(o) => o.iter().map(|(k, v)| k.len() + 3 + size(v)).sum::<usize>() + 2,
-            _ => 8,
-        }
-    }
-    body.iter().map(|(k, v)| k.len() + 3 + size(v)).sum()
 }
 
 /// The request made ready and parsed, or the error to send (see [`parse_map`]).
@@ -1192,13 +1268,15 @@ pub(super) async fn responses_tokens(State(api): State<Arc<Api>>, body: Bytes) -
     count(api, Counting::Responses, body, None).await
 }
 
-/// The models calls may name: `(id, aliases)`.
-fn names(api: &Api) -> Vec<(String, Vec<String>)> {
+/// The models calls may name: `(id, aliases, what the backends say of it)`, each described once
+/// (describing a model is not free: a listing that described each model again per id was
+/// quadratic in the models file).
+fn names(api: &Api) -> Vec<(String, Vec<String>, Value)> {
     api.service
         .backends()
         .models()
-        .iter()
-        .filter_map(|m| Some((m.get("id")?.as_str()?.to_owned(), aliases(m))))
+        .into_iter()
+        .filter_map(|m| Some((m.get("id")?.as_str()?.to_owned(), aliases(&m), m)))
         .collect()
 }
 
@@ -1261,21 +1339,13 @@ fn model_object(dialect: Dialect, id: &str, described: Option<&Value>) -> Value 
     }
 }
 
-/// What the backends say of the model `id` (see [`crate::backends::direct::Model::describe`]).
-fn described(api: &Api, id: &str) -> Option<Value> {
-    api.service
-        .backends()
-        .models()
-        .into_iter()
-        .find(|m| m.get("id").and_then(Value::as_str) == Some(id))
-}
-
 /// The list in `dialect`'s shape.
 fn model_list(api: &Api, dialect: Dialect) -> Value {
-    let ids: Vec<String> = names(api).into_iter().map(|(id, _)| id).collect();
-    let data: Vec<Value> = ids
+    let all = names(api);
+    let ids: Vec<&str> = all.iter().map(|(id, _, _)| id.as_str()).collect();
+    let data: Vec<Value> = all
         .iter()
-        .map(|id| model_object(dialect, id, described(api, id).as_ref()))
+        .map(|(id, _, about)| model_object(dialect, id, Some(about)))
         .collect();
     match dialect {
         Dialect::Messages => json!({"data": data, "has_more": false,
@@ -1305,11 +1375,11 @@ fn one_model(api: &Api, dialect: Dialect, name: &str) -> Response {
     let all = names(api);
     match all
         .iter()
-        .find(|(id, aliases)| id == name || aliases.iter().any(|a| a == name))
+        .find(|(id, aliases, _)| id == name || aliases.iter().any(|a| a == name))
     {
-        Some((id, _)) => json_body(model_object(dialect, id, described(api, id).as_ref())),
+        Some((id, _, about)) => json_body(model_object(dialect, id, Some(about))),
         None => {
-            let ids = all.iter().map(|(id, _)| crate::error::clip(id));
+            let ids = all.iter().map(|(id, _, _)| crate::error::clip(id));
             let known = match crate::error::bounded_list(ids, crate::error::MAX_LIST_BYTES) {
                 (known, 0) => known,
                 (known, more) => format!("{known} and {more} more (GET /v1/models lists them all)"),

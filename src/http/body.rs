@@ -28,14 +28,135 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 /// How long a refused body is read and dropped.
 const LINGER: Duration = Duration::from_secs(2);
 
-/// The body limits, and the shared buffer's bytes still free (one permit a byte).
+/// The body limits, and the buffer bodies share with what calls hold.
 pub(super) struct Limits {
     max_body: usize,
     timeout: Duration,
     deadline: Duration,
+    /// How long a whole answer waits for a reader that takes none of it.
+    write_timeout: Duration,
+    pub(super) budget: Arc<Budget>,
+}
+
+/// The memory requests may make the server hold at once, across every connection, counted in
+/// bytes (one permit a byte): request bodies and what parsing them builds, and besides them
+/// what a call loads or keeps that its body did not carry (a stored conversation it continues,
+/// a WebSocket message, a connection's last response) and whole answers waiting for their
+/// readers. And the most JSON values one request may hold, from its body and what it loads.
+pub(super) struct Budget {
     free: Arc<Semaphore>,
     max_buffer: usize,
     max_values: usize,
+}
+
+/// Why a share of the [`Budget`] was not given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Overdrawn {
+    /// The buffer is held whole by others: retry shortly (503).
+    Busy { max: usize },
+    /// One request would hold more JSON values than it may (413).
+    Values { values: usize, max: usize },
+}
+
+impl Overdrawn {
+    /// The refusal as the APIs write errors.
+    pub(super) fn api_error(self, what: &str) -> crate::api::ApiError {
+        use crate::api::{ApiError, ErrorKind};
+        match self {
+            Overdrawn::Busy { max } => ApiError {
+                retry_after: Some(1),
+                ..ApiError::new(
+                    503,
+                    ErrorKind::Overloaded,
+                    format!(
+                        "busy: {what} would take more memory than is free; requests and the \
+                         data their calls hold already take {max} bytes, the most this server \
+                         holds (AGENT_AS_MODEL_MAX_BODY_BUFFER_BYTES); retry shortly"
+                    ),
+                )
+            },
+            Overdrawn::Values { values, max } => ApiError::new(
+                413,
+                ErrorKind::InvalidRequest,
+                format!(
+                    "payload too large: {what} holds about {values} JSON values with the \
+                     request, and a request may hold at most {max} \
+                     (AGENT_AS_MODEL_MAX_JSON_VALUES)"
+                ),
+            )
+            .with_code("payload_too_large"),
+        }
+    }
+}
+
+/// Bytes of the [`Budget`] held, and the JSON values they count (what a body holds, then what
+/// its call loads besides); given back when the last clone is dropped.
+#[derive(Clone, Default)]
+pub(super) struct Held {
+    shares: Vec<Arc<OwnedSemaphorePermit>>,
+    values: usize,
+}
+
+impl Held {
+    /// `self` holding `other`'s shares too.
+    pub(super) fn join(&mut self, other: Held) {
+        self.shares.extend(other.shares);
+        self.values = self.values.saturating_add(other.values);
+    }
+
+    /// The JSON values counted.
+    pub(super) fn values(&self) -> usize {
+        self.values
+    }
+}
+
+impl Budget {
+    pub(super) fn new(max_buffer: usize, max_values: usize) -> Budget {
+        Budget {
+            free: Arc::new(Semaphore::new(max_buffer.min(Semaphore::MAX_PERMITS))),
+            max_buffer,
+            max_values,
+        }
+    }
+
+    /// `bytes` of the buffer, or `Busy` when it has no room.
+    pub(super) fn hold(&self, bytes: usize) -> Result<Held, Overdrawn> {
+        let mut held = None;
+        if !take(&self.free, &mut held, bytes) {
+            return Err(Overdrawn::Busy {
+                max: self.max_buffer,
+            });
+        }
+        Ok(Held {
+            shares: held.map(Arc::new).into_iter().collect(),
+            values: 0,
+        })
+    }
+
+    /// What holding the parsed form of the JSON text `text` takes, beside a request that
+    /// already counts `values` JSON values: the text itself, its values (past the cap, `Values`)
+    /// and `copies` copies of its text, as a body is counted.
+    pub(super) fn hold_json(
+        &self,
+        text: &[u8],
+        copies: usize,
+        values: usize,
+    ) -> Result<Held, Overdrawn> {
+        let own = json_values(text);
+        let all = own.saturating_add(values);
+        if all > self.max_values {
+            return Err(Overdrawn::Values {
+                values: all,
+                max: self.max_values,
+            });
+        }
+        let bytes = own
+            .saturating_mul(VALUE_BYTES)
+            .saturating_add(text.len().saturating_mul(copies.saturating_add(1)));
+        let mut held = self.hold(bytes)?;
+        held.values = own;
+        Ok(held)
+    }
 }
 
 /// Bytes one parsed JSON value (or an object member's name) is held to take: serde_json's
@@ -46,12 +167,7 @@ const VALUE_BYTES: usize = 64;
 /// Copies of a body's text a call holds while it is answered, besides the body itself: the
 /// parsed call, the request made for the model, and that request as sent (a streamed call of
 /// 16 MB of text holds 60 MB while its provider answers).
-const CALL_COPIES: usize = 4;
-
-/// A request body's share of the shared buffer, in the request's extensions: the route that
-/// clones it holds the share until it drops the clone.
-#[derive(Clone)]
-pub(super) struct Held(#[allow(dead_code)] Arc<OwnedSemaphorePermit>);
+pub(super) const CALL_COPIES: usize = 4;
 
 impl Limits {
     pub(super) fn new(settings: &HttpSettings) -> Limits {
@@ -59,11 +175,11 @@ impl Limits {
             max_body: settings.max_body,
             timeout: settings.body_timeout,
             deadline: settings.body_deadline,
-            free: Arc::new(Semaphore::new(
-                settings.max_body_buffer.min(Semaphore::MAX_PERMITS),
+            write_timeout: settings.write_timeout,
+            budget: Arc::new(Budget::new(
+                settings.max_body_buffer,
+                settings.max_json_values,
             )),
-            max_buffer: settings.max_body_buffer,
-            max_values: settings.max_json_values,
         }
     }
 }
@@ -76,6 +192,8 @@ pub(super) async fn read_whole(
     next: Next,
 ) -> Response {
     let (parts, body) = request.into_parts();
+    let method = parts.method.clone();
+    let slot = parts.extensions.get::<super::listen::Slot>().cloned();
     let declared = parts
         .headers
         .get(header::CONTENT_LENGTH)
@@ -99,26 +217,34 @@ pub(super) async fn read_whole(
     };
     // What parsing builds and the call's copy of it are held as well.
     let values = json_values(&whole);
-    if values > limits.max_values {
+    if values > limits.budget.max_values {
         return too_many_values(&limits, values);
     }
     let parsed = values
         .saturating_mul(VALUE_BYTES)
         .saturating_add(whole.len().saturating_mul(CALL_COPIES));
-    if !hold(&limits, &mut held, parsed) {
+    if !take(&limits.budget.free, &mut held, parsed) {
         return busy(&limits);
     }
-    let held = held.map(|permit| Held(Arc::new(permit)));
+    let held = Held {
+        shares: held.map(Arc::new).into_iter().collect(),
+        values,
+    };
     let mut request = Request::from_parts(parts, Body::from(whole));
-    if let Some(held) = &held {
-        request.extensions_mut().insert(held.clone());
-    }
-    next.run(request).await
+    request.extensions_mut().insert(held);
+    request.extensions_mut().insert(limits.budget.clone());
+    let response = next.run(request).await;
+    let reader = super::whole::Reader {
+        method: &method,
+        slot: slot.as_ref(),
+        write_timeout: limits.write_timeout,
+    };
+    super::whole::paced(response, &limits.budget, reader).await
 }
 
 /// An upper bound on the JSON values (and object members' names) a body parses to, in one pass
 /// over its bytes: every value but the first follows a `[`, `{`, `,` or `:` outside a string.
-fn json_values(bytes: &[u8]) -> usize {
+pub(super) fn json_values(bytes: &[u8]) -> usize {
     let mut values = 1usize;
     let mut in_string = false;
     let mut escaped = false;
@@ -170,7 +296,7 @@ async fn read(
             linger(body);
             return Err(too_large(limits));
         }
-        if !hold(limits, &mut held, data.len()) {
+        if !take(&limits.budget.free, &mut held, data.len()) {
             linger(body);
             return Err(busy(limits));
         }
@@ -180,9 +306,9 @@ async fn read(
 }
 
 /// Takes `n` more bytes of the shared buffer into `held`; `false` when it has no room.
-fn hold(limits: &Limits, held: &mut Option<OwnedSemaphorePermit>, n: usize) -> bool {
+fn take(free: &Arc<Semaphore>, held: &mut Option<OwnedSemaphorePermit>, n: usize) -> bool {
     let n = u32::try_from(n).unwrap_or(u32::MAX);
-    let Ok(permit) = limits.free.clone().try_acquire_many_owned(n) else {
+    let Ok(permit) = free.clone().try_acquire_many_owned(n) else {
         return false;
     };
     match held.as_mut() {
@@ -215,17 +341,21 @@ fn too_many_values(limits: &Limits, values: usize) -> Response {
     let text = format!(
         "payload too large: the body holds about {values} JSON values, and a request may hold at \
          most {} (AGENT_AS_MODEL_MAX_JSON_VALUES)\n",
-        limits.max_values
+        limits.budget.max_values
     );
     (StatusCode::PAYLOAD_TOO_LARGE, text).into_response()
 }
 
 /// 503 with Retry-After: the bodies being read hold the whole shared buffer.
 fn busy(limits: &Limits) -> Response {
+    busy_text(limits.budget.max_buffer)
+}
+
+/// 503 with Retry-After, in plain text: the buffer of `max` bytes is held whole.
+pub(super) fn busy_text(max: usize) -> Response {
     let text = format!(
-        "busy: request bodies and the calls they make already hold {} bytes, the most this \
-         server buffers (AGENT_AS_MODEL_MAX_BODY_BUFFER_BYTES); retry shortly\n",
-        limits.max_buffer
+        "busy: request bodies and the calls they make already hold {max} bytes, the most this \
+         server buffers (AGENT_AS_MODEL_MAX_BODY_BUFFER_BYTES); retry shortly\n"
     );
     let retry = [(header::RETRY_AFTER, HeaderValue::from_static("1"))];
     (StatusCode::SERVICE_UNAVAILABLE, retry, text).into_response()

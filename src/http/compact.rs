@@ -3,13 +3,15 @@
 //! `POST /v1/responses`, answered as a `response.compaction` object. Nothing is stored.
 
 use super::api::{
-    Holding, Share, admitted_object, error, json_body, noted, parse_checked, previous_response,
-    serialized, with_warnings,
+    Budgets, Holding, Loads, Share, admitted_object, error, joined, json_body, noted,
+    parse_checked, previous_response, serialized, with_warnings,
 };
+use super::body::{Budget, Held};
 use crate::api::compact;
 use crate::api::responses::input_items;
 use crate::api::{Api, ApiError, Dialect};
 use crate::metrics::Record;
+use axum::Extension;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::response::Response;
@@ -19,13 +21,24 @@ use tokio_util::sync::CancellationToken;
 
 /// `POST /v1/responses/compact`: `model` (required), `input` and/or `previous_response_id`,
 /// `instructions`.
-pub(super) async fn compact(State(api): State<Arc<Api>>, held: Share, body: Bytes) -> Response {
+pub(super) async fn compact(
+    State(api): State<Arc<Api>>,
+    Extension(budget): Budgets,
+    held: Share,
+    body: Bytes,
+) -> Response {
     let mut record = api.record(Dialect::Responses);
-    let response = summarize(api, held, body, &mut record).await;
+    let response = summarize(api, &budget, held, body, &mut record).await;
     noted(record, response)
 }
 
-async fn summarize(api: Arc<Api>, held: Share, body: Bytes, record: &mut Record) -> Response {
+async fn summarize(
+    api: Arc<Api>,
+    budget: &Budget,
+    held: Share,
+    body: Bytes,
+    record: &mut Record,
+) -> Response {
     let dialect = Dialect::Responses;
     let (admitted, map) = match admitted_object(&api, dialect, body).await {
         Ok(admitted) => admitted,
@@ -46,9 +59,17 @@ async fn summarize(api: Arc<Api>, held: Share, body: Bytes, record: &mut Record)
         }
     };
     let mut conversation = Vec::new();
+    let mut loaded = Held::default();
     if let Some(previous) = map.get("previous_response_id").filter(|v| !v.is_null()) {
-        match previous_response(&api, previous).await {
-            Ok(stored) => conversation = stored.conversation(),
+        let loads = Loads {
+            budget,
+            values: held.as_ref().map_or(0, |Extension(h)| h.values()),
+        };
+        match previous_response(&api, loads, previous).await {
+            Ok((stored, share)) => {
+                conversation = stored.conversation();
+                loaded = share;
+            }
             Err(e) => return error(dialect, &e, &[]),
         }
     }
@@ -70,7 +91,7 @@ async fn summarize(api: Arc<Api>, held: Share, body: Bytes, record: &mut Record)
     };
     let holding = Holding {
         _call: admitted,
-        _body: held,
+        _body: joined(held, loaded),
     };
     let mut warnings = prepared.warnings;
     // A client that goes away drops this future, and with it the work.

@@ -28,11 +28,13 @@ const OVER_CAP_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// A connection's place under the cap, in each of its requests' extensions: a handler that
 /// takes the connection over (a WebSocket) keeps a clone for as long as it does, and ends when
-/// `stop` is cancelled.
+/// `stop` is cancelled. Cancelling `abort` closes the connection at once (a client that reads
+/// none of its answer).
 #[derive(Clone)]
 pub(super) struct Slot {
     _place: Arc<OwnedSemaphorePermit>,
     pub(super) stop: CancellationToken,
+    pub(super) abort: CancellationToken,
 }
 
 /// What the listener needs to know.
@@ -90,6 +92,7 @@ pub(super) async fn serve(
                 let slot = Slot {
                     _place: Arc::new(permit),
                     stop: stop.clone(),
+                    abort: CancellationToken::new(),
                 };
                 serve_connection(stream, app, stop, timeout, slot).await;
             });
@@ -190,6 +193,7 @@ async fn serve_connection(
 ) {
     // Answers are small and whole: send them at once, not after the peer's delayed ACK.
     let _ = stream.set_nodelay(true);
+    let abort = slot.abort.clone();
     let app = tower::ServiceExt::map_request(
         app,
         move |mut request: http::Request<hyper::body::Incoming>| {
@@ -206,6 +210,8 @@ async fn serve_connection(
     tokio::pin!(connection);
     tokio::select! {
         _ = connection.as_mut() => {}
+        // Dropping the connection closes it, and frees what its answer holds.
+        () = abort.cancelled() => {}
         () = stop.cancelled() => {
             connection.as_mut().graceful_shutdown();
             let _ = connection.await;

@@ -34,6 +34,7 @@ mod ollama;
 mod responses_ws;
 pub mod routes;
 mod settings;
+mod whole;
 
 pub use checks::{Auth, Token, bearer, bearer_credentials};
 pub use settings::HttpSettings;
@@ -159,6 +160,7 @@ fn app(settings: &HttpSettings, mcp: Mcp, api: Option<Routes>) -> Router {
         // A WebSocket's messages are held to the request body limit.
         .layer(axum::Extension(responses_ws::Limits {
             max_message: settings.max_body,
+            idle: settings.websocket_idle,
         }))
         .layer(PropagateRequestIdLayer::new(REQUEST_ID))
         .layer(SetRequestIdLayer::new(REQUEST_ID, FreshId))
@@ -281,6 +283,8 @@ mod tests {
             body_deadline: Duration::from_secs(1),
             max_body_buffer: 1000,
             max_json_values: 1000,
+            write_timeout: Duration::from_secs(1),
+            websocket_idle: Duration::from_secs(1),
         }
     }
 

@@ -4,8 +4,9 @@
 //! (`/api/tags`, `/api/show`, `/api/ps`), `POST /api/chat` and `/api/generate` (answered as the
 //! other APIs are, see [`crate::api::ollama`]), `POST /api/pull` (a configured model, or an
 //! `hf:` file fetched into the cache with Ollama's progress lines), `DELETE /api/delete` (a
-//! fetched file). Errors are Ollama's `{"error": "..."}`; a model nobody configured is a 404
-//! `model 'NAME' not found`. Names resolve with or without `:latest`.
+//! fetched file no configured model answers from). Errors are Ollama's `{"error": "..."}`; a
+//! model nobody configured is a 404 `model 'NAME' not found`. Names resolve with or without
+//! `:latest`.
 
 use super::api::{
     Holding, Share, admitted_object, error, json_body, noted, parse_checked, streamed,
@@ -15,6 +16,7 @@ use crate::api::ollama::{Encoder, Ollama, model_named, translate};
 use crate::api::{Admitted, Api, ApiError, Dialect, ErrorKind};
 use crate::backends::direct::Model;
 use crate::call::Call;
+use crate::config::RequestKeepAlive;
 use crate::local::{fetch, hub};
 use crate::metrics::Record;
 use crate::service::Answered;
@@ -124,6 +126,11 @@ impl Described {
 
     fn local(&self) -> bool {
         self.about.get("backend").and_then(Value::as_str) == Some("local")
+    }
+
+    /// Whether the model reasons, as its backend says (the embedded model once loaded).
+    fn reasons(&self) -> Option<bool> {
+        self.about.pointer("/supports/reasoning")?.as_bool()
     }
 
     fn supports(&self, what: &str) -> bool {
@@ -433,12 +440,50 @@ async fn read_request(
 ) -> Result<(Admitted, String, String, Ollama), Box<Response>> {
     let (admitted, map) = admitted_object(api, dialect, body).await?;
     let asked = model_named(&map).map_err(|e| Box::new(error(dialect, &e, &[])))?;
-    let Some((_, called)) = resolve(api, &asked) else {
+    let Some((described, called)) = resolve(api, &asked) else {
         return Err(Box::new(not_found(&asked)));
     };
     let ollama =
         translate(dialect, &map, &called).map_err(|e| Box::new(error(dialect, &e, &[])))?;
+    refuse_thinking(api, &asked, &described, &called, &ollama).await?;
     Ok((admitted, asked, called, ollama))
+}
+
+/// Reasoning asked of a model that does not reason is refused as Ollama refuses it (a 400
+/// `"NAME" does not support thinking`). The embedded model knows once it is loaded: it is
+/// loaded first, as the call would load it (unless the request unloads it); a model that does
+/// not say (a provider) is asked.
+async fn refuse_thinking(
+    api: &Api,
+    asked: &str,
+    described: &Described,
+    called: &str,
+    ollama: &Ollama,
+) -> Result<(), Box<Response>> {
+    if !ollama.thinks() || ollama.unload {
+        return Ok(());
+    }
+    let mut reasons = described.reasons();
+    if reasons.is_none()
+        && described.local()
+        && let Some(model) = api.service.backends().direct_model(called).cloned()
+    {
+        // A model that will not load says so when the call is made.
+        let _ = model.ready().await;
+        reasons = resolve(api, asked).and_then(|(d, _)| d.reasons());
+    }
+    if reasons == Some(false) {
+        let message = format!(
+            "{:?} does not support thinking",
+            crate::error::clip(asked).as_ref()
+        );
+        let e = ApiError {
+            param: Some("think".into()),
+            ..ApiError::invalid(message)
+        };
+        return Err(Box::new(error(OLLAMA, &e, &[])));
+    }
+    Ok(())
 }
 
 async fn respond(
@@ -449,10 +494,19 @@ async fn respond(
     started: Instant,
     record: &mut Record,
 ) -> Response {
-    let (admitted, asked, called, ollama) = match read_request(&api, dialect, body).await {
+    let (admitted, asked, called, mut ollama) = match read_request(&api, dialect, body).await {
         Ok(read) => read,
         Err(refused) => return *refused,
     };
+    // An operator may keep the models loaded as configured, whatever a client asks.
+    if api.service.backends().request_keep_alive() == RequestKeepAlive::Ignore
+        && ollama.ignore_keep_alive()
+    {
+        tracing::info!(
+            model = %crate::error::clip(&called),
+            "an Ollama request's keep_alive was ignored (--request-keep-alive ignore)"
+        );
+    }
     let stream = ollama.prepared.stream;
     let model = api.service.backends().direct_model(&called).cloned();
     // How long the model stays loaded after this request, as Ollama's clients say it (as
@@ -510,7 +564,8 @@ async fn respond(
 }
 
 /// A request with nothing to answer: loading is waiting until the model can answer;
-/// unloading, the reply alone (the model goes once its calls are answered).
+/// unloading, the reply alone (the model goes once its calls are answered, by the keep-alive
+/// of 0 the request set; under `--request-keep-alive ignore` it set none, and the model stays).
 async fn load_or_unload(
     model: Option<Arc<dyn Model>>,
     ollama: &Ollama,
@@ -695,6 +750,18 @@ async fn remove(State(api): State<Arc<Api>>, body: Bytes) -> Response {
         };
         if !path.is_file() {
             return not_found(&name);
+        }
+        // A model this server answers with would fail every call until a restart.
+        if let Some(entry) = api.service.backends().uses_file(&path) {
+            return failure(
+                400,
+                format!(
+                    "`model`: {} is the file of the configured model '{}' (--model or a \
+                     models file): it is not deleted while this server answers with it",
+                    crate::error::clip(&name),
+                    crate::error::clip(entry)
+                ),
+            );
         }
         fetch::forget(&path);
         return Response::new(Body::empty());

@@ -14,15 +14,21 @@
 //! was only refused for want of room: 429, 503).
 //!
 //! Bounds: a message is held to the request body limit (a larger one closes the connection
-//! with 1009); a create sent while a response runs waits for it (one is held, and the
+//! with 1009), and while it is answered it holds its bytes, and what parsing it takes, of the
+//! buffer request bodies share, its JSON values held to their cap, as a body's are (refused
+//! with an `error` message naming the setting); the last response is kept as its JSON text,
+//! holding its bytes of that buffer too (not kept when the buffer is full); a create sent while a response runs waits for it (one is held, and the
 //! connection is not read further until it is taken); a client that reads nothing for the
 //! stream write timeout (`AGENT_AS_MODEL_STREAM_WRITE_TIMEOUT_SECS`) has its response
 //! cancelled and its connection closed, as one that goes away does; a connection idle for
-//! [`IDLE`] is closed, and one open for [`LIFETIME`] is told `websocket_connection_limit_reached`
+//! [`IDLE`] (`AGENT_AS_MODEL_WEBSOCKET_IDLE_SECS`; pings do not reset it) is closed, and one open for [`LIFETIME`] is told `websocket_connection_limit_reached`
 //! at its next create and closed. A WebSocket keeps its connection's place under the connection
 //! cap, and is closed when the server stops.
 
-use super::api::{Holding, ResponsesTurn, error, read_object, responses_turn, stream_answer};
+use super::api::{
+    Cached, Holding, Loads, ResponsesTurn, error, read_object, responses_turn, stream_answer,
+};
+use super::body::{Budget, CALL_COPIES, Held};
 use super::listen::Slot;
 use crate::api::responses::{Resource, Stored, Streamed};
 use crate::api::{Admitted, Api, ApiError, Dialect, ErrorKind};
@@ -40,7 +46,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-/// A connection that sends nothing for this long between responses is closed.
+/// A connection that sends nothing for this long between responses is closed, unless the
+/// server's limits say otherwise (`AGENT_AS_MODEL_WEBSOCKET_IDLE_SECS`).
 const IDLE: Duration = Duration::from_secs(15 * 60);
 
 /// The longest a connection lasts (OpenAI's limit): past it, the next create is refused with
@@ -62,6 +69,8 @@ const DEFAULT_MAX_MESSAGE: usize = 16 * 1024 * 1024;
 pub(super) struct Limits {
     /// The largest message (and frame), in bytes: the request body limit.
     pub(super) max_message: usize,
+    /// How long the connection may wait between creates.
+    pub(super) idle: Duration,
 }
 
 /// `GET /v1/responses`: a WebSocket upgrade opens WebSocket mode; a plain GET is a 405 (POST
@@ -71,6 +80,7 @@ pub(super) async fn upgrade(
     headers: HeaderMap,
     limits: Option<Extension<Limits>>,
     slot: Option<Extension<Slot>>,
+    Extension(budget): Extension<Arc<Budget>>,
     ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
     let ws = match ws {
@@ -92,7 +102,9 @@ pub(super) async fn upgrade(
             return response;
         }
     };
-    let max = limits.map_or(DEFAULT_MAX_MESSAGE, |Extension(l)| l.max_message);
+    let (max, idle) = limits.map_or((DEFAULT_MAX_MESSAGE, IDLE), |Extension(l)| {
+        (l.max_message, l.idle)
+    });
     let slot = slot.map(|Extension(slot)| slot);
     ws.max_message_size(max)
         .max_frame_size(max)
@@ -100,6 +112,8 @@ pub(super) async fn upgrade(
             let stop = slot.as_ref().map(|s| s.stop.clone()).unwrap_or_default();
             let mut connection = Connection {
                 api,
+                budget,
+                idle,
                 socket,
                 last: None,
                 held: None,
@@ -115,9 +129,14 @@ pub(super) async fn upgrade(
 /// One WebSocket in Responses mode.
 struct Connection {
     api: Arc<Api>,
+    /// The buffer requests share: each message, and the last response kept here, hold their
+    /// bytes of it.
+    budget: Arc<Budget>,
+    /// How long it may wait between creates.
+    idle: Duration,
     socket: WebSocket,
-    /// The last response made here, with the input it answered.
-    last: Option<Stored>,
+    /// The last response made here, with the input it answered, as its stored JSON.
+    last: Option<Cached>,
     /// A message received while a response ran, answered next.
     held: Option<Message>,
     opened: Instant,
@@ -206,9 +225,12 @@ impl Connection {
     /// The next message to answer; `None` when the connection is over (closed, broken, idle,
     /// or the server stopping).
     async fn next(&mut self) -> Option<Message> {
+        // Pings and pongs keep a connection alive but not idle for longer: the deadline is set
+        // once, when the wait for a create begins.
+        let deadline = tokio::time::Instant::now() + self.idle;
         loop {
             let received = tokio::select! {
-                received = tokio::time::timeout(IDLE, self.socket.recv()) => received,
+                received = tokio::time::timeout_at(deadline, self.socket.recv()) => received,
                 () = self.stop.cancelled() => {
                     self.close(1001, "server stopping").await;
                     return None;
@@ -243,6 +265,15 @@ impl Connection {
                 return self.refuse_call(&mut record, &e).await;
             }
         };
+        // The message, and what parsing it and the call's copies take, are held against the
+        // buffer requests share, and its values against their cap, as a body's are.
+        let held = match self.budget.hold_json(&text, CALL_COPIES, 0) {
+            Ok(held) => held,
+            Err(overdrawn) => {
+                let e = overdrawn.api_error("this message");
+                return self.refuse_call(&mut record, &e).await;
+            }
+        };
         let mut map = match read_object(&text).await {
             Ok(map) => map,
             Err(e) => return self.refuse_call(&mut record, &e).await,
@@ -270,9 +301,14 @@ impl Connection {
             Ok(admitted) => admitted,
             Err(e) => return self.refuse_call(&mut record, &e).await,
         };
-        match responses_turn(&self.api, map, self.last.as_ref()).await {
-            Ok(turn) => {
+        let loads = Loads {
+            budget: &self.budget,
+            values: held.values(),
+        };
+        match responses_turn(&self.api, loads, map, self.last.as_ref()).await {
+            Ok(mut turn) => {
                 let record = record.hand_on();
+                turn.held.join(held);
                 self.run(turn, admitted, previous.as_deref(), record).await
             }
             Err(refused) => {
@@ -303,6 +339,7 @@ impl Connection {
             encoder,
             keep,
             mut input,
+            held,
         } = turn;
         if !prepared.warnings.is_empty() {
             tracing::info!(
@@ -312,6 +349,9 @@ impl Connection {
         }
         drop(prepared);
         let encode = Box::new(Streamed::new(encoder, keep));
+        // The message's share (and the loaded conversation's) is held here, and given back
+        // before the response is kept.
+        let mut share = Some(held);
         let (mut out, mut began) = self.spawn_answer(encode, call, admitted, record);
         let mut started = false;
         loop {
@@ -332,7 +372,7 @@ impl Connection {
                     let Some(frame) = frame else {
                         return true;
                     };
-                    if !self.relay(&frame, &mut input, previous).await {
+                    if !self.relay(&frame, &mut input, previous, &mut share).await {
                         return false;
                     }
                 }
@@ -383,14 +423,19 @@ impl Connection {
         frame: &[u8],
         input: &mut Vec<Value>,
         previous: Option<&str>,
+        share: &mut Option<Held>,
     ) -> bool {
         let Some((kind, data)) = event_of(frame) else {
             return true;
         };
         match kind {
             "response.completed" | "response.incomplete" => {
+                // The create's share, and the last response's, are given back before this
+                // one's is taken.
+                *share = None;
+                self.last = None;
                 if let Some(response) = response_of(data) {
-                    self.last = Some(Stored {
+                    self.last = self.keep(Stored {
                         response,
                         input: std::mem::take(input),
                     });
@@ -402,6 +447,28 @@ impl Connection {
         self.send(Message::Text(data.into())).await
     }
 
+    /// `stored` as the connection's last response: its JSON, holding its bytes of the buffer
+    /// requests share. When the buffer has no room it is not kept: a next create continues it
+    /// from the store, when it was stored.
+    fn keep(&self, stored: Stored) -> Option<Cached> {
+        let text = serde_json::to_string(&stored).ok()?;
+        match self.budget.hold(text.len()) {
+            Ok(held) => Some(Cached {
+                id: stored.response.id,
+                text: Arc::from(text),
+                _held: held,
+            }),
+            Err(_) => {
+                tracing::warn!(
+                    bytes = text.len(),
+                    "a WebSocket connection's last response is not kept in memory: the buffer \
+                     requests share is full (AGENT_AS_MODEL_MAX_BODY_BUFFER_BYTES)"
+                );
+                None
+            }
+        }
+    }
+
     /// A create naming `previous` failed with `e`.
     fn failed(&mut self, previous: Option<&str>, e: &ApiError) {
         if evicts(e) {
@@ -411,7 +478,7 @@ impl Connection {
 
     /// Forgets the last response when it is `previous`.
     fn evict(&mut self, previous: Option<&str>) {
-        if previous.is_some() && self.last.as_ref().map(|s| s.response.id.as_str()) == previous {
+        if previous.is_some() && self.last.as_ref().map(|s| s.id.as_str()) == previous {
             self.last = None;
         }
     }

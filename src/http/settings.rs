@@ -34,6 +34,10 @@ pub struct HttpSettings {
     pub max_body_buffer: usize,
     /// Most JSON values one request body may hold.
     pub max_json_values: usize,
+    /// How long an answer waits for a client that reads none of it.
+    pub write_timeout: Duration,
+    /// How long a Responses WebSocket waits between creates.
+    pub websocket_idle: Duration,
 }
 
 impl HttpSettings {
@@ -72,6 +76,8 @@ impl HttpSettings {
             body_deadline: Duration::from_secs(config.body_deadline_secs),
             max_body_buffer: usize::try_from(config.max_body_buffer_bytes).unwrap_or(usize::MAX),
             max_json_values: usize::try_from(config.max_json_values).unwrap_or(usize::MAX),
+            write_timeout: Duration::from_secs(config.stream_write_timeout_secs),
+            websocket_idle: Duration::from_secs(config.websocket_idle_secs),
         })
     }
 }

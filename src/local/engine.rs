@@ -108,19 +108,8 @@ impl Embedder<'_> {
     }
 }
 
-/// `v` scaled to length 1 (a vector of zeros as it is).
-pub fn normalized(v: &[f32]) -> Vec<f32> {
-    let norm = v
-        .iter()
-        .map(|x| f64::from(*x) * f64::from(*x))
-        .sum::<f64>()
-        .sqrt();
-    if norm > 0.0 {
-        v.iter().map(|x| (f64::from(*x) / norm) as f32).collect()
-    } else {
-        v.to_vec()
-    }
-}
+/// Embeddings are unit vectors, as every backend's are.
+pub use crate::backends::direct::normalized;
 
 /// How to sample one answer.
 #[derive(Debug, Clone, PartialEq)]
@@ -235,6 +224,8 @@ pub enum ModelFile {
     /// A file of this server's cache, removed (its path, this user's cache, is not shown):
     /// what it was, e.g. "default model".
     Removed(String),
+    /// The file of the model of this name, shown to callers without its path (the log has it).
+    Named(String),
 }
 
 impl std::fmt::Display for ModelFile {
@@ -245,6 +236,7 @@ impl std::fmt::Display for ModelFile {
                 f,
                 "(the cached {what}, removed: it is fetched again on the next call)"
             ),
+            ModelFile::Named(name) => write!(f, "of the model {name:?}"),
         }
     }
 }

@@ -248,6 +248,9 @@ impl LoadError {
         match self {
             LoadError::Default(e) => e.again(),
             LoadError::Hub(e) => e.again(),
+            // A file that will not load (or is not there) does not mend by itself: a 5xx, not
+            // an invitation to retry.
+            LoadError::Engine(EngineError::Load { .. } | EngineError::Missing { .. }) => false,
             LoadError::Engine(_) | LoadError::Runtime(_) | LoadError::NoRoom(_) => true,
         }
     }
@@ -324,10 +327,15 @@ enum Job {
     Load(oneshot::Sender<Result<(), LocalError>>),
 }
 
-/// Embeddings of texts, made with the model's embedding context; takes no slot.
+/// Embeddings of texts, made with the model's embedding context, one text a step between the
+/// answers' steps; takes no slot.
 struct Embed {
     request: direct::EmbedRequest,
     reply: oneshot::Sender<Result<direct::Embeddings, LocalError>>,
+    /// The vectors made so far, in the inputs' order.
+    made: Vec<Vec<f32>>,
+    /// Their tokens.
+    counted: usize,
 }
 
 struct Answer {
@@ -680,6 +688,20 @@ impl Model for Local {
         Local::keep_alive(self, alive.unwrap_or(self.settings.keep_alive));
     }
 
+    /// Its file as the settings name it (an `hf:` file and the default model where they are
+    /// cached), the same file as `path` when both name one file (through links too).
+    fn uses_file(&self, path: &Path) -> bool {
+        let own = match &self.settings.source {
+            Source::File(file) => Some(file.clone()),
+            Source::Hub(file, _) => file.cached().ok(),
+            Source::Default => fetch::cached_default(),
+        };
+        own.is_some_and(|own| {
+            own == path
+                || matches!((own.canonicalize(), path.canonicalize()), (Ok(a), Ok(b)) if a == b)
+        })
+    }
+
     fn chat_template(&self) -> Option<String> {
         match self.state() {
             State::Ready(info) => info.chat_template.map(|t| t.to_string()),
@@ -727,7 +749,13 @@ impl Model for Local {
     ) -> BoxFuture<'_, CallResult<direct::Embeddings>> {
         Box::pin(async move {
             let (reply, made) = oneshot::channel();
-            let _place = self.queue(Job::Embed(Embed { request, reply }))?;
+            let embed = Embed {
+                request,
+                reply,
+                made: Vec::new(),
+                counted: 0,
+            };
+            let _place = self.queue(Job::Embed(embed))?;
             let mut embeddings = made
                 .await
                 .map_err(|_| LocalError::StoppedBeforeAnswering)??;
@@ -827,14 +855,47 @@ fn place(slots: &mut Slots, mut call: Call) -> Option<Call> {
     None
 }
 
-/// The embeddings of a request's inputs: each text's tokens (cut to the context when the
-/// request says so, else refused when over it), pooled and normalized, shortened to
-/// `dimensions` and normalized again.
-fn embeddings<'m>(
+/// Makes the next text's embedding of `embed`; when they are all made (or one fails) tells its
+/// caller and returns `None`, else returns it for the next step.
+fn embed_step<'m>(
+    model: &'m engine::Model,
+    embedder: &mut Option<engine::Embedder<'m>>,
+    mut embed: Embed,
+) -> Option<Embed> {
+    let i = embed.made.len();
+    if i < embed.request.inputs.len() {
+        match embedding(model, embedder, &embed.request, i) {
+            Ok((vector, tokens)) => {
+                embed.made.push(vector);
+                embed.counted += tokens;
+            }
+            Err(e) => {
+                let _ = embed.reply.send(Err(e));
+                return None;
+            }
+        }
+    }
+    if embed.made.len() < embed.request.inputs.len() {
+        return Some(embed);
+    }
+    let made = direct::Embeddings {
+        model: model.info().name.clone(),
+        vectors: embed.made,
+        prompt_tokens: embed.counted,
+    };
+    let _ = embed.reply.send(Ok(made));
+    None
+}
+
+/// The embedding of a request's input `i` and its tokens: the text's tokens (cut to the
+/// context when the request says so, else refused when over it), pooled and normalized,
+/// shortened to `dimensions` and normalized again.
+fn embedding<'m>(
     model: &'m engine::Model,
     embedder: &mut Option<engine::Embedder<'m>>,
     request: &direct::EmbedRequest,
-) -> Result<direct::Embeddings, LocalError> {
+    i: usize,
+) -> Result<(Vec<f32>, usize), LocalError> {
     let embedder = match embedder {
         Some(made) => made,
         None => embedder.insert(model.embedder().map_err(LocalError::Embed)?),
@@ -844,9 +905,10 @@ fn embeddings<'m>(
         problem,
     };
     let vocabulary = model.vocabulary();
-    let mut vectors = Vec::with_capacity(request.inputs.len());
-    let mut counted = 0;
-    for (i, item) in request.inputs.iter().enumerate() {
+    let Some(item) = request.inputs.get(i) else {
+        return Err(input(i, "is not there".into()));
+    };
+    {
         let mut tokens = match item {
             direct::EmbedInput::Text(text) => model.embedding_tokens(text),
             direct::EmbedInput::Tokens(ids) => ids
@@ -882,7 +944,7 @@ fn embeddings<'m>(
             }
             tokens.truncate(embedder.size());
         }
-        counted += tokens.len();
+        let counted = tokens.len();
         let mut vector = embedder.embed(&tokens).map_err(LocalError::Embed)?;
         if let Some(wanted) = request.dimensions {
             if wanted == 0 || wanted > vector.len() {
@@ -897,13 +959,8 @@ fn embeddings<'m>(
             vector.truncate(wanted);
             vector = engine::normalized(&vector);
         }
-        vectors.push(vector);
+        Ok((vector, counted))
     }
-    Ok(direct::Embeddings {
-        model: model.info().name.clone(),
-        vectors,
-        prompt_tokens: counted,
-    })
 }
 
 /// Whether the answer must be a call of one of the tools (decoded under a grammar saying so).
@@ -1028,15 +1085,25 @@ impl Worker {
         let mut held: Option<Call> = None;
         // Made on the first request for embeddings, and kept.
         let mut embedder: Option<engine::Embedder<'_>> = None;
+        // The embeddings in progress: one text a step, as a count is.
+        let mut embedding: Option<Embed> = None;
         loop {
             if let Some(call) = held.take()
                 && !call.reply.is_closed()
             {
                 held = place(&mut slots, call);
             }
-            // Counts share the worker with answers: one count a step at most, and answers
-            // waiting behind counts take the free slots first.
+            // Counts share the worker with answers: one count (or one text of the embeddings
+            // in progress) a step at most, and answers waiting behind counts take the free
+            // slots first. Embeddings whose caller went away are dropped, their texts unmade.
             let mut counted = false;
+            if let Some(embed) = embedding.take()
+                && !embed.reply.is_closed()
+            {
+                counted = true;
+                let _cpu = member.cpu();
+                embedding = embed_step(model, &mut embedder, embed);
+            }
             while held.is_none() && slots.has_free_slot() {
                 let job = match waiting.take() {
                     Some(job) => job,
@@ -1056,6 +1123,7 @@ impl Worker {
                         on_disk,
                         &mut slots,
                         &mut embedder,
+                        &mut embedding,
                         member,
                         job,
                     );
@@ -1068,6 +1136,7 @@ impl Worker {
                     on_disk,
                     &mut slots,
                     &mut embedder,
+                    &mut embedding,
                     member,
                     job,
                 );
@@ -1137,10 +1206,15 @@ impl Worker {
                 continue;
             }
             match job {
-                Job::Embed(embed) => {
+                Job::Embed(mut embed) => {
+                    // Text by text; a caller that goes away stops the work.
                     let _cpu = member.cpu();
-                    let made = embeddings(model, &mut embedder, &embed.request);
-                    let _ = embed.reply.send(made);
+                    while let Some(rest) = embed_step(model, &mut embedder, embed) {
+                        if rest.reply.is_closed() {
+                            break;
+                        }
+                        embed = rest;
+                    }
                 }
                 Job::Load(reply) => {
                     let _ = reply.send(Ok(()));
@@ -1158,12 +1232,14 @@ impl Worker {
     /// Begins a job, unless the model's file changed on disk since it was loaded (its mapped
     /// pages may be gone): then the job fails, saying so. Returns a call that waits for the
     /// context to grow.
+    #[allow(clippy::too_many_arguments)]
     fn begin_unless_changed<'m>(
         &self,
         model: &'m engine::Model,
         on_disk: Option<&OnDisk>,
         slots: &mut Slots,
         embedder: &mut Option<engine::Embedder<'m>>,
+        embedding: &mut Option<Embed>,
         member: &pool::Member,
         job: Job,
     ) -> Option<Call> {
@@ -1172,7 +1248,7 @@ impl Worker {
                 job.fail(LocalError::FileChanged(why));
                 None
             }
-            None => self.begin(model, slots, embedder, member, job),
+            None => self.begin(model, slots, embedder, embedding, member, job),
         }
     }
 
@@ -1203,14 +1279,25 @@ impl Worker {
         model: &'m engine::Model,
         slots: &mut Slots,
         embedder: &mut Option<engine::Embedder<'m>>,
+        embedding: &mut Option<Embed>,
         member: &pool::Member,
         job: Job,
     ) -> Option<Call> {
         match job {
             Job::Embed(embed) => {
                 let _cpu = member.cpu();
-                let made = embeddings(model, embedder, &embed.request);
-                let _ = embed.reply.send(made);
+                let rest = embed_step(model, embedder, embed);
+                match embedding {
+                    None => *embedding = rest,
+                    // One is in progress already (it is not taken then, but a job handed in
+                    // may be one): this one is made whole.
+                    Some(_) => {
+                        let mut rest = rest;
+                        while let Some(more) = rest.filter(|e| !e.reply.is_closed()) {
+                            rest = embed_step(model, embedder, more);
+                        }
+                    }
+                }
                 None
             }
             Job::Load(reply) => {
@@ -1270,7 +1357,14 @@ impl Worker {
                     Source::File(_) => None,
                 };
                 let Some(what) = removed else {
-                    return Err(e.into());
+                    // The operator's own file: its path goes to the log, not to callers.
+                    tracing::warn!(
+                        model = %self.settings.label, path = %path.display(), error = %e,
+                        "the local model's file did not load"
+                    );
+                    return Err(e
+                        .naming(ModelFile::Named(self.settings.label.clone()))
+                        .into());
                 };
                 fetch::forget(&path);
                 return Err(e.naming(ModelFile::Removed(what)).into());

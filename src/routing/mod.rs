@@ -9,7 +9,7 @@ pub mod file;
 
 use crate::backends::direct::Model;
 use crate::backends::provider::{Provider, ProviderSettings};
-use crate::config::{Backend, Config, Direct, Fallback};
+use crate::config::{Backend, Config, Direct, Fallback, RequestKeepAlive};
 use crate::error::{CallError, CallResult, MAX_LIST_BYTES, bounded_list, clip};
 use crate::local::{Local, LocalError, LocalSettings};
 use crate::shapes::DEFAULT_MODEL;
@@ -100,6 +100,8 @@ pub struct Backends {
     named: bool,
     /// Longest wait for room under an entry's cap.
     pub queue_timeout: Duration,
+    /// What an Ollama request's `keep_alive` may do (`--request-keep-alive`).
+    request_keep_alive: RequestKeepAlive,
 }
 
 impl Default for Backends {
@@ -110,6 +112,7 @@ impl Default for Backends {
             default: 0,
             named: false,
             queue_timeout: Duration::from_secs(30),
+            request_keep_alive: RequestKeepAlive::default(),
         }
     }
 }
@@ -196,6 +199,7 @@ impl Backends {
             None => Backends::from_flags(config)?,
         };
         backends.queue_timeout = Duration::from_secs(config.queue_timeout_secs);
+        backends.request_keep_alive = config.local.request_keep_alive;
         Ok(backends)
     }
 
@@ -291,6 +295,20 @@ impl Backends {
             default: index(&models.default).unwrap_or(0),
             named: true,
             ..Backends::default()
+        })
+    }
+
+    /// What an Ollama request's `keep_alive` may do (`--request-keep-alive`).
+    pub fn request_keep_alive(&self) -> RequestKeepAlive {
+        self.request_keep_alive
+    }
+
+    /// The first entry whose model answers from the file at `path` (an `hf:` file in the
+    /// cache, or a model file), if one does.
+    pub fn uses_file(&self, path: &std::path::Path) -> Option<&str> {
+        self.entries.iter().find_map(|e| match &e.answerer {
+            Answerer::Model(model) if model.uses_file(path) => Some(e.name.as_str()),
+            _ => None,
         })
     }
 

@@ -165,14 +165,20 @@ impl Service {
         shapes::parse(shape, arguments, &self.limits)
     }
 
-    /// [`Service::parse`] on tokio's blocking threads, handing `arguments` back: parsing compiles
-    /// the call's schemas (64 tool schemas of 80 KB take a second of CPU), which must not hold
-    /// one of the async runtime's threads and every request and `/healthz` queued on it.
+    /// [`Service::parse`], handing `arguments` back: on tokio's blocking threads when it may take
+    /// long, since parsing compiles the call's schemas (64 tool schemas of 80 KB take a second of
+    /// CPU) and a large call takes long to read, which must not hold one of the async runtime's
+    /// threads and every request and `/healthz` queued on it; here when the call is small and
+    /// carries no schema, where a hop to another thread would cost more than the parse.
     pub async fn parse_blocking(
         &self,
         shape: &'static dyn Shape,
         arguments: Map<String, Value>,
     ) -> (CallResult<Call>, Map<String, Value>) {
+        if !parses_long(&arguments) {
+            let parsed = self.parse(shape, &arguments);
+            return (parsed, arguments);
+        }
         let service = self.clone();
         let parsing = tokio::task::spawn_blocking(move || {
             let parsed = service.parse(shape, &arguments);
@@ -400,6 +406,60 @@ fn finish(shape: &dyn Shape, call: &Call, done: Fulfilled, route: &Route<'_>) ->
             reasoning: done.reasoning,
         },
     }
+}
+
+/// Calls up to this size (about, in bytes of JSON) without schemas are parsed where they
+/// arrive; larger ones, and any with schemas, on tokio's blocking threads.
+pub const INLINE_PARSE_BYTES: usize = 16 * 1024;
+
+/// The members of a call (in any API's shape) that may carry JSON Schemas to compile.
+const SCHEMA_MEMBERS: [&str; 6] = [
+    "tools",
+    "text",
+    "response_format",
+    "output_schema",
+    "generationConfig",
+    "format",
+];
+
+/// Whether parsing `call` may take long enough to hold up an async runtime's thread: it is
+/// large, or it may carry schemas to compile.
+pub fn parses_long(call: &Map<String, Value>) -> bool {
+    SCHEMA_MEMBERS.iter().any(|k| call.contains_key(*k))
+        || approximate_size(call) > INLINE_PARSE_BYTES
+}
+
+/// About how many bytes of JSON `object` is, without writing it: its strings' lengths, and a
+/// few bytes for each other value (stopping early once past the inline size).
+pub fn approximate_size(object: &Map<String, Value>) -> usize {
+    fn size(v: &Value, budget: usize) -> usize {
+        match v {
+            Value::String(s) => s.len() + 2,
+            Value::Array(a) => {
+                let mut total = 2;
+                for item in a {
+                    total += size(item, budget);
+                    if total > budget {
+                        break;
+                    }
+                }
+                total
+            }
+            Value::Object(o) => members(o, budget),
+            _ => 8,
+        }
+    }
+    fn members(o: &Map<String, Value>, budget: usize) -> usize {
+        let mut total = 2;
+        for (k, v) in o {
+            total += k.len() + 3 + size(v, budget);
+            if total > budget {
+                break;
+            }
+        }
+        total
+    }
+    members(object, INLINE_PARSE_BYTES)
 }
 
 #[cfg(test)]

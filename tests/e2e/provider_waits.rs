@@ -147,11 +147,14 @@ fn chunk(text: Option<&str>) -> String {
 /// The tool result's text of a `generate` call answered by a provider streaming `events`, half
 /// a second apart, with a 2 s timeout and the deadline `deadline`.
 fn generate_streamed(events: Vec<String>, deadline: &str) -> (Value, Duration) {
+    generate_answered(Reply::Events(events, Duration::from_millis(500)), deadline)
+}
+
+/// The tool result's text of a `generate` call answered by a provider's `reply`, with a 2 s
+/// timeout and the deadline `deadline`, and how long it took.
+fn generate_answered(reply: Reply, deadline: &str) -> (Value, Duration) {
     let runtime = tokio::runtime::Handle::current();
-    let provider = runtime.block_on(Scripted::start(vec![Reply::Events(
-        events,
-        Duration::from_millis(500),
-    )]));
+    let provider = runtime.block_on(Scripted::start(vec![reply]));
     let mut raw = Raw::legacy(
         &[
             ("AGENT_AS_MODEL_BACKEND", "provider"),
@@ -195,6 +198,21 @@ async fn a_stream_that_keeps_sending_is_read_past_the_timeout_within_its_deadlin
     let message = result["content"][0]["text"].as_str().unwrap();
     assert!(
         message.contains("after 3 s") && message.contains("AGENT_AS_MODEL_PROVIDER_DEADLINE_SECS"),
+        "{message}"
+    );
+    assert!(took < Duration::from_secs(20), "{took:?}");
+}
+
+/// The timeout counts complete events, not bytes: a provider that trickles one line that never
+/// ends (a byte every 200 ms) is cut at the 2 s timeout, long before the deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_that_trickles_one_endless_line_is_cut_at_the_timeout() {
+    let (result, took) = tokio::task::block_in_place(|| generate_answered(Reply::Trickle, "600"));
+    assert_eq!(result["isError"], true, "{result}");
+    let message = result["content"][0]["text"].as_str().unwrap();
+    assert!(
+        message.contains("no complete event")
+            && message.contains("AGENT_AS_MODEL_PROVIDER_TIMEOUT_SECS"),
         "{message}"
     );
     assert!(took < Duration::from_secs(20), "{took:?}");

@@ -341,7 +341,15 @@ async fn responses_are_retrieved_deleted_and_not_kept_with_store_false() {
     let (status, items) = get(&format!("{base}/{id}/input_items")).await;
     assert_eq!(status, 200, "{items}");
     assert_eq!(items["object"], "list");
-    assert_eq!(items["data"][0]["content"], "Hi");
+    // As OpenAI lists input items: an id, a status, the text as an input_text part.
+    let item = &items["data"][0];
+    assert_eq!(
+        item["content"],
+        json!([{"type": "input_text", "text": "Hi"}])
+    );
+    assert!(item["id"].as_str().unwrap().starts_with("msg_"), "{item}");
+    assert_eq!(item["status"], "completed");
+    assert_eq!(items["first_id"], item["id"]);
     let (status, deleted) = delete(&format!("{base}/{id}")).await;
     assert_eq!(status, 200, "{deleted}");
     assert_eq!(

@@ -184,7 +184,10 @@ async fn replicas_behind_nginx_share_responses_kept_in_redis() {
         assert_eq!(kept, first, "{}", r.url);
         let (status, items) = get(&format!("{}/v1/responses/{id}/input_items", r.url)).await;
         assert_eq!(status, 200, "{items}");
-        assert_eq!(items["data"][0]["content"], "Capital of France?", "{items}");
+        assert_eq!(
+            items["data"][0]["content"][0]["text"], "Capital of France?",
+            "{items}"
+        );
     }
     // Kept under the prefix, with the day's time to live.
     let key = format!("agent-as-model:response:{id}");

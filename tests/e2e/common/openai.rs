@@ -21,6 +21,9 @@ pub enum Reply {
     /// A 200 stream of the first events, then (once the gate opens, within 60 s) the rest; the
     /// connection closes after the last.
     Gated(Vec<String>, Arc<tokio::sync::Notify>, Vec<String>),
+    /// A 200 event stream that begins one `data:` line and never ends it: a byte every 200 ms,
+    /// for at most 60 s.
+    Trickle,
 }
 
 impl Reply {
@@ -115,6 +118,19 @@ impl Scripted {
                                 tokio::time::sleep(gap).await;
                             }
                             let _ = socket.shutdown().await;
+                        }
+                        Reply::Trickle => {
+                            let head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\
+                                        Cache-Control: no-cache\r\nConnection: close\r\n\r\n\
+                                        data: {\"choices\": [{\"delta\": {\"content\": \"";
+                            let _ = socket.write_all(head.as_bytes()).await;
+                            let started = std::time::Instant::now();
+                            while started.elapsed() < Duration::from_secs(60) {
+                                if socket.write_all(b"x").await.is_err() {
+                                    break;
+                                }
+                                tokio::time::sleep(Duration::from_millis(200)).await;
+                            }
                         }
                         Reply::Gated(first, gate, rest) => {
                             let head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\
