@@ -413,6 +413,13 @@ impl Provider {
             retry_after,
         };
         if status.as_u16() == 429 || status.is_server_error() {
+            // A wait the retry will honour: a caller holding its head for the first piece
+            // holds it as long.
+            if let (Some(live), Some(wait)) = (live, retry_after)
+                && wait <= self.settings.max_retry_after
+            {
+                live.retrying(wait);
+            }
             Err(Failure::Retryable { error, retry_after })
         } else {
             Err(Failure::Final(error))

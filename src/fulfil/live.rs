@@ -56,6 +56,11 @@ pub trait Sink: Send + Sync {
     fn committed(&self) -> bool {
         false
     }
+
+    /// The backend will try again after `after` (a provider's 429 or 5xx asked for that wait):
+    /// a caller that holds its answer's head for the first piece may hold it that much longer,
+    /// so that a call whose retries fail is answered with their status, not an error event.
+    fn retrying(&self, _after: std::time::Duration) {}
 }
 
 /// A call's sink, shared by the driver and the backend.

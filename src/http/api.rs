@@ -38,7 +38,8 @@ const PING_EVERY: Duration = Duration::from_secs(10);
 
 /// The longest a stream's head waits for the answer's first piece: until then a call that
 /// fails (refused by its model's queue, a provider's 429 or 401, a prompt over the context) is
-/// answered with a real HTTP status instead of an error event after a 200.
+/// answered with a real HTTP status instead of an error event after a 200. While a provider's
+/// retry waits (its `Retry-After`), the head waits that long more.
 const HEAD_WAIT: Duration = PING_EVERY;
 
 /// Frames of a streamed answer waiting for the client; when they are this many, the answer
@@ -948,6 +949,8 @@ struct Deltas {
     reasoning: bool,
     /// Something has been handed on: the client may have seen it.
     sent: AtomicBool,
+    /// Until when the backend waits to try again (a provider's asked wait), if it does.
+    retry_until: std::sync::Mutex<Option<tokio::time::Instant>>,
 }
 
 impl Deltas {
@@ -959,7 +962,19 @@ impl Deltas {
             calls: dialect.streams_calls(),
             reasoning: call.request.reasoning.shown != Some(false),
             sent: AtomicBool::new(false),
+            retry_until: std::sync::Mutex::new(None),
         }
+    }
+
+    /// When the head stops waiting for the first piece: [`HEAD_WAIT`] after `started`, or as
+    /// long as a retry the backend said it waits for, and the retry's own head wait after it.
+    fn head_deadline(&self, started: tokio::time::Instant) -> tokio::time::Instant {
+        let retry = *self
+            .retry_until
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let first = started + HEAD_WAIT;
+        retry.map_or(first, |until| first.max(until + HEAD_WAIT))
     }
 
     fn hand_on(&self, piece: Piece) {
@@ -1003,6 +1018,15 @@ impl Sink for Deltas {
 
     fn committed(&self) -> bool {
         self.sent.load(Ordering::Relaxed)
+    }
+
+    fn retrying(&self, after: Duration) {
+        let until = tokio::time::Instant::now() + after;
+        let mut retry = self
+            .retry_until
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *retry = Some(retry.map_or(until, |known| known.max(until)));
     }
 }
 
@@ -1078,7 +1102,7 @@ async fn hand_over(frames: &mpsc::Sender<Bytes>, list: Vec<String>, within: Dura
 }
 
 /// How a streamed answer's beginning went: it ended before it showed anything, or it began
-/// (with its first piece, or with none by [`HEAD_WAIT`]).
+/// (with its first piece, or with none by [`HEAD_WAIT`], or by the end of a retry's wait).
 enum Early<T> {
     Ended(T),
     Began(Option<Piece>),
@@ -1099,19 +1123,29 @@ pub(super) async fn stream_answer(
     api.aim(&mut record, &call);
     let within = api.stream_write_timeout;
     let (deltas, mut pieces) = mpsc::unbounded_channel();
-    let sink: crate::fulfil::live::Events = Arc::new(Deltas::new(deltas, dialect, &call));
+    let shown = Arc::new(Deltas::new(deltas, dialect, &call));
+    let sink: crate::fulfil::live::Events = shown.clone();
     let cancel = CancellationToken::new();
     // However this ends, the work stops with it.
     let _stop = cancel.clone().drop_guard();
     let answer = api.answer(dialect, &call, &cancel, Some(sink));
     tokio::pin!(answer);
-    // Until the head is out: the first piece, the answer's end, or HEAD_WAIT.
+    // Until the head is out: the first piece, the answer's end, or HEAD_WAIT (longer while
+    // the backend waits to try again).
     let mut head = head;
-    let early = tokio::select! {
-        result = &mut answer => Early::Ended(result),
-        Some(piece) = pieces.recv() => Early::Began(Some(piece)),
-        () = tokio::time::sleep(HEAD_WAIT) => Early::Began(None),
-        () = head.closed() => return,
+    let started = tokio::time::Instant::now();
+    let early = loop {
+        let deadline = shown.head_deadline(started);
+        tokio::select! {
+            result = &mut answer => break Early::Ended(result),
+            Some(piece) = pieces.recv() => break Early::Began(Some(piece)),
+            () = tokio::time::sleep_until(deadline) => {
+                if shown.head_deadline(started) <= deadline {
+                    break Early::Began(None);
+                }
+            }
+            () = head.closed() => return,
+        }
     };
     let (ended, first) = match early {
         Early::Ended(result) => {

@@ -623,3 +623,45 @@ async fn a_providers_embeddings_are_unit_vectors_cut_to_the_dimensions_asked() {
     // A vector that is zero once cut stays zero.
     assert_eq!(vector(1), vec![0.0, 0.0], "{body}");
 }
+
+/// A streamed call whose provider asks for a wait past the stream's head wait, and then fails
+/// again, is answered with the provider's status and wait, as the same call whole is: the head
+/// waits as long as the retry does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_call_whose_retry_outlasts_the_head_wait_gets_the_providers_status() {
+    let busy = Reply::Answer(
+        429,
+        vec![("Retry-After".into(), "11".into())],
+        json!({"error": {"message": "slow down", "type": "rate_limit_error"}}).to_string(),
+    );
+    let provider = Scripted::start(vec![busy]).await;
+    let dir = std::env::temp_dir().join(format!("aam-vi-retry-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("models.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[[models]]\nname = \"scripted\"\nbackend = \"provider\"\nurl = \"{}\"\n\
+             model = \"upstream\"\nretries = 1\n",
+            provider.url
+        ),
+    )
+    .unwrap();
+    let server = crate::http::start(&[
+        ("AGENT_AS_MODEL_MODELS", path.to_str().unwrap()),
+        ("AGENT_AS_MODEL_AUTH_TOKEN", TOKEN),
+    ])
+    .await;
+    let body = json!({"model": "scripted", "stream": true,
+                      "messages": [{"role": "user", "content": "hi"}]});
+    let response = open_stream(&format!("{}/v1/chat/completions", server.url), &body).await;
+    let status = response.status().as_u16();
+    let retry_after = response
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().to_owned());
+    let text = response.text().await.unwrap();
+    assert_eq!(status, 429, "{text}");
+    assert_eq!(retry_after.as_deref(), Some("11"), "{text}");
+    assert_eq!(provider.seen().len(), 2, "the retry was made");
+}
