@@ -442,6 +442,31 @@ pub struct Local {
     counters: Arc<Counters>,
     settings: LocalSettings,
     keep: Arc<Keep>,
+    known: Arc<Known>,
+}
+
+/// The name the model's file gave it when it was last loaded: it keeps going by it while it is
+/// unloaded (idle past its keep-alive, Ollama's `keep_alive: 0`, or to make room), so that the
+/// name a client saw loads it again.
+#[derive(Default)]
+struct Known {
+    name: std::sync::Mutex<Option<String>>,
+}
+
+impl Known {
+    fn get(&self) -> Option<String> {
+        self.name
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    fn set(&self, name: &str) {
+        *self
+            .name
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(name.to_owned());
+    }
 }
 
 /// How long the model stays loaded, as set last (a request may change it, as Ollama's do).
@@ -486,11 +511,13 @@ impl Local {
         let counters = Arc::new(Counters::default());
         let keep = Arc::new(Keep::default());
         keep.set(settings.keep_alive);
+        let known = Arc::new(Known::default());
         let worker = Worker {
             settings: settings.clone(),
             state: state_tx,
             counters: counters.clone(),
             keep: keep.clone(),
+            known: known.clone(),
         };
         let queue = Closing(jobs.clone());
         let thread = std::thread::Builder::new()
@@ -511,6 +538,7 @@ impl Local {
             counters,
             settings,
             keep,
+            known,
         })
     }
 
@@ -565,13 +593,24 @@ impl Local {
         }
     }
 
-    /// The name results report: the default model's, or what the file says it is.
+    /// The name results report: the default model's, or what the file says it is (once it has
+    /// been loaded, also while it is unloaded or loading again: the name a client was shown
+    /// stays the model's, and a call naming it loads it again).
     fn name(&self) -> String {
-        match (&self.settings.source, self.state()) {
-            (Source::Default, _) => fetch::DEFAULT_MODEL_NAME.to_owned(),
-            (_, State::Ready(info)) => info.name,
-            (Source::File(path), _) => path.display().to_string(),
-            (Source::Hub(file, _), _) => file.to_string(),
+        let source = match &self.settings.source {
+            Source::Default => return fetch::DEFAULT_MODEL_NAME.to_owned(),
+            other => other,
+        };
+        if let State::Ready(info) = self.state() {
+            return info.name;
+        }
+        if let Some(name) = self.known.get() {
+            return name;
+        }
+        match source {
+            Source::File(path) => path.display().to_string(),
+            Source::Hub(file, _) => file.to_string(),
+            Source::Default => fetch::DEFAULT_MODEL_NAME.to_owned(),
         }
     }
 }
@@ -984,6 +1023,7 @@ struct Worker {
     state: watch::Sender<State>,
     counters: Arc<Counters>,
     keep: Arc<Keep>,
+    known: Arc<Known>,
 }
 
 /// Why serving stopped: the queue closed (the server is stopping), or the model is to be
@@ -1269,6 +1309,7 @@ impl Worker {
         self.counters
             .memory_bytes
             .store(model.size(), Ordering::Relaxed);
+        self.known.set(&info.name);
         self.set(State::Ready(info.clone()));
     }
 
