@@ -1,7 +1,9 @@
 //! The embeddings routes: OpenAI's `POST /v1/embeddings`, Ollama's `POST /api/embed` and legacy
 //! `POST /api/embeddings`; Gemini's `:embedContent` and `:batchEmbedContents` are methods of
 //! its model paths, answered in `super::api`. Each reads its body with [`crate::api::embeddings`],
-//! has the service make the vectors, and writes them (or its API's error) back.
+//! has the service make the vectors, and writes them (or its API's error) back. Ollama's two
+//! resolve the model's name as its other routes do (`super::ollama::called`): the same names,
+//! the same 404.
 
 use super::api::{error, json_body, read_object};
 use crate::api::embeddings::{self, Asked};
@@ -65,8 +67,19 @@ async fn answer(api: &Api, form: &Form, body: Bytes) -> Response {
     let started = Instant::now();
     let made = async {
         let _admitted = api.admit()?;
-        let asked = (form.read)(&read_object(&body).await?)?;
+        let mut asked = (form.read)(&read_object(&body).await?)?;
         drop(body);
+        if form.ollama {
+            // Ollama's names resolve here as on its other routes: the same models, the same
+            // 404 for a name none of them goes by.
+            asked.model = super::ollama::called(api, &asked.model).inspect_err(|e| {
+                let mut record = api
+                    .service
+                    .metrics()
+                    .record(crate::metrics::Api::Embeddings);
+                record.status(e.status);
+            })?;
+        }
         let made = api.embed(&asked).await?;
         Ok::<_, ApiError>((asked, made))
     };

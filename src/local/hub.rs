@@ -61,6 +61,38 @@ pub enum SourceError {
     NoFile { given: String },
     #[error("`{given}`: the file must be a .gguf; {EXPECTED}")]
     NotGguf { given: String },
+    /// A part of the path no Hub file has, or one the cache could not hold.
+    #[error("`{given}`: {why}; {EXPECTED}")]
+    Odd { given: String, why: String },
+}
+
+/// The longest part (a folder's or a file's name) of a Hub path, in bytes: what a file system
+/// takes.
+pub const MAX_SEGMENT_BYTES: usize = 255;
+
+/// The longest `hf:` source, in bytes: a bound on the path of its file in the cache, well
+/// within what a system takes (`PATH_MAX`).
+pub const MAX_SOURCE_BYTES: usize = 1024;
+
+/// Why `segment` (a part of the file's path) is no name for a file of the cache, if it is not.
+fn odd_segment(segment: &str) -> Option<&'static str> {
+    let bytes = segment.as_bytes();
+    let escaped = bytes
+        .windows(3)
+        .any(|w| matches!(w, [b'%', a, b] if a.is_ascii_hexdigit() && b.is_ascii_hexdigit()));
+    if segment.is_empty() {
+        Some("the path has an empty part (`//`, or a `/` at an end)")
+    } else if segment == "." || segment == ".." {
+        Some("the path has a `.` or `..` part")
+    } else if escaped {
+        Some("the path has a percent-encoded part (`%2e`, …): write its names as they are")
+    } else if segment.contains('\\') || segment.chars().any(char::is_control) {
+        Some("the path has a backslash or a control character")
+    } else if bytes.len() > MAX_SEGMENT_BYTES {
+        Some("a part of the path is over 255 bytes")
+    } else {
+        None
+    }
 }
 
 /// Why a file could not be fetched from the Hub.
@@ -146,6 +178,23 @@ pub enum HubError {
 }
 
 impl HubError {
+    /// The error as a client is told it: what went wrong fetching `file`, naming it, and no
+    /// path of this machine (the cache's paths are the server's log's to show).
+    pub fn told(&self, file: &HubFile) -> String {
+        let local = match self {
+            HubError::Fetch(e) => e.in_cache(),
+            HubError::Download { error, .. } => error.in_cache(),
+            _ => None,
+        };
+        let text = local.unwrap_or_else(|| self.to_string());
+        let name = file.to_string();
+        if text.contains(&name) {
+            text
+        } else {
+            format!("{name}: {text}")
+        }
+    }
+
     /// Whether another attempt may mend it: not when storage sent more than the Hub stated
     /// (or a server states more than a download may be).
     pub(crate) fn again(&self) -> bool {
@@ -160,12 +209,24 @@ impl HubError {
 impl std::str::FromStr for HubFile {
     type Err = SourceError;
 
-    /// Reads `hf:OWNER/REPO/FILE.gguf` (the file may be in a folder of the repository).
+    /// Reads `hf:OWNER/REPO/FILE.gguf` (the file may be in a folder of the repository). Each
+    /// part of the path is a name as it is: none empty, `.`, `..`, percent-encoded or over
+    /// [`MAX_SEGMENT_BYTES`], the whole within [`MAX_SOURCE_BYTES`], so that the file's place
+    /// in the cache is known before anything is made there.
     fn from_str(source: &str) -> Result<HubFile, SourceError> {
-        let given = || source.to_owned();
+        let given = || crate::error::clip(source).into_owned();
         let rest = source
             .strip_prefix(PREFIX)
             .ok_or_else(|| SourceError::Shape { given: given() })?;
+        if source.len() > MAX_SOURCE_BYTES {
+            return Err(SourceError::Odd {
+                given: given(),
+                why: format!(
+                    "{} bytes, over the {MAX_SOURCE_BYTES} a Hub source may be",
+                    source.len()
+                ),
+            });
+        }
         let parts: Vec<&str> = rest.split('/').collect();
         let (Some(owner), Some(repo)) = (parts.first(), parts.get(1)) else {
             return Err(SourceError::Shape { given: given() });
@@ -174,15 +235,21 @@ impl std::str::FromStr for HubFile {
         let name_ok = |s: &str| {
             !s.is_empty()
                 && !s.starts_with('.')
+                && s.len() <= MAX_SEGMENT_BYTES
                 && s.bytes()
                     .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
         };
         if !name_ok(owner) || !name_ok(repo) {
             return Err(SourceError::Name { given: given() });
         }
-        let segment_ok = |s: &&str| !s.is_empty() && *s != "." && *s != ".." && !s.contains('\\');
-        if file.is_empty() || !file.iter().all(segment_ok) {
+        if file.is_empty() || file.iter().all(|s| s.is_empty()) {
             return Err(SourceError::NoFile { given: given() });
+        }
+        if let Some(why) = file.iter().find_map(|s| odd_segment(s)) {
+            return Err(SourceError::Odd {
+                given: given(),
+                why: why.to_owned(),
+            });
         }
         let file = file.join("/");
         if !file.to_ascii_lowercase().ends_with(".gguf") {
@@ -266,14 +333,11 @@ pub async fn fetch(
     if fetch::sealed(&path).is_some() {
         return Ok(path);
     }
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(|source| FetchError::CreateDir {
-            dir: dir.to_path_buf(),
-            source,
-        })?;
-    }
+    let hub = endpoint(access)?;
     // One process fetches the file at a time (the partial download is one file): the others
-    // wait here, then find it fetched.
+    // wait here, then find it fetched. The lock makes the file's folders, and when it is
+    // released removes its file and the folders it made that are still empty: a fetch that
+    // fails leaves the cache as it found it (but for a partial download, resumed next time).
     let _lock = fetch::lock(&path, &source.to_string(), progress).await?;
     if fetch::sealed(&path).is_some() {
         return Ok(path);
@@ -284,7 +348,6 @@ pub async fn fetch(
         access.endpoint,
         path.display()
     ));
-    let hub = endpoint(access)?;
     let metadata = metadata(source, access, &hub).await?;
     let partial = path.with_extension("gguf.part");
     let client = fetch::client(None)?;
@@ -293,7 +356,7 @@ pub async fn fetch(
         .token
         .as_deref()
         .filter(|_| url.origin() == hub.origin());
-    fetch::download_resuming(
+    let downloaded = fetch::download_resuming(
         &client,
         url.as_str(),
         token,
@@ -302,8 +365,12 @@ pub async fn fetch(
         source.name(),
         progress,
     )
-    .await
-    .map_err(|error| HubError::Download {
+    .await;
+    if downloaded.is_err() {
+        // Bytes are kept for the next fetch to resume from; an empty part is nothing.
+        fetch::discard_empty(&partial);
+    }
+    downloaded.map_err(|error| HubError::Download {
         file: source.clone(),
         error: Box::new(error),
     })?;
@@ -506,11 +573,30 @@ mod tests {
             "hf:../x/y.gguf",
             "hf:a/b/../y.gguf",
             "hf:a b/c/y.gguf",
+            "hf:a/b/%2e%2e/y.gguf",
+            "hf:a/b/x%2Fy.gguf",
+            "hf:a/b//y.gguf",
+            "hf:a/b/c/",
         ] {
             let e = bad.parse::<HubFile>().unwrap_err().to_string();
             assert!(e.contains("expected hf:OWNER/REPO/FILE.gguf"), "{bad}: {e}");
             assert!(e.starts_with(&format!("`{bad}`: ")), "{e}");
         }
+    }
+
+    #[test]
+    fn long_names_are_refused_before_the_cache_is_touched() {
+        for bad in [
+            format!("hf:a/b/{}.gguf", "x".repeat(MAX_SEGMENT_BYTES)),
+            format!("hf:a/{}/y.gguf", "r".repeat(MAX_SEGMENT_BYTES + 1)),
+            format!("hf:a/b/{}y.gguf", "d/".repeat(MAX_SOURCE_BYTES / 2)),
+        ] {
+            let e = bad.parse::<HubFile>().unwrap_err().to_string();
+            assert!(e.contains("expected hf:OWNER/REPO/FILE.gguf"), "{e}");
+            assert!(e.len() < 600, "the name is echoed whole: {e}");
+        }
+        let longest = format!("hf:a/b/{}.gguf", "x".repeat(MAX_SEGMENT_BYTES - 5));
+        assert!(longest.parse::<HubFile>().is_ok());
     }
 
     #[test]

@@ -1070,7 +1070,7 @@ async fn embeddings_come_from_the_embedded_model_through_every_sdk() {
     }
     assert_same(&vector(&g["short"]), &short, "genai, output_dimensionality");
 
-    let models = json!({"local": "nomic-embed-text"});
+    let models = json!({"local": "qwen2.5-coder-0.5b-instruct"});
     let ollama = run_script("ollama_embed.py", &server, &models, &["embeddings"], 900).await;
     let l = ok(&ollama, "embeddings");
     let theirs: Vec<Vec<f64>> = l["vectors"]
