@@ -56,11 +56,14 @@ pub(super) async fn paced(response: Response, budget: &Budget, reader: Reader<'_
     let Ok(bytes) = axum::body::to_bytes(body, size).await else {
         return Response::from_parts(parts, Body::empty());
     };
-    let taken = Arc::new(AtomicU64::new(0));
+    let taken = Taken {
+        since: tokio::time::Instant::now(),
+        last: Arc::new(AtomicU64::new(0)),
+    };
     let done = CancellationToken::new();
     if let Some(slot) = reader.slot {
         watch(
-            Arc::clone(&taken),
+            taken.clone(),
             done.clone(),
             slot.abort.clone(),
             reader.write_timeout,
@@ -75,23 +78,36 @@ pub(super) async fn paced(response: Response, budget: &Budget, reader: Reader<'_
     Response::from_parts(parts, Body::new(body))
 }
 
+/// When the last piece was taken: milliseconds after `since`.
+#[derive(Clone)]
+struct Taken {
+    since: tokio::time::Instant,
+    last: Arc<AtomicU64>,
+}
+
+impl Taken {
+    fn now(&self) {
+        let millis = u64::try_from(self.since.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last.store(millis, Ordering::Relaxed);
+    }
+
+    fn last(&self) -> u64 {
+        self.last.load(Ordering::Relaxed)
+    }
+}
+
 /// Closes the connection (cancels `abort`) when no piece is taken for `within`; ends when the
 /// answer is sent or dropped (`done`).
-fn watch(
-    taken: Arc<AtomicU64>,
-    done: CancellationToken,
-    abort: CancellationToken,
-    within: Duration,
-) {
+fn watch(taken: Taken, done: CancellationToken, abort: CancellationToken, within: Duration) {
     tokio::spawn(async move {
-        let mut seen = u64::MAX;
         loop {
+            let last = taken.last();
+            let due = taken.since + Duration::from_millis(last) + within;
             tokio::select! {
                 () = done.cancelled() => return,
-                () = tokio::time::sleep(within) => {}
+                () = tokio::time::sleep_until(due) => {}
             }
-            let now = taken.load(Ordering::Relaxed);
-            if now == seen {
+            if taken.last() == last {
                 tracing::warn!(
                     waited_secs = within.as_secs(),
                     "a client read none of a whole answer for \
@@ -100,7 +116,6 @@ fn watch(
                 abort.cancel();
                 return;
             }
-            seen = now;
         }
     });
 }
@@ -108,8 +123,8 @@ fn watch(
 /// A whole answer handed out in pieces, holding its share of the buffer until it is sent.
 struct Paced {
     rest: Bytes,
-    /// Pieces handed out so far.
-    taken: Arc<AtomicU64>,
+    /// When the last piece was handed out.
+    taken: Taken,
     _held: Held,
     /// Ends the watch when the answer is sent or dropped.
     _done: DropGuard,
@@ -128,7 +143,7 @@ impl HttpBody for Paced {
             return Poll::Ready(None);
         }
         let piece = this.rest.split_to(this.rest.len().min(PIECE));
-        this.taken.fetch_add(1, Ordering::Relaxed);
+        this.taken.now();
         Poll::Ready(Some(Ok(hyper::body::Frame::data(piece))))
     }
 
