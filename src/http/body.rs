@@ -33,8 +33,6 @@ pub(super) struct Limits {
     max_body: usize,
     timeout: Duration,
     deadline: Duration,
-    /// How long a whole answer waits for a reader that takes none of it.
-    write_timeout: Duration,
     pub(super) budget: Arc<Budget>,
 }
 
@@ -175,7 +173,6 @@ impl Limits {
             max_body: settings.max_body,
             timeout: settings.body_timeout,
             deadline: settings.body_deadline,
-            write_timeout: settings.write_timeout,
             budget: Arc::new(Budget::new(
                 settings.max_body_buffer,
                 settings.max_json_values,
@@ -192,8 +189,6 @@ pub(super) async fn read_whole(
     next: Next,
 ) -> Response {
     let (parts, body) = request.into_parts();
-    let method = parts.method.clone();
-    let slot = parts.extensions.get::<super::listen::Slot>().cloned();
     let declared = parts
         .headers
         .get(header::CONTENT_LENGTH)
@@ -233,13 +228,7 @@ pub(super) async fn read_whole(
     let mut request = Request::from_parts(parts, Body::from(whole));
     request.extensions_mut().insert(held);
     request.extensions_mut().insert(limits.budget.clone());
-    let response = next.run(request).await;
-    let reader = super::whole::Reader {
-        method: &method,
-        slot: slot.as_ref(),
-        write_timeout: limits.write_timeout,
-    };
-    super::whole::paced(response, &limits.budget, reader).await
+    next.run(request).await
 }
 
 /// An upper bound on the JSON values (and object members' names) a body parses to, in one pass

@@ -121,11 +121,16 @@ where
 fn app(settings: &HttpSettings, mcp: Mcp, api: Option<Routes>) -> Router {
     let token = settings.auth_token.as_deref().map(Token::new);
     let limits = Arc::new(body::Limits::new(settings));
-    // A group's routes: its credential check, then the body.
+    let pacing = Arc::new(whole::Pacing {
+        budget: limits.budget.clone(),
+        write_timeout: settings.write_timeout,
+    });
+    // A group's routes: its credential check, then the answer's pacing, then the body.
     let guarded = |group: Routes| {
         group
             .router
             .route_layer(from_fn_with_state(limits.clone(), body::read_whole))
+            .route_layer(from_fn_with_state(pacing.clone(), whole::pace))
             .route_layer(from_fn_with_state(
                 (token.clone(), group.auth),
                 authenticate,

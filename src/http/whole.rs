@@ -10,7 +10,9 @@
 use super::body::{Budget, Held, Overdrawn, busy_text};
 use super::listen::Slot;
 use axum::body::{Body, HttpBody};
+use axum::extract::{Request, State};
 use axum::http::Method;
+use axum::middleware::Next;
 use axum::response::Response;
 use bytes::Bytes;
 use std::convert::Infallible;
@@ -27,6 +29,30 @@ pub(super) const PACED_FROM: usize = 64 * 1024;
 
 /// The piece handed to the connection at a time.
 const PIECE: usize = 64 * 1024;
+
+/// What pacing answers holds: the buffer requests share, and how long an answer waits for a
+/// reader that takes none of it.
+pub(super) struct Pacing {
+    pub(super) budget: Arc<Budget>,
+    pub(super) write_timeout: Duration,
+}
+
+/// Middleware: the answer, paced and counted when it is whole and large.
+pub(super) async fn pace(
+    State(pacing): State<Arc<Pacing>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let method = request.method().clone();
+    let slot = request.extensions().get::<Slot>().cloned();
+    let response = next.run(request).await;
+    let reader = Reader {
+        method: &method,
+        slot: slot.as_ref(),
+        write_timeout: pacing.write_timeout,
+    };
+    paced(response, &pacing.budget, reader).await
+}
 
 /// What pacing needs to know of the request an answer is for.
 pub(super) struct Reader<'a> {

@@ -162,11 +162,22 @@ async fn continuing_a_large_stored_conversation_holds_the_shared_buffer() {
         let events = response.text().await.unwrap();
         assert!(events.contains("response.completed"), "{events}");
     }
+    // The provider holds every later request at the gate too: keep it open.
+    let opener = {
+        let gate = gate.clone();
+        tokio::spawn(async move {
+            loop {
+                gate.notify_waiters();
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+    };
     let (status, next) = create(
         &server,
         &json!({"model": "scripted", "input": "again", "previous_response_id": id}),
     )
     .await;
+    opener.abort();
     assert_eq!(status, 200, "{next}");
 }
 
