@@ -1298,8 +1298,33 @@ pub(super) async fn messages_tokens(State(api): State<Arc<Api>>, body: Bytes) ->
     count(api, Counting::Messages, body, None).await
 }
 
-pub(super) async fn responses_tokens(State(api): State<Arc<Api>>, body: Bytes) -> Response {
-    count(api, Counting::Responses, body, None).await
+/// `POST /v1/responses/input_tokens`: the prompt a `POST /v1/responses` of the same body would
+/// read, the stored conversation its `previous_response_id` names included (loaded and counted
+/// against the buffer as a create's is).
+pub(super) async fn responses_tokens(
+    State(api): State<Arc<Api>>,
+    Extension(budget): Budgets,
+    held: Share,
+    body: Bytes,
+) -> Response {
+    let counting = Counting::Responses;
+    let dialect = counting.dialect();
+    let (_admitted, map) = match admitted_object(&api, dialect, body).await {
+        Ok(admitted) => admitted,
+        Err(refused) => return *refused,
+    };
+    let loads = Loads {
+        budget: &budget,
+        values: values_of(&held),
+    };
+    let turn = match responses_turn(&api, loads, map, None).await {
+        Ok(turn) => turn,
+        Err(refused) => return error(dialect, &refused.error, &refused.warnings),
+    };
+    match api.count_tokens(&turn.call).await {
+        Ok(tokens) => json_body(counting.body(tokens)),
+        Err(e) => error(dialect, &e, &turn.prepared.warnings),
+    }
 }
 
 /// The models calls may name: `(id, aliases, what the backends say of it)`, each described once

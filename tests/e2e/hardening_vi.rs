@@ -676,3 +676,45 @@ async fn a_streamed_call_whose_retry_outlasts_the_head_wait_gets_the_providers_s
     assert_eq!(retry_after.as_deref(), Some("11"), "{text}");
     assert_eq!(provider.seen().len(), 2, "the retry was made");
 }
+
+/// `/v1/responses/input_tokens` counts the stored conversation `previous_response_id` names,
+/// as the create it stands for reads it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn input_tokens_count_the_conversation_a_previous_response_continues() {
+    let provider = Scripted::start(vec![Reply::json(200, &completion("Paris."))]).await;
+    let server = server_with("vi-count", &provider, "", &[]).await;
+    let long = "Tell me about the capital of France, its history and its rivers. ".repeat(20);
+    let (status, first) = create(&server, &json!({"model": "scripted", "input": long})).await;
+    assert_eq!(status, 200, "{first}");
+    let count = |body: Value| {
+        let server = &server;
+        async move {
+            let response = http_client()
+                .post(format!("{}/v1/responses/input_tokens", server.url))
+                .header("x-api-key", TOKEN)
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(response.status(), 200);
+            let v: Value = response.json().await.unwrap();
+            assert_eq!(v["object"], "response.input_tokens", "{v}");
+            v["input_tokens"].as_u64().unwrap()
+        }
+    };
+    let alone = count(json!({"model": "scripted", "input": "And of Italy?"})).await;
+    let continued = count(json!({"model": "scripted", "input": "And of Italy?",
+                                 "previous_response_id": first["id"]}))
+    .await;
+    assert!(continued > alone + 100, "{continued} against {alone}");
+    let response = http_client()
+        .post(format!("{}/v1/responses/input_tokens", server.url))
+        .header("x-api-key", TOKEN)
+        .json(&json!({"model": "scripted", "input": "x", "previous_response_id": "resp_gone"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 400);
+    let v: Value = response.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "previous_response_not_found", "{v}");
+}
