@@ -311,6 +311,10 @@ pub struct Resource {
 pub struct Stored {
     pub response: Resource,
     pub input: Vec<Value>,
+    /// The model the request named (the response's `model` is the backend's name for it): a
+    /// follow-up that names none continues with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub asked_model: Option<String>,
 }
 
 impl Stored {
@@ -1137,6 +1141,8 @@ impl Encoder {
 pub struct Keep {
     pub store: super::store::Store,
     pub input: Vec<Value>,
+    /// The model the request named.
+    pub asked_model: Option<String>,
 }
 
 impl Keep {
@@ -1146,6 +1152,7 @@ impl Keep {
         let stored = Stored {
             response,
             input: self.input,
+            asked_model: self.asked_model,
         };
         let text = match serde_json::to_string(&stored) {
             Ok(text) => text,
@@ -1329,6 +1336,7 @@ mod tests {
         let stored = Stored {
             response,
             input: input_items(Some(&json!("Weather?"))),
+            asked_model: None,
         };
         let text = serde_json::to_string(&stored).unwrap();
         let back: Stored = serde_json::from_str(&text).unwrap();

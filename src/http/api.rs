@@ -345,6 +345,8 @@ pub(super) struct ResponsesTurn {
     pub(super) input: Vec<Value>,
     /// The buffer's share of the conversation loaded (none when none was).
     pub(super) held: Held,
+    /// The model the request named (or the one it continues with).
+    pub(super) model: Option<String>,
 }
 
 /// What loading a stored conversation for a request is counted against: the shared buffer, and
@@ -406,15 +408,26 @@ pub(super) async fn responses_turn(
             None => previous_response(api, loads, &previous).await?,
         };
         held = loaded;
+        // A follow-up that names no model continues with the model of the response it follows
+        // (Codex App sends none).
+        if asked_model(&map).is_none() {
+            let model = stored
+                .asked_model
+                .clone()
+                .unwrap_or_else(|| stored.response.model.clone());
+            map.insert("model".into(), Value::String(model));
+        }
         let mut conversation = stored.conversation();
         drop(stored);
         conversation.append(&mut input);
         input = conversation;
         map.insert("input".into(), Value::Array(input.clone()));
     }
+    let asked = asked_model(&map);
     let keep = echo.store.then(|| Keep {
         store: api.store.clone(),
         input: input.clone(),
+        asked_model: asked.clone(),
     });
     let (prepared, call) = parse_checked(api, Dialect::Responses, map, None, false).await?;
     let encoder = Encoder::new(echo, &api.model_name(&call), &call.request.stop);
@@ -425,7 +438,16 @@ pub(super) async fn responses_turn(
         keep,
         input,
         held,
+        model: asked,
     })
+}
+
+/// The model a request body names, if it names one.
+pub(super) fn asked_model(map: &Map<String, Value>) -> Option<String> {
+    map.get("model")
+        .and_then(Value::as_str)
+        .filter(|m| !m.trim().is_empty())
+        .map(str::to_owned)
 }
 
 /// A typed API object as JSON.

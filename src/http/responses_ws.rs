@@ -340,6 +340,7 @@ impl Connection {
             keep,
             mut input,
             held,
+            model,
         } = turn;
         if !prepared.warnings.is_empty() {
             tracing::info!(
@@ -372,7 +373,8 @@ impl Connection {
                     let Some(frame) = frame else {
                         return true;
                     };
-                    if !self.relay(&frame, &mut input, previous, &mut share).await {
+                    let asked = model.as_deref();
+                    if !self.relay(&frame, &mut input, previous, asked, &mut share).await {
                         return false;
                     }
                 }
@@ -423,6 +425,7 @@ impl Connection {
         frame: &[u8],
         input: &mut Vec<Value>,
         previous: Option<&str>,
+        asked_model: Option<&str>,
         share: &mut Option<Held>,
     ) -> bool {
         let Some((kind, data)) = event_of(frame) else {
@@ -438,6 +441,7 @@ impl Connection {
                     self.last = self.keep(Stored {
                         response,
                         input: std::mem::take(input),
+                        asked_model: asked_model.map(str::to_owned),
                     });
                 }
             }

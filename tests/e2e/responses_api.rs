@@ -495,3 +495,49 @@ async fn the_open_responses_scenarios_pass_on_the_embedded_model() {
     assert_eq!(status, 400, "{e}");
     assert_eq!(e["error"]["param"], "input[0].content[1].image_url");
 }
+
+/// A follow-up that names no model (Codex App sends none) continues with the model of the
+/// response it follows, not the default one, over HTTP and over a chain of follow-ups.
+#[tokio::test]
+async fn a_follow_up_without_a_model_continues_with_the_model_it_follows() {
+    let first = Scripted::start(vec![Reply::json(200, &completion("From the first."))]).await;
+    let second = Scripted::start(vec![Reply::json(200, &completion("From the second."))]).await;
+    let dir = std::env::temp_dir().join(format!("aam-follow-up-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("models.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "default = \"first\"\n\
+             [[models]]\nname = \"first\"\nbackend = \"provider\"\nurl = \"{}\"\n\
+             model = \"upstream-1\"\nretries = 0\n\n\
+             [[models]]\nname = \"second\"\nbackend = \"provider\"\nurl = \"{}\"\n\
+             model = \"upstream-2\"\nretries = 0\n",
+            first.url, second.url
+        ),
+    )
+    .unwrap();
+    let s = crate::http::start(&[
+        ("AGENT_AS_MODEL_MODELS", path.to_str().unwrap()),
+        ("AGENT_AS_MODEL_AUTH_TOKEN", TOKEN),
+    ])
+    .await;
+    let (status, started) = create(&s.url, &json!({"model": "second", "input": "Hi"})).await;
+    assert_eq!(status, 200, "{started}");
+    let mut previous = started["id"].as_str().unwrap().to_owned();
+    for turn in ["And then?", "And after that?"] {
+        let (status, next) = create(
+            &s.url,
+            &json!({"input": turn, "previous_response_id": previous}),
+        )
+        .await;
+        assert_eq!(status, 200, "{next}");
+        assert_eq!(
+            next["output"][0]["content"][0]["text"], "From the second.",
+            "{next}"
+        );
+        previous = next["id"].as_str().unwrap().to_owned();
+    }
+    assert_eq!(first.seen().len(), 0, "the default model was asked");
+    assert_eq!(second.seen().len(), 3);
+}
