@@ -22,6 +22,7 @@ pub mod ollama;
 pub mod responses;
 pub mod sse;
 pub mod store;
+pub mod tool_names;
 
 use crate::call::Call;
 use crate::error::{CallError, Upstream};
@@ -126,6 +127,8 @@ pub struct Prepared {
     /// Anthropic: `role: "system"` messages moved into `system`, still counted against
     /// `AGENT_AS_MODEL_MAX_MESSAGES` with the messages left.
     pub system_messages: usize,
+    /// Responses: how the tools the model sees were declared (namespaces, custom tools).
+    pub names: tool_names::Names,
 }
 
 /// Makes `body` the arguments of `dialect`'s tool. `model` is the one a Gemini path names;
@@ -138,6 +141,7 @@ pub fn prepare(
 ) -> Prepared {
     let mut warnings = Vec::new();
     let mut moved = 0;
+    let mut names = tool_names::Names::default();
     let asked_stream = matches!(body.remove("stream"), Some(Value::Bool(true)));
     let include_usage = body
         .remove("stream_options")
@@ -145,7 +149,7 @@ pub fn prepare(
         .unwrap_or(false);
     match dialect {
         Dialect::Messages => moved = system_messages(&mut body),
-        Dialect::Responses => responses_tools(&mut body, &mut warnings),
+        Dialect::Responses => names = tool_names::flatten(&mut body, &mut warnings),
         Dialect::Gemini => {
             shapes::gemini::camel_case_fields(&mut body, &mut warnings);
             if let Some(model) = model {
@@ -160,6 +164,7 @@ pub fn prepare(
         include_usage,
         warnings,
         system_messages: moved,
+        names,
     }
 }
 
@@ -194,39 +199,6 @@ fn system_messages(body: &mut Map<String, Value>) -> usize {
     blocks.extend(system);
     body.insert("system".into(), Value::Array(blocks));
     moved
-}
-
-/// Responses: a `namespace` tool's functions are offered as functions; a hosted tool no
-/// backend here can run (`web_search`, `file_search`, …) is left out, with a warning.
-fn responses_tools(body: &mut Map<String, Value>, warnings: &mut Vec<String>) {
-    let Some(Value::Array(tools)) = body.get_mut("tools") else {
-        return;
-    };
-    let mut kept = Vec::with_capacity(tools.len());
-    for tool in tools.drain(..) {
-        match tool.get("type").and_then(Value::as_str) {
-            Some("function") | None => kept.push(tool),
-            Some("namespace") => {
-                if let Some(Value::Array(inner)) = tool.get("tools") {
-                    kept.extend(
-                        inner
-                            .iter()
-                            .filter(|t| t.get("type").and_then(Value::as_str) == Some("function"))
-                            .cloned(),
-                    );
-                }
-            }
-            Some(other) => warnings.push(format!(
-                "the hosted tool {:?} was left out: no backend of this server runs it",
-                crate::error::clip(other)
-            )),
-        }
-    }
-    *tools = kept;
-    if tools.is_empty() {
-        body.remove("tools");
-        body.remove("tool_choice");
-    }
 }
 
 /// What an API error says, rendered in each dialect's envelope.

@@ -359,6 +359,7 @@ pub fn translate(
         include_usage: false,
         warnings,
         system_messages: 0,
+        names: super::tool_names::Names::default(),
     };
     Ok(out)
 }

@@ -87,6 +87,19 @@ pub enum Item {
         name: String,
         arguments: String,
         status: Status,
+        /// The namespace the function was declared in (Codex's `namespace` tools).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        namespace: Option<String>,
+    },
+    /// A call of a freeform (`custom`) tool: its raw text input.
+    CustomToolCall {
+        id: String,
+        call_id: String,
+        name: String,
+        input: String,
+        status: Status,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        namespace: Option<String>,
     },
 }
 
@@ -96,13 +109,16 @@ impl Item {
         match self {
             Item::Reasoning { id, .. }
             | Item::Message { id, .. }
-            | Item::FunctionCall { id, .. } => id,
+            | Item::FunctionCall { id, .. }
+            | Item::CustomToolCall { id, .. } => id,
         }
     }
 
     fn set_status(&mut self, to: Status) {
         match self {
-            Item::Message { status, .. } | Item::FunctionCall { status, .. } => *status = to,
+            Item::Message { status, .. }
+            | Item::FunctionCall { status, .. }
+            | Item::CustomToolCall { status, .. } => *status = to,
             // A reasoning item has no status.
             Item::Reasoning { .. } => {}
         }
@@ -127,9 +143,30 @@ impl Item {
                 call_id,
                 name,
                 arguments,
+                namespace,
                 ..
-            } => json!({"type": "function_call", "call_id": call_id, "name": name,
-                        "arguments": arguments}),
+            } => {
+                let mut call = json!({"type": "function_call", "call_id": call_id, "name": name,
+                                      "arguments": arguments});
+                if let (Some(namespace), Some(o)) = (namespace, call.as_object_mut()) {
+                    o.insert("namespace".into(), json!(namespace));
+                }
+                call
+            }
+            Item::CustomToolCall {
+                call_id,
+                name,
+                input,
+                namespace,
+                ..
+            } => {
+                let mut call = json!({"type": "custom_tool_call", "call_id": call_id,
+                                      "name": name, "input": input});
+                if let (Some(namespace), Some(o)) = (namespace, call.as_object_mut()) {
+                    o.insert("namespace".into(), json!(namespace));
+                }
+                call
+            }
         }
     }
 }
@@ -567,6 +604,20 @@ enum Event<'a> {
         name: &'a str,
         arguments: &'a str,
     },
+    #[serde(rename = "response.custom_tool_call_input.delta")]
+    InputDelta {
+        sequence_number: u64,
+        item_id: &'a str,
+        output_index: usize,
+        delta: &'a str,
+    },
+    #[serde(rename = "response.custom_tool_call_input.done")]
+    InputDone {
+        sequence_number: u64,
+        item_id: &'a str,
+        output_index: usize,
+        input: &'a str,
+    },
     #[serde(rename = "error")]
     Error {
         sequence_number: u64,
@@ -601,6 +652,8 @@ impl Event<'_> {
             Event::ReasoningDone { .. } => "response.reasoning_text.done",
             Event::ArgsDelta { .. } => "response.function_call_arguments.delta",
             Event::ArgsDone { .. } => "response.function_call_arguments.done",
+            Event::InputDelta { .. } => "response.custom_tool_call_input.delta",
+            Event::InputDone { .. } => "response.custom_tool_call_input.done",
             Event::Error { .. } => "error",
         }
     }
@@ -640,6 +693,8 @@ pub struct Encoder {
     calls: Vec<LiveCall>,
     /// Whether a tool call is shown as it is made.
     live_calls: bool,
+    /// How the tools the model called were declared (namespaces, custom tools).
+    names: super::tool_names::Names,
 }
 
 impl Encoder {
@@ -666,6 +721,39 @@ impl Encoder {
             reasoning_slot: None,
             calls: Vec::new(),
             live_calls: true,
+            names: super::tool_names::Names::default(),
+        }
+    }
+
+    /// `self` answering calls as `names` says the tools were declared: a namespaced function
+    /// with its bare name and namespace, a custom tool as a `custom_tool_call`.
+    pub fn with_names(mut self, names: super::tool_names::Names) -> Self {
+        self.names = names;
+        self
+    }
+
+    /// The output item of a call of `function` by the model, its arguments not given yet.
+    fn call_item(&self, call_id: &str, function: &str) -> Item {
+        let declared = self.names.declared(function);
+        let namespace = declared.and_then(|d| d.namespace.clone());
+        let name = declared.map_or_else(|| function.to_owned(), |d| d.name.clone());
+        if declared.is_some_and(|d| d.custom) {
+            return Item::CustomToolCall {
+                id: crate::call::new_id("ctc_"),
+                call_id: call_id.to_owned(),
+                name,
+                input: String::new(),
+                status: Status::InProgress,
+                namespace,
+            };
+        }
+        Item::FunctionCall {
+            id: crate::call::new_id("fc_"),
+            call_id: call_id.to_owned(),
+            name,
+            arguments: String::new(),
+            status: Status::InProgress,
+            namespace,
         }
     }
 
@@ -902,7 +990,9 @@ impl Encoder {
     /// The model began its call numbered `index`: its item is added at once, the text before
     /// it closed. A call out of order is shown at the end.
     fn call_start(&mut self, index: usize, call_id: &str, name: &str) -> Vec<String> {
-        if !self.live_calls || index != self.calls.len() {
+        // A custom tool's raw input is shown whole, at the end (the model writes it as JSON).
+        let custom = self.names.declared(name).is_some_and(|d| d.custom);
+        if !self.live_calls || index != self.calls.len() || custom {
             return Vec::new();
         }
         // Text held for a stop sequence that did not come before the call.
@@ -910,13 +1000,7 @@ impl Encoder {
         let mut out = self.show(&held);
         self.close_reasoning(&mut out);
         self.close_text(Status::Completed, &mut out);
-        let item = Item::FunctionCall {
-            id: crate::call::new_id("fc_"),
-            call_id: call_id.to_owned(),
-            name: name.to_owned(),
-            arguments: String::new(),
-            status: Status::InProgress,
-        };
+        let item = self.call_item(call_id, name);
         let slot = self.add(item, &mut out);
         self.calls.push(LiveCall {
             call_id: call_id.to_owned(),
@@ -953,26 +1037,43 @@ impl Encoder {
         let Some(item) = self.resource.output.get_mut(slot) else {
             return;
         };
-        if let Item::FunctionCall {
-            id,
-            name,
-            arguments,
-            status,
-            ..
-        } = item
-        {
-            *arguments = final_arguments;
-            *status = Status::Completed;
-            out.push(
-                Event::ArgsDone {
-                    sequence_number: a,
-                    item_id: id,
-                    output_index: slot,
-                    name,
-                    arguments,
-                }
-                .frame(),
-            );
+        match item {
+            Item::FunctionCall {
+                id,
+                name,
+                arguments,
+                status,
+                ..
+            } => {
+                *arguments = final_arguments;
+                *status = Status::Completed;
+                out.push(
+                    Event::ArgsDone {
+                        sequence_number: a,
+                        item_id: id,
+                        output_index: slot,
+                        name,
+                        arguments,
+                    }
+                    .frame(),
+                );
+            }
+            Item::CustomToolCall {
+                id, input, status, ..
+            } => {
+                *input = super::tool_names::custom_input(&final_arguments);
+                *status = Status::Completed;
+                out.push(
+                    Event::InputDone {
+                        sequence_number: a,
+                        item_id: id,
+                        output_index: slot,
+                        input,
+                    }
+                    .frame(),
+                );
+            }
+            _ => {}
         }
         out.push(item_done(b, slot, item));
     }
@@ -1027,17 +1128,11 @@ impl Encoder {
         arguments: &str,
         out: &mut Vec<String>,
     ) -> usize {
-        let item = Item::FunctionCall {
-            id: crate::call::new_id("fc_"),
-            call_id: call.id.clone(),
-            name: call.name.clone(),
-            arguments: String::new(),
-            status: Status::InProgress,
-        };
+        let item = self.call_item(&call.id, &call.name);
         let slot = self.add(item, out);
         let n = self.next();
-        if let Some(Item::FunctionCall { id, .. }) = self.resource.output.get(slot) {
-            out.push(
+        match self.resource.output.get(slot) {
+            Some(Item::FunctionCall { id, .. }) => out.push(
                 Event::ArgsDelta {
                     sequence_number: n,
                     item_id: id,
@@ -1045,7 +1140,17 @@ impl Encoder {
                     delta: arguments,
                 }
                 .frame(),
-            );
+            ),
+            Some(Item::CustomToolCall { id, .. }) => out.push(
+                Event::InputDelta {
+                    sequence_number: n,
+                    item_id: id,
+                    output_index: slot,
+                    delta: &super::tool_names::custom_input(arguments),
+                }
+                .frame(),
+            ),
+            _ => {}
         }
         slot
     }

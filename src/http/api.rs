@@ -430,7 +430,8 @@ pub(super) async fn responses_turn(
         asked_model: asked.clone(),
     });
     let (prepared, call) = parse_checked(api, Dialect::Responses, map, None, false).await?;
-    let encoder = Encoder::new(echo, &api.model_name(&call), &call.request.stop);
+    let encoder = Encoder::new(echo, &api.model_name(&call), &call.request.stop)
+        .with_names(prepared.names.clone());
     Ok(ResponsesTurn {
         prepared,
         call,

@@ -31,6 +31,7 @@ mod bridge_limits;
 mod build;
 mod chat_template;
 mod cli;
+mod codex_tools;
 mod completions;
 mod conformance;
 mod cursors;

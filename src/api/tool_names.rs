@@ -1,0 +1,390 @@
+//! The Responses API's tool registry as Codex sends it, made plain for models that know only
+//! function tools: `namespace` groups and freeform `custom` tools (top-level, or in an
+//! `additional_tools` input item), and the history that carries them (`custom_tool_call`,
+//! `custom_tool_call_output`, a `function_call` with its `namespace`, `agent_message`).
+//!
+//! A namespaced function becomes a function named `NAMESPACE__NAME` (the implicit `functions`
+//! namespace keeps the bare name); a custom tool becomes a function whose one argument, `input`,
+//! is the raw text, its grammar (`lark` or `regex`) told in its description. [`Names`] keeps the
+//! way back, so that a call comes back as the client sent the tool: a namespaced function as a
+//! `function_call` with its bare `name` and its `namespace`, a custom tool as a
+//! `custom_tool_call` with its raw `input`.
+
+use serde_json::{Map, Value, json};
+use std::collections::HashMap;
+
+/// The namespace whose functions keep their bare names.
+const IMPLICIT: &str = "functions";
+
+/// What joins a namespace and a name into one function name.
+const JOIN: &str = "__";
+
+/// A tool as the client declared it, by the function name the model sees.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Declared {
+    /// Its own name.
+    pub name: String,
+    /// The namespace it was declared in.
+    pub namespace: Option<String>,
+    /// A freeform tool: its call carries raw text.
+    pub custom: bool,
+}
+
+/// The tools whose calls go back under another form than the model's function call.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Names {
+    by_function: HashMap<String, Declared>,
+}
+
+impl Names {
+    /// How the tool the model calls as `function` was declared; `None` for a plain function.
+    pub fn declared(&self, function: &str) -> Option<&Declared> {
+        self.by_function.get(function)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_function.is_empty()
+    }
+}
+
+/// The function name the model sees for `name` in `namespace`.
+pub fn function_name(namespace: Option<&str>, name: &str) -> String {
+    match namespace {
+        None | Some(IMPLICIT) => name.to_owned(),
+        Some(namespace) => format!("{namespace}{JOIN}{name}"),
+    }
+}
+
+/// A custom tool's text input from the arguments the model gave its function: `input`, or the
+/// arguments as written when the model gave something else.
+pub fn custom_input(arguments: &str) -> String {
+    match serde_json::from_str::<Value>(arguments) {
+        Ok(Value::Object(o)) => match o.get("input") {
+            Some(Value::String(input)) => input.clone(),
+            _ => arguments.to_owned(),
+        },
+        _ => arguments.to_owned(),
+    }
+}
+
+/// Makes a Responses request body's tools and history plain (see the module's notes): the
+/// tools of `additional_tools` items join `tools`; hosted tools are left out, each said in
+/// `warnings`. Returns the way back.
+pub fn flatten(body: &mut Map<String, Value>, warnings: &mut Vec<String>) -> Names {
+    let mut names = Names::default();
+    let mut declared: Vec<Value> = match body.remove("tools") {
+        Some(Value::Array(tools)) => tools,
+        Some(other) => {
+            // Not a list: the parser names it.
+            body.insert("tools".into(), other);
+            Vec::new()
+        }
+        None => Vec::new(),
+    };
+    if let Some(Value::Array(items)) = body.get_mut("input") {
+        let mut kept = Vec::with_capacity(items.len());
+        for item in items.drain(..) {
+            if item.get("type").and_then(Value::as_str) == Some("additional_tools") {
+                if let Some(Value::Array(tools)) = item.get("tools") {
+                    declared.extend(tools.iter().cloned());
+                }
+                continue;
+            }
+            kept.push(history_item(item));
+        }
+        *items = kept;
+    }
+    if declared.is_empty() && !body.contains_key("tools") {
+        body.remove("tool_choice");
+        return names;
+    }
+    let mut tools = Vec::with_capacity(declared.len());
+    for tool in declared {
+        plain_tools(tool, None, &mut tools, &mut names, warnings);
+    }
+    if tools.is_empty() {
+        body.remove("tool_choice");
+    } else {
+        body.insert("tools".into(), Value::Array(tools));
+        if let Some(choice) = body.get_mut("tool_choice") {
+            plain_choice(choice);
+        }
+    }
+    names
+}
+
+/// `tool` (declared in `namespace`) as the function tools the model sees, added to `tools`.
+fn plain_tools(
+    tool: Value,
+    namespace: Option<&str>,
+    tools: &mut Vec<Value>,
+    names: &mut Names,
+    warnings: &mut Vec<String>,
+) {
+    let kind = tool.get("type").and_then(Value::as_str).map(str::to_owned);
+    match kind.as_deref() {
+        Some("function") | None => {
+            let Some(name) = tool.get("name").and_then(Value::as_str).map(str::to_owned) else {
+                // Without a name: the parser names what is wrong.
+                tools.push(tool);
+                return;
+            };
+            let mut tool = tool;
+            if let Some(namespace) = namespace {
+                let function = function_name(Some(namespace), &name);
+                if let Some(o) = tool.as_object_mut() {
+                    o.insert("name".into(), json!(function));
+                    o.remove("namespace");
+                }
+                names.by_function.insert(
+                    function,
+                    Declared {
+                        name,
+                        namespace: Some(namespace.to_owned()),
+                        custom: false,
+                    },
+                );
+            }
+            tools.push(tool);
+        }
+        Some("custom") => {
+            let Some(name) = tool.get("name").and_then(Value::as_str).map(str::to_owned) else {
+                tools.push(tool);
+                return;
+            };
+            let function = function_name(namespace, &name);
+            tools.push(custom_as_function(&tool, &function));
+            names.by_function.insert(
+                function,
+                Declared {
+                    name,
+                    namespace: namespace.map(str::to_owned),
+                    custom: true,
+                },
+            );
+        }
+        Some("namespace") => {
+            let Some(inner) = tool.get("name").and_then(Value::as_str) else {
+                warnings.push("a namespace without a name was left out".into());
+                return;
+            };
+            if let Some(Value::Array(members)) = tool.get("tools") {
+                for member in members {
+                    plain_tools(member.clone(), Some(inner), tools, names, warnings);
+                }
+            }
+        }
+        Some(other) => warnings.push(format!(
+            "the hosted tool {:?} was left out: no backend of this server runs it",
+            crate::error::clip(other)
+        )),
+    }
+}
+
+/// A custom tool as a function of one string argument, `input`, its format said in its
+/// description.
+fn custom_as_function(tool: &Value, function: &str) -> Value {
+    let mut description = tool
+        .get("description")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    if !description.is_empty() {
+        description.push_str("\n\n");
+    }
+    description.push_str(
+        "This tool takes free-form text: give the whole text as the string argument `input`.",
+    );
+    let format = tool.get("format");
+    if format.and_then(|f| f.get("type")).and_then(Value::as_str) == Some("grammar") {
+        let syntax = format
+            .and_then(|f| f.get("syntax"))
+            .and_then(Value::as_str)
+            .unwrap_or("lark");
+        if let Some(definition) = format
+            .and_then(|f| f.get("definition"))
+            .and_then(Value::as_str)
+        {
+            description.push_str(&format!(
+                " The text must match this {syntax} grammar:\n{definition}"
+            ));
+        }
+    }
+    json!({
+        "type": "function",
+        "name": function,
+        "description": description,
+        "parameters": {
+            "type": "object",
+            "properties": {"input": {"type": "string", "description": "The tool's input text."}},
+            "required": ["input"],
+            "additionalProperties": false,
+        },
+    })
+}
+
+/// A named `tool_choice` of a custom or namespaced tool, as the function the model sees.
+fn plain_choice(choice: &mut Value) {
+    let Some(o) = choice.as_object_mut() else {
+        return;
+    };
+    let kind = o.get("type").and_then(Value::as_str).map(str::to_owned);
+    let namespace = o
+        .get("namespace")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let Some(name) = o.get("name").and_then(Value::as_str).map(str::to_owned) else {
+        return;
+    };
+    if kind.as_deref() == Some("custom") || namespace.is_some() {
+        *choice = json!({"type": "function",
+                          "name": function_name(namespace.as_deref(), &name)});
+    }
+}
+
+/// A history item as the model's function calls and messages carry it.
+fn history_item(item: Value) -> Value {
+    let Value::Object(mut o) = item else {
+        return item;
+    };
+    let kind = o.get("type").and_then(Value::as_str).map(str::to_owned);
+    let namespace = o
+        .get("namespace")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let name = o.get("name").and_then(Value::as_str).map(str::to_owned);
+    match kind.as_deref() {
+        Some("custom_tool_call") => {
+            let input = match o.get("input") {
+                Some(Value::String(input)) => input.clone(),
+                Some(other) => other.to_string(),
+                None => String::new(),
+            };
+            let mut call = json!({"type": "function_call",
+                                  "arguments": json!({"input": input}).to_string()});
+            if let (Some(c), Some(id)) = (call.as_object_mut(), o.remove("call_id")) {
+                c.insert("call_id".into(), id);
+            }
+            if let (Some(c), Some(name)) = (call.as_object_mut(), name) {
+                c.insert(
+                    "name".into(),
+                    json!(function_name(namespace.as_deref(), &name)),
+                );
+            }
+            call
+        }
+        Some("custom_tool_call_output") => {
+            o.insert("type".into(), json!("function_call_output"));
+            Value::Object(o)
+        }
+        Some("function_call") => {
+            if let (Some(namespace), Some(name)) = (namespace, name) {
+                o.insert("name".into(), json!(function_name(Some(&namespace), &name)));
+            }
+            o.remove("namespace");
+            Value::Object(o)
+        }
+        Some("agent_message") => {
+            let content = o
+                .remove("content")
+                .or_else(|| o.remove("text"))
+                .or_else(|| o.remove("message"))
+                .unwrap_or_else(|| json!(""));
+            json!({"type": "message", "role": "assistant", "content": content})
+        }
+        _ => Value::Object(o),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn codex_body() -> Map<String, Value> {
+        let body = json!({
+            "model": "m",
+            "tools": [{"type": "namespace", "name": "multi_agent_v1", "tools": [
+                {"type": "function", "name": "spawn_agent", "parameters": {"type": "object"}}]},
+                {"type": "web_search"}],
+            "tool_choice": {"type": "custom", "name": "apply_patch"},
+            "input": [
+                {"type": "additional_tools", "role": "developer", "tools": [
+                    {"type": "namespace", "name": "functions", "tools": [
+                        {"type": "custom", "name": "exec", "description": "Run a command.",
+                         "format": {"type": "grammar", "syntax": "lark",
+                                    "definition": "start: /.+/"}},
+                        {"type": "function", "name": "wait", "parameters": {"type": "object"}}]}]},
+                {"type": "custom", "name": "apply_patch"},
+                {"role": "user", "content": "Fix it."},
+                {"type": "custom_tool_call", "call_id": "c1", "name": "exec", "input": "ls",
+                 "namespace": "functions"},
+                {"type": "custom_tool_call_output", "call_id": "c1",
+                 "output": [{"type": "input_text", "text": "a.txt"}]},
+                {"type": "function_call", "call_id": "c2", "name": "spawn_agent",
+                 "namespace": "multi_agent_v1", "arguments": "{}"},
+                {"type": "agent_message", "content": [{"type": "output_text", "text": "Done."}]},
+            ],
+        });
+        match body {
+            Value::Object(o) => o,
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn codex_tools_and_history_become_functions_and_come_back_as_declared() {
+        let mut body = codex_body();
+        // A stray custom tool in `input` is an item of an unknown type: left for the parser.
+        let mut warnings = Vec::new();
+        let names = flatten(&mut body, &mut warnings);
+        let tools: Vec<&str> = body["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(tools, ["multi_agent_v1__spawn_agent", "exec", "wait"]);
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        let exec = &body["tools"][1];
+        assert_eq!(exec["type"], "function");
+        assert_eq!(exec["parameters"]["required"], json!(["input"]));
+        assert!(
+            exec["description"]
+                .as_str()
+                .unwrap()
+                .contains("start: /.+/")
+        );
+        assert_eq!(
+            names.declared("exec"),
+            Some(&Declared {
+                name: "exec".into(),
+                namespace: Some("functions".into()),
+                custom: true
+            })
+        );
+        assert_eq!(
+            names
+                .declared("multi_agent_v1__spawn_agent")
+                .unwrap()
+                .namespace
+                .as_deref(),
+            Some("multi_agent_v1")
+        );
+        assert!(!names.declared("wait").unwrap().custom);
+        assert_eq!(
+            body["tool_choice"],
+            json!({"type": "function", "name": "apply_patch"})
+        );
+        let input = body["input"].as_array().unwrap();
+        assert_eq!(input[0]["type"], "custom");
+        assert_eq!(input[2]["type"], "function_call");
+        assert_eq!(input[2]["name"], "exec");
+        assert_eq!(input[2]["arguments"], json!({"input": "ls"}).to_string());
+        assert_eq!(input[3]["type"], "function_call_output");
+        assert_eq!(input[4]["name"], "multi_agent_v1__spawn_agent");
+        assert!(input[4].get("namespace").is_none());
+        assert_eq!(input[5]["role"], "assistant");
+        assert_eq!(custom_input(r#"{"input": "echo hi"}"#), "echo hi");
+        assert_eq!(custom_input("not json"), "not json");
+    }
+}

@@ -1,0 +1,176 @@
+//! Codex's tool registry over `/v1/responses`, on the real binary with a scripted provider:
+//! tools in an `additional_tools` input item and top-level `namespace` groups, freeform
+//! `custom` tools, and the history that carries their calls. The provider sees plain function
+//! tools; the client gets each call back as it declared the tool (a `custom_tool_call` with its
+//! raw input, a namespaced `function_call` with its bare name and namespace).
+
+use crate::common::openai::{Reply, Scripted};
+use crate::http_api::{TOKEN, data, post, server};
+use serde_json::{Value, json};
+
+/// A chat completion calling `name` with `arguments`.
+fn calling(name: &str, arguments: &Value) -> Value {
+    json!({"id": "chatcmpl-1", "object": "chat.completion", "model": "upstream",
+           "choices": [{"index": 0, "finish_reason": "tool_calls",
+                        "message": {"role": "assistant", "content": null,
+                                    "tool_calls": [{"id": "call_7", "type": "function",
+                                                    "function": {"name": name,
+                                                                 "arguments": arguments.to_string()}}]}}],
+           "usage": {"prompt_tokens": 11, "completion_tokens": 4, "total_tokens": 15}})
+}
+
+/// A request as Codex 0.144 and later makes it: its tools in an `additional_tools` item, a
+/// freeform `exec` and a `wait` function in the implicit `functions` namespace, and a
+/// top-level `multi_agent_v1` namespace.
+fn codex_request(input: Vec<Value>) -> Value {
+    let mut items = vec![
+        json!({"type": "additional_tools", "role": "developer", "tools": [
+        {"type": "namespace", "name": "functions", "tools": [
+            {"type": "custom", "name": "exec", "description": "Runs a shell command.",
+             "format": {"type": "grammar", "syntax": "lark", "definition": "start: /[^\\n]+/"}},
+            {"type": "function", "name": "wait", "description": "Waits.",
+             "parameters": {"type": "object", "properties": {"ms": {"type": "integer"}}}}]}]}),
+    ];
+    items.extend(input);
+    json!({"model": "scripted", "input": items,
+           "tools": [{"type": "namespace", "name": "multi_agent_v1", "tools": [
+               {"type": "function", "name": "spawn_agent", "description": "Starts an agent.",
+                "parameters": {"type": "object", "properties": {"task": {"type": "string"}}}}]}]})
+}
+
+fn user(text: &str) -> Value {
+    json!({"role": "user", "content": [{"type": "input_text", "text": text}]})
+}
+
+async fn respond(url: &str, body: &Value) -> Value {
+    let (status, _, text) = post(url, &[("x-api-key", TOKEN)], body).await;
+    assert_eq!(status, 200, "{text}");
+    serde_json::from_str(&text).unwrap()
+}
+
+#[tokio::test]
+async fn codex_custom_and_namespaced_tools_come_back_as_declared() {
+    let provider = Scripted::start(vec![
+        Reply::json(200, &calling("exec", &json!({"input": "ls -la"}))),
+        Reply::json(
+            200,
+            &calling("multi_agent_v1__spawn_agent", &json!({"task": "review"})),
+        ),
+        Reply::json(200, &crate::common::openai::completion("All done.")),
+    ])
+    .await;
+    let s = server("codex-tools", &provider).await;
+    let url = format!("{}/v1/responses", s.url);
+
+    // A custom tool's call: its raw input.
+    let first = respond(&url, &codex_request(vec![user("List the files.")])).await;
+    let call = &first["output"][0];
+    assert_eq!(call["type"], "custom_tool_call", "{first}");
+    assert_eq!(call["name"], "exec");
+    assert_eq!(call["input"], "ls -la");
+    assert_eq!(call["namespace"], "functions");
+    assert_eq!(call["call_id"], "call_7");
+    // The provider saw plain functions, the namespace joined to the name.
+    let seen = provider.seen();
+    let tools: Vec<&str> = seen[0].body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(tools, ["multi_agent_v1__spawn_agent", "exec", "wait"]);
+    let exec = &seen[0].body["tools"][1]["function"];
+    assert_eq!(exec["parameters"]["required"], json!(["input"]));
+    assert!(
+        exec["description"]
+            .as_str()
+            .unwrap()
+            .contains("lark grammar"),
+        "{exec}"
+    );
+
+    // A namespaced function's call: its bare name and its namespace.
+    let second = respond(&url, &codex_request(vec![user("Start a reviewer.")])).await;
+    let call = &second["output"][0];
+    assert_eq!(call["type"], "function_call", "{second}");
+    assert_eq!(call["name"], "spawn_agent");
+    assert_eq!(call["namespace"], "multi_agent_v1");
+    let arguments: Value = serde_json::from_str(call["arguments"].as_str().unwrap()).unwrap();
+    assert_eq!(arguments, json!({"task": "review"}));
+
+    // The history Codex sends back reaches the model as calls and their results.
+    let history = vec![
+        user("List the files, then start a reviewer."),
+        json!({"type": "custom_tool_call", "call_id": "c1", "name": "exec",
+               "namespace": "functions", "input": "ls -la"}),
+        json!({"type": "custom_tool_call_output", "call_id": "c1",
+               "output": [{"type": "input_text", "text": "a.txt b.txt"}]}),
+        json!({"type": "function_call", "call_id": "c2", "name": "spawn_agent",
+               "namespace": "multi_agent_v1", "arguments": "{\"task\":\"review\"}"}),
+        json!({"type": "function_call_output", "call_id": "c2",
+               "output": [{"type": "input_text", "text": "started"}]}),
+        json!({"type": "agent_message", "content": [{"type": "output_text",
+                                                     "text": "Both are under way."}]}),
+        user("Anything else?"),
+    ];
+    let third = respond(&url, &codex_request(history)).await;
+    assert_eq!(
+        third["output"][0]["content"][0]["text"], "All done.",
+        "{third}"
+    );
+    let messages = provider.seen()[2].body["messages"].clone();
+    let text = messages.to_string();
+    let calls: Vec<&str> = messages
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["tool_calls"].as_array())
+        .flatten()
+        .map(|c| c["function"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(calls, ["exec", "multi_agent_v1__spawn_agent"], "{messages}");
+    assert!(
+        text.contains("a.txt b.txt") && text.contains("started"),
+        "{text}"
+    );
+    assert!(text.contains("Both are under way."), "{text}");
+}
+
+#[tokio::test]
+async fn a_streamed_custom_tool_call_ends_with_its_raw_input() {
+    let provider = Scripted::start(vec![Reply::json(
+        200,
+        &calling("exec", &json!({"input": "cat a.txt"})),
+    )])
+    .await;
+    let s = server("codex-tools-stream", &provider).await;
+    let mut body = codex_request(vec![user("Show a.txt.")]);
+    body["stream"] = json!(true);
+    let (status, _, text) = post(
+        &format!("{}/v1/responses", s.url),
+        &[("x-api-key", TOKEN)],
+        &body,
+    )
+    .await;
+    assert_eq!(status, 200, "{text}");
+    let events = data(&text);
+    let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert!(
+        kinds.contains(&"response.custom_tool_call_input.delta")
+            && kinds.contains(&"response.custom_tool_call_input.done"),
+        "{kinds:?}"
+    );
+    assert!(
+        !kinds.contains(&"response.function_call_arguments.delta"),
+        "{kinds:?}"
+    );
+    let done = events
+        .iter()
+        .find(|e| e["type"] == "response.output_item.done")
+        .unwrap();
+    assert_eq!(done["item"]["type"], "custom_tool_call", "{done}");
+    assert_eq!(done["item"]["input"], "cat a.txt");
+    let last = events.last().unwrap();
+    assert_eq!(last["type"], "response.completed");
+    assert_eq!(last["response"]["output"][0]["input"], "cat a.txt");
+}
