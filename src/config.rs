@@ -294,6 +294,40 @@ pub enum Command {
     /// everything the server offers is passed through, and its sampling requests are answered
     /// here, by the host when it can sample, else by the embedded model or a provider
     Bridge(BridgeArgs),
+    /// Run an agent CLI on this server's models: starts this server on a free loopback port
+    /// (with the options given before `launch` or after the CLI's name; the embedded model
+    /// unless a models file or another backend is named), runs the CLI from PATH pointed at it
+    /// (the arguments after `--` passed on), and stops the server when the CLI ends, with its
+    /// exit status. CLIs: claude (Claude Code), codex (Codex CLI), gemini (Gemini CLI)
+    Launch(LaunchArgs),
+}
+
+/// An agent CLI `launch` runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum AgentCli {
+    /// Claude Code (`claude`, from npm: @anthropic-ai/claude-code), over the Anthropic API
+    Claude,
+    /// Codex CLI (`codex`, from npm: @openai/codex), over the Responses API
+    Codex,
+    /// Gemini CLI (`gemini`, from npm: @google/gemini-cli), over the Gemini API
+    Gemini,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct LaunchArgs {
+    /// The CLI to run
+    #[arg(value_enum)]
+    pub cli: AgentCli,
+    /// The model the CLI asks for (a name a models file gives; by default the server's
+    /// default model)
+    #[arg(long = "launch-model", value_name = "NAME")]
+    pub model: Option<String>,
+    /// Server options, as they would be given before `launch`
+    #[arg(allow_hyphen_values = true, value_name = "SERVER_OPTIONS")]
+    pub options: Vec<String>,
+    /// The CLI's own arguments, after `--`
+    #[arg(last = true, value_name = "CLI_ARGUMENTS")]
+    pub arguments: Vec<String>,
 }
 
 #[derive(Debug, Clone, clap::Args)]

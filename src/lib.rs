@@ -24,6 +24,7 @@
 //! routing/    which model answers: named entries, aliases, fallbacks, caps
 //! metrics     what the calls did, for `GET /metrics`: counters, histograms, the models' state
 //! config      one typed configuration (command line and environment), passed down
+//! launch      `launch`: an agent CLI run against this server on a loopback port
 //! ```
 //!
 //! Nothing in [`call`], [`contract`], [`fulfil`], [`service`], [`backends`] or [`local`]
@@ -41,6 +42,7 @@ pub mod contract;
 pub mod error;
 pub mod fulfil;
 pub mod http;
+pub mod launch;
 pub mod limits;
 pub mod local;
 pub mod logging;

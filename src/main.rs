@@ -93,10 +93,19 @@ fn main() -> ExitCode {
         Some(Command::Bridge(args)) => runtime
             .block_on(agent_as_model::mcp::bridge::run(&config, args))
             .map_err(|e| e.to_string()),
+        Some(Command::Launch(args)) => match launch(args, &runtime) {
+            Ok(code) => {
+                runtime.shutdown_timeout(Duration::from_millis(100));
+                agent_as_model::local::shutdown(Duration::from_secs(10));
+                end_after_the_gpu(code);
+                return ExitCode::from(code);
+            }
+            Err(e) => Err(e),
+        },
         None => match Sealer::new(&config.state_keys(), config.state_ttl()) {
             Ok((sealer, source)) => {
                 tracing::info!(?source, "requestState sealing key chosen");
-                serve(&config, &runtime, sealer)
+                serve(&config, &runtime, sealer, None)
             }
             Err(e) => {
                 eprintln!("agent-as-model: AGENT_AS_MODEL_STATE_KEY: {e}");
@@ -138,7 +147,70 @@ fn end_after_the_gpu(code: u8) {
 #[cfg(not(all(unix, any(feature = "vulkan", feature = "cuda"))))]
 fn end_after_the_gpu(_code: u8) {}
 
-fn serve(config: &Config, runtime: &tokio::runtime::Runtime, sealer: Sealer) -> Result<(), String> {
+/// `launch`: the server on a loopback port in this process, the CLI run against it; the CLI's
+/// exit status (a CLI killed by a signal: 128 and the signal's number, as a shell says).
+fn launch(
+    args: &agent_as_model::config::LaunchArgs,
+    runtime: &tokio::runtime::Runtime,
+) -> Result<u8, String> {
+    use agent_as_model::launch;
+    let argv: Vec<String> = std::env::args().collect();
+    let (config, endpoint, arguments) =
+        launch::server_config(&argv, args).map_err(|e| e.to_string())?;
+    let (sealer, _) =
+        Sealer::new(&config.state_keys(), config.state_ttl()).map_err(|e| e.to_string())?;
+    let scratch = launch::scratch_dir().map_err(|e| e.to_string())?;
+    // Ctrl-C is the CLI's (Claude Code stops its turn with it): here it is taken and ignored,
+    // by a handler, which the CLI does not inherit.
+    runtime.spawn(async { while tokio::signal::ctrl_c().await.is_ok() {} });
+    let stop = CancellationToken::new();
+    let outcome = std::thread::scope(|scope| {
+        let server = scope.spawn(|| serve(&config, runtime, sealer, Some(stop.clone())));
+        let ran = (|| {
+            launch::wait_ready(endpoint.address).map_err(|e| e.to_string())?;
+            let model = launch::model(args, launch::default_model(&config));
+            let mut command = launch::command(args.cli, &endpoint, &model, &arguments, &scratch)
+                .map_err(|e| e.to_string())?;
+            tracing::info!(cli = ?args.cli, url = %endpoint.url, model = %model, "launching");
+            let status = command
+                .status()
+                .map_err(|e| format!("launch: cannot run the CLI: {e}"))?;
+            Ok::<u8, String>(exit_code(status))
+        })();
+        stop.cancel();
+        let served = server
+            .join()
+            .unwrap_or_else(|_| Err("the server stopped".into()));
+        match (ran, served) {
+            (Ok(code), _) => Ok(code),
+            (Err(e), _) => Err(e),
+        }
+    });
+    let _ = std::fs::remove_dir_all(&scratch);
+    outcome
+}
+
+/// A child's exit status as this process's: its code, or 128 and the signal that ended it.
+fn exit_code(status: std::process::ExitStatus) -> u8 {
+    if let Some(code) = status.code() {
+        return u8::try_from(code).unwrap_or(1);
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        if let Some(signal) = status.signal() {
+            return u8::try_from(128 + signal).unwrap_or(1);
+        }
+    }
+    1
+}
+
+fn serve(
+    config: &Config,
+    runtime: &tokio::runtime::Runtime,
+    sealer: Sealer,
+    stopped_by: Option<CancellationToken>,
+) -> Result<(), String> {
     let settings = Settings {
         sampling_timeout: config.sampling_timeout(),
         sealer,
@@ -146,8 +218,10 @@ fn serve(config: &Config, runtime: &tokio::runtime::Runtime, sealer: Sealer) -> 
     let backends = Backends::from_config(config).map_err(|e| e.to_string())?;
     let server =
         Server::new(settings, config.limits.clone(), backends).map_err(|e| e.to_string())?;
-    if let Some(http) = HttpSettings::from_config(config) {
-        let stop = CancellationToken::new();
+    if let Some(mut http) = HttpSettings::from_config(config) {
+        // Under `launch`, the launcher stops the server, not the terminal's signals.
+        http.signals = stopped_by.is_none();
+        let stop = stopped_by.unwrap_or_default();
         let mcp_settings = streamable::Settings::from_config(config);
         // Stored Responses: in this process, or in a Redis the replicas share (connected on
         // first use, inside the runtime, so the server starts while Redis is down).

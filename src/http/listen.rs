@@ -42,6 +42,8 @@ pub(super) struct Listen {
     pub max_connections: usize,
     pub header_timeout: Duration,
     pub shutdown_grace: Duration,
+    /// SIGTERM and Ctrl-C stop the server (else only `stop` does).
+    pub signals: bool,
 }
 
 /// Serves `app` on `listener` until SIGTERM, Ctrl-C or `stop`; then cancels `stop` and gives
@@ -62,7 +64,14 @@ pub(super) async fn serve(
         .fallback(full);
     let mut backoff = AcceptBackoff::default();
     // One signal listener for the server's life: a signal between two accepts is not lost.
-    let shutdown = shutdown_signal();
+    let listens = limits.signals;
+    let shutdown = async move {
+        if listens {
+            shutdown_signal().await;
+        } else {
+            std::future::pending::<()>().await;
+        }
+    };
     tokio::pin!(shutdown);
     loop {
         let accepted = tokio::select! {

@@ -112,6 +112,7 @@ where
         max_connections: settings.max_connections,
         header_timeout: settings.header_timeout,
         shutdown_grace: settings.shutdown_grace,
+        signals: settings.signals,
     };
     listen::serve(listener, app, limits, stop).await;
     Ok(())
@@ -290,6 +291,7 @@ mod tests {
             max_json_values: 1000,
             write_timeout: Duration::from_secs(1),
             websocket_idle: Duration::from_secs(1),
+            signals: true,
         }
     }
 

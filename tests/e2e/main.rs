@@ -52,6 +52,7 @@ mod http_limits;
 mod http_ops;
 mod hub;
 mod install;
+mod launch;
 mod litellm;
 mod local;
 mod local_pool_vi;
