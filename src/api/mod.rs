@@ -676,7 +676,14 @@ mod tests {
             .iter()
             .map(|t| t["name"].as_str().unwrap())
             .collect();
-        assert_eq!(names, ["a", "b"]);
+        // The namespace joins the name, and the way back is kept for the answer.
+        assert_eq!(names, ["a", "ns__b"]);
+        assert_eq!(
+            p.names
+                .declared("ns__b")
+                .and_then(|d| d.namespace.as_deref()),
+            Some("ns")
+        );
         assert!(p.stream);
         assert!(p.warnings[0].contains("web_search"), "{:?}", p.warnings);
     }
