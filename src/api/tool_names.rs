@@ -3,8 +3,9 @@
 //! `additional_tools` input item), and the history that carries them (`custom_tool_call`,
 //! `custom_tool_call_output`, a `function_call` with its `namespace`, `agent_message`).
 //!
-//! A namespaced function becomes a function named `NAMESPACE__NAME` (the implicit `functions`
-//! namespace keeps the bare name); a custom tool becomes a function whose one argument, `input`,
+//! A namespaced function keeps its bare name, unless another declared tool has it too: then it
+//! is `NAMESPACE__NAME` (the implicit `functions` namespace keeps the bare name); a model reads
+//! the bare names as it was trained to. A custom tool becomes a function whose one argument, `input`,
 //! is the raw text, its grammar (`lark` or `regex`) told in its description. [`Names`] keeps the
 //! way back, so that a call comes back as the client sent the tool: a namespaced function as a
 //! `function_call` with its bare `name` and its `namespace`, a custom tool as a
@@ -34,6 +35,8 @@ pub struct Declared {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Names {
     by_function: HashMap<String, Declared>,
+    /// The function name of each tool declared in a namespace or as a custom tool.
+    by_declared: HashMap<(Option<String>, String), String>,
 }
 
 impl Names {
@@ -42,12 +45,31 @@ impl Names {
         self.by_function.get(function)
     }
 
+    /// The function name the model sees for the tool `name` of `namespace`: as declared in this
+    /// request, else the namespace joined to the name.
+    fn function_for(&self, namespace: Option<&str>, name: &str) -> String {
+        let key = (namespace.map(str::to_owned), name.to_owned());
+        if let Some(function) = self.by_declared.get(&key) {
+            return function.clone();
+        }
+        function_name(namespace, name)
+    }
+
+    fn add(&mut self, function: String, declared: Declared) {
+        self.by_declared.insert(
+            (declared.namespace.clone(), declared.name.clone()),
+            function.clone(),
+        );
+        self.by_function.insert(function, declared);
+    }
+
     pub fn is_empty(&self) -> bool {
         self.by_function.is_empty()
     }
 }
 
-/// The function name the model sees for `name` in `namespace`.
+/// The function name for `name` in `namespace` when the bare name is not enough (another tool
+/// has it too, or the tool is not declared in the request).
 pub fn function_name(namespace: Option<&str>, name: &str) -> String {
     match namespace {
         None | Some(IMPLICIT) => name.to_owned(),
@@ -81,8 +103,8 @@ pub fn flatten(body: &mut Map<String, Value>, warnings: &mut Vec<String>) -> Nam
         }
         None => Vec::new(),
     };
+    let mut history = Vec::new();
     if let Some(Value::Array(items)) = body.get_mut("input") {
-        let mut kept = Vec::with_capacity(items.len());
         for item in items.drain(..) {
             if item.get("type").and_then(Value::as_str) == Some("additional_tools") {
                 if let Some(Value::Array(tools)) = item.get("tools") {
@@ -90,33 +112,68 @@ pub fn flatten(body: &mut Map<String, Value>, warnings: &mut Vec<String>) -> Nam
                 }
                 continue;
             }
-            kept.push(history_item(item));
+            history.push(item);
         }
-        *items = kept;
     }
-    if declared.is_empty() && !body.contains_key("tools") {
-        body.remove("tool_choice");
-        return names;
+    // A tool keeps its bare name unless another declared tool has it too.
+    let mut counts: HashMap<String, usize> = HashMap::new();
+    for tool in &declared {
+        count_names(tool, &mut counts);
     }
     let mut tools = Vec::with_capacity(declared.len());
     for tool in declared {
-        plain_tools(tool, None, &mut tools, &mut names, warnings);
+        plain_tools(tool, None, &counts, &mut tools, &mut names, warnings);
+    }
+    if let Some(Value::Array(items)) = body.get_mut("input") {
+        items.extend(history.into_iter().map(|item| history_item(item, &names)));
     }
     if tools.is_empty() {
-        body.remove("tool_choice");
+        if !body.contains_key("tools") {
+            body.remove("tool_choice");
+        }
     } else {
         body.insert("tools".into(), Value::Array(tools));
         if let Some(choice) = body.get_mut("tool_choice") {
-            plain_choice(choice);
+            plain_choice(choice, &names);
         }
     }
     names
+}
+
+/// Counts the names of the function and custom tools `tool` declares.
+fn count_names(tool: &Value, counts: &mut HashMap<String, usize>) {
+    match tool.get("type").and_then(Value::as_str) {
+        Some("namespace") => {
+            if let Some(Value::Array(members)) = tool.get("tools") {
+                for member in members {
+                    count_names(member, counts);
+                }
+            }
+        }
+        Some("function" | "custom") | None => {
+            if let Some(name) = tool.get("name").and_then(Value::as_str) {
+                *counts.entry(name.to_owned()).or_default() += 1;
+            }
+        }
+        Some(_) => {}
+    }
+}
+
+/// The function name the model sees for `name` declared in `namespace`: the bare name when no
+/// other tool has it.
+fn chosen_name(counts: &HashMap<String, usize>, namespace: Option<&str>, name: &str) -> String {
+    if counts.get(name).copied().unwrap_or(0) <= 1 {
+        name.to_owned()
+    } else {
+        function_name(namespace, name)
+    }
 }
 
 /// `tool` (declared in `namespace`) as the function tools the model sees, added to `tools`.
 fn plain_tools(
     tool: Value,
     namespace: Option<&str>,
+    counts: &HashMap<String, usize>,
     tools: &mut Vec<Value>,
     names: &mut Names,
     warnings: &mut Vec<String>,
@@ -131,12 +188,12 @@ fn plain_tools(
             };
             let mut tool = tool;
             if let Some(namespace) = namespace {
-                let function = function_name(Some(namespace), &name);
+                let function = chosen_name(counts, Some(namespace), &name);
                 if let Some(o) = tool.as_object_mut() {
                     o.insert("name".into(), json!(function));
                     o.remove("namespace");
                 }
-                names.by_function.insert(
+                names.add(
                     function,
                     Declared {
                         name,
@@ -152,9 +209,9 @@ fn plain_tools(
                 tools.push(tool);
                 return;
             };
-            let function = function_name(namespace, &name);
+            let function = chosen_name(counts, namespace, &name);
             tools.push(custom_as_function(&tool, &function));
-            names.by_function.insert(
+            names.add(
                 function,
                 Declared {
                     name,
@@ -170,7 +227,7 @@ fn plain_tools(
             };
             if let Some(Value::Array(members)) = tool.get("tools") {
                 for member in members {
-                    plain_tools(member.clone(), Some(inner), tools, names, warnings);
+                    plain_tools(member.clone(), Some(inner), counts, tools, names, warnings);
                 }
             }
         }
@@ -224,7 +281,7 @@ fn custom_as_function(tool: &Value, function: &str) -> Value {
 }
 
 /// A named `tool_choice` of a custom or namespaced tool, as the function the model sees.
-fn plain_choice(choice: &mut Value) {
+fn plain_choice(choice: &mut Value, names: &Names) {
     let Some(o) = choice.as_object_mut() else {
         return;
     };
@@ -237,13 +294,13 @@ fn plain_choice(choice: &mut Value) {
         return;
     };
     if kind.as_deref() == Some("custom") || namespace.is_some() {
-        *choice = json!({"type": "function",
-                          "name": function_name(namespace.as_deref(), &name)});
+        let function = names.function_for(namespace.as_deref(), &name);
+        *choice = json!({"type": "function", "name": function});
     }
 }
 
 /// A history item as the model's function calls and messages carry it.
-fn history_item(item: Value) -> Value {
+fn history_item(item: Value, names: &Names) -> Value {
     let Value::Object(mut o) = item else {
         return item;
     };
@@ -268,7 +325,7 @@ fn history_item(item: Value) -> Value {
             if let (Some(c), Some(name)) = (call.as_object_mut(), name) {
                 c.insert(
                     "name".into(),
-                    json!(function_name(namespace.as_deref(), &name)),
+                    json!(names.function_for(namespace.as_deref(), &name)),
                 );
             }
             call
@@ -279,7 +336,10 @@ fn history_item(item: Value) -> Value {
         }
         Some("function_call") => {
             if let (Some(namespace), Some(name)) = (namespace, name) {
-                o.insert("name".into(), json!(function_name(Some(&namespace), &name)));
+                o.insert(
+                    "name".into(),
+                    json!(names.function_for(Some(&namespace), &name)),
+                );
             }
             o.remove("namespace");
             Value::Object(o)
@@ -343,7 +403,7 @@ mod tests {
             .iter()
             .map(|t| t["name"].as_str().unwrap())
             .collect();
-        assert_eq!(tools, ["multi_agent_v1__spawn_agent", "exec", "wait"]);
+        assert_eq!(tools, ["spawn_agent", "exec", "wait"]);
         assert_eq!(warnings.len(), 1, "{warnings:?}");
         let exec = &body["tools"][1];
         assert_eq!(exec["type"], "function");
@@ -363,11 +423,7 @@ mod tests {
             })
         );
         assert_eq!(
-            names
-                .declared("multi_agent_v1__spawn_agent")
-                .unwrap()
-                .namespace
-                .as_deref(),
+            names.declared("spawn_agent").unwrap().namespace.as_deref(),
             Some("multi_agent_v1")
         );
         assert!(!names.declared("wait").unwrap().custom);
@@ -381,10 +437,29 @@ mod tests {
         assert_eq!(input[2]["name"], "exec");
         assert_eq!(input[2]["arguments"], json!({"input": "ls"}).to_string());
         assert_eq!(input[3]["type"], "function_call_output");
-        assert_eq!(input[4]["name"], "multi_agent_v1__spawn_agent");
+        assert_eq!(input[4]["name"], "spawn_agent");
         assert!(input[4].get("namespace").is_none());
         assert_eq!(input[5]["role"], "assistant");
         assert_eq!(custom_input(r#"{"input": "echo hi"}"#), "echo hi");
+        // Two tools of one name: each under its namespace.
+        let mut body = match json!({"input": "x", "tools": [
+            {"type": "namespace", "name": "a", "tools": [{"type": "function", "name": "wait"}]},
+            {"type": "namespace", "name": "b", "tools": [{"type": "function", "name": "wait"}]},
+            {"type": "namespace", "name": "functions",
+             "tools": [{"type": "function", "name": "wait"}]}]})
+        {
+            Value::Object(o) => o,
+            _ => unreachable!(),
+        };
+        let names = flatten(&mut body, &mut Vec::new());
+        let tools: Vec<&str> = body["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(tools, ["a__wait", "b__wait", "wait"]);
+        assert_eq!(names.declared("b__wait").unwrap().name, "wait");
         assert_eq!(custom_input("not json"), "not json");
     }
 }

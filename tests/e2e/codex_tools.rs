@@ -52,10 +52,7 @@ async fn respond(url: &str, body: &Value) -> Value {
 async fn codex_custom_and_namespaced_tools_come_back_as_declared() {
     let provider = Scripted::start(vec![
         Reply::json(200, &calling("exec", &json!({"input": "ls -la"}))),
-        Reply::json(
-            200,
-            &calling("multi_agent_v1__spawn_agent", &json!({"task": "review"})),
-        ),
+        Reply::json(200, &calling("spawn_agent", &json!({"task": "review"}))),
         Reply::json(200, &crate::common::openai::completion("All done.")),
     ])
     .await;
@@ -70,7 +67,7 @@ async fn codex_custom_and_namespaced_tools_come_back_as_declared() {
     assert_eq!(call["input"], "ls -la");
     assert_eq!(call["namespace"], "functions");
     assert_eq!(call["call_id"], "call_7");
-    // The provider saw plain functions, the namespace joined to the name.
+    // The provider saw plain functions under their bare names (none is declared twice).
     let seen = provider.seen();
     let tools: Vec<&str> = seen[0].body["tools"]
         .as_array()
@@ -78,7 +75,7 @@ async fn codex_custom_and_namespaced_tools_come_back_as_declared() {
         .iter()
         .map(|t| t["function"]["name"].as_str().unwrap())
         .collect();
-    assert_eq!(tools, ["multi_agent_v1__spawn_agent", "exec", "wait"]);
+    assert_eq!(tools, ["spawn_agent", "exec", "wait"]);
     let exec = &seen[0].body["tools"][1]["function"];
     assert_eq!(exec["parameters"]["required"], json!(["input"]));
     assert!(
@@ -128,7 +125,7 @@ async fn codex_custom_and_namespaced_tools_come_back_as_declared() {
         .flatten()
         .map(|c| c["function"]["name"].as_str().unwrap())
         .collect();
-    assert_eq!(calls, ["exec", "multi_agent_v1__spawn_agent"], "{messages}");
+    assert_eq!(calls, ["exec", "spawn_agent"], "{messages}");
     assert!(
         text.contains("a.txt b.txt") && text.contains("started"),
         "{text}"

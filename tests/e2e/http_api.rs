@@ -255,9 +255,8 @@ async fn a_hosted_tool_is_left_out_with_a_warning_and_namespace_tools_are_offere
         .iter()
         .map(|t| t["function"]["name"].as_str().unwrap())
         .collect();
-    // The namespace joins the name, so that a call comes back with its namespace
-    // (tests/e2e/codex_tools.rs).
-    assert_eq!(names, ["ns__lookup"], "{sent}");
+    // The bare name (its call comes back with its namespace: tests/e2e/codex_tools.rs).
+    assert_eq!(names, ["lookup"], "{sent}");
 }
 
 #[tokio::test]

@@ -124,7 +124,12 @@ fn launch_runs_gemini_cli_on_the_servers_model() {
 #[test]
 fn a_cli_that_is_not_installed_is_named_with_how_to_install_it() {
     let started = std::time::Instant::now();
-    let (code, _, stderr) = launch("missing", "codex", &["exec", "hi"], "/usr/bin:/bin");
+    let (code, _, stderr) = launch(
+        "missing",
+        "codex",
+        &["exec", "hi"],
+        "/usr/bin:/bin:/usr/sbin:/sbin",
+    );
     assert_ne!(code, 0);
     assert!(
         stderr.contains("codex (Codex CLI) is not on PATH")
