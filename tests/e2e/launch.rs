@@ -57,10 +57,7 @@ fn launch(name: &str, cli: &str, arguments: &[&str], path: &str) -> (i32, String
         .env("LANG", "C.UTF-8")
         .env("RUST_LOG", "warn")
         // A folder only its owner writes, as Gemini CLI wants of its settings' folders.
-        .env(
-            "AGENT_AS_MODEL_CACHE_DIR",
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("target/launch-cache"),
-        )
+        .env("AGENT_AS_MODEL_CACHE_DIR", private_cache())
         .stdin(Stdio::null());
     let out = command.output().unwrap();
     (
@@ -68,6 +65,35 @@ fn launch(name: &str, cli: &str, arguments: &[&str], path: &str) -> (i32, String
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// Whether no folder from `dir` up to the root may be written by others than its owner (Gemini
+/// CLI reads a settings file only under such folders).
+fn private(dir: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    dir.ancestors()
+        .all(|d| std::fs::metadata(d).is_ok_and(|m| m.permissions().mode() & 0o022 == 0))
+}
+
+/// A cache folder for the launched server that only its owner's folders lead to: the user's
+/// cache, else this checkout's `target`.
+fn private_cache() -> PathBuf {
+    let candidates = [
+        agent_as_model::local::fetch::cache_dir()
+            .ok()
+            .map(|c| c.join("launch-tests")),
+        Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("target/launch-cache")),
+    ];
+    for dir in candidates.into_iter().flatten() {
+        std::fs::create_dir_all(&dir).unwrap();
+        if private(&dir) {
+            return dir;
+        }
+    }
+    panic!(
+        "no cache folder that only its owner can write leads to (neither the user's cache nor \
+         target/): Gemini CLI would refuse the launch's settings file there"
+    );
 }
 
 /// PATH with the Node.js the CLIs need and the CLIs' folder first.
