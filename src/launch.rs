@@ -35,11 +35,6 @@ pub enum LaunchError {
     NotReady(SocketAddr),
     #[error("launch: cannot write the CLI's settings: {0}")]
     Settings(std::io::Error),
-    #[error("launch: cannot start {program}: {source}")]
-    Start {
-        program: String,
-        source: std::io::Error,
-    },
 }
 
 /// What the launched CLI needs to know of the server.
@@ -56,11 +51,8 @@ pub struct Endpoint {
 /// the options after the CLI's name, up to `--`, count as if given before `launch`), on a free
 /// loopback port with a fresh token, the embedded model answering unless a models file or a
 /// backend other than the host's is named. Also the CLI's own arguments.
-pub fn server_config(
-    argv: &[String],
-    args: &LaunchArgs,
-) -> Result<(Config, Endpoint, Vec<String>), LaunchError> {
-    let _ = (&args.options, &args.arguments);
+pub fn server_config(argv: &[String]) -> Result<(Config, Endpoint, Vec<String>), LaunchError> {
+    // From argv as given: clap's reading of `launch`'s positional lists loses `--`.
     let (server_options, cli_arguments) = split(argv);
     let before: Vec<String> = argv
         .iter()
@@ -286,10 +278,11 @@ mod tests {
     fn launch(argv: &[&str]) -> (Config, Endpoint, Vec<String>) {
         let argv: Vec<String> = argv.iter().map(|a| a.to_string()).collect();
         let config = Config::try_parse_from(&argv).unwrap();
-        let Some(crate::config::Command::Launch(args)) = &config.command else {
-            panic!("not a launch: {argv:?}");
-        };
-        server_config(&argv, args).unwrap()
+        assert!(
+            matches!(config.command, Some(crate::config::Command::Launch(_))),
+            "not a launch: {argv:?}"
+        );
+        server_config(&argv).unwrap()
     }
 
     #[test]

@@ -70,63 +70,66 @@ fn main() -> ExitCode {
     agent_as_model::logging::init(config.log_format);
     render_templates_apart(&config);
     agent_as_model::install_tls();
-    // One stdio client is served on one thread: its calls are short and wait on the host, and
-    // handing them between worker threads cost more than it gained (BENCHMARKS.md). HTTP, the
-    // bridge and `try` keep a worker per core.
-    let single = config.command.is_none() && config.http.is_none();
-    let mut builder = if single {
-        tokio::runtime::Builder::new_current_thread()
-    } else {
-        tokio::runtime::Builder::new_multi_thread()
-    };
-    let runtime = match builder.enable_all().build() {
+    let runtime = match runtime_for(&config) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("agent-as-model: cannot start the async runtime: {e}");
             return ExitCode::FAILURE;
         }
     };
-    let outcome = match &config.command {
-        Some(Command::Try(args)) => runtime
-            .block_on(agent_as_model::mcp::try_command::run(&config, args))
-            .map_err(|e| e.to_string()),
-        Some(Command::Bridge(args)) => runtime
-            .block_on(agent_as_model::mcp::bridge::run(&config, args))
-            .map_err(|e| e.to_string()),
-        Some(Command::Launch(args)) => match launch(args, &runtime) {
-            Ok(code) => {
-                runtime.shutdown_timeout(Duration::from_millis(100));
-                agent_as_model::local::shutdown(Duration::from_secs(10));
-                end_after_the_gpu(code);
-                return ExitCode::from(code);
-            }
-            Err(e) => Err(e),
-        },
-        None => match Sealer::new(&config.state_keys(), config.state_ttl()) {
-            Ok((sealer, source)) => {
-                tracing::info!(?source, "requestState sealing key chosen");
-                serve(&config, &runtime, sealer, None)
-            }
-            Err(e) => {
-                eprintln!("agent-as-model: AGENT_AS_MODEL_STATE_KEY: {e}");
-                return ExitCode::from(2);
-            }
-        },
-    };
+    let outcome = run(&config, &runtime);
     // Pending blocking reads on stdin must not hold the process once the connection is over.
     runtime.shutdown_timeout(Duration::from_millis(100));
     // The local models' engines are freed before the process ends (a GPU's driver tears its
     // device down at exit, and must not find a model's buffers still in use).
     agent_as_model::local::shutdown(Duration::from_secs(10));
     let code = match outcome {
-        Ok(()) => 0,
-        Err(e) => {
+        Ok(code) => code,
+        Err((e, code)) => {
             eprintln!("agent-as-model: {e}");
-            1
+            code
         }
     };
     end_after_the_gpu(code);
     ExitCode::from(code)
+}
+
+/// The async runtime: one thread for one stdio client (its calls are short and wait on the
+/// host, and handing them between worker threads cost more than it gained, BENCHMARKS.md); a
+/// worker per core for HTTP, the bridge, `try` and `launch`.
+fn runtime_for(config: &Config) -> std::io::Result<tokio::runtime::Runtime> {
+    let single = config.command.is_none() && config.http.is_none();
+    let mut builder = if single {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    };
+    builder.enable_all().build()
+}
+
+/// What the command line asks, done: the exit code (a launched CLI's own), or the error to
+/// print with its code.
+fn run(config: &Config, runtime: &tokio::runtime::Runtime) -> Result<u8, (String, u8)> {
+    let failed = |e: String| (e, 1);
+    match &config.command {
+        Some(Command::Try(args)) => runtime
+            .block_on(agent_as_model::mcp::try_command::run(config, args))
+            .map(|()| 0)
+            .map_err(|e| failed(e.to_string())),
+        Some(Command::Bridge(args)) => runtime
+            .block_on(agent_as_model::mcp::bridge::run(config, args))
+            .map(|()| 0)
+            .map_err(|e| failed(e.to_string())),
+        Some(Command::Launch(args)) => launch(args, runtime).map_err(failed),
+        None => {
+            let (sealer, source) = Sealer::new(&config.state_keys(), config.state_ttl())
+                .map_err(|e| (format!("AGENT_AS_MODEL_STATE_KEY: {e}"), 2))?;
+            tracing::info!(?source, "requestState sealing key chosen");
+            serve(config, runtime, sealer, None)
+                .map(|()| 0)
+                .map_err(failed)
+        }
+    }
 }
 
 /// In a GPU build, ends the process here, without the C++ static destructors that run at
@@ -155,8 +158,7 @@ fn launch(
 ) -> Result<u8, String> {
     use agent_as_model::launch;
     let argv: Vec<String> = std::env::args().collect();
-    let (config, endpoint, arguments) =
-        launch::server_config(&argv, args).map_err(|e| e.to_string())?;
+    let (config, endpoint, arguments) = launch::server_config(&argv).map_err(|e| e.to_string())?;
     let (sealer, _) =
         Sealer::new(&config.state_keys(), config.state_ttl()).map_err(|e| e.to_string())?;
     let scratch = launch::scratch_dir().map_err(|e| e.to_string())?;
@@ -178,13 +180,9 @@ fn launch(
             Ok::<u8, String>(exit_code(status))
         })();
         stop.cancel();
-        let served = server
-            .join()
-            .unwrap_or_else(|_| Err("the server stopped".into()));
-        match (ran, served) {
-            (Ok(code), _) => Ok(code),
-            (Err(e), _) => Err(e),
-        }
+        // A server that could not start shows as one that never listened (`wait_ready`).
+        let _ = server.join();
+        ran
     });
     let _ = std::fs::remove_dir_all(&scratch);
     outcome

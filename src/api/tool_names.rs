@@ -385,10 +385,7 @@ mod tests {
                 {"type": "agent_message", "content": [{"type": "output_text", "text": "Done."}]},
             ],
         });
-        match body {
-            Value::Object(o) => o,
-            _ => unreachable!(),
-        }
+        body.as_object().unwrap().clone()
     }
 
     #[test]
@@ -442,15 +439,14 @@ mod tests {
         assert_eq!(input[5]["role"], "assistant");
         assert_eq!(custom_input(r#"{"input": "echo hi"}"#), "echo hi");
         // Two tools of one name: each under its namespace.
-        let mut body = match json!({"input": "x", "tools": [
+        let mut body = json!({"input": "x", "tools": [
             {"type": "namespace", "name": "a", "tools": [{"type": "function", "name": "wait"}]},
             {"type": "namespace", "name": "b", "tools": [{"type": "function", "name": "wait"}]},
             {"type": "namespace", "name": "functions",
              "tools": [{"type": "function", "name": "wait"}]}]})
-        {
-            Value::Object(o) => o,
-            _ => unreachable!(),
-        };
+        .as_object()
+        .unwrap()
+        .clone();
         let names = flatten(&mut body, &mut Vec::new());
         let tools: Vec<&str> = body["tools"]
             .as_array()

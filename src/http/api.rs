@@ -234,7 +234,7 @@ pub(super) fn joined(share: Share, more: Held) -> Share {
 }
 
 /// The JSON values a body's share counts.
-fn values_of(share: &Share) -> usize {
+pub(super) fn values_of(share: &Share) -> usize {
     share.as_ref().map_or(0, |Extension(h)| h.values())
 }
 

@@ -4,7 +4,7 @@
 
 use super::api::{
     Budgets, Holding, Loads, Share, admitted_object, error, joined, json_body, noted,
-    parse_checked, previous_response, serialized, with_warnings,
+    parse_checked, previous_response, serialized, values_of, with_warnings,
 };
 use super::body::{Budget, Held};
 use crate::api::compact;
@@ -44,44 +44,24 @@ async fn summarize(
         Ok(admitted) => admitted,
         Err(refused) => return *refused,
     };
-    let param = |name: &str, message: &str| ApiError {
-        param: Some(name.into()),
-        ..ApiError::invalid(message)
-    };
     let model = match map.get("model") {
         Some(Value::String(model)) if !model.trim().is_empty() => model.clone(),
         _ => {
-            let e = param(
+            let e = invalid(
                 "model",
                 "`model` is required: the model that summarizes the conversation",
             );
             return error(dialect, &e, &[]);
         }
     };
-    let mut conversation = Vec::new();
-    let mut loaded = Held::default();
-    if let Some(previous) = map.get("previous_response_id").filter(|v| !v.is_null()) {
-        let loads = Loads {
-            budget,
-            values: held.as_ref().map_or(0, |Extension(h)| h.values()),
-        };
-        match previous_response(&api, loads, previous).await {
-            Ok((stored, share)) => {
-                conversation = stored.conversation();
-                loaded = share;
-            }
-            Err(e) => return error(dialect, &e, &[]),
-        }
-    }
-    conversation.extend(input_items(map.get("input")));
-    if conversation.is_empty() {
-        let e = param(
-            "input",
-            "nothing to compact: give the conversation as `input`, name a stored response by \
-             `previous_response_id`, or both",
-        );
-        return error(dialect, &e, &[]);
-    }
+    let loads = Loads {
+        budget,
+        values: values_of(&held),
+    };
+    let (conversation, loaded) = match conversation(&api, loads, &map).await {
+        Ok(gathered) => gathered,
+        Err(e) => return error(dialect, &e, &[]),
+    };
     let instructions = map.get("instructions").and_then(Value::as_str);
     let request = compact::summary_request(&model, instructions, &conversation);
     drop(map);
@@ -110,4 +90,37 @@ async fn summarize(
         }
         Err(e) => error(dialect, &e, &warnings),
     }
+}
+
+/// `field` at fault, and why.
+fn invalid(field: &str, message: &str) -> ApiError {
+    ApiError {
+        param: Some(field.into()),
+        ..ApiError::invalid(message)
+    }
+}
+
+/// The conversation to compact: the stored one `previous_response_id` names (with the
+/// buffer's share of it), then the request's `input`; an error when both are missing.
+async fn conversation(
+    api: &Api,
+    loads: Loads<'_>,
+    map: &serde_json::Map<String, Value>,
+) -> Result<(Vec<Value>, Held), ApiError> {
+    let mut conversation = Vec::new();
+    let mut loaded = Held::default();
+    if let Some(previous) = map.get("previous_response_id").filter(|v| !v.is_null()) {
+        let (stored, share) = previous_response(api, loads, previous).await?;
+        conversation = stored.conversation();
+        loaded = share;
+    }
+    conversation.extend(input_items(map.get("input")));
+    if conversation.is_empty() {
+        return Err(invalid(
+            "input",
+            "nothing to compact: give the conversation as `input`, name a stored response by \
+             `previous_response_id`, or both",
+        ));
+    }
+    Ok((conversation, loaded))
 }

@@ -57,21 +57,10 @@ pub(super) async fn serve(
     let connections = TaskTracker::new();
     // Connections held open, and the few answered past the cap (health checks among them).
     let open = Arc::new(Semaphore::new(limits.max_connections.max(1)));
-    // Those answered past the cap, oldest first; each cancels its token when done.
-    let mut overflow: VecDeque<CancellationToken> = VecDeque::with_capacity(OVERFLOW_CONNECTIONS);
-    let over_cap = Router::new()
-        .route("/healthz", any(super::health))
-        .fallback(full);
+    let mut overflow = Overflow::new();
     let mut backoff = AcceptBackoff::default();
     // One signal listener for the server's life: a signal between two accepts is not lost.
-    let listens = limits.signals;
-    let shutdown = async move {
-        if listens {
-            shutdown_signal().await;
-        } else {
-            std::future::pending::<()>().await;
-        }
-    };
+    let shutdown = shutdown_signal(limits.signals);
     tokio::pin!(shutdown);
     loop {
         let accepted = tokio::select! {
@@ -107,24 +96,48 @@ pub(super) async fn serve(
             });
         } else {
             backoff.warn_full(limits.max_connections);
-            overflow.retain(|done| !done.is_cancelled());
-            if overflow.len() >= OVERFLOW_CONNECTIONS
-                && let Some(oldest) = overflow.pop_front()
-            {
-                oldest.cancel();
-            }
-            let (app, done) = (over_cap.clone(), CancellationToken::new());
-            overflow.push_back(done.clone());
-            connections.spawn(async move {
-                tokio::select! {
-                    () = serve_over_cap(stream, app) => {}
-                    () = done.cancelled() => {}
-                }
-                done.cancel();
-            });
+            overflow.answer(stream, &connections);
         }
     }
     finish(connections, stop, limits.shutdown_grace).await;
+}
+
+/// The connections answered past the cap, oldest first (each cancels its token when done), and
+/// what answers them.
+struct Overflow {
+    connections: VecDeque<CancellationToken>,
+    app: Router,
+}
+
+impl Overflow {
+    fn new() -> Self {
+        Overflow {
+            connections: VecDeque::with_capacity(OVERFLOW_CONNECTIONS),
+            app: Router::new()
+                .route("/healthz", any(super::health))
+                .fallback(full),
+        }
+    }
+
+    /// Answers `stream` past the cap, on a task of `tasks`; one more than
+    /// [`OVERFLOW_CONNECTIONS`] ends the oldest.
+    fn answer(&mut self, stream: TcpStream, tasks: &TaskTracker) {
+        self.connections.retain(|done| !done.is_cancelled());
+        if self.connections.len() >= OVERFLOW_CONNECTIONS
+            && let Some(oldest) = self.connections.pop_front()
+        {
+            oldest.cancel();
+        }
+        let (app, done) = (self.app.clone(), CancellationToken::new());
+        self.connections.push_back(done.clone());
+        tasks.spawn(async move {
+            tokio::select! {
+                () = serve_over_cap(stream, app) => {}
+                () = done.cancelled() => {}
+            }
+            done.cancel();
+        });
+    }
 }
 
 /// Cancels `stop` and gives the connections in flight `grace` to finish.
@@ -228,7 +241,11 @@ async fn serve_connection(
     }
 }
 
-async fn shutdown_signal() {
+/// SIGTERM or Ctrl-C, when `listens`; else never.
+async fn shutdown_signal(listens: bool) {
+    if !listens {
+        return std::future::pending().await;
+    }
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};

@@ -14,7 +14,7 @@ use super::api::{
     with_warnings,
 };
 use crate::api::ollama::{Encoder, Ollama, model_named, translate};
-use crate::api::{Admitted, Api, ApiError, Dialect, ErrorKind};
+use crate::api::{Admitted, Api, ApiError, Dialect, ErrorKind, Prepared};
 use crate::backends::direct::Model;
 use crate::call::Call;
 use crate::config::RequestKeepAlive;
@@ -546,40 +546,16 @@ async fn respond(
         Ok(read) => read,
         Err(refused) => return *refused,
     };
-    // An operator may keep the models loaded as configured, whatever a client asks.
-    if api.service.backends().request_keep_alive() == RequestKeepAlive::Ignore
-        && ollama.ignore_keep_alive()
-    {
-        tracing::info!(
-            model = %crate::error::clip(&called),
-            "an Ollama request's keep_alive was ignored (--request-keep-alive ignore)"
-        );
-    }
     let stream = ollama.prepared.stream;
-    let model = api.service.backends().direct_model(&called).cloned();
-    // How long the model stays loaded after this request, as Ollama's clients say it (as
-    // Ollama does, a request without `keep_alive` gets the model's own setting back).
-    if let Some(model) = &model {
-        model.keep_alive(ollama.keep_alive);
-    }
+    let model = kept_alive(&api, &called, &mut ollama);
     if ollama.load {
         let encoder = Encoder::new(dialect, &asked, &[], started);
         return load_or_unload(model, &ollama, dialect, &encoder).await;
     }
-    let arguments = ollama.prepared.arguments.clone();
-    let (mut prepared, mut call) = match parse_checked(&api, dialect, arguments, None, false).await
-    {
+    let (mut prepared, call) = match parsed(&api, dialect, &ollama).await {
         Ok(parsed) => parsed,
-        Err(refused) => {
-            let mut warnings = ollama.prepared.warnings.clone();
-            warnings.extend(refused.warnings);
-            return error(dialect, &refused.error, &warnings);
-        }
+        Err(refused) => return *refused,
     };
-    ollama.apply(&mut call.0);
-    let mut warnings = ollama.prepared.warnings.clone();
-    warnings.append(&mut prepared.warnings);
-    prepared.warnings = warnings;
     prepared.stream = stream;
     let holding = Holding {
         _call: admitted,
@@ -608,6 +584,49 @@ async fn respond(
             with_warnings(json_body(encoder.whole(&answered.finished)), &warnings)
         }
         Err(e) => error(dialect, &e, &warnings),
+    }
+}
+
+/// The model `called` names, its keep-alive set as the request says (as Ollama does, a request
+/// without `keep_alive` gets the model's own setting back), unless the operator keeps the models
+/// loaded as configured whatever a client asks (`--request-keep-alive ignore`).
+fn kept_alive(api: &Api, called: &str, ollama: &mut Ollama) -> Option<Arc<dyn Model>> {
+    if api.service.backends().request_keep_alive() == RequestKeepAlive::Ignore
+        && ollama.ignore_keep_alive()
+    {
+        tracing::info!(
+            model = %crate::error::clip(called),
+            "an Ollama request's keep_alive was ignored (--request-keep-alive ignore)"
+        );
+    }
+    let model = api.service.backends().direct_model(called).cloned();
+    if let Some(model) = &model {
+        model.keep_alive(ollama.keep_alive);
+    }
+    model
+}
+
+/// The translated request parsed, Ollama's own options applied and the translation's warnings
+/// put before the parser's; or the error to answer.
+async fn parsed(
+    api: &Arc<Api>,
+    dialect: Dialect,
+    ollama: &Ollama,
+) -> Result<(Prepared, crate::service::Parsed), Box<Response>> {
+    let arguments = ollama.prepared.arguments.clone();
+    match parse_checked(api, dialect, arguments, None, false).await {
+        Ok((mut prepared, mut call)) => {
+            ollama.apply(&mut call.0);
+            let mut warnings = ollama.prepared.warnings.clone();
+            warnings.append(&mut prepared.warnings);
+            prepared.warnings = warnings;
+            Ok((prepared, call))
+        }
+        Err(refused) => {
+            let mut warnings = ollama.prepared.warnings.clone();
+            warnings.extend(refused.warnings);
+            Err(Box::new(error(dialect, &refused.error, &warnings)))
+        }
     }
 }
 

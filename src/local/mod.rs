@@ -894,6 +894,48 @@ fn place(slots: &mut Slots, mut call: Call) -> Option<Call> {
     None
 }
 
+/// A worker's embeddings: the context that makes them (made on the first request, and kept) and
+/// the request in progress, one text a step between the answers' steps, as a count is.
+struct Embedding<'m> {
+    embedder: Option<engine::Embedder<'m>>,
+    current: Option<Embed>,
+}
+
+impl<'m> Embedding<'m> {
+    fn new() -> Self {
+        Embedding {
+            embedder: None,
+            current: None,
+        }
+    }
+
+    /// Makes the next text of the request in progress (one whose caller went away is dropped,
+    /// its texts unmade); whether a text was made.
+    fn step(&mut self, model: &'m engine::Model, member: &pool::Member) -> bool {
+        let Some(embed) = self.current.take().filter(|e| !e.reply.is_closed()) else {
+            return false;
+        };
+        let _cpu = member.cpu();
+        self.current = embed_step(model, &mut self.embedder, embed);
+        true
+    }
+
+    /// Begins `embed` with its first text; the rest follow a step at a time. (One is never
+    /// begun while another is in progress; one handed in then is made whole.)
+    fn begin(&mut self, model: &'m engine::Model, member: &pool::Member, embed: Embed) {
+        let _cpu = member.cpu();
+        let rest = embed_step(model, &mut self.embedder, embed);
+        if self.current.is_none() {
+            self.current = rest;
+            return;
+        }
+        let mut rest = rest;
+        while let Some(more) = rest.filter(|e| !e.reply.is_closed()) {
+            rest = embed_step(model, &mut self.embedder, more);
+        }
+    }
+}
+
 /// Makes the next text's embedding of `embed`; when they are all made (or one fails) tells its
 /// caller and returns `None`, else returns it for the next step.
 fn embed_step<'m>(
@@ -1123,10 +1165,7 @@ impl Worker {
     ) -> Served {
         self.ready(model);
         let mut held: Option<Call> = None;
-        // Made on the first request for embeddings, and kept.
-        let mut embedder: Option<engine::Embedder<'_>> = None;
-        // The embeddings in progress: one text a step, as a count is.
-        let mut embedding: Option<Embed> = None;
+        let mut embedding = Embedding::new();
         loop {
             if let Some(call) = held.take()
                 && !call.reply.is_closed()
@@ -1135,15 +1174,8 @@ impl Worker {
             }
             // Counts share the worker with answers: one count (or one text of the embeddings
             // in progress) a step at most, and answers waiting behind counts take the free
-            // slots first. Embeddings whose caller went away are dropped, their texts unmade.
-            let mut counted = false;
-            if let Some(embed) = embedding.take()
-                && !embed.reply.is_closed()
-            {
-                counted = true;
-                let _cpu = member.cpu();
-                embedding = embed_step(model, &mut embedder, embed);
-            }
+            // slots first.
+            let mut counted = embedding.step(model, member);
             while held.is_none() && slots.has_free_slot() {
                 let job = match waiting.take() {
                     Some(job) => job,
@@ -1162,7 +1194,6 @@ impl Worker {
                         model,
                         on_disk,
                         &mut slots,
-                        &mut embedder,
                         &mut embedding,
                         member,
                         job,
@@ -1175,20 +1206,24 @@ impl Worker {
                     model,
                     on_disk,
                     &mut slots,
-                    &mut embedder,
                     &mut embedding,
                     member,
                     job,
                 );
                 held = held.or(begun);
             }
-            self.counters.busy.store(slots.busy(), Ordering::Relaxed);
-            if !slots.is_idle() {
-                let _cpu = member.cpu();
-                slots.step();
-            }
-            self.counters.busy.store(slots.busy(), Ordering::Relaxed);
+            self.step(&mut slots, member);
         }
+    }
+
+    /// One step of the busy slots, the busy count told before and after.
+    fn step(&self, slots: &mut Slots, member: &pool::Member) {
+        self.counters.busy.store(slots.busy(), Ordering::Relaxed);
+        if !slots.is_idle() {
+            let _cpu = member.cpu();
+            slots.step();
+        }
+        self.counters.busy.store(slots.busy(), Ordering::Relaxed);
     }
 
     /// The next job for an idle model: waits for one while the model's keep-alive lasts, and
@@ -1229,7 +1264,7 @@ impl Worker {
         member: &pool::Member,
     ) -> Served {
         self.ready(model);
-        let mut embedder: Option<engine::Embedder<'_>> = None;
+        let mut embedding = Embedding::new();
         loop {
             let job = match waiting.take() {
                 Some(job) => job,
@@ -1246,15 +1281,10 @@ impl Worker {
                 continue;
             }
             match job {
-                Job::Embed(mut embed) => {
+                Job::Embed(embed) => {
                     // Text by text; a caller that goes away stops the work.
-                    let _cpu = member.cpu();
-                    while let Some(rest) = embed_step(model, &mut embedder, embed) {
-                        if rest.reply.is_closed() {
-                            break;
-                        }
-                        embed = rest;
-                    }
+                    embedding.begin(model, member, embed);
+                    while embedding.step(model, member) {}
                 }
                 Job::Load(reply) => {
                     let _ = reply.send(Ok(()));
@@ -1272,14 +1302,12 @@ impl Worker {
     /// Begins a job, unless the model's file changed on disk since it was loaded (its mapped
     /// pages may be gone): then the job fails, saying so. Returns a call that waits for the
     /// context to grow.
-    #[allow(clippy::too_many_arguments)]
     fn begin_unless_changed<'m>(
         &self,
         model: &'m engine::Model,
         on_disk: Option<&OnDisk>,
         slots: &mut Slots,
-        embedder: &mut Option<engine::Embedder<'m>>,
-        embedding: &mut Option<Embed>,
+        embedding: &mut Embedding<'m>,
         member: &pool::Member,
         job: Job,
     ) -> Option<Call> {
@@ -1288,7 +1316,7 @@ impl Worker {
                 job.fail(LocalError::FileChanged(why));
                 None
             }
-            None => self.begin(model, slots, embedder, embedding, member, job),
+            None => self.begin(model, slots, embedding, member, job),
         }
     }
 
@@ -1319,26 +1347,13 @@ impl Worker {
         &self,
         model: &'m engine::Model,
         slots: &mut Slots,
-        embedder: &mut Option<engine::Embedder<'m>>,
-        embedding: &mut Option<Embed>,
+        embedding: &mut Embedding<'m>,
         member: &pool::Member,
         job: Job,
     ) -> Option<Call> {
         match job {
             Job::Embed(embed) => {
-                let _cpu = member.cpu();
-                let rest = embed_step(model, embedder, embed);
-                match embedding {
-                    None => *embedding = rest,
-                    // One is in progress already (it is not taken then, but a job handed in
-                    // may be one): this one is made whole.
-                    Some(_) => {
-                        let mut rest = rest;
-                        while let Some(more) = rest.filter(|e| !e.reply.is_closed()) {
-                            rest = embed_step(model, embedder, more);
-                        }
-                    }
-                }
+                embedding.begin(model, member, embed);
                 None
             }
             Job::Load(reply) => {

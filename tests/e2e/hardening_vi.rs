@@ -10,6 +10,8 @@ use crate::common::openai::{Reply, Scripted, completion};
 use crate::common::{HealthWatch, http_client};
 use crate::http::Replica;
 use crate::http_api::{TOKEN, open_stream, server_with, text_chunk};
+use crate::http_limits::cpu_seconds;
+use crate::responses_ws::{Socket, connect};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use std::io::{Read, Write};
@@ -17,7 +19,6 @@ use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
 fn responses_url(server: &Replica) -> String {
     format!("{}/v1/responses", server.url)
@@ -181,21 +182,6 @@ async fn continuing_a_large_stored_conversation_holds_the_shared_buffer() {
     assert_eq!(status, 200, "{next}");
 }
 
-type Socket =
-    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
-
-async fn connect(server: &Replica) -> Socket {
-    let url = format!(
-        "{}/v1/responses",
-        server.url.replacen("http://", "ws://", 1)
-    );
-    let mut request = url.into_client_request().unwrap();
-    request
-        .headers_mut()
-        .insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
-    tokio_tungstenite::connect_async(request).await.unwrap().0
-}
-
 /// Sends a create and reads until its last event or its refusal: that message.
 async fn ws_turn(socket: &mut Socket, body: &Value) -> Value {
     let mut body = body.clone();
@@ -234,7 +220,7 @@ async fn a_websocket_message_is_held_to_the_values_cap() {
         &[("AGENT_AS_MODEL_MAX_JSON_VALUES", "5000")],
     )
     .await;
-    let mut socket = connect(&server).await;
+    let mut socket = connect(&server.url).await;
     let refused = ws_turn(
         &mut socket,
         &json!({"model": "scripted", "input": many_parts(2000), "store": false}),
@@ -275,7 +261,7 @@ async fn idle_websockets_keep_their_last_responses_within_the_shared_buffer() {
     let mut sockets = Vec::new();
     let mut refusal = None;
     for _ in 0..12 {
-        let mut socket = connect(&server).await;
+        let mut socket = connect(&server.url).await;
         let event = ws_turn(&mut socket, &body).await;
         sockets.push(socket);
         if event["type"] == "error" {
@@ -296,7 +282,7 @@ async fn idle_websockets_keep_their_last_responses_within_the_shared_buffer() {
     // Closing them gives their bytes back: a new connection's create is answered.
     sockets.clear();
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let mut socket = connect(&server).await;
+    let mut socket = connect(&server.url).await;
     let event = ws_turn(&mut socket, &body).await;
     assert_eq!(event["type"], "response.completed", "{event}");
 }
@@ -312,7 +298,7 @@ async fn pings_do_not_extend_a_websockets_idle_time() {
         &[("AGENT_AS_MODEL_WEBSOCKET_IDLE_SECS", "2")],
     )
     .await;
-    let mut socket = connect(&server).await;
+    let mut socket = connect(&server.url).await;
     let started = Instant::now();
     let closed = loop {
         assert!(
@@ -479,14 +465,6 @@ async fn an_image_for_a_text_only_model_is_a_400_naming_the_part() {
         message.contains("image part") && message.contains("text only"),
         "{message}"
     );
-}
-
-/// A process's CPU time so far, in seconds (Linux).
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let fields: Vec<&str> = stat.rsplit_once(") ").unwrap().1.split(' ').collect();
-    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
-    ticks / 100.0
 }
 
 /// Embeddings on the embedded chat model are made one text at a time between the answers'

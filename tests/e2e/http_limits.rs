@@ -91,7 +91,7 @@ fn read_response(stream: &mut TcpStream) -> Option<(u16, String)> {
 }
 
 /// CPU seconds the process has used (user + system), from /proc.
-fn cpu_seconds(pid: u32) -> f64 {
+pub(crate) fn cpu_seconds(pid: u32) -> f64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
     let fields: Vec<&str> = stat.rsplit_once(") ").unwrap().1.split(' ').collect();
     let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();

@@ -18,11 +18,11 @@ use std::time::Duration;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
-type Socket =
+pub(crate) type Socket =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
 /// A WebSocket to `base`'s `/v1/responses`, with the token.
-async fn connect(base: &str) -> Socket {
+pub(crate) async fn connect(base: &str) -> Socket {
     let url = format!("{}/v1/responses", base.replacen("http://", "ws://", 1));
     let mut request = url.into_client_request().unwrap();
     request
