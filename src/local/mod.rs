@@ -1202,15 +1202,9 @@ impl Worker {
             }
             // Counts take no slot: one is answered each step even while every slot is busy.
             if !counted && let Some(job) = queue.take_first(Job::takes_no_slot) {
-                let begun = self.begin_unless_changed(
-                    model,
-                    on_disk,
-                    &mut slots,
-                    &mut embedding,
-                    member,
-                    job,
-                );
-                held = held.or(begun);
+                let (slots, embedding) = (&mut slots, &mut embedding);
+                held = held
+                    .or(self.begin_unless_changed(model, on_disk, slots, embedding, member, job));
             }
             self.step(&mut slots, member);
         }
