@@ -504,6 +504,9 @@ impl<'m> Slots<'m> {
             finish,
             in_reasoning: active.call.in_reasoning,
         };
+        // The gauge says the slot is free before its caller hears the answer (a client that
+        // scrapes right after finds it so).
+        self.counters.busy.store(self.busy(), Ordering::Relaxed);
         let _ = active.call.reply.send(Ok(output));
     }
 
@@ -520,6 +523,7 @@ impl<'m> Slots<'m> {
             .clear_kv_cache_seq(Some(slot.seq as u32), None, None);
         slot.cached.clear();
         if let Some(active) = slot.active.take() {
+            self.counters.busy.store(self.busy(), Ordering::Relaxed);
             let _ = active.call.reply.send(Err(LocalError::Engine(why.clone())));
         }
     }
