@@ -22,7 +22,7 @@ pub mod ollama;
 pub mod responses;
 pub mod sse;
 pub mod store;
-pub mod tool_names;
+pub use crate::shapes::tool_names;
 
 use crate::call::Call;
 use crate::error::{CallError, Upstream};

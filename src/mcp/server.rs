@@ -15,6 +15,8 @@ use crate::metrics::{self, Outcome, Record};
 use crate::pyjson::{self, Style};
 use crate::routing::Backends;
 use crate::service::{Answered, HostModel, Origin, Served, Service};
+use crate::shapes::responses::ResponsesCreate;
+use crate::shapes::tool_names;
 use crate::shapes::{self, Placement, Shape};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorCode,
@@ -116,10 +118,12 @@ impl Server {
         ctx: RequestContext<RoleServer>,
         record: &mut Record,
     ) -> Result<CallToolResponse, ErrorData> {
-        let (parsed, arguments) = self
-            .service
-            .parse_blocking(shape, request.arguments.unwrap_or_default())
-            .await;
+        let mut arguments = request.arguments.unwrap_or_default();
+        let mut declared = Declared::default();
+        if shape.name() == ResponsesCreate.name() {
+            declared.names = tool_names::flatten(&mut arguments, &mut declared.warnings);
+        }
+        let (parsed, arguments) = self.service.parse_blocking(shape, arguments).await;
         let cancelled = ctx.ct.clone();
         let result = async {
             let call = crate::service::Parsed(parsed?);
@@ -159,7 +163,7 @@ impl Server {
             if let Some(reporter) = started {
                 reporter.stop().await;
             }
-            response(shape, served?, &caller, record)
+            response(shape, served?, &caller, record, declared)
         }
         .await;
         result.or_else(|e| {
@@ -180,12 +184,13 @@ fn response(
     served: Served,
     caller: &Caller<'_>,
     record: &mut Record,
+    declared: Declared,
 ) -> Result<CallToolResponse, CallError> {
     match served {
         Served::Answered(answered) => {
             let usage = answered.finished.usage;
             record.answered(&answered.report.entry, usage);
-            Ok(tool_result(shape, *answered).into())
+            Ok(tool_result(shape, declared.apply(*answered)).into())
         }
         Served::Asked => caller
             .take_asked()
@@ -196,6 +201,27 @@ fn response(
                     "the call stopped for an input-required round that was not made",
                 )
             }),
+    }
+}
+
+/// `responses_create`: how the tools the model saw were declared (Codex's namespaces and
+/// custom tools), and what flattening them could not keep.
+#[derive(Default)]
+struct Declared {
+    names: tool_names::Names,
+    warnings: Vec<String>,
+}
+
+impl Declared {
+    /// The answer with its calls as the tools were declared and the warnings added.
+    fn apply(self, mut answered: Answered) -> Answered {
+        answered.report.warnings.extend(self.warnings);
+        if !self.names.is_empty() {
+            tool_names::declare_output(&mut answered.rendered.object, &self.names);
+            answered.rendered.text =
+                crate::shapes::responses::render(&Value::Object(answered.rendered.object.clone()));
+        }
+        answered
     }
 }
 

@@ -8,6 +8,7 @@
 pub mod anthropic;
 pub mod common;
 pub mod gemini;
+pub mod lark;
 pub mod ollama;
 pub mod openai_chat;
 pub mod params;
@@ -15,6 +16,7 @@ pub mod prompt;
 pub mod reasoning;
 pub mod responses;
 pub mod text;
+pub mod tool_names;
 
 use crate::args::Obj;
 use crate::call::{Call, Reply};

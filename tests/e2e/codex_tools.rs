@@ -171,3 +171,90 @@ async fn a_streamed_custom_tool_call_ends_with_its_raw_input() {
     assert_eq!(last["type"], "response.completed");
     assert_eq!(last["response"]["output"][0]["input"], "cat a.txt");
 }
+
+/// The MCP tool `responses_create` takes Codex's registry as `/v1/responses` does: the host
+/// samples plain tools (a custom tool's grammar the `pattern` of its text), and the result
+/// gives each call back as it was declared, valid against the tool's `outputSchema`.
+#[tokio::test]
+async fn responses_create_over_mcp_takes_codex_tools_and_answers_as_declared() {
+    use crate::common::{ERAS, Host, assert_conforms, call, connect, is_error, structured, text};
+    use rmcp::model::{CreateMessageResult, SamplingMessage};
+    let tool_use = |name: &str, input: Value| {
+        CreateMessageResult::new(
+            SamplingMessage::assistant_tool_use(
+                "toolu_1",
+                name,
+                input.as_object().unwrap().clone(),
+            ),
+            "host-model".into(),
+        )
+        .with_stop_reason(CreateMessageResult::STOP_REASON_TOOL_USE)
+    };
+    let patch = "*** Begin Patch\n*** Add File: a.txt\n+hi\n*** End Patch\n";
+    let arguments = |history: Vec<Value>| {
+        let mut input = vec![
+            json!({"type": "additional_tools", "role": "developer", "tools": [
+            {"type": "namespace", "name": "functions", "tools": [
+                {"type": "custom", "name": "apply_patch", "description": "Edits files.",
+                 "format": {"type": "grammar", "syntax": "lark",
+                            "definition": include_str!("../data/apply_patch.lark")}}]},
+            {"type": "namespace", "name": "collaboration", "tools": [
+                {"type": "function", "name": "list_agents", "description": "Lists agents.",
+                 "parameters": {"type": "object", "properties": {}}}]}]}),
+        ];
+        input.extend(history);
+        json!({"model": "m", "input": input})
+    };
+    for era in ERAS {
+        let host = Host::new(true, move |p| {
+            Ok(if p.messages.len() == 1 {
+                tool_use("apply_patch", json!({"input": patch}))
+            } else {
+                tool_use("list_agents", json!({}))
+            })
+        });
+        let client = connect(host.clone(), era).await;
+        let r = call(
+            &client,
+            "responses_create",
+            arguments(vec![user("Add a.txt.")]),
+        )
+        .await;
+        assert!(!is_error(&r), "{}", text(&r));
+        let item = &structured(&r)["output"][0];
+        assert_eq!(item["type"], "custom_tool_call", "{}", text(&r));
+        assert_eq!(item["name"], "apply_patch");
+        assert_eq!(item["namespace"], "functions");
+        assert_eq!(item["input"], patch);
+        // The text is the same object.
+        let object: Value = serde_json::from_str(&text(&r)).unwrap();
+        assert_eq!(&object["output"][0], item);
+        assert_conforms(&client, "responses_create", &r).await;
+        let sampled = &host.seen_json()[0];
+        let tools = sampled["tools"].as_array().unwrap();
+        let offered = tools.iter().find(|t| t["name"] == "apply_patch").unwrap();
+        let pattern = offered["inputSchema"]["properties"]["input"]["pattern"]
+            .as_str()
+            .unwrap();
+        assert!(pattern.contains("Begin Patch"), "{pattern}");
+
+        // A namespaced function's call, after the custom call's history.
+        let history = vec![
+            user("Add a.txt, then list the agents."),
+            json!({"type": "custom_tool_call", "call_id": "c1", "name": "apply_patch",
+                   "namespace": "functions", "input": patch}),
+            json!({"type": "custom_tool_call_output", "call_id": "c1",
+                   "output": [{"type": "input_text", "text": "Done: A a.txt"}]}),
+        ];
+        let r = call(&client, "responses_create", arguments(history)).await;
+        assert!(!is_error(&r), "{}", text(&r));
+        let item = &structured(&r)["output"][0];
+        assert_eq!(item["type"], "function_call", "{}", text(&r));
+        assert_eq!(item["name"], "list_agents");
+        assert_eq!(item["namespace"], "collaboration");
+        assert_conforms(&client, "responses_create", &r).await;
+        let sampled = host.seen_json()[1].to_string();
+        assert!(sampled.contains("Done: A a.txt"), "{sampled}");
+        client.cancel().await.unwrap();
+    }
+}

@@ -210,7 +210,7 @@ fn plain_tools(
                 return;
             };
             let function = chosen_name(counts, namespace, &name);
-            tools.push(custom_as_function(&tool, &function));
+            tools.push(custom_as_function(&tool, &function, warnings));
             names.add(
                 function,
                 Declared {
@@ -239,8 +239,9 @@ fn plain_tools(
 }
 
 /// A custom tool as a function of one string argument, `input`, its format said in its
-/// description.
-fn custom_as_function(tool: &Value, function: &str) -> Value {
+/// description and, when its grammar is a regular expression or a regular Lark grammar, held
+/// by the `pattern` of `input` (a grammar this server cannot hold is said in `warnings`).
+fn custom_as_function(tool: &Value, function: &str, warnings: &mut Vec<String>) -> Value {
     let mut description = tool
         .get("description")
         .and_then(Value::as_str)
@@ -252,19 +253,22 @@ fn custom_as_function(tool: &Value, function: &str) -> Value {
     description.push_str(
         "This tool takes free-form text: give the whole text as the string argument `input`.",
     );
-    let format = tool.get("format");
-    if format.and_then(|f| f.get("type")).and_then(Value::as_str) == Some("grammar") {
-        let syntax = format
-            .and_then(|f| f.get("syntax"))
-            .and_then(Value::as_str)
-            .unwrap_or("lark");
-        if let Some(definition) = format
-            .and_then(|f| f.get("definition"))
-            .and_then(Value::as_str)
-        {
-            description.push_str(&format!(
-                " The text must match this {syntax} grammar:\n{definition}"
-            ));
+    let mut input = json!({"type": "string", "description": "The tool's input text."});
+    if let Some((syntax, definition)) = grammar(tool) {
+        description.push_str(&format!(
+            " The text must match this {syntax} grammar:\n{definition}"
+        ));
+        match pattern(syntax, definition) {
+            Ok(pattern) => {
+                if let Some(o) = input.as_object_mut() {
+                    o.insert("pattern".into(), json!(pattern));
+                }
+            }
+            Err(why) => warnings.push(format!(
+                "the {syntax} grammar of the custom tool {:?} is told to the model but not \
+                 enforced: {why}",
+                crate::error::clip(function)
+            )),
         }
     }
     json!({
@@ -273,11 +277,92 @@ fn custom_as_function(tool: &Value, function: &str) -> Value {
         "description": description,
         "parameters": {
             "type": "object",
-            "properties": {"input": {"type": "string", "description": "The tool's input text."}},
+            "properties": {"input": input},
             "required": ["input"],
             "additionalProperties": false,
         },
     })
+}
+
+/// A custom tool's grammar: its syntax (`lark` when not said) and its definition.
+fn grammar(tool: &Value) -> Option<(&str, &str)> {
+    let format = tool.get("format")?;
+    if format.get("type").and_then(Value::as_str) != Some("grammar") {
+        return None;
+    }
+    let syntax = format
+        .get("syntax")
+        .and_then(Value::as_str)
+        .unwrap_or("lark");
+    Some((syntax, format.get("definition")?.as_str()?))
+}
+
+/// The JSON Schema `pattern` the whole text must match under a `syntax` grammar, or why there
+/// is none.
+fn pattern(syntax: &str, definition: &str) -> Result<String, String> {
+    let regex = match syntax {
+        "regex" => definition.to_owned(),
+        "lark" => super::lark::to_regex(definition).map_err(|e| e.to_string())?,
+        other => {
+            return Err(format!(
+                "the syntax {:?} is not known",
+                crate::error::clip(other)
+            ));
+        }
+    };
+    let pattern = format!("^(?:{regex})$");
+    regex_syntax::Parser::new().parse(&pattern).map_err(|e| {
+        format!(
+            "the expression does not parse ({})",
+            first_line(&e.to_string())
+        )
+    })?;
+    Ok(pattern)
+}
+
+fn first_line(text: &str) -> &str {
+    text.lines().last().unwrap_or(text)
+}
+
+/// The `output` items of a Responses object as the client declared its tools: a call of a
+/// custom tool becomes a `custom_tool_call` with its raw `input`, a namespaced function's call
+/// keeps its bare name and says its `namespace` (the MCP tool's result; the HTTP API's encoder
+/// writes its items so from the start).
+pub fn declare_output(object: &mut Map<String, Value>, names: &Names) {
+    let Some(Value::Array(items)) = object.get_mut("output") else {
+        return;
+    };
+    for item in items {
+        if item.get("type").and_then(Value::as_str) != Some("function_call") {
+            continue;
+        }
+        let Some(function) = item.get("name").and_then(Value::as_str) else {
+            continue;
+        };
+        let Some(declared) = names.declared(function).cloned() else {
+            continue;
+        };
+        let call_id = item.get("call_id").cloned().unwrap_or_else(|| json!(""));
+        let mut declared_item = if declared.custom {
+            let arguments = item
+                .get("arguments")
+                .and_then(Value::as_str)
+                .unwrap_or("{}");
+            json!({"type": "custom_tool_call", "id": crate::call::new_id("ctc_"),
+                   "call_id": call_id, "name": declared.name,
+                   "input": custom_input(arguments)})
+        } else {
+            let mut plain = item.clone();
+            if let Some(o) = plain.as_object_mut() {
+                o.insert("name".into(), json!(declared.name));
+            }
+            plain
+        };
+        if let (Some(o), Some(namespace)) = (declared_item.as_object_mut(), declared.namespace) {
+            o.insert("namespace".into(), json!(namespace));
+        }
+        *item = declared_item;
+    }
 }
 
 /// A named `tool_choice` of a custom or namespaced tool, as the function the model sees.
@@ -457,5 +542,56 @@ mod tests {
         assert_eq!(tools, ["a__wait", "b__wait", "wait"]);
         assert_eq!(names.declared("b__wait").unwrap().name, "wait");
         assert_eq!(custom_input("not json"), "not json");
+    }
+
+    #[test]
+    fn a_custom_tools_grammar_is_the_pattern_of_its_input() {
+        let tool = |syntax: &str, definition: &str| {
+            json!({"model": "m", "input": "x", "tools": [{"type": "custom", "name": "apply_patch",
+                "format": {"type": "grammar", "syntax": syntax, "definition": definition}}]})
+            .as_object()
+            .unwrap()
+            .clone()
+        };
+        let mut body = tool("lark", crate::shapes::lark::APPLY_PATCH);
+        let mut warnings = Vec::new();
+        flatten(&mut body, &mut warnings);
+        assert!(warnings.is_empty(), "{warnings:?}");
+        let parameters = &body["tools"][0]["parameters"];
+        // The validator every backend's answer goes through takes the pattern.
+        let schema = crate::contract::schema::compile(
+            parameters,
+            "tools[0].parameters",
+            &crate::limits::Limits::default(),
+        )
+        .unwrap();
+        let patch = "*** Begin Patch\n*** Add File: a.txt\n+hi\n*** End Patch\n";
+        assert!(schema.check(&json!({"input": patch})).is_ok());
+        assert!(schema.check(&json!({"input": "add hi to a.txt"})).is_err());
+        let mut body = tool("regex", "[a-z]+ [0-9]{1,3}");
+        flatten(&mut body, &mut warnings);
+        let schema = crate::contract::schema::compile(
+            &body["tools"][0]["parameters"],
+            "tools[0].parameters",
+            &crate::limits::Limits::default(),
+        )
+        .unwrap();
+        assert!(schema.check(&json!({"input": "abc 12"})).is_ok());
+        assert!(schema.check(&json!({"input": "abc 1234"})).is_err());
+        // A grammar no regular expression holds is told, not enforced, and said.
+        let mut body = tool("lark", "start: \"(\" start \")\" | \"x\"");
+        flatten(&mut body, &mut warnings);
+        assert!(
+            body["tools"][0]["parameters"]["properties"]["input"]
+                .get("pattern")
+                .is_none()
+        );
+        assert!(warnings[0].contains("recursive"), "{warnings:?}");
+        assert!(
+            body["tools"][0]["description"]
+                .as_str()
+                .unwrap()
+                .contains("start: \"(\"")
+        );
     }
 }
