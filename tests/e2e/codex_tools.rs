@@ -258,3 +258,42 @@ async fn responses_create_over_mcp_takes_codex_tools_and_answers_as_declared() {
         client.cancel().await.unwrap();
     }
 }
+
+/// On the embedded model, a custom tool's Lark grammar holds the call: asked for Codex's
+/// `apply_patch`, the small model writes a patch Codex's own grammar takes.
+#[tokio::test]
+async fn the_embedded_model_writes_a_patch_that_apply_patchs_grammar_takes() {
+    let (_turn, s) = crate::http_api::embedded(&[("AGENT_AS_MODEL_LOCAL_SEED", "7")]).await;
+    let body = json!({"model": "local", "max_output_tokens": 160,
+        "tools": [{"type": "custom", "name": "apply_patch",
+                   "description": "Edits files with a patch.",
+                   "format": {"type": "grammar", "syntax": "lark",
+                              "definition": include_str!("../data/apply_patch.lark")}}],
+        "tool_choice": {"type": "custom", "name": "apply_patch"},
+        "input": [user("Create the file hello.txt with the single line: hi")]});
+    let answer = respond(&format!("{}/v1/responses", s.url), &body).await;
+    let call = answer["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["type"] == "custom_tool_call")
+        .unwrap_or_else(|| panic!("no custom_tool_call: {answer}"));
+    assert_eq!(call["name"], "apply_patch");
+    let patch = call["input"].as_str().unwrap();
+    // What apply_patch's grammar says, checked line by line here.
+    let lines: Vec<&str> = patch.trim_end_matches('\n').split('\n').collect();
+    assert_eq!(lines.first(), Some(&"*** Begin Patch"), "{patch:?}");
+    assert_eq!(lines.last(), Some(&"*** End Patch"), "{patch:?}");
+    let hunk = lines[1];
+    assert!(
+        ["*** Add File: ", "*** Delete File: ", "*** Update File: "]
+            .iter()
+            .any(|h| hunk.starts_with(h) && hunk.len() > h.len()),
+        "{patch:?}"
+    );
+    if hunk.starts_with("*** Add File: ") {
+        for line in &lines[2..lines.len() - 1] {
+            assert!(line.starts_with('+'), "{patch:?}");
+        }
+    }
+}
