@@ -22,6 +22,7 @@ pub mod ollama;
 pub mod responses;
 pub mod sse;
 pub mod store;
+pub mod threads;
 pub use crate::shapes::tool_names;
 
 use crate::call::Call;
@@ -274,17 +275,26 @@ impl ApiError {
                     _ => Value::Null,
                 },
             }}),
-            Dialect::Messages => json!({"type": "error", "error": {
-                "type": match self.kind {
-                    ErrorKind::InvalidRequest => "invalid_request_error",
-                    ErrorKind::Authentication => "authentication_error",
-                    ErrorKind::NotFound => "not_found_error",
-                    ErrorKind::RateLimit => "rate_limit_error",
-                    ErrorKind::Overloaded => "overloaded_error",
-                    ErrorKind::Api => "api_error",
-                },
-                "message": self.message,
-            }}),
+            Dialect::Messages => {
+                let mut error = json!({
+                    "type": match self.kind {
+                        ErrorKind::InvalidRequest => "invalid_request_error",
+                        ErrorKind::Authentication => "authentication_error",
+                        ErrorKind::NotFound => "not_found_error",
+                        ErrorKind::RateLimit => "rate_limit_error",
+                        ErrorKind::Overloaded => "overloaded_error",
+                        ErrorKind::Api => "api_error",
+                    },
+                    "message": self.message,
+                });
+                // Anthropic's own codes (the threads') are its `details.error_code`.
+                if let (Some(code), Some(error)) = (&self.code, error.as_object_mut())
+                    && threads::ERROR_CODES.contains(&code.as_str())
+                {
+                    error.insert("details".into(), json!({"error_code": code}));
+                }
+                json!({"type": "error", "error": error})
+            }
             Dialect::Gemini => json!({"error": {
                 "code": self.status,
                 "message": self.message,

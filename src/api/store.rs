@@ -140,6 +140,14 @@ impl Store {
         }
     }
 
+    /// Whether the store's bounds let it keep no entry at all (a count or a size of 0).
+    pub fn keeps_nothing(&self) -> bool {
+        match self {
+            Store::Memory(m) => m.bounds.max_entries == 0 || m.bounds.max_bytes == 0,
+            Store::Redis(r) => r.max_bytes == 0,
+        }
+    }
+
     /// Forgets `id`; whether it was kept.
     pub async fn delete(&self, id: &str) -> Result<bool, StoreError> {
         match self {

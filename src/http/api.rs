@@ -620,9 +620,20 @@ pub(super) async fn responses_delete(
     }
 }
 
-pub(super) async fn messages(State(api): State<Arc<Api>>, held: Share, body: Bytes) -> Response {
+/// `POST /v1/messages`; one with a `thread` (Anthropic's message threads) is answered by
+/// [`super::threads`].
+pub(super) async fn messages(
+    State(api): State<Arc<Api>>,
+    Extension(budget): Budgets,
+    held: Share,
+    body: Bytes,
+) -> Response {
     let mut record = api.record(Dialect::Messages);
-    let response = complete(api, Dialect::Messages, body, None, false, held, &mut record).await;
+    let response = if super::threads::may_thread(&body) {
+        super::threads::messages(api, &budget, held, body, &mut record).await
+    } else {
+        complete(api, Dialect::Messages, body, None, false, held, &mut record).await
+    };
     noted(record, response)
 }
 
@@ -819,7 +830,7 @@ pub(super) struct Holding {
     pub(super) _body: Share,
 }
 
-async fn complete(
+pub(super) async fn complete(
     api: Arc<Api>,
     dialect: Dialect,
     body: Bytes,

@@ -34,6 +34,7 @@ mod ollama;
 mod responses_ws;
 pub mod routes;
 mod settings;
+mod threads;
 mod whole;
 
 pub use checks::{Auth, Token, bearer, bearer_credentials};

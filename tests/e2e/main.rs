@@ -16,6 +16,7 @@
 
 mod common;
 
+mod anthropic_threads;
 mod api_clis;
 mod api_letter;
 mod api_sdks;

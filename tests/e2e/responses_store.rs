@@ -27,10 +27,10 @@ fn redis_server_path() -> String {
 }
 
 /// A `redis-server` of the test's own: its port, nothing saved to disk, killed when dropped.
-struct Redis {
+pub(crate) struct Redis {
     child: Killed,
-    port: u16,
-    url: String,
+    pub(crate) port: u16,
+    pub(crate) url: String,
 }
 
 /// A `redis-server` on `port`, once it answers `PING`.
@@ -71,7 +71,7 @@ async fn redis_on(port: u16) -> Redis {
     panic!("redis-server at {exe} did not answer PING on port {port}");
 }
 
-async fn redis() -> Redis {
+pub(crate) async fn redis() -> Redis {
     redis_on(free_port()).await
 }
 
@@ -97,7 +97,7 @@ async fn try_command(port: u16, args: &[&str]) -> Option<String> {
         .flatten()
 }
 
-async fn command(port: u16, args: &[&str]) -> String {
+pub(crate) async fn command(port: u16, args: &[&str]) -> String {
     try_command(port, args)
         .await
         .unwrap_or_else(|| panic!("redis did not answer {args:?}"))
