@@ -298,7 +298,8 @@ pub enum Command {
     /// (with the options given before `launch` or after the CLI's name; the embedded model
     /// unless a models file or another backend is named), runs the CLI from PATH pointed at it
     /// (the arguments after `--` passed on), and stops the server when the CLI ends, with its
-    /// exit status. CLIs: claude (Claude Code), codex (Codex CLI), gemini (Gemini CLI)
+    /// exit status. CLIs: claude (Claude Code), codex (Codex CLI), gemini (Gemini CLI),
+    /// opencode (`launch --help` lists them with the model each would ask for)
     Launch(LaunchArgs),
 }
 
@@ -311,6 +312,8 @@ pub enum AgentCli {
     Codex,
     /// Gemini CLI (`gemini`, from npm: @google/gemini-cli), over the Gemini API
     Gemini,
+    /// opencode (`opencode`, from npm: opencode-ai), over OpenAI chat completions
+    Opencode,
 }
 
 #[derive(Debug, Clone, clap::Args)]

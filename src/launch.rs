@@ -69,15 +69,21 @@ pub fn server_config(argv: &[String]) -> Result<(Config, Endpoint, Vec<String>),
     config.http = Some(port);
     config.auth_token = Some(token.clone());
     config.command = None;
-    if config.models.is_none() && config.backend == Backend::Host {
-        config.backend = Backend::Local;
-    }
+    answered_here(&mut config);
     let endpoint = Endpoint {
         url: format!("http://{port}"),
         address: port,
         token,
     };
     Ok((config, endpoint, cli_arguments))
+}
+
+/// The embedded model answers a launched CLI unless a models file or a backend other than the
+/// host's is named (there is no host to sample).
+fn answered_here(config: &mut Config) {
+    if config.models.is_none() && config.backend == Backend::Host {
+        config.backend = Backend::Local;
+    }
 }
 
 /// The server options (after the CLI's name, up to `--`, without `launch`'s own
@@ -140,6 +146,7 @@ fn program(cli: AgentCli) -> (&'static str, &'static str, &'static str) {
         AgentCli::Claude => ("claude", "@anthropic-ai/claude-code", "Claude Code"),
         AgentCli::Codex => ("codex", "@openai/codex", "Codex CLI"),
         AgentCli::Gemini => ("gemini", "@google/gemini-cli", "Gemini CLI"),
+        AgentCli::Opencode => ("opencode", "opencode-ai", "opencode"),
     }
 }
 
@@ -169,13 +176,15 @@ fn is_executable(path: &Path) -> bool {
             .any(|ext| path.with_extension(ext).is_file())
 }
 
-/// The command that runs `cli` against `endpoint`, asking for `model`, with the user's
-/// `arguments`; `scratch` is a folder of the launch's own (for a settings file the CLI reads
-/// only while launched).
+/// The command that runs `cli` against `endpoint`, asking for `model` (`offered`: the other
+/// models the server offers, for a CLI that lists them), with the user's `arguments`;
+/// `scratch` is a folder of the launch's own (for a settings file the CLI reads only while
+/// launched).
 pub fn command(
     cli: AgentCli,
     endpoint: &Endpoint,
     model: &str,
+    offered: &[String],
     arguments: &[String],
     scratch: &Path,
 ) -> Result<Command, LaunchError> {
@@ -189,52 +198,114 @@ pub fn command(
     };
     let mut command = Command::new(found);
     match cli {
-        AgentCli::Claude => {
-            command
-                .env("ANTHROPIC_BASE_URL", &endpoint.url)
-                .env("ANTHROPIC_AUTH_TOKEN", &endpoint.token)
-                .env_remove("ANTHROPIC_API_KEY")
-                .env("ANTHROPIC_MODEL", model)
-                .env("ANTHROPIC_DEFAULT_OPUS_MODEL", model)
-                .env("ANTHROPIC_DEFAULT_SONNET_MODEL", model)
-                .env("ANTHROPIC_DEFAULT_HAIKU_MODEL", model)
-                .env("ANTHROPIC_SMALL_FAST_MODEL", model)
-                // What changes from request to request would break the cached prefix.
-                .env("CLAUDE_CODE_ATTRIBUTION_HEADER", "0")
-                .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
-                .env("DISABLE_TELEMETRY", "1");
-        }
-        AgentCli::Codex => {
-            let provider = format!(
-                "model_providers.agent-as-model={{name=\"agent-as-model\",base_url=\"{}/v1\",\
-                 env_key=\"AGENT_AS_MODEL_LAUNCH_KEY\",wire_api=\"responses\"}}",
-                endpoint.url
-            );
-            command
-                .env("AGENT_AS_MODEL_LAUNCH_KEY", &endpoint.token)
-                .args(["-c", "model_provider=agent-as-model", "-c", &provider])
-                .args(["-c", &format!("model={}", toml_string(model))])
-                .args(["-c", "analytics.enabled=false"]);
-        }
-        AgentCli::Gemini => {
-            // API-key auth, chosen by a system settings file of the launch's own (the user's
-            // settings stay as they are; without it the base URL selects a gateway auth that
-            // non-interactive use refuses).
-            let settings = scratch.join("gemini-system-settings.json");
-            let text = serde_json::json!({
-                "security": {"auth": {"selectedType": "gemini-api-key"}},
-                "privacy": {"usageStatisticsEnabled": false},
-            });
-            std::fs::write(&settings, text.to_string()).map_err(LaunchError::Settings)?;
-            command
-                .env("GOOGLE_GEMINI_BASE_URL", &endpoint.url)
-                .env("GEMINI_API_KEY", &endpoint.token)
-                .env("GEMINI_MODEL", model)
-                .env("GEMINI_CLI_SYSTEM_SETTINGS_PATH", &settings);
-        }
+        AgentCli::Claude => point_claude(&mut command, endpoint, model),
+        AgentCli::Codex => point_codex(&mut command, endpoint, model),
+        AgentCli::Gemini => point_gemini(&mut command, endpoint, model, scratch)?,
+        AgentCli::Opencode => point_opencode(&mut command, endpoint, model, offered),
     }
     command.args(arguments);
     Ok(command)
+}
+
+/// Claude Code: the Anthropic API's base URL and token, `model` for every tier.
+fn point_claude(command: &mut Command, endpoint: &Endpoint, model: &str) {
+    command
+        .env("ANTHROPIC_BASE_URL", &endpoint.url)
+        .env("ANTHROPIC_AUTH_TOKEN", &endpoint.token)
+        .env_remove("ANTHROPIC_API_KEY")
+        .env("ANTHROPIC_MODEL", model)
+        .env("ANTHROPIC_DEFAULT_OPUS_MODEL", model)
+        .env("ANTHROPIC_DEFAULT_SONNET_MODEL", model)
+        .env("ANTHROPIC_DEFAULT_HAIKU_MODEL", model)
+        .env("ANTHROPIC_SMALL_FAST_MODEL", model)
+        // What changes from request to request would break the cached prefix.
+        .env("CLAUDE_CODE_ATTRIBUTION_HEADER", "0")
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .env("DISABLE_TELEMETRY", "1");
+}
+
+/// Codex CLI: a model provider of the launch's own (Responses API), by `-c` options.
+fn point_codex(command: &mut Command, endpoint: &Endpoint, model: &str) {
+    let provider = format!(
+        "model_providers.agent-as-model={{name=\"agent-as-model\",base_url=\"{}/v1\",\
+         env_key=\"{KEY_VARIABLE}\",wire_api=\"responses\"}}",
+        endpoint.url
+    );
+    command
+        .env(KEY_VARIABLE, &endpoint.token)
+        .args(["-c", "model_provider=agent-as-model", "-c", &provider])
+        .args(["-c", &format!("model={}", toml_string(model))])
+        .args(["-c", "analytics.enabled=false"]);
+}
+
+/// Gemini CLI: the Gemini API's base URL and key, with API-key auth chosen by a system
+/// settings file of the launch's own (the user's settings stay as they are; without it the
+/// base URL selects a gateway auth that non-interactive use refuses).
+fn point_gemini(
+    command: &mut Command,
+    endpoint: &Endpoint,
+    model: &str,
+    scratch: &Path,
+) -> Result<(), LaunchError> {
+    let settings = scratch.join("gemini-system-settings.json");
+    let text = serde_json::json!({
+        "security": {"auth": {"selectedType": "gemini-api-key"}},
+        "privacy": {"usageStatisticsEnabled": false},
+    });
+    std::fs::write(&settings, text.to_string()).map_err(LaunchError::Settings)?;
+    command
+        .env("GOOGLE_GEMINI_BASE_URL", &endpoint.url)
+        .env("GEMINI_API_KEY", &endpoint.token)
+        .env("GEMINI_MODEL", model)
+        .env("GEMINI_CLI_SYSTEM_SETTINGS_PATH", &settings);
+    Ok(())
+}
+
+/// opencode: its inline configuration (`OPENCODE_CONFIG_CONTENT`, which overrides the user's
+/// and the project's files without touching them) names a provider of the launch's own, and
+/// the fetch of models.dev's catalogue and the update check, which need the network, are off.
+fn point_opencode(command: &mut Command, endpoint: &Endpoint, model: &str, offered: &[String]) {
+    command
+        .env(KEY_VARIABLE, &endpoint.token)
+        .env(
+            "OPENCODE_CONFIG_CONTENT",
+            opencode_config(endpoint, model, offered).to_string(),
+        )
+        .env("OPENCODE_DISABLE_MODELS_FETCH", "1")
+        .env("OPENCODE_DISABLE_AUTOUPDATE", "1");
+}
+
+/// The variable that carries the token to a CLI whose settings name a variable for it.
+const KEY_VARIABLE: &str = "AGENT_AS_MODEL_LAUNCH_KEY";
+
+/// The provider opencode's configuration names (its models are `agent-as-model/NAME`).
+const OPENCODE_PROVIDER: &str = "agent-as-model";
+
+/// opencode's inline configuration: a provider of OpenAI chat completions (its package is
+/// built into opencode, so nothing is installed) at the server, with the token from
+/// [`KEY_VARIABLE`], offering `model` and `offered`; `model` is both its model and its small
+/// model (for titles), so no other provider is asked.
+fn opencode_config(endpoint: &Endpoint, model: &str, offered: &[String]) -> serde_json::Value {
+    let models: serde_json::Map<String, serde_json::Value> = std::iter::once(model)
+        .chain(offered.iter().map(String::as_str))
+        .map(|name| (name.to_owned(), serde_json::json!({ "name": name })))
+        .collect();
+    let chosen = format!("{OPENCODE_PROVIDER}/{model}");
+    serde_json::json!({
+        "provider": {
+            OPENCODE_PROVIDER: {
+                "npm": "@ai-sdk/openai-compatible",
+                "name": "agent-as-model",
+                "options": {
+                    "baseURL": format!("{}/v1", endpoint.url),
+                    "apiKey": format!("{{env:{KEY_VARIABLE}}}"),
+                },
+                "models": models,
+            }
+        },
+        "model": chosen,
+        "small_model": chosen,
+    })
 }
 
 /// `text` as a TOML string.
@@ -250,17 +321,28 @@ fn toml_string(text: &str) -> String {
     format!("\"{escaped}\"")
 }
 
-/// The server's default model, by name: a models file's `default` (read, not loaded), else the
-/// embedded model's name when it answers.
-pub fn default_model(config: &Config) -> Option<String> {
+/// The models the server offers under `config`, by name, its default first: a models file's
+/// (read, not loaded; embedding models left out), else the embedded model's when it answers
+/// (none known otherwise: then the server answers any name).
+pub fn offered_models(config: &Config) -> Result<Vec<String>, String> {
     if let Some(path) = &config.models {
-        let models = crate::routing::file::Models::read(path, |name| std::env::var(name).ok());
-        return models.ok().map(|m| m.default);
+        let models = crate::routing::file::Models::read(path, |name| std::env::var(name).ok())
+            .map_err(|e| e.to_string())?;
+        let mut names = vec![models.default.clone()];
+        for spec in models.entries.iter().filter(|spec| !spec.embeddings) {
+            if !names.contains(&spec.name) {
+                names.push(spec.name.clone());
+            }
+        }
+        return Ok(names);
     }
-    (config.backend == Backend::Local
+    let embedded = config.backend == Backend::Local
         && config.local.model_file.is_none()
-        && config.local.model.is_none())
-    .then(|| crate::local::fetch::DEFAULT_MODEL_NAME.to_owned())
+        && config.local.model.is_none();
+    Ok(embedded
+        .then(|| crate::local::fetch::DEFAULT_MODEL_NAME.to_owned())
+        .into_iter()
+        .collect())
 }
 
 /// The model the CLI asks for: the one given, else the server's default.
@@ -269,6 +351,104 @@ pub fn model(args: &LaunchArgs, default: Option<String>) -> String {
         .clone()
         .or(default)
         .unwrap_or_else(|| crate::shapes::DEFAULT_MODEL.to_owned())
+}
+
+/// `launch --help`'s account of the CLIs, when `argv` (the whole command line) asks for
+/// `launch`'s help (`-h` or `--help` after `launch`, before `--`; or `help launch`): each CLI
+/// `launch` knows, the model it would ask for under the server options given, and where it
+/// was found on `PATH` or how to install it.
+pub fn help(argv: &[String]) -> Option<String> {
+    let (options, chosen) = help_options(argv)?;
+    let models = Config::try_parse_from(options)
+        .map_err(|e| e.to_string().lines().next().unwrap_or_default().to_owned())
+        .and_then(|mut config| {
+            answered_here(&mut config);
+            offered_models(&config)
+        });
+    Some(help_text(models, chosen))
+}
+
+/// For a command line that asks for `launch`'s help: the server options it gives (with the
+/// program's name first, without `launch`, the CLI's name and the help flag) and the
+/// `--launch-model` it names.
+fn help_options(argv: &[String]) -> Option<(Vec<String>, Option<String>)> {
+    let at = argv.iter().position(|a| a == "launch")?;
+    let mut before = argv.get(..at)?.to_vec();
+    let by_help_command = before.len() > 1 && before.last().is_some_and(|a| a == "help");
+    let mut after: Vec<String> = argv
+        .get(at + 1..)?
+        .iter()
+        .take_while(|a| a.as_str() != "--")
+        .cloned()
+        .collect();
+    let help_flag = |a: &String| a == "-h" || a == "--help";
+    if !by_help_command && !after.iter().any(help_flag) {
+        return None;
+    }
+    if by_help_command {
+        before.pop();
+    }
+    after.retain(|a| !help_flag(a));
+    let cli_named = after
+        .first()
+        .is_some_and(|a| <AgentCli as clap::ValueEnum>::from_str(a, false).is_ok());
+    let mut chosen = None;
+    let mut options = Vec::with_capacity(after.len());
+    let mut rest = after.into_iter().skip(usize::from(cli_named));
+    while let Some(option) = rest.next() {
+        if option == "--launch-model" {
+            chosen = rest.next();
+        } else if let Some(name) = option.strip_prefix("--launch-model=") {
+            chosen = Some(name.to_owned());
+        } else {
+            options.push(option);
+        }
+    }
+    Some((before.into_iter().chain(options).collect(), chosen))
+}
+
+/// The account [`help`] gives, from the models the server would offer (or why the options
+/// given do not read) and the `--launch-model` named.
+fn help_text(models: Result<Vec<String>, String>, chosen: Option<String>) -> String {
+    let (offered, problem) = match models {
+        Ok(names) => (names, None),
+        Err(e) => (Vec::new(), Some(e)),
+    };
+    let model = chosen
+        .or_else(|| offered.first().cloned())
+        .unwrap_or_else(|| crate::shapes::DEFAULT_MODEL.to_owned());
+    let mut text = String::from(
+        "CLIs (each run from PATH; the model it asks for, under the server options given):\n",
+    );
+    for &cli in <AgentCli as clap::ValueEnum>::value_variants() {
+        let (name, package, shown) = program(cli);
+        let asks = match cli {
+            AgentCli::Opencode => format!("{OPENCODE_PROVIDER}/{model}"),
+            _ => model.clone(),
+        };
+        let found = on_path(name).map_or_else(
+            || format!("not installed: install it with `npm install -g {package}`"),
+            |path| format!("installed: {}", path.display()),
+        );
+        text.push_str(&format!(
+            "  {name:<9} {shown}, model {asks}\n            {found}\n"
+        ));
+    }
+    text.push_str(&match (problem, offered.as_slice()) {
+        (Some(e), _) => format!("\nThe server options given do not read ({e})"),
+        (None, []) => format!(
+            "\nThe server answers any model name (the CLIs ask for {} unless --launch-model \
+             names one)",
+            crate::shapes::DEFAULT_MODEL
+        ),
+        (None, [default]) => format!("\nThe server's model: {default}"),
+        (None, [default, others @ ..]) => format!(
+            "\nThe server's models: {default} (the default), {} (--launch-model NAME picks \
+             another; opencode offers them all)",
+            others.join(", ")
+        ),
+    });
+    text
 }
 
 #[cfg(test)]
@@ -345,5 +525,76 @@ mod tests {
             "{e}"
         );
         assert_eq!(toml_string("a\"b\\c"), "\"a\\\"b\\\\c\"");
+    }
+
+    fn strings(argv: &[&str]) -> Vec<String> {
+        argv.iter().map(|a| a.to_string()).collect()
+    }
+
+    #[test]
+    fn launch_help_reads_the_server_options_around_it() {
+        let asked = |argv: &[&str]| help_options(&strings(argv));
+        assert_eq!(asked(&["aam", "launch", "codex"]), None);
+        assert_eq!(asked(&["aam", "launch", "codex", "--", "--help"]), None);
+        assert_eq!(
+            asked(&["aam", "--local-slots", "2", "launch", "--help"]),
+            Some((strings(&["aam", "--local-slots", "2"]), None))
+        );
+        assert_eq!(
+            asked(&[
+                "aam",
+                "launch",
+                "opencode",
+                "--models",
+                "m.toml",
+                "--launch-model",
+                "coder",
+                "-h"
+            ]),
+            Some((
+                strings(&["aam", "--models", "m.toml"]),
+                Some("coder".into())
+            ))
+        );
+        assert_eq!(
+            asked(&["aam", "help", "launch", "--launch-model=x"]),
+            Some((strings(&["aam"]), Some("x".into())))
+        );
+        let text = help(&strings(&["aam", "launch", "--help"])).unwrap();
+        assert!(
+            text.contains("opencode  opencode, model agent-as-model/"),
+            "{text}"
+        );
+        let text = help(&strings(&["aam", "--no-such-option", "launch", "--help"])).unwrap();
+        assert!(text.contains("do not read"), "{text}");
+        let text = help_text(Ok(strings(&["a", "b"])), None);
+        assert!(
+            text.contains("claude    Claude Code, model a\n")
+                && text.contains("The server's models: a (the default), b ("),
+            "{text}"
+        );
+        assert!(help_text(Ok(Vec::new()), None).contains("Codex CLI, model agent-default"));
+    }
+
+    #[test]
+    fn opencode_is_given_a_provider_at_the_server_offering_its_models() {
+        let endpoint = Endpoint {
+            url: "http://127.0.0.1:9".into(),
+            address: SocketAddr::from(([127, 0, 0, 1], 9)),
+            token: "secret".into(),
+        };
+        let config = opencode_config(&endpoint, "b", &strings(&["a", "b"]));
+        let provider = &config["provider"]["agent-as-model"];
+        assert_eq!(provider["npm"], "@ai-sdk/openai-compatible");
+        assert_eq!(provider["options"]["baseURL"], "http://127.0.0.1:9/v1");
+        assert_eq!(
+            provider["options"]["apiKey"],
+            "{env:AGENT_AS_MODEL_LAUNCH_KEY}"
+        );
+        let models: Vec<&String> = provider["models"].as_object().unwrap().keys().collect();
+        assert_eq!(models.len(), 2);
+        assert_eq!(config["model"], "agent-as-model/b");
+        assert_eq!(config["small_model"], "agent-as-model/b");
+        assert!(!config.to_string().contains("secret"));
     }
 }

@@ -11,7 +11,6 @@ use agent_as_model::mcp::server::Server;
 use agent_as_model::mcp::stdio::{Framing, serve_stdio};
 use agent_as_model::mcp::streamable;
 use agent_as_model::routing::Backends;
-use clap::Parser;
 use std::process::ExitCode;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -56,7 +55,7 @@ fn main() -> ExitCode {
     if let Some(code) = agent_as_model::local::template::helper_main() {
         return code;
     }
-    let config = Config::parse();
+    let config = parse_config();
     // A store that is neither `memory` nor a Redis URL is refused now, naming the setting.
     if let Err(e) = config.responses_store() {
         eprintln!("agent-as-model: {e}");
@@ -92,6 +91,41 @@ fn main() -> ExitCode {
     };
     end_after_the_gpu(code);
     ExitCode::from(code)
+}
+
+/// The command line, read as `Config::parse` reads it; `launch`'s help also lists the CLIs it
+/// knows, with the model each would ask for under the options given.
+fn parse_config() -> Config {
+    use clap::{CommandFactory, FromArgMatches};
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let text: Vec<String> = argv
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let mut command = Config::command();
+    let mut argv = argv;
+    if let Some(help) = agent_as_model::launch::help(&text) {
+        command = command.mut_subcommand("launch", |launch| launch.after_help(help));
+        // Also for a help flag among the server options after the CLI's name, which clap
+        // reads as one of them.
+        let flag = if text.iter().any(|a| a == "-h") {
+            "-h"
+        } else {
+            "--help"
+        };
+        argv = argv
+            .into_iter()
+            .take(1)
+            .chain(["launch".into(), flag.into()])
+            .collect();
+    }
+    let read = command
+        .try_get_matches_from_mut(argv)
+        .and_then(|mut matches| Config::from_arg_matches_mut(&mut matches));
+    match read {
+        Ok(config) => config,
+        Err(e) => e.format(&mut command).exit(),
+    }
 }
 
 /// The async runtime: one thread for one stdio client (its calls are short and wait on the
@@ -170,9 +204,11 @@ fn launch(
         let server = scope.spawn(|| serve(&config, runtime, sealer, Some(stop.clone())));
         let ran = (|| {
             launch::wait_ready(endpoint.address).map_err(|e| e.to_string())?;
-            let model = launch::model(args, launch::default_model(&config));
-            let mut command = launch::command(args.cli, &endpoint, &model, &arguments, &scratch)
-                .map_err(|e| e.to_string())?;
+            let offered = launch::offered_models(&config).unwrap_or_default();
+            let model = launch::model(args, offered.first().cloned());
+            let mut command =
+                launch::command(args.cli, &endpoint, &model, &offered, &arguments, &scratch)
+                    .map_err(|e| e.to_string())?;
             tracing::info!(cli = ?args.cli, url = %endpoint.url, model = %model, "launching");
             let status = command
                 .status()

@@ -1,9 +1,10 @@
-//! `agent-as-model launch <cli>` with the real CLIs (Claude Code, Codex CLI, Gemini CLI, from
-//! npm by scripts/peers), each offline in a network namespace of its own: inside it a scripted
+//! `agent-as-model launch <cli>` with the real CLIs (Claude Code, Codex CLI, Gemini CLI,
+//! opencode, from npm by scripts/peers), each offline in a network namespace of its own: inside it a scripted
 //! OpenAI-compatible provider (tests/e2e/api/launch_provider.py) answers on loopback, the
 //! server runs from a models file naming it, and the CLI, pointed at the server by `launch`
 //! alone, prints the provider's answer and exits 0; the server is gone with it. A CLI that is
-//! not installed is named, with how to install it.
+//! not installed is named, with how to install it; `launch --help` lists the CLIs with the
+//! model each would ask for.
 
 use crate::api_clis::{installed, node, unshare_flags};
 use std::path::{Path, PathBuf};
@@ -148,19 +149,150 @@ fn launch_runs_gemini_cli_on_the_servers_model() {
 }
 
 #[test]
-fn a_cli_that_is_not_installed_is_named_with_how_to_install_it() {
-    let started = std::time::Instant::now();
-    let (code, _, stderr) = launch(
-        "missing",
-        "codex",
-        &["exec", "hi"],
-        "/usr/bin:/bin:/usr/sbin:/sbin",
+fn launch_runs_opencode_on_the_servers_model() {
+    let ran = launch("opencode", "opencode", &["run", "Say hello."], &cli_path());
+    assert_answered("opencode", ran);
+    // Its provider offers the server's models, and its exit status is passed on.
+    let (code, stdout, stderr) = launch(
+        "opencode-models",
+        "opencode",
+        &["models", "agent-as-model"],
+        &cli_path(),
     );
-    assert_ne!(code, 0);
+    assert_eq!(code, 0, "stdout: {stdout}\nstderr: {stderr}");
+    assert!(stdout.contains("agent-as-model/scripted"), "{stdout}");
+    let (code, stdout, stderr) = launch(
+        "opencode-failed",
+        "opencode",
+        &["models", "no-such-provider"],
+        &cli_path(),
+    );
+    assert_eq!(code, 1, "stdout: {stdout}\nstderr: {stderr}");
     assert!(
-        stderr.contains("codex (Codex CLI) is not on PATH")
-            && stderr.contains("npm install -g @openai/codex"),
+        stderr.contains("Provider not found: no-such-provider"),
         "{stderr}"
     );
-    assert!(started.elapsed() < Duration::from_secs(60));
+}
+
+#[test]
+fn a_cli_that_is_not_installed_is_named_with_how_to_install_it() {
+    for (cli, arguments, named, install) in [
+        (
+            "codex",
+            &["exec", "hi"][..],
+            "codex (Codex CLI) is not on PATH",
+            "npm install -g @openai/codex",
+        ),
+        (
+            "opencode",
+            &["run", "hi"][..],
+            "opencode (opencode) is not on PATH",
+            "npm install -g opencode-ai",
+        ),
+    ] {
+        let started = std::time::Instant::now();
+        let (code, _, stderr) = launch(
+            &format!("missing-{cli}"),
+            cli,
+            arguments,
+            "/usr/bin:/bin:/usr/sbin:/sbin",
+        );
+        assert_ne!(code, 0);
+        assert!(
+            stderr.contains(named) && stderr.contains(install),
+            "{stderr}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(60));
+    }
+}
+
+/// `agent-as-model ARGUMENTS` with `path` as PATH: its exit status and stdout.
+fn help(arguments: &[&str], path: &str) -> (i32, String) {
+    let out = Command::new(BIN)
+        .args(arguments)
+        .env("PATH", path)
+        // The models the options given name, and no others.
+        .env_remove("AGENT_AS_MODEL_MODELS")
+        .env_remove("AGENT_AS_MODEL_BACKEND")
+        .env_remove("AGENT_AS_MODEL_MODEL")
+        .env_remove("AGENT_AS_MODEL_MODEL_FILE")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[test]
+fn launch_help_lists_the_clis_with_the_model_each_would_ask_for_and_how_to_install_it() {
+    let dir = world("help", 1);
+    let models = dir.join("models.toml");
+    std::fs::write(
+        &models,
+        "default = \"scripted\"\n\
+         [[models]]\nname = \"scripted\"\nbackend = \"provider\"\n\
+         url = \"http://127.0.0.1:1/v1\"\nmodel = \"upstream\"\n\
+         [[models]]\nname = \"second\"\nbackend = \"provider\"\n\
+         url = \"http://127.0.0.1:1/v1\"\nmodel = \"other\"\n",
+    )
+    .unwrap();
+    let models = models.to_str().unwrap();
+    // With a models file (before `launch` or after the CLI's name), its models; the CLIs on
+    // PATH found, the others with how to install them.
+    for arguments in [
+        &["--models", models, "launch", "--help"][..],
+        &["launch", "codex", "--models", models, "-h"][..],
+        &["--models", models, "help", "launch"][..],
+    ] {
+        let (code, stdout) = help(arguments, &cli_path());
+        assert_eq!(code, 0, "{arguments:?}: {stdout}");
+        for line in [
+            "claude    Claude Code, model scripted",
+            "codex     Codex CLI, model scripted",
+            "gemini    Gemini CLI, model scripted",
+            "opencode  opencode, model agent-as-model/scripted",
+            "The server's models: scripted (the default), second",
+        ] {
+            assert!(
+                stdout.contains(line),
+                "{arguments:?}: no {line:?} in\n{stdout}"
+            );
+        }
+        assert!(!stdout.contains("not installed"), "{arguments:?}: {stdout}");
+    }
+    // `--launch-model` picks one; a CLI not on PATH is named with its npm package.
+    let (code, stdout) = help(
+        &[
+            "launch",
+            "opencode",
+            "--models",
+            models,
+            "--launch-model",
+            "second",
+            "--help",
+        ],
+        "/usr/bin:/bin",
+    );
+    assert_eq!(code, 0, "{stdout}");
+    for line in [
+        "claude    Claude Code, model second",
+        "opencode  opencode, model agent-as-model/second",
+        "not installed: install it with `npm install -g @anthropic-ai/claude-code`",
+        "not installed: install it with `npm install -g @openai/codex`",
+        "not installed: install it with `npm install -g @google/gemini-cli`",
+        "not installed: install it with `npm install -g opencode-ai`",
+    ] {
+        assert!(stdout.contains(line), "no {line:?} in\n{stdout}");
+    }
+    // Without a models file, the embedded model.
+    let (code, stdout) = help(&["launch", "--help"], "/usr/bin:/bin");
+    assert_eq!(code, 0, "{stdout}");
+    assert!(
+        stdout.contains("codex     Codex CLI, model qwen2.5-coder-0.5b-instruct")
+            && stdout.contains("The server's model: qwen2.5-coder-0.5b-instruct"),
+        "{stdout}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
