@@ -10,8 +10,14 @@
 //! loopback is up: a small Node.js bridge inside listens on the server's port and carries each
 //! connection over a Unix socket to the test, which carries it on to the server. So nothing a CLI
 //! sends can leave the machine. `scripts/agent-clis` (run by `scripts/peers`) installs the CLIs
-//! into `target/peers/clis`; `AGENT_AS_MODEL_CLAUDE`, `AGENT_AS_MODEL_CODEX`,
-//! `AGENT_AS_MODEL_GEMINI` and `AGENT_AS_MODEL_NODE` may point at others.
+//! into `target/peers/clis`, and their newest versions into `target/peers/clis-latest`;
+//! `AGENT_AS_MODEL_CLIS` names the tree the CLIs are taken from (`scripts/client-matrix` points it
+//! at the newest), `AGENT_AS_MODEL_CLAUDE`, `AGENT_AS_MODEL_CODEX`, `AGENT_AS_MODEL_GEMINI` and
+//! `AGENT_AS_MODEL_NODE` at single executables, and `AGENT_AS_MODEL_CODEX_MODEL` names the model
+//! Codex is given (`test-model`, a name outside its catalog, unless set).
+
+#[path = "codex_catalog.rs"]
+mod codex_catalog;
 
 use crate::common::openai::{Reply, Scripted, Seen, completion};
 use crate::common::{Killed, free_port, http_client, peer};
@@ -66,20 +72,32 @@ fn repo(path: &str) -> String {
     format!("{}/{path}", env!("CARGO_MANIFEST_DIR"))
 }
 
-/// An executable of a CLI: `var` when set, else the one `scripts/agent-clis` installed; missing,
-/// the test fails saying how to install it.
+/// An executable of a CLI: `var` when set, else the one in the tree `AGENT_AS_MODEL_CLIS` names
+/// (a folder `npm install --prefix` filled), else the one `scripts/agent-clis` installed into
+/// `target/peers/clis`; missing, the test fails saying how to install it.
 pub(crate) fn installed(var: &str, bin: &str) -> String {
-    let path = peer(
-        var,
-        &repo(&format!("target/peers/clis/node_modules/.bin/{bin}")),
-    );
+    let tree = peer("AGENT_AS_MODEL_CLIS", &repo("target/peers/clis"));
+    let path = peer(var, &format!("{tree}/node_modules/.bin/{bin}"));
     assert!(
         Path::new(&path).exists(),
         "{path} is missing: run scripts/peers (or scripts/agent-clis), which installs the \
-         coding-agent CLIs into target/peers/clis, or set {var}"
+         coding-agent CLIs into target/peers/clis, or set AGENT_AS_MODEL_CLIS or {var}"
     );
     path
 }
+
+/// The model Codex is given: `AGENT_AS_MODEL_CODEX_MODEL` (a name of Codex's own catalog makes
+/// it send that model's request shapes), else `test-model`, a name outside its catalog.
+fn codex_model() -> String {
+    peer("AGENT_AS_MODEL_CODEX_MODEL", CODEX_MODEL)
+}
+
+/// The models Claude Code asks for by default: the pinned version's and the newest's (a newer
+/// default not listed here makes the newest version's run of the matrix fail with a 404).
+const CLAUDE_DEFAULTS: &[&str] = &["claude-opus-4-8", "claude-opus-5-5"];
+
+/// The name the tests' models files give Codex's entry, [`codex_model`] stands for it.
+const CODEX_MODEL: &str = "test-model";
 
 /// The Node.js the bridge and the Node CLIs run on: `AGENT_AS_MODEL_NODE`, else the Node.js 22
 /// of `scripts/peers`.
@@ -222,15 +240,11 @@ impl Server {
         }
         let sock = world.path("api.sock");
         let listener = tokio::net::UnixListener::bind(&sock).unwrap();
+        // What the CLI sends is kept with the test's requests, when they are kept.
+        let kept = crate::common::requests::folder();
         let bridge = tokio::spawn(async move {
-            while let Ok((mut inside, _)) = listener.accept().await {
-                tokio::spawn(async move {
-                    if let Ok(mut server) =
-                        tokio::net::TcpStream::connect(("127.0.0.1", port)).await
-                    {
-                        let _ = tokio::io::copy_bidirectional(&mut inside, &mut server).await;
-                    }
-                });
+            while let Ok((inside, _)) = listener.accept().await {
+                tokio::spawn(crate::common::requests::carry(inside, port, kept.clone()));
             }
         });
         Server {
@@ -429,7 +443,7 @@ fn codex(server: &Server, prompt: &str) -> Cli {
         "-c",
         &provider,
         "-c",
-        "model=test-model",
+        &format!("model={}", codex_model()),
         "-c",
         "analytics.enabled=false",
         prompt,
@@ -483,9 +497,19 @@ fn entry(
     format!(
         "[[models]]\nname = \"{name}\"\naliases = {}\nbackend = \"provider\"\nurl = \"{}\"\n\
          model = \"{upstream}\"\nretries = 0\nstream = {stream}\n\n",
-        json!(aliases),
+        json!(with_codex_model(aliases)),
         provider.url
     )
+}
+
+/// `aliases`, with the model Codex is given ([`codex_model`]) beside [`CODEX_MODEL`].
+fn with_codex_model(aliases: &[&str]) -> Vec<String> {
+    let mut all: Vec<String> = aliases.iter().map(|a| (*a).to_owned()).collect();
+    let codex = codex_model();
+    if aliases.contains(&CODEX_MODEL) && codex != CODEX_MODEL {
+        all.push(codex);
+    }
+    all
 }
 
 /// A streamed chat completion (server-sent event payloads) answering `text` in two parts.
@@ -628,7 +652,7 @@ async fn claude_code_prints_the_providers_answer() {
     let world = World::new("claude-plain");
     let models = entry(
         "claude",
-        &["claude-opus-4-8"],
+        CLAUDE_DEFAULTS,
         &provider,
         "upstream-claude",
         false,
@@ -670,7 +694,7 @@ async fn claude_code_reads_a_file_with_its_read_tool_and_prints_the_final_answer
     .await;
     let models = entry(
         "claude",
-        &["claude-opus-4-8"],
+        CLAUDE_DEFAULTS,
         &provider,
         "upstream-claude",
         true,
@@ -704,7 +728,7 @@ async fn claude_code_with_a_wrong_token_is_refused_and_the_provider_never_asked(
     let world = World::new("claude-refused");
     let models = entry(
         "claude",
-        &["claude-opus-4-8"],
+        CLAUDE_DEFAULTS,
         &provider,
         "upstream-claude",
         false,
@@ -878,7 +902,7 @@ async fn gemini_cli_reads_a_file_with_its_read_file_tool_and_prints_the_final_an
 fn local_entry(aliases: &[&str]) -> String {
     format!(
         "[[models]]\nname = \"local\"\naliases = {}\nbackend = \"local\"\n\n",
-        json!(aliases)
+        json!(with_codex_model(aliases))
     )
 }
 
@@ -961,7 +985,8 @@ async fn claude_code_on_the_embedded_model_reads_a_file_and_sends_its_text_back(
     let _turn = crate::local::TURN.lock().await;
     let world = World::new("claude-local");
     let file = world.work().join(FILE_NAME);
-    let models = local_entry(&["claude-opus-4-8", "claude-sonnet-4-6", "claude-haiku-4-5"]);
+    let models =
+        local_entry(&[CLAUDE_DEFAULTS, &["claude-sonnet-4-6", "claude-haiku-4-5"]].concat());
     let server = Server::start_with(&world, &models, &[("AGENT_AS_MODEL_LOCAL_SEED", "7")]).await;
     let prompt = format!(
         "Use the Read tool to read {} and then tell me where the spare kettle is.",

@@ -1,6 +1,7 @@
 //! The model APIs over HTTP (`--http`, beside `/mcp`), driven by the official Python SDKs
 //! (`openai`, `anthropic`, `google-genai`, installed into `target/peers/venv` by
-//! `scripts/peers`) pointed at the real binary, as their users point them at any base URL.
+//! `scripts/peers`, or those of the Python `AGENT_AS_MODEL_SDK_PYTHON` names) pointed at the real
+//! binary, as their users point them at any base URL.
 //!
 //! The answers come from a models file whose four entries are scripted OpenAI-compatible
 //! providers (`common::openai::Scripted`), each reached through an alias of the name each SDK's
@@ -10,7 +11,7 @@
 //! JSON; the assertions are here. One more test asks the embedded model through every SDK.
 
 use crate::common::openai::{Reply, Scripted, Seen, completion};
-use crate::common::{Killed, free_port, http_client, peer, venv_bin};
+use crate::common::{Killed, free_port, http_client, sdk_python};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -124,6 +125,11 @@ impl Server {
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+        // The clients' port: the server's, or one that keeps what they send on the way to it.
+        let url = format!(
+            "http://127.0.0.1:{}",
+            crate::common::requests::front(port).await
+        );
         Server {
             child: Killed(child),
             url,
@@ -157,7 +163,7 @@ async fn run_script(
     cases: &[&str],
     limit: u64,
 ) -> Value {
-    let python = peer("AGENT_AS_MODEL_PYTHON", &venv_bin("python"));
+    let python = sdk_python();
     let script = format!("{}/tests/e2e/api/{name}", env!("CARGO_MANIFEST_DIR"));
     let per_request = (limit / 3).max(30);
     let mut command = tokio::process::Command::new(&python);

@@ -5,12 +5,13 @@
 //! the apps that look for a local model (VS Code Copilot, Open WebUI, n8n) replayed, the
 //! errors, and chat's tools (the calls given ids, the results matched to them by name). Then
 //! against the embedded model, through the official `ollama` clients: the Python one
-//! (`tests/e2e/api/ollama_client.py`, in `target/peers/venv`) and the JavaScript one
-//! (`tests/e2e/api/ollama_client.mjs`, on the Node.js 22 of `target/peers/npm`).
+//! (`tests/e2e/api/ollama_client.py`, in `target/peers/venv`, or `AGENT_AS_MODEL_SDK_PYTHON`'s)
+//! and the JavaScript one (`tests/e2e/api/ollama_client.mjs`, on the Node.js 22 of
+//! `target/peers/npm`, from `AGENT_AS_MODEL_OLLAMA_JS` when set).
 
 use crate::api_sdks::{Server, TOKEN, run_client};
 use crate::common::openai::{Reply, Scripted, completion};
-use crate::common::{http_client, peer, venv_bin};
+use crate::common::{http_client, peer, sdk_python};
 use serde_json::{Value, json};
 use std::path::PathBuf;
 
@@ -636,7 +637,7 @@ async fn pull_fetches_a_missing_hf_file_with_progress_and_delete_removes_it() {
 
 /// Runs the Python client's `cases` against `server`, asking for `model`; what it printed.
 async fn python(server: &Server, model: &str, cases: &[&str], limit: u64) -> Value {
-    let python = peer("AGENT_AS_MODEL_PYTHON", &venv_bin("python"));
+    let python = sdk_python();
     let script = format!(
         "{}/tests/e2e/api/ollama_client.py",
         env!("CARGO_MANIFEST_DIR")
@@ -649,6 +650,18 @@ async fn python(server: &Server, model: &str, cases: &[&str], limit: u64) -> Val
         .args(["--timeout", "300"])
         .args(cases);
     run_client(command, "ollama_client.py", server, limit).await
+}
+
+/// The `node_modules` folder the JavaScript client is taken from: `AGENT_AS_MODEL_OLLAMA_JS`
+/// (`scripts/client-matrix` points it at the newest version's), else `scripts/peers`'.
+fn ollama_js() -> String {
+    peer(
+        "AGENT_AS_MODEL_OLLAMA_JS",
+        &format!(
+            "{}/target/peers/npm/node_modules",
+            env!("CARGO_MANIFEST_DIR")
+        ),
+    )
 }
 
 /// A case that succeeded.
@@ -889,13 +902,7 @@ async fn the_ollama_clients_are_answered_by_the_embedded_model() {
             "{}/tests/e2e/api/ollama_client.mjs",
             env!("CARGO_MANIFEST_DIR")
         ))
-        .args([
-            "--modules",
-            &format!(
-                "{}/target/peers/npm/node_modules",
-                env!("CARGO_MANIFEST_DIR")
-            ),
-        ])
+        .args(["--modules", &ollama_js()])
         .args(["--base", &server.url, "--key", TOKEN, "--model", model]);
     let js = run_client(command, "ollama_client.mjs", &server, 600).await;
     let list = ok(&js, "list");

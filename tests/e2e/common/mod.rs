@@ -330,6 +330,7 @@ pub async fn assert_conforms(client: &Client, tool: &str, result: &CallToolResul
 }
 pub mod openai;
 pub mod raw;
+pub mod requests;
 
 /// A child process killed (and reaped) when the test drops it, even on a failed assertion.
 pub struct Killed(pub std::process::Child);
@@ -354,6 +355,16 @@ pub fn venv_bin(name: &str) -> String {
     format!(
         "{}/target/peers/venv/bin/{name}",
         env!("CARGO_MANIFEST_DIR")
+    )
+}
+
+/// The Python the model-API SDK clients (`tests/e2e/api/*.py`) run on: `AGENT_AS_MODEL_SDK_PYTHON`
+/// (a virtual environment with other versions of the SDKs: `scripts/client-matrix` sets it to
+/// the newest ones), else `AGENT_AS_MODEL_PYTHON`, else the test peers' virtual environment.
+pub fn sdk_python() -> String {
+    peer(
+        "AGENT_AS_MODEL_SDK_PYTHON",
+        &peer("AGENT_AS_MODEL_PYTHON", &venv_bin("python")),
     )
 }
 

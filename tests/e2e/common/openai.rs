@@ -64,6 +64,8 @@ impl Scripted {
         let log = seen.clone();
         let open: Arc<std::sync::atomic::AtomicUsize> = Arc::default();
         let count = open.clone();
+        // What it receives is kept with the test's requests, when they are kept.
+        let kept = super::requests::folder().map(|dir| (dir, url.clone()));
         tokio::spawn(async move {
             let mut n = 0usize;
             loop {
@@ -78,10 +80,14 @@ impl Scripted {
                 n += 1;
                 let log = log.clone();
                 let count = count.clone();
+                let kept = kept.clone();
                 tokio::spawn(async move {
                     let Some(request) = read_request(&mut socket).await else {
                         return;
                     };
+                    if let Some((dir, url)) = kept {
+                        keep(&dir, &url, &request);
+                    }
                     log.lock().unwrap().push(request);
                     count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                     match reply {
@@ -178,6 +184,19 @@ impl Scripted {
     pub fn seen(&self) -> Vec<Seen> {
         self.seen.lock().unwrap().clone()
     }
+}
+
+/// Writes a request a scripted provider received into the test's folder of requests.
+fn keep(dir: &std::path::Path, url: &str, request: &Seen) {
+    let port = url.rsplit(':').next().unwrap_or_default();
+    let port = port.split('/').next().unwrap_or_default();
+    let text = serde_json::json!({"provider": url, "path": request.path,
+        "headers": request.headers, "body": request.body});
+    let file = super::requests::file(dir, &format!("provider-{port}"), "json");
+    let _ = std::fs::write(
+        file,
+        serde_json::to_string_pretty(&text).unwrap_or_default(),
+    );
 }
 
 async fn read_request(socket: &mut tokio::net::TcpStream) -> Option<Seen> {
