@@ -224,11 +224,17 @@ fn point_claude(command: &mut Command, endpoint: &Endpoint, model: &str) {
         .env("DISABLE_TELEMETRY", "1");
 }
 
+/// How long Codex waits for the next event of a stream: an embedded model on a CPU may read a
+/// first prompt of Codex's size (over 10,000 tokens) for minutes before its first token, past
+/// Codex's own five.
+const CODEX_STREAM_IDLE_MS: u64 = 30 * 60 * 1000;
+
 /// Codex CLI: a model provider of the launch's own (Responses API), by `-c` options.
 fn point_codex(command: &mut Command, endpoint: &Endpoint, model: &str) {
     let provider = format!(
         "model_providers.agent-as-model={{name=\"agent-as-model\",base_url=\"{}/v1\",\
-         env_key=\"{KEY_VARIABLE}\",wire_api=\"responses\"}}",
+         env_key=\"{KEY_VARIABLE}\",wire_api=\"responses\",\
+         stream_idle_timeout_ms={CODEX_STREAM_IDLE_MS}}}",
         endpoint.url
     );
     command
