@@ -52,6 +52,8 @@ pub mod pyjson;
 pub mod retry;
 pub mod routing;
 pub mod service;
+#[cfg(test)]
+mod settings_reference;
 pub mod shapes;
 pub mod wire;
 
