@@ -430,9 +430,11 @@ fn claude_code(server: &Server, credential: (&str, &str), prompt: &str) -> Cli {
 }
 
 fn codex(server: &Server, prompt: &str) -> Cli {
+    // As `launch codex` sets it: the embedded model may read a first prompt for longer than
+    // Codex's own 5 minutes of waiting for a stream's next event.
     let provider = format!(
         "model_providers.local={{name=\"local\",base_url=\"{}/v1\",env_key=\"LOCAL_KEY\",\
-         wire_api=\"responses\"}}",
+         wire_api=\"responses\",stream_idle_timeout_ms=1800000}}",
         server.url()
     );
     let args = [
