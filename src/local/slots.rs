@@ -157,6 +157,10 @@ struct Slot {
     seq: i32,
     /// The tokens in this sequence's cache, from position 0.
     cached: Vec<LlamaToken>,
+    /// When the slot last took a call (a count of calls; 0: never): among slots sharing as
+    /// much with a prompt, the one used longest ago takes it, so a cache just written (an
+    /// agent's conversation, between its turns) outlives an older one.
+    used: u64,
     active: Option<Active>,
 }
 
@@ -171,6 +175,8 @@ pub struct Slots<'m> {
     /// Seconds a token of the last big steps took, which sizes the next (see
     /// [`super::engine::STEP_SECONDS`]).
     per_token: Option<f64>,
+    /// Calls admitted so far (each slot's `used` is one of these).
+    admitted: u64,
 }
 
 impl<'m> Slots<'m> {
@@ -182,6 +188,7 @@ impl<'m> Slots<'m> {
             .map(|i| Slot {
                 seq: i32::try_from(i).unwrap_or(0),
                 cached: Vec::new(),
+                used: 0,
                 active: None,
             })
             .collect();
@@ -193,6 +200,7 @@ impl<'m> Slots<'m> {
             counters,
             size,
             per_token: None,
+            admitted: 0,
         })
     }
 
@@ -203,8 +211,9 @@ impl<'m> Slots<'m> {
 
     /// Grows the context, when every slot is idle, so that each slot holds `wanted` tokens:
     /// to the next power of two, at least twice today's size, at most the model's context.
-    /// Without the memory for that, halves are tried down to `least` tokens. The caches are
-    /// gone after (a grown context starts empty). Returns the size each slot has now.
+    /// Without the memory for that, halves are tried down to `least` tokens. Each slot's cache
+    /// is carried into the grown context (a conversation that outgrows the context keeps its
+    /// prefix); one that cannot be is dropped. Returns the size each slot has now.
     pub fn grow(&mut self, wanted: usize, least: usize) -> Result<usize, EngineError> {
         let most = self.model.info().context;
         if wanted <= self.size || !self.is_idle() {
@@ -214,14 +223,15 @@ impl<'m> Slots<'m> {
             .next_power_of_two()
             .max(self.size.saturating_mul(2))
             .min(most);
+        // At the model's context already: nothing to grow (making it again would only cost).
+        if size <= self.size {
+            return Ok(self.size);
+        }
         loop {
             let started = std::time::Instant::now();
             match self.model.context(size) {
                 Ok(ctx) => {
-                    self.ctx = ctx;
-                    for slot in &mut self.slots {
-                        slot.cached.clear();
-                    }
+                    self.carry(ctx);
                     tracing::info!(
                         from = self.size,
                         to = size,
@@ -241,6 +251,26 @@ impl<'m> Slots<'m> {
         }
     }
 
+    /// Makes `ctx` the slots' context, each slot's cache copied into it from the old one.
+    fn carry(&mut self, mut ctx: LlamaContext<'m>) {
+        let flags = llama_cpp_2::context::session::LlamaStateSeqFlags::empty();
+        for slot in &mut self.slots {
+            if slot.cached.is_empty() {
+                continue;
+            }
+            let carried = self
+                .ctx
+                .state_seq_get(slot.seq, flags)
+                .and_then(|state| ctx.state_seq_set(&state, slot.seq));
+            if let Err(e) = carried {
+                tracing::debug!(slot = slot.seq, problem = %e, "a slot's cache was not carried");
+                let _ = ctx.clear_kv_cache_seq(Some(slot.seq as u32), None, None);
+                slot.cached.clear();
+            }
+        }
+        self.ctx = ctx;
+    }
+
     pub fn is_idle(&self) -> bool {
         self.slots.iter().all(|s| s.active.is_none())
     }
@@ -254,17 +284,11 @@ impl<'m> Slots<'m> {
         self.slots.iter().filter(|s| s.active.is_some()).count()
     }
 
-    /// Puts a call in the free slot whose cache shares the longest prefix with its prompt
-    /// (callers look for a free slot first; without one the call is refused).
+    /// Puts a call in the free slot whose cache shares the longest prefix with its prompt, of
+    /// those the one used longest ago (callers look for a free slot first; without one the
+    /// call is refused).
     pub fn admit(&mut self, call: Call) {
-        let best = self
-            .slots
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| s.active.is_none())
-            .map(|(i, s)| (i, common_prefix(&s.cached, &call.prompt)))
-            .max_by_key(|(_, n)| *n);
-        let Some((index, shared)) = best else {
+        let Some((index, shared)) = self.choose(&call.prompt) else {
             let _ = call.reply.send(Err(LocalError::NoFreeSlot));
             return;
         };
@@ -304,6 +328,8 @@ impl<'m> Slots<'m> {
             keep
         };
         slot.cached.truncate(keep);
+        self.admitted += 1;
+        slot.used = self.admitted;
         let text = Text::new(&call.params.stop);
         slot.active = Some(Active {
             call,
@@ -315,6 +341,17 @@ impl<'m> Slots<'m> {
             generated: 0,
             text,
         });
+    }
+
+    /// The free slot for `prompt` (see [`Slots::admit`]), and the tokens its cache shares.
+    fn choose(&self, prompt: &[LlamaToken]) -> Option<(usize, usize)> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.active.is_none())
+            .map(|(i, s)| (i, common_prefix(&s.cached, prompt), s.used))
+            .max_by_key(|(_, n, used)| (*n, std::cmp::Reverse(*used)))
+            .map(|(i, n, _)| (i, n))
     }
 
     /// One step: stops cancelled calls, feeds one batch, samples the next token of every

@@ -32,6 +32,7 @@ mod bridge_limits;
 mod build;
 mod chat_template;
 mod cli;
+mod cli_cache;
 mod codex_tools;
 mod completions;
 mod conformance;
