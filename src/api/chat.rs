@@ -2,14 +2,15 @@
 //! `chat.completion.chunk`s, written by one [`Encoder`] from typed values. The whole answer
 //! is what the stream's chunks add up to: the same id, model, text, calls and finish reason.
 
+use super::dialect::{self, Dialect, Endpoint, Opening, Route, Wire};
 use super::gate::TextGate;
 use super::sse::{frame, now, text_and_calls};
-use super::{ApiError, Dialect, Encode};
+use super::{ApiError, Encode, ErrorKind};
 use crate::call::{Answer, Finish};
 use crate::fulfil::written::Piece;
 use crate::service::{Answered, Finished};
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Function {
@@ -315,11 +316,70 @@ impl Encode for Encoder {
     }
 
     fn error(&mut self, e: &ApiError) -> Vec<String> {
-        vec![
-            frame(None, &e.body(Dialect::Chat)),
-            "data: [DONE]\n\n".to_owned(),
-        ]
+        vec![frame(None, &openai_error(e)), "data: [DONE]\n\n".to_owned()]
     }
+}
+
+/// OpenAI chat completions in the registry ([`super::dialect`]).
+pub const DIALECT: Dialect = dialect::of(&Chat);
+
+/// OpenAI's chat completions API; `GET /v1/models` is its list unless the request carries
+/// another API's headers.
+pub struct Chat;
+
+impl Wire for Chat {
+    fn id(&self) -> &'static str {
+        "chat"
+    }
+
+    fn metric(&self) -> crate::metrics::Api {
+        crate::metrics::Api::Chat
+    }
+
+    fn shape(&self) -> &'static dyn crate::shapes::Shape {
+        &crate::shapes::openai_chat::ChatComplete
+    }
+
+    fn routes(&self) -> &'static [Route] {
+        const ROUTES: &[Route] = &[
+            Route::post("/v1/chat/completions", Endpoint::Create),
+            Route::get("/v1/models", Endpoint::ModelsByHeader),
+            Route::get("/v1/models/{name}", Endpoint::ModelByHeader),
+        ];
+        ROUTES
+    }
+
+    fn error_body(&self, e: &ApiError) -> Value {
+        openai_error(e)
+    }
+
+    fn unrouted(&self) -> ErrorKind {
+        ErrorKind::InvalidRequest
+    }
+
+    fn encoder(&self, o: &Opening<'_>) -> Box<dyn Encode> {
+        Box::new(Encoder::new(o.model, &o.call.request.stop, o.include_usage))
+    }
+
+    fn whole(&self, o: &Opening<'_>, answered: &Answered) -> Value {
+        let encoder = Encoder::new(o.model, &o.call.request.stop, false);
+        dialect::to_json(&encoder.whole(&answered.finished))
+    }
+}
+
+/// An error in OpenAI's envelope (chat completions, text completions, Responses).
+pub fn openai_error(e: &ApiError) -> Value {
+    json!({"error": {
+        "message": e.message,
+        "type": e.openai_type(),
+        "param": e.param,
+        "code": match (&e.code, e.kind) {
+            (Some(code), _) => json!(code),
+            (None, ErrorKind::NotFound) => json!("model_not_found"),
+            (None, ErrorKind::Authentication) => json!("invalid_api_key"),
+            _ => Value::Null,
+        },
+    }})
 }
 
 #[cfg(test)]

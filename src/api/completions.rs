@@ -4,9 +4,10 @@
 //! text and finish reason; with `echo`, both begin with the prompt.
 
 use super::chat::Usage;
+use super::dialect::{self, Dialect, Endpoint, Opening, Route, Wire};
 use super::gate::TextGate;
 use super::sse::{frame, now, text_and_calls};
-use super::{ApiError, Dialect, Encode};
+use super::{ApiError, Encode, ErrorKind};
 use crate::call::{Finish, TextPrompt};
 use crate::fulfil::written::Piece;
 use crate::service::{Answered, Finished};
@@ -160,9 +161,53 @@ impl Encode for Encoder {
 
     fn error(&mut self, e: &ApiError) -> Vec<String> {
         vec![
-            frame(None, &e.body(Dialect::Completions)),
+            frame(None, &super::chat::openai_error(e)),
             "data: [DONE]\n\n".to_owned(),
         ]
+    }
+}
+
+/// OpenAI's legacy text completions in the registry ([`super::dialect`]).
+pub const DIALECT: Dialect = dialect::of(&Completions);
+
+/// OpenAI's legacy text completions API.
+pub struct Completions;
+
+impl Wire for Completions {
+    fn id(&self) -> &'static str {
+        "completions"
+    }
+
+    fn metric(&self) -> crate::metrics::Api {
+        crate::metrics::Api::Completions
+    }
+
+    fn shape(&self) -> &'static dyn crate::shapes::Shape {
+        &crate::shapes::text::TextComplete
+    }
+
+    fn routes(&self) -> &'static [Route] {
+        const ROUTES: &[Route] = &[Route::post("/v1/completions", Endpoint::Create)];
+        ROUTES
+    }
+
+    fn error_body(&self, e: &ApiError) -> Value {
+        super::chat::openai_error(e)
+    }
+
+    fn unrouted(&self) -> ErrorKind {
+        ErrorKind::InvalidRequest
+    }
+
+    fn encoder(&self, o: &Opening<'_>) -> Box<dyn Encode> {
+        let (stop, text) = (&o.call.request.stop, o.call.request.text.as_ref());
+        Box::new(Encoder::new(o.model, stop, text, o.include_usage))
+    }
+
+    fn whole(&self, o: &Opening<'_>, answered: &Answered) -> Value {
+        let (stop, text) = (&o.call.request.stop, o.call.request.text.as_ref());
+        let encoder = Encoder::new(o.model, stop, text, false);
+        dialect::to_json(&encoder.whole(&answered.finished))
     }
 }
 

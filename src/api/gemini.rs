@@ -3,14 +3,15 @@
 //! the text as it is made and a call whole at the end (as Gemini does); its last response has
 //! the finish reason and the usage; the whole answer is what the stream's parts add up to.
 
+use super::dialect::{self, Dialect, Endpoint, Opening, Route, Wire};
 use super::gate::TextGate;
 use super::sse::{frame, text_and_calls};
-use super::{ApiError, Dialect, Encode};
+use super::{ApiError, Encode, ErrorKind, Prepared};
 use crate::call::{Block, Finish};
 use crate::fulfil::written::Piece;
 use crate::service::{Answered, Finished};
 use serde::Serialize;
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -232,7 +233,100 @@ impl Encode for Encoder {
     }
 
     fn error(&mut self, e: &ApiError) -> Vec<String> {
-        vec![frame(None, &e.body(Dialect::Gemini))]
+        vec![frame(None, &DIALECT.error_body(e))]
+    }
+}
+
+/// Gemini in the registry ([`super::dialect`]).
+pub const DIALECT: Dialect = dialect::of(&Gemini);
+
+/// Gemini's API: `/v1beta/models/{model}:{method}` (and `/v1/models/…`), its model list; `GET
+/// /v1/models` is its list for a request with `x-goog-api-key`.
+pub struct Gemini;
+
+impl Wire for Gemini {
+    fn id(&self) -> &'static str {
+        "gemini"
+    }
+
+    fn metric(&self) -> crate::metrics::Api {
+        crate::metrics::Api::Gemini
+    }
+
+    fn shape(&self) -> &'static dyn crate::shapes::Shape {
+        &crate::shapes::gemini::GenerateContent
+    }
+
+    fn routes(&self) -> &'static [Route] {
+        const ROUTES: &[Route] = &[
+            Route::post("/v1/models/{name}", Endpoint::GeminiMethod),
+            Route::get("/v1beta/models", Endpoint::Models),
+            Route::get("/v1beta/models/{name}", Endpoint::Model),
+            Route::post("/v1beta/models/{name}", Endpoint::GeminiMethod),
+        ];
+        ROUTES
+    }
+
+    fn claims(&self, path: &str) -> bool {
+        path.starts_with("/v1beta/") || path.contains(':')
+    }
+
+    fn lists_models_for(&self, has: &dyn Fn(&str) -> bool) -> bool {
+        has("x-goog-api-key")
+    }
+
+    fn error_body(&self, e: &ApiError) -> Value {
+        json!({"error": {
+            "code": e.status,
+            "message": e.message,
+            "status": match e.kind {
+                ErrorKind::InvalidRequest => "INVALID_ARGUMENT",
+                ErrorKind::Authentication => "UNAUTHENTICATED",
+                ErrorKind::NotFound => "NOT_FOUND",
+                ErrorKind::RateLimit => "RESOURCE_EXHAUSTED",
+                ErrorKind::Overloaded => "UNAVAILABLE",
+                ErrorKind::Api => "INTERNAL",
+            },
+        }})
+    }
+
+    fn prepare(&self, body: &mut Map<String, Value>, model: Option<&str>, p: &mut Prepared) {
+        crate::shapes::gemini::camel_case_fields(body, &mut p.warnings);
+        if let Some(model) = model {
+            body.insert("model".into(), json!(model));
+        }
+    }
+
+    fn streams_calls(&self) -> bool {
+        false
+    }
+
+    fn encoder(&self, o: &Opening<'_>) -> Box<dyn Encode> {
+        Box::new(Encoder::new(o.model, &o.call.request.stop))
+    }
+
+    fn whole(&self, o: &Opening<'_>, answered: &Answered) -> Value {
+        dialect::to_json(&Encoder::new(o.model, &o.call.request.stop).whole(answered))
+    }
+
+    fn tokens_object(&self, tokens: usize) -> Value {
+        json!({"totalTokens": tokens})
+    }
+
+    /// Gemini's model has `inputTokenLimit` for the context.
+    fn model_object(&self, id: &str, described: Option<&Value>) -> Value {
+        let mut model = json!({"name": format!("models/{id}"), "displayName": id,
+                               "supportedGenerationMethods":
+                                   ["generateContent", "streamGenerateContent", "countTokens"]});
+        let context = described.and_then(|d| d.get("context_tokens")).cloned();
+        if let (Some(object), Some(context)) = (model.as_object_mut(), context) {
+            object.insert("inputTokenLimit".into(), context);
+        }
+        model
+    }
+
+    fn model_list(&self, _ids: &[&str], data: Vec<Value>) -> Value {
+        json!({"models": data})
     }
 }
 

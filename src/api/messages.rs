@@ -3,9 +3,10 @@
 //! by one [`Encoder`] from typed values. The whole answer is what the stream's events add up
 //! to: the same id, model, blocks, stop reason and usage.
 
+use super::dialect::{self, Dialect, Endpoint, Opening, Route, Wire};
 use super::gate::TextGate;
 use super::sse::{frame, text_and_calls};
-use super::{ApiError, Dialect, Encode};
+use super::{ApiError, Encode, ErrorKind, Prepared};
 use crate::call::{Answer, Finish};
 use crate::fulfil::written::Piece;
 use crate::service::{Answered, Finished};
@@ -401,8 +402,139 @@ impl Encode for Encoder {
     }
 
     fn error(&mut self, e: &ApiError) -> Vec<String> {
-        vec![frame(Some("error"), &e.body(Dialect::Messages))]
+        vec![frame(Some("error"), &anthropic_error(e))]
     }
+}
+
+/// The `error.details.error_code`s of Anthropic's envelope this server answers with (the
+/// error's `code`: [`ApiError::body`] writes it there): the message threads'.
+pub const ERROR_CODES: [&str; 3] = [
+    "thread_not_found",
+    "thread_unsupported_request",
+    "thread_fingerprint_mismatch",
+];
+
+/// Anthropic messages in the registry ([`super::dialect`]).
+pub const DIALECT: Dialect = dialect::of(&Messages);
+
+/// Anthropic's messages API: `/v1/messages` and its token count; `GET /v1/models` is its
+/// list for a request with `anthropic-version` or `x-api-key`.
+pub struct Messages;
+
+impl Wire for Messages {
+    fn id(&self) -> &'static str {
+        "messages"
+    }
+
+    fn metric(&self) -> crate::metrics::Api {
+        crate::metrics::Api::Messages
+    }
+
+    fn shape(&self) -> &'static dyn crate::shapes::Shape {
+        &crate::shapes::anthropic::MessagesCreate
+    }
+
+    fn routes(&self) -> &'static [Route] {
+        const ROUTES: &[Route] = &[
+            Route::post("/v1/messages", Endpoint::MessagesCreate),
+            Route::post("/v1/messages/count_tokens", Endpoint::CountTokens),
+        ];
+        ROUTES
+    }
+
+    fn claims(&self, path: &str) -> bool {
+        path.starts_with("/v1/messages")
+    }
+
+    fn lists_models_for(&self, has: &dyn Fn(&str) -> bool) -> bool {
+        has("anthropic-version") || has("x-api-key")
+    }
+
+    fn error_body(&self, e: &ApiError) -> Value {
+        anthropic_error(e)
+    }
+
+    fn prepare(&self, body: &mut Map<String, Value>, _model: Option<&str>, p: &mut Prepared) {
+        p.system_messages = system_messages(body);
+    }
+
+    fn counts_prompt(&self) -> bool {
+        true
+    }
+
+    fn encoder(&self, o: &Opening<'_>) -> Box<dyn Encode> {
+        let stop = &o.call.request.stop;
+        Box::new(Encoder::new(o.model, stop, o.prompt_tokens))
+    }
+
+    fn whole(&self, o: &Opening<'_>, answered: &Answered) -> Value {
+        let encoder = Encoder::new(o.model, &o.call.request.stop, 0);
+        dialect::to_json(&encoder.whole(&answered.finished))
+    }
+
+    fn model_object(&self, id: &str, _described: Option<&Value>) -> Value {
+        json!({"type": "model", "id": id, "display_name": id,
+               "created_at": "1970-01-01T00:00:00Z"})
+    }
+
+    fn model_list(&self, ids: &[&str], data: Vec<Value>) -> Value {
+        json!({"data": data, "has_more": false, "first_id": ids.first(), "last_id": ids.last()})
+    }
+}
+
+/// An error in Anthropic's envelope.
+fn anthropic_error(e: &ApiError) -> Value {
+    let mut error = json!({
+        "type": match e.kind {
+            ErrorKind::InvalidRequest => "invalid_request_error",
+            ErrorKind::Authentication => "authentication_error",
+            ErrorKind::NotFound => "not_found_error",
+            ErrorKind::RateLimit => "rate_limit_error",
+            ErrorKind::Overloaded => "overloaded_error",
+            ErrorKind::Api => "api_error",
+        },
+        "message": e.message,
+    });
+    // Anthropic's own codes (the threads') are its `details.error_code`.
+    if let (Some(code), Some(error)) = (&e.code, error.as_object_mut())
+        && ERROR_CODES.contains(&code.as_str())
+    {
+        error.insert("details".into(), json!({"error_code": code}));
+    }
+    json!({"type": "error", "error": error})
+}
+
+/// Anthropic: `role: "system"` messages (Claude Code sends one) join the `system` prompt, in
+/// order, after what `system` already says. Returns how many messages were moved.
+fn system_messages(body: &mut Map<String, Value>) -> usize {
+    let Some(Value::Array(messages)) = body.get_mut("messages") else {
+        return 0;
+    };
+    let sent = messages.len();
+    let mut system = Vec::new();
+    messages.retain(|m| {
+        if m.get("role").and_then(Value::as_str) != Some("system") {
+            return true;
+        }
+        match m.get("content") {
+            Some(Value::String(text)) => system.push(json!({"type": "text", "text": text})),
+            Some(Value::Array(blocks)) => system.extend(blocks.iter().cloned()),
+            _ => {}
+        }
+        false
+    });
+    let moved = sent.saturating_sub(messages.len());
+    if system.is_empty() {
+        return moved;
+    }
+    let mut blocks = match body.remove("system") {
+        Some(Value::String(text)) => vec![json!({"type": "text", "text": text})],
+        Some(Value::Array(blocks)) => blocks,
+        _ => Vec::new(),
+    };
+    blocks.extend(system);
+    body.insert("system".into(), Value::Array(blocks));
+    moved
 }
 
 #[cfg(test)]

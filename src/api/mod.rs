@@ -6,7 +6,8 @@
 //! own; Ollama's requests are translated into chat completions', see [`ollama`]), is parsed and
 //! answered by the completion service exactly as the tool is, and the shape's API object is the
 //! response body. [`stream`] renders an answer as each API's stream of events; errors take each
-//! API's envelope ([`ApiError`]).
+//! API's envelope ([`ApiError`]). Each API is a [`Wire`] in its own module, listed once in
+//! [`registry::ALL`], the registry the HTTP router and the error envelopes are derived from.
 //!
 //! These calls come from no MCP host, so they are answered by the direct backends (the
 //! embedded model, providers, the models file's entries), never by sampling.
@@ -14,23 +15,30 @@
 pub mod chat;
 pub mod compact;
 pub mod completions;
+pub mod dialect;
 pub mod embeddings;
 pub mod gate;
 pub mod gemini;
 pub mod messages;
 pub mod ollama;
+pub mod registry;
 pub mod responses;
 pub mod sse;
+pub mod steady;
 pub mod store;
 pub mod threads;
 pub use crate::shapes::tool_names;
+pub use dialect::{Dialect, Opening, Wire};
 
 use crate::call::Call;
 use crate::error::{CallError, Upstream};
 use crate::metrics::Record;
 use crate::service::{Answered, Origin, Served, Service};
-use crate::shapes::{self, Shape};
-use serde_json::{Map, Value, json};
+#[cfg(test)]
+use crate::shapes;
+#[cfg(test)]
+use serde_json::json;
+use serde_json::{Map, Value};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -52,66 +60,6 @@ pub trait Encode: Send {
     /// continuing from it at once finds it).
     fn save(&mut self) -> Option<futures_util::future::BoxFuture<'static, ()>> {
         None
-    }
-}
-
-/// The API a request speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Dialect {
-    /// `POST /v1/chat/completions`.
-    Chat,
-    /// `POST /v1/responses`.
-    Responses,
-    /// `POST /v1/messages`.
-    Messages,
-    /// `POST /v1beta/models/{model}:generateContent` (and `/v1/models/…`).
-    Gemini,
-    /// `POST /v1/completions`: OpenAI's legacy text completions.
-    Completions,
-    /// Ollama's `POST /api/chat`.
-    OllamaChat,
-    /// Ollama's `POST /api/generate`.
-    OllamaGenerate,
-}
-
-impl Dialect {
-    /// Whether the API's stream shows a tool call as it is made (Gemini and Ollama send a
-    /// call whole).
-    pub fn streams_calls(self) -> bool {
-        !matches!(
-            self,
-            Dialect::Gemini | Dialect::OllamaChat | Dialect::OllamaGenerate
-        )
-    }
-
-    /// Whether this is Ollama's API (its stream is NDJSON, its errors `{"error": "..."}`).
-    pub fn is_ollama(self) -> bool {
-        matches!(self, Dialect::OllamaChat | Dialect::OllamaGenerate)
-    }
-
-    /// The API as the metrics name it.
-    pub fn metric(self) -> crate::metrics::Api {
-        match self {
-            Dialect::Chat => crate::metrics::Api::Chat,
-            Dialect::Responses => crate::metrics::Api::Responses,
-            Dialect::Messages => crate::metrics::Api::Messages,
-            Dialect::Gemini => crate::metrics::Api::Gemini,
-            Dialect::Completions => crate::metrics::Api::Completions,
-            Dialect::OllamaChat | Dialect::OllamaGenerate => crate::metrics::Api::Ollama,
-        }
-    }
-
-    /// The tool whose arguments this API's request body is.
-    pub fn shape(self) -> &'static dyn Shape {
-        match self {
-            Dialect::Chat => &shapes::openai_chat::ChatComplete,
-            Dialect::Responses => &shapes::responses::ResponsesCreate,
-            Dialect::Messages => &shapes::anthropic::MessagesCreate,
-            Dialect::Gemini => &shapes::gemini::GenerateContent,
-            Dialect::Completions => &shapes::text::TextComplete,
-            // Ollama's requests are translated into chat completions' (see [`ollama`]).
-            Dialect::OllamaChat | Dialect::OllamaGenerate => &shapes::openai_chat::ChatComplete,
-        }
     }
 }
 
@@ -140,66 +88,20 @@ pub fn prepare(
     model: Option<&str>,
     stream: bool,
 ) -> Prepared {
-    let mut warnings = Vec::new();
-    let mut moved = 0;
-    let mut names = tool_names::Names::default();
     let asked_stream = matches!(body.remove("stream"), Some(Value::Bool(true)));
     let include_usage = body
         .remove("stream_options")
         .and_then(|o| o.get("include_usage").and_then(Value::as_bool))
         .unwrap_or(false);
-    match dialect {
-        Dialect::Messages => moved = system_messages(&mut body),
-        Dialect::Responses => names = tool_names::flatten(&mut body, &mut warnings),
-        Dialect::Gemini => {
-            shapes::gemini::camel_case_fields(&mut body, &mut warnings);
-            if let Some(model) = model {
-                body.insert("model".into(), json!(model));
-            }
-        }
-        Dialect::Chat | Dialect::Completions | Dialect::OllamaChat | Dialect::OllamaGenerate => {}
-    }
-    Prepared {
-        arguments: body,
+    steady::steady(dialect, &mut body);
+    let mut prepared = Prepared {
         stream: stream || asked_stream,
         include_usage,
-        warnings,
-        system_messages: moved,
-        names,
-    }
-}
-
-/// Anthropic: `role: "system"` messages (Claude Code sends one) join the `system` prompt, in
-/// order, after what `system` already says. Returns how many messages were moved.
-fn system_messages(body: &mut Map<String, Value>) -> usize {
-    let Some(Value::Array(messages)) = body.get_mut("messages") else {
-        return 0;
+        ..Prepared::default()
     };
-    let sent = messages.len();
-    let mut system = Vec::new();
-    messages.retain(|m| {
-        if m.get("role").and_then(Value::as_str) != Some("system") {
-            return true;
-        }
-        match m.get("content") {
-            Some(Value::String(text)) => system.push(json!({"type": "text", "text": text})),
-            Some(Value::Array(blocks)) => system.extend(blocks.iter().cloned()),
-            _ => {}
-        }
-        false
-    });
-    let moved = sent.saturating_sub(messages.len());
-    if system.is_empty() {
-        return moved;
-    }
-    let mut blocks = match body.remove("system") {
-        Some(Value::String(text)) => vec![json!({"type": "text", "text": text})],
-        Some(Value::Array(blocks)) => blocks,
-        _ => Vec::new(),
-    };
-    blocks.extend(system);
-    body.insert("system".into(), Value::Array(blocks));
-    moved
+    dialect.prepare(&mut body, model, &mut prepared);
+    prepared.arguments = body;
+    prepared
 }
 
 /// What an API error says, rendered in each dialect's envelope.
@@ -263,52 +165,7 @@ impl ApiError {
 
     /// The error body in `dialect`'s envelope.
     pub fn body(&self, dialect: Dialect) -> Value {
-        match dialect {
-            Dialect::Chat | Dialect::Responses | Dialect::Completions => json!({"error": {
-                "message": self.message,
-                "type": self.openai_type(),
-                "param": self.param,
-                "code": match (&self.code, self.kind) {
-                    (Some(code), _) => json!(code),
-                    (None, ErrorKind::NotFound) => json!("model_not_found"),
-                    (None, ErrorKind::Authentication) => json!("invalid_api_key"),
-                    _ => Value::Null,
-                },
-            }}),
-            Dialect::Messages => {
-                let mut error = json!({
-                    "type": match self.kind {
-                        ErrorKind::InvalidRequest => "invalid_request_error",
-                        ErrorKind::Authentication => "authentication_error",
-                        ErrorKind::NotFound => "not_found_error",
-                        ErrorKind::RateLimit => "rate_limit_error",
-                        ErrorKind::Overloaded => "overloaded_error",
-                        ErrorKind::Api => "api_error",
-                    },
-                    "message": self.message,
-                });
-                // Anthropic's own codes (the threads') are its `details.error_code`.
-                if let (Some(code), Some(error)) = (&self.code, error.as_object_mut())
-                    && threads::ERROR_CODES.contains(&code.as_str())
-                {
-                    error.insert("details".into(), json!({"error_code": code}));
-                }
-                json!({"type": "error", "error": error})
-            }
-            Dialect::Gemini => json!({"error": {
-                "code": self.status,
-                "message": self.message,
-                "status": match self.kind {
-                    ErrorKind::InvalidRequest => "INVALID_ARGUMENT",
-                    ErrorKind::Authentication => "UNAUTHENTICATED",
-                    ErrorKind::NotFound => "NOT_FOUND",
-                    ErrorKind::RateLimit => "RESOURCE_EXHAUSTED",
-                    ErrorKind::Overloaded => "UNAVAILABLE",
-                    ErrorKind::Api => "INTERNAL",
-                },
-            }}),
-            Dialect::OllamaChat | Dialect::OllamaGenerate => json!({"error": self.message}),
-        }
+        dialect.error_body(self)
     }
 }
 

@@ -14,9 +14,10 @@
 //! `role: "tool"` message answers the first call not yet answered with its `tool_name` (or the
 //! first not yet answered, without one).
 
+use super::dialect::{self, Dialect, Endpoint, Method, Opening, Route, Wire};
 use super::gate::TextGate;
 use super::sse::text_and_calls;
-use super::{ApiError, Dialect, Encode, Prepared};
+use super::{ApiError, Encode, Prepared};
 use crate::call::{Call, Finish, TextPrompt};
 use crate::fulfil::written::Piece;
 use crate::service::{Answered, Finished};
@@ -310,7 +311,7 @@ fn refuse(body: &Map<String, Value>) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// Translates an `/api/chat` (`dialect` [`Dialect::OllamaChat`]) or `/api/generate` body into
+/// Translates an `/api/chat` (`dialect` [`CHAT`]) or `/api/generate` body into
 /// `chat_complete`'s arguments for `model` (the name it resolved to).
 pub fn translate(
     dialect: Dialect,
@@ -327,7 +328,7 @@ pub fn translate(
         keep_alive: keep,
         ..Ollama::default()
     };
-    let messages = if dialect == Dialect::OllamaChat {
+    let messages = if dialect == CHAT {
         chat_messages(body)?
     } else {
         generate_messages(body, &mut out, &mut warnings)?
@@ -366,7 +367,7 @@ pub fn translate(
 
 /// The warnings for the fields of `body` this server does not take.
 fn ignored(dialect: Dialect, body: &Map<String, Value>) -> Vec<String> {
-    let fields: &[&str] = if dialect == Dialect::OllamaChat {
+    let fields: &[&str] = if dialect == CHAT {
         &CHAT_FIELDS
     } else {
         &GENERATE_FIELDS
@@ -905,7 +906,7 @@ impl Encoder {
             Some((reason, timings)) => (Some(reason), Some(timings)),
             None => (None, None),
         };
-        let object = if self.dialect == Dialect::OllamaChat {
+        let object = if self.dialect == CHAT {
             serde_json::to_value(ChatResponse {
                 model: self.model.clone(),
                 created_at,
@@ -1020,6 +1021,102 @@ impl Encode for Encoder {
 
     fn error(&mut self, e: &ApiError) -> Vec<String> {
         vec![Self::line(&e.body(self.dialect))]
+    }
+}
+
+/// Ollama's `/api/chat` in the registry ([`super::dialect`]); its errors are the whole
+/// Ollama API's.
+pub const CHAT: Dialect = dialect::of(&OllamaApi { generate: false });
+
+/// Ollama's `/api/generate` in the registry.
+pub const GENERATE: Dialect = dialect::of(&OllamaApi { generate: true });
+
+/// Ollama's API: `/api/chat` (with the rest of `/` and `/api/*`), or `/api/generate`.
+pub struct OllamaApi {
+    generate: bool,
+}
+
+impl OllamaApi {
+    fn dialect(&self) -> Dialect {
+        if self.generate { GENERATE } else { CHAT }
+    }
+}
+
+/// Ollama's routes besides `/api/generate`.
+const ROUTES: &[Route] = &[
+    Route::get("/", Endpoint::OllamaRunning),
+    Route {
+        method: Method::Head,
+        path: "/",
+        endpoint: Endpoint::OllamaRunning,
+    },
+    Route::get("/api/version", Endpoint::OllamaVersion),
+    Route::get("/api/tags", Endpoint::OllamaTags),
+    Route::post("/api/show", Endpoint::OllamaShow),
+    Route::get("/api/ps", Endpoint::OllamaPs),
+    Route::post("/api/chat", Endpoint::OllamaAnswer),
+    Route::post("/api/pull", Endpoint::OllamaPull),
+    Route {
+        method: Method::Delete,
+        path: "/api/delete",
+        endpoint: Endpoint::OllamaDelete,
+    },
+    Route::post("/api/create", Endpoint::OllamaNotHere),
+    Route::post("/api/copy", Endpoint::OllamaNotHere),
+    Route::post("/api/push", Endpoint::OllamaNotHere),
+];
+
+impl Wire for OllamaApi {
+    fn id(&self) -> &'static str {
+        if self.generate {
+            "ollama_generate"
+        } else {
+            "ollama_chat"
+        }
+    }
+
+    fn metric(&self) -> crate::metrics::Api {
+        crate::metrics::Api::Ollama
+    }
+
+    /// Ollama's requests are translated into chat completions' ([`translate`]).
+    fn shape(&self) -> &'static dyn crate::shapes::Shape {
+        &crate::shapes::openai_chat::ChatComplete
+    }
+
+    fn routes(&self) -> &'static [Route] {
+        const GENERATE_ROUTES: &[Route] = &[Route::post("/api/generate", Endpoint::OllamaAnswer)];
+        if self.generate {
+            GENERATE_ROUTES
+        } else {
+            ROUTES
+        }
+    }
+
+    fn claims(&self, path: &str) -> bool {
+        !self.generate && (path == "/" || path == "/api" || path.starts_with("/api/"))
+    }
+
+    fn error_body(&self, e: &ApiError) -> Value {
+        json!({"error": e.message})
+    }
+
+    fn streams_calls(&self) -> bool {
+        false
+    }
+
+    fn stream_content_type(&self) -> &'static str {
+        "application/x-ndjson"
+    }
+
+    fn encoder(&self, o: &Opening<'_>) -> Box<dyn Encode> {
+        let stop = &o.call.request.stop;
+        Box::new(Encoder::new(self.dialect(), o.model, stop, o.started))
+    }
+
+    fn whole(&self, o: &Opening<'_>, answered: &Answered) -> Value {
+        let encoder = Encoder::new(self.dialect(), o.model, &o.call.request.stop, o.started);
+        encoder.whole(&answered.finished)
     }
 }
 

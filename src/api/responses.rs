@@ -5,10 +5,12 @@
 //! non-streamed call returns are one value. Responses are stored (see [`super::store`]) with the
 //! input they answered, so that `previous_response_id` continues a conversation.
 
-use super::ApiError;
+use super::dialect::{self, Dialect, Endpoint, Method, Opening, Route, Wire};
 use super::gate::TextGate;
+use super::{ApiError, Encode, ErrorKind, Prepared};
 use crate::call::Finish;
 use crate::fulfil::written::Piece;
+use crate::service::Answered;
 use crate::service::Finished;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
@@ -1315,6 +1317,77 @@ impl super::Encode for Streamed {
         let keep = self.keep.take()?;
         let response = self.encoder.resource().clone();
         Some(Box::pin(keep.save(response)))
+    }
+}
+
+/// OpenAI Responses in the registry ([`super::dialect`]).
+pub const DIALECT: Dialect = dialect::of(&Responses);
+
+/// OpenAI's Responses API: `/v1/responses` (over HTTP or a WebSocket), its stored responses,
+/// token count and compaction.
+pub struct Responses;
+
+impl Wire for Responses {
+    fn id(&self) -> &'static str {
+        "responses"
+    }
+
+    fn metric(&self) -> crate::metrics::Api {
+        crate::metrics::Api::Responses
+    }
+
+    fn shape(&self) -> &'static dyn crate::shapes::Shape {
+        &crate::shapes::responses::ResponsesCreate
+    }
+
+    fn routes(&self) -> &'static [Route] {
+        const ROUTES: &[Route] = &[
+            Route::get("/v1/responses", Endpoint::ResponsesSocket),
+            Route::post("/v1/responses", Endpoint::ResponsesCreate),
+            Route::post("/v1/responses/compact", Endpoint::ResponsesCompact),
+            Route::post("/v1/responses/input_tokens", Endpoint::ResponsesTokens),
+            Route::get("/v1/responses/{id}", Endpoint::ResponsesGet),
+            Route {
+                method: Method::Delete,
+                path: "/v1/responses/{id}",
+                endpoint: Endpoint::ResponsesDelete,
+            },
+            Route::get(
+                "/v1/responses/{id}/input_items",
+                Endpoint::ResponsesInputItems,
+            ),
+        ];
+        ROUTES
+    }
+
+    fn claims(&self, path: &str) -> bool {
+        path.starts_with("/v1/responses")
+    }
+
+    fn error_body(&self, e: &ApiError) -> Value {
+        super::chat::openai_error(e)
+    }
+
+    fn unrouted(&self) -> ErrorKind {
+        ErrorKind::InvalidRequest
+    }
+
+    fn prepare(&self, body: &mut Map<String, Value>, _model: Option<&str>, p: &mut Prepared) {
+        p.names = super::tool_names::flatten(body, &mut p.warnings);
+    }
+
+    fn encoder(&self, o: &Opening<'_>) -> Box<dyn Encode> {
+        let encoder = Encoder::new(Echo::read(&Map::new()), o.model, &o.call.request.stop);
+        Box::new(Streamed::new(encoder, None))
+    }
+
+    fn whole(&self, o: &Opening<'_>, answered: &Answered) -> Value {
+        let encoder = Encoder::new(Echo::read(&Map::new()), o.model, &o.call.request.stop);
+        dialect::to_json(&encoder.whole(&answered.finished))
+    }
+
+    fn tokens_object(&self, tokens: usize) -> Value {
+        json!({"object": "response.input_tokens", "input_tokens": tokens})
     }
 }
 

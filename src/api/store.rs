@@ -7,77 +7,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// What `AGENT_AS_MODEL_RESPONSES_STORE` says: this process's memory, or a Redis server.
-#[derive(Clone, PartialEq, Eq)]
-pub enum Setting {
-    /// Responses kept in this process (the default).
-    Memory,
-    /// Responses kept in the Redis server at this URL (`redis://host:port[/db]`).
-    Redis(String),
-}
-
-impl Setting {
-    /// `memory`, or a `redis://` URL that names a host; anything else is refused, naming the
-    /// setting.
-    pub fn parse(text: &str) -> Result<Setting, String> {
-        let text = text.trim();
-        if text == "memory" {
-            return Ok(Setting::Memory);
-        }
-        if text.starts_with("redis://") {
-            return match redis::Client::open(text) {
-                Ok(_) => Ok(Setting::Redis(text.to_owned())),
-                Err(e) => Err(format!(
-                    "AGENT_AS_MODEL_RESPONSES_STORE (--responses-store): not a Redis URL ({e}); \
-                     expected redis://host:port[/db]"
-                )),
-            };
-        }
-        // A URL with a password is not repeated in the message.
-        let shown = if text.contains('@') {
-            "a URL with credentials"
-        } else {
-            text
-        };
-        Err(format!(
-            "AGENT_AS_MODEL_RESPONSES_STORE (--responses-store) must be `memory` or a \
-             redis://host:port[/db] URL, not `{}`",
-            crate::error::clip(shown)
-        ))
-    }
-}
-
-impl std::fmt::Debug for Setting {
-    /// The kind of store only: a Redis URL may carry a password.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Setting::Memory => f.write_str("Memory"),
-            Setting::Redis(_) => f.write_str("Redis(…)"),
-        }
-    }
-}
-
-/// The bounds of the store (a Redis store keeps `max_bytes`, for one entry, and `ttl`).
-#[derive(Debug, Clone, Copy)]
-pub struct Bounds {
-    /// Most responses kept; the oldest goes first.
-    pub max_entries: usize,
-    /// Most bytes of stored JSON kept; the oldest goes first.
-    pub max_bytes: usize,
-    /// How long a response is kept after it was made.
-    pub ttl: Duration,
-}
-
-impl Default for Bounds {
-    /// 10,000 responses, 256 MiB, a day.
-    fn default() -> Self {
-        Bounds {
-            max_entries: 10_000,
-            max_bytes: 256 << 20,
-            ttl: Duration::from_secs(86_400),
-        }
-    }
-}
+pub use crate::config::store::{Bounds, Setting};
 
 /// Where responses are kept.
 #[derive(Clone)]

@@ -142,13 +142,7 @@ pub fn key(id: &str) -> String {
     format!("thread:{id}")
 }
 
-/// The `error.details.error_code`s of Anthropic's envelope this server answers with (the
-/// error's `code`: [`ApiError::body`] writes it there).
-pub const ERROR_CODES: [&str; 3] = [
-    "thread_not_found",
-    "thread_unsupported_request",
-    "thread_fingerprint_mismatch",
-];
+pub use super::messages::ERROR_CODES;
 
 /// 404 `thread_not_found`: no thread is held under `id`.
 pub fn not_found(id: &str) -> ApiError {

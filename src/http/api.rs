@@ -7,9 +7,11 @@
 //! The token is taken in every spelling the clients use. Each model call is counted in the
 //! server's metrics by a [`Record`] kept from its arrival to its end (handed to a stream's task).
 
+use crate::api::dialect::Opening;
+use crate::api::registry;
 use crate::api::responses::{self as resp, Echo, Encoder, Keep, Stored, Streamed};
 use crate::api::{self, Admitted, Api, ApiError, Dialect, Encode, ErrorKind, Prepared};
-use crate::api::{chat, completions, gemini, messages};
+use crate::api::{chat, gemini};
 use crate::call::Call;
 use crate::fulfil::live::{Event, Sink};
 use crate::fulfil::written::Piece;
@@ -68,33 +70,34 @@ pub(super) fn unknown_route(request: &Request) -> Option<Response> {
     if !under("/v1") && !under("/v1beta") && !under("/api") {
         return None;
     }
+    let dialect = dialect_of(registry::ALL, path, request.headers());
     Some(route_error(
+        dialect,
         404,
         request.method(),
         path,
-        request.headers(),
         "Invalid URL",
     ))
 }
 
-/// A method a route does not take (`GET /v1/chat/completions`): a 405 in the API's envelope.
-pub(super) async fn wrong_method(method: Method, uri: Uri, headers: HeaderMap) -> Response {
-    route_error(405, &method, uri.path(), &headers, "Method not allowed")
+/// A method a route does not take (`GET /v1/chat/completions`): a 405 in the envelope of the
+/// path's API in `registry`.
+pub(super) async fn wrong_method(
+    registry: &'static [Dialect],
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    let dialect = dialect_of(registry, uri.path(), &headers);
+    route_error(dialect, 405, &method, uri.path(), "Method not allowed")
 }
 
 /// The error for a request no route answers: OpenAI says `invalid_request_error` with a null
 /// code, Anthropic `not_found_error`, Gemini `NOT_FOUND` (or the status's own name).
-fn route_error(
-    status: u16,
-    method: &Method,
-    path: &str,
-    headers: &HeaderMap,
-    what: &str,
-) -> Response {
-    let dialect = dialect_of(path, headers);
-    let kind = match (dialect, status) {
-        (Dialect::Chat | Dialect::Responses, _) | (_, 405) => ErrorKind::InvalidRequest,
-        _ => ErrorKind::NotFound,
+fn route_error(dialect: Dialect, status: u16, method: &Method, path: &str, what: &str) -> Response {
+    let kind = match status {
+        405 => ErrorKind::InvalidRequest,
+        _ => dialect.unrouted(),
     };
     let e = ApiError::new(
         status,
@@ -104,33 +107,17 @@ fn route_error(
     error(dialect, &e, &[])
 }
 
-/// The dialect a request's errors are written in, from its path and headers.
-fn dialect_of(path: &str, headers: &HeaderMap) -> Dialect {
-    if path == "/" || path == "/api" || path.starts_with("/api/") {
-        Dialect::OllamaChat
-    } else if path.starts_with("/v1/messages") {
-        Dialect::Messages
-    } else if path.starts_with("/v1beta/") || path.contains(':') {
-        Dialect::Gemini
-    } else if path.starts_with("/v1/models") {
-        models_dialect(headers)
-    } else if path.starts_with("/v1/responses") {
-        Dialect::Responses
-    } else {
-        Dialect::Chat
-    }
+/// The dialect a request's errors are written in, from its path and headers (see
+/// [`registry::of_path`]).
+fn dialect_of(registry: &[Dialect], path: &str, headers: &HeaderMap) -> Dialect {
+    let has = |name: &str| headers.contains_key(name);
+    registry::of_path(registry, path, &has).unwrap_or(chat::DIALECT)
 }
 
-/// Whose model list a `GET /v1/models` wants: Gemini's with `x-goog-api-key`, Anthropic's with
-/// `anthropic-version` or `x-api-key`, OpenAI's otherwise.
+/// Whose model list a `GET /v1/models` wants (see [`registry::for_model_list`]): Gemini's with
+/// `x-goog-api-key`, Anthropic's with `anthropic-version` or `x-api-key`, OpenAI's otherwise.
 fn models_dialect(headers: &HeaderMap) -> Dialect {
-    if headers.contains_key("x-goog-api-key") {
-        Dialect::Gemini
-    } else if headers.contains_key("anthropic-version") || headers.contains_key("x-api-key") {
-        Dialect::Messages
-    } else {
-        Dialect::Chat
-    }
+    registry::for_model_list(registry::ALL, &|name| headers.contains_key(name))
 }
 
 /// The token as `Authorization: Bearer`, `x-api-key`, `x-goog-api-key` or `?key=` (any of
@@ -153,7 +140,7 @@ pub(super) fn api_key(request: &Request, token: &Token) -> Option<Response> {
     if presented.any(|t| token.matches(t.trim())) {
         return None;
     }
-    let dialect = dialect_of(request.uri().path(), headers);
+    let dialect = dialect_of(registry::ALL, request.uri().path(), headers);
     let e = ApiError::new(
         401,
         ErrorKind::Authentication,
@@ -238,20 +225,10 @@ pub(super) fn values_of(share: &Share) -> usize {
     share.as_ref().map_or(0, |Extension(h)| h.values())
 }
 
-pub(super) async fn chat(State(api): State<Arc<Api>>, held: Share, body: Bytes) -> Response {
-    let mut record = api.record(Dialect::Chat);
-    let response = complete(api, Dialect::Chat, body, None, false, held, &mut record).await;
-    noted(record, response)
-}
-
-/// `POST /v1/completions`: OpenAI's legacy text completions.
-pub(super) async fn text_completions(
-    State(api): State<Arc<Api>>,
-    held: Share,
-    body: Bytes,
-) -> Response {
-    let mut record = api.record(Dialect::Completions);
-    let dialect = Dialect::Completions;
+/// A request body answered by `dialect`'s tool (its `Create` routes: chat completions, text
+/// completions).
+pub(super) async fn create(api: Arc<Api>, dialect: Dialect, held: Share, body: Bytes) -> Response {
+    let mut record = api.record(dialect);
     let response = complete(api, dialect, body, None, false, held, &mut record).await;
     noted(record, response)
 }
@@ -272,7 +249,7 @@ pub(super) async fn responses(
     held: Share,
     body: Bytes,
 ) -> Response {
-    let mut record = api.record(Dialect::Responses);
+    let mut record = api.record(resp::DIALECT);
     let response = respond(api, &budget, held, body, &mut record).await;
     noted(record, response)
 }
@@ -284,7 +261,7 @@ async fn respond(
     body: Bytes,
     record: &mut Record,
 ) -> Response {
-    let dialect = Dialect::Responses;
+    let dialect = resp::DIALECT;
     let (admitted, map) = match admitted_object(&api, dialect, body).await {
         Ok(admitted) => admitted,
         Err(refused) => return *refused,
@@ -429,7 +406,7 @@ pub(super) async fn responses_turn(
         input: input.clone(),
         asked_model: asked.clone(),
     });
-    let (prepared, call) = parse_checked(api, Dialect::Responses, map, None, false).await?;
+    let (prepared, call) = parse_checked(api, resp::DIALECT, map, None, false).await?;
     let encoder = Encoder::new(echo, &api.model_name(&call), &call.request.stop)
         .with_names(prepared.names.clone());
     Ok(ResponsesTurn {
@@ -574,8 +551,8 @@ pub(super) async fn responses_get(
     };
     match stored_response(&api, loads, 1, &id).await {
         Ok(Some((stored, _held))) => json_body(serialized(&stored.response)),
-        Ok(None) => error(Dialect::Responses, &no_response(&id), &[]),
-        Err(e) => error(Dialect::Responses, &e, &[]),
+        Ok(None) => error(resp::DIALECT, &no_response(&id), &[]),
+        Err(e) => error(resp::DIALECT, &e, &[]),
     }
 }
 
@@ -590,7 +567,7 @@ pub(super) async fn responses_input_items(
     let paging = match resp::Paging::from_query(uri.query()) {
         Ok(paging) => paging,
         Err(message) => {
-            return error(Dialect::Responses, &ApiError::invalid(message), &[]);
+            return error(resp::DIALECT, &ApiError::invalid(message), &[]);
         }
     };
     let loads = Loads {
@@ -599,8 +576,8 @@ pub(super) async fn responses_input_items(
     };
     match stored_response(&api, loads, 1, &id).await {
         Ok(Some((stored, _held))) => json_body(resp::input_item_list(&id, &stored.input, &paging)),
-        Ok(None) => error(Dialect::Responses, &no_response(&id), &[]),
-        Err(e) => error(Dialect::Responses, &e, &[]),
+        Ok(None) => error(resp::DIALECT, &no_response(&id), &[]),
+        Err(e) => error(resp::DIALECT, &e, &[]),
     }
 }
 
@@ -611,30 +588,13 @@ pub(super) async fn responses_delete(
 ) -> Response {
     match api.store.delete(&id).await {
         Ok(true) => json_body(json!({"id": id, "object": "response", "deleted": true})),
-        Ok(false) => error(Dialect::Responses, &no_response(&id), &[]),
+        Ok(false) => error(resp::DIALECT, &no_response(&id), &[]),
         Err(e) => error(
-            Dialect::Responses,
+            resp::DIALECT,
             &ApiError::new(503, ErrorKind::Overloaded, e.to_string()),
             &[],
         ),
     }
-}
-
-/// `POST /v1/messages`; one with a `thread` (Anthropic's message threads) is answered by
-/// [`super::threads`].
-pub(super) async fn messages(
-    State(api): State<Arc<Api>>,
-    Extension(budget): Budgets,
-    held: Share,
-    body: Bytes,
-) -> Response {
-    let mut record = api.record(Dialect::Messages);
-    let response = if super::threads::may_thread(&body) {
-        super::threads::messages(api, &budget, held, body, &mut record).await
-    } else {
-        complete(api, Dialect::Messages, body, None, false, held, &mut record).await
-    };
-    noted(record, response)
 }
 
 /// `POST …/models/{model}:{action}`: `generateContent`, `streamGenerateContent` (SSE with
@@ -648,12 +608,12 @@ pub(super) async fn gemini(
 ) -> Response {
     let Some((model, action)) = name.rsplit_once(':') else {
         return error(
-            Dialect::Gemini,
+            gemini::DIALECT,
             &ApiError::new(404, ErrorKind::NotFound, format!("no such method: {name}")),
             &[],
         );
     };
-    let dialect = Dialect::Gemini;
+    let dialect = gemini::DIALECT;
     match action {
         "generateContent" => {
             let mut record = api.record(dialect);
@@ -673,11 +633,11 @@ pub(super) async fn gemini(
             };
             noted(record, response)
         }
-        "countTokens" => count(api, Counting::Gemini, body, Some(model)).await,
+        "countTokens" => count(api, dialect, body, Some(model)).await,
         "embedContent" => gemini_embed(&api, model, false, body).await,
         "batchEmbedContents" => gemini_embed(&api, model, true, body).await,
         other => error(
-            Dialect::Gemini,
+            dialect,
             &ApiError::new(
                 404,
                 ErrorKind::NotFound,
@@ -695,7 +655,7 @@ pub(super) async fn gemini(
 /// Gemini's `:embedContent` (`batch` false) and `:batchEmbedContents` for `model` (see
 /// [`api::embeddings`]).
 async fn gemini_embed(api: &Api, model: &str, batch: bool, body: Bytes) -> Response {
-    let (_admitted, map) = match admitted_object(api, Dialect::Gemini, body).await {
+    let (_admitted, map) = match admitted_object(api, gemini::DIALECT, body).await {
         Ok(read) => read,
         Err(response) => return *response,
     };
@@ -711,7 +671,7 @@ async fn gemini_embed(api: &Api, model: &str, batch: bool, body: Bytes) -> Respo
     match made {
         Ok(made) if batch => json_body(api::embeddings::gemini_batch_object(&made)),
         Ok(made) => json_body(api::embeddings::gemini_one_object(&made)),
-        Err(e) => error(Dialect::Gemini, &e, &[]),
+        Err(e) => error(gemini::DIALECT, &e, &[]),
     }
 }
 
@@ -754,7 +714,7 @@ pub(super) async fn read_object(body: &Bytes) -> Result<Map<String, Value>, ApiE
     let body = body.clone();
     parse_where(
         body.len() > crate::service::INLINE_PARSE_BYTES,
-        Dialect::Chat,
+        chat::DIALECT,
         move || Ok(object(&body)),
     )
     .await
@@ -891,65 +851,41 @@ async fn whole(
 
 /// The API object of a whole answer, written by the dialect's encoder.
 fn whole_object(api: &Api, dialect: Dialect, call: &Call, answered: &Answered) -> Value {
-    let (model, stop) = (api.model_name(call), &call.request.stop);
-    match dialect {
-        Dialect::Chat => {
-            serialized(&chat::Encoder::new(&model, stop, false).whole(&answered.finished))
-        }
-        Dialect::Messages => {
-            serialized(&messages::Encoder::new(&model, stop, 0).whole(&answered.finished))
-        }
-        Dialect::Gemini => serialized(&gemini::Encoder::new(&model, stop).whole(answered)),
-        Dialect::Completions => serialized(
-            &completions::Encoder::new(&model, stop, call.request.text.as_ref(), false)
-                .whole(&answered.finished),
-        ),
-        Dialect::Responses => serialized(
-            &resp::Encoder::new(Echo::read(&Map::new()), &model, stop).whole(&answered.finished),
-        ),
-        Dialect::OllamaChat | Dialect::OllamaGenerate => {
-            api::ollama::Encoder::new(dialect, &model, stop, std::time::Instant::now())
-                .whole(&answered.finished)
-        }
-    }
+    let model = api.model_name(call);
+    let opening = Opening {
+        model: &model,
+        call,
+        include_usage: false,
+        prompt_tokens: 0,
+        started: std::time::Instant::now(),
+    };
+    dialect.whole(&opening, answered)
 }
 
-/// The encoder of a streamed answer in `dialect`. Anthropic's `message_start` says how long
-/// the prompt is: counted by the embedded model, estimated for others.
+/// The encoder of a streamed answer in `dialect`. A stream that says how long the prompt is
+/// first (Anthropic's `message_start`) has it counted by the embedded model, estimated for
+/// others.
 async fn stream_encoder(
     api: &Api,
     dialect: Dialect,
     prepared: &Prepared,
     call: &Call,
 ) -> Box<dyn Encode> {
-    let (model, stop) = (api.model_name(call), &call.request.stop);
-    match dialect {
-        Dialect::Chat => Box::new(chat::Encoder::new(&model, stop, prepared.include_usage)),
-        Dialect::Messages => {
-            let input_tokens = api
-                .count_tokens(call)
-                .await
-                .unwrap_or_else(|_| call.prompt_tokens_estimate());
-            Box::new(messages::Encoder::new(&model, stop, input_tokens))
-        }
-        Dialect::Gemini => Box::new(gemini::Encoder::new(&model, stop)),
-        Dialect::Completions => Box::new(completions::Encoder::new(
-            &model,
-            stop,
-            call.request.text.as_ref(),
-            prepared.include_usage,
-        )),
-        Dialect::Responses => Box::new(Streamed::new(
-            Encoder::new(Echo::read(&Map::new()), &model, stop),
-            None,
-        )),
-        Dialect::OllamaChat | Dialect::OllamaGenerate => Box::new(api::ollama::Encoder::new(
-            dialect,
-            &model,
-            stop,
-            std::time::Instant::now(),
-        )),
-    }
+    let model = api.model_name(call);
+    let prompt_tokens = if dialect.counts_prompt() {
+        api.count_tokens(call)
+            .await
+            .unwrap_or_else(|_| call.prompt_tokens_estimate())
+    } else {
+        0
+    };
+    dialect.encoder(&Opening {
+        model: &model,
+        call,
+        include_usage: prepared.include_usage,
+        prompt_tokens,
+        started: std::time::Instant::now(),
+    })
 }
 
 /// Gemini's `streamGenerateContent` without `?alt=sse`: the answer as a JSON array of one
@@ -957,14 +893,14 @@ async fn stream_encoder(
 async fn gemini_array(api: Arc<Api>, body: Bytes, model: &str, record: &mut Record) -> Response {
     let _admitted = match api.admit() {
         Ok(admitted) => admitted,
-        Err(e) => return error(Dialect::Gemini, &e, &[]),
+        Err(e) => return error(gemini::DIALECT, &e, &[]),
     };
-    let (prepared, call) = match parse(&api, Dialect::Gemini, &body, Some(model), false).await {
+    let (prepared, call) = match parse(&api, gemini::DIALECT, &body, Some(model), false).await {
         Ok(parsed) => parsed,
         Err(response) => return *response,
     };
     drop(body);
-    whole(&api, Dialect::Gemini, prepared, &call, record, |object| {
+    whole(&api, gemini::DIALECT, prepared, &call, record, |object| {
         json!([object])
     })
     .await
@@ -1101,14 +1037,10 @@ pub(super) async fn streamed(
     }));
     let mut response = Response::new(body);
     // Ollama's stream is a JSON object a line; the others' server-sent events.
-    let content_type = if dialect.is_ollama() {
-        "application/x-ndjson"
-    } else {
-        "text/event-stream"
-    };
+    let content_type = HeaderValue::from_static(dialect.stream_content_type());
     response
         .headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+        .insert(header::CONTENT_TYPE, content_type);
     response
         .headers_mut()
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
@@ -1279,39 +1211,14 @@ where
     }
 }
 
-/// The APIs with a token-counting endpoint (chat completions has none).
-#[derive(Clone, Copy)]
-enum Counting {
-    Messages,
-    Responses,
-    Gemini,
-}
-
-impl Counting {
-    fn dialect(self) -> Dialect {
-        match self {
-            Counting::Messages => Dialect::Messages,
-            Counting::Responses => Dialect::Responses,
-            Counting::Gemini => Dialect::Gemini,
-        }
-    }
-
-    /// The endpoint's answer for a prompt of `tokens`.
-    fn body(self, tokens: usize) -> Value {
-        match self {
-            Counting::Messages => json!({"input_tokens": tokens}),
-            Counting::Responses => {
-                json!({"object": "response.input_tokens", "input_tokens": tokens})
-            }
-            Counting::Gemini => json!({"totalTokens": tokens}),
-        }
-    }
-}
-
 /// The prompt tokens a request would read: counted by the embedded model's tokenizer, estimated
 /// for other models.
-async fn count(api: Arc<Api>, counting: Counting, body: Bytes, model: Option<&str>) -> Response {
-    let dialect = counting.dialect();
+pub(super) async fn count(
+    api: Arc<Api>,
+    dialect: Dialect,
+    body: Bytes,
+    model: Option<&str>,
+) -> Response {
     let _admitted = match api.admit() {
         Ok(admitted) => admitted,
         Err(e) => return error(dialect, &e, &[]),
@@ -1325,11 +1232,7 @@ async fn count(api: Arc<Api>, counting: Counting, body: Bytes, model: Option<&st
         Ok(tokens) => tokens,
         Err(e) => return error(dialect, &e, &prepared.warnings),
     };
-    json_body(counting.body(tokens))
-}
-
-pub(super) async fn messages_tokens(State(api): State<Arc<Api>>, body: Bytes) -> Response {
-    count(api, Counting::Messages, body, None).await
+    json_body(dialect.tokens_object(tokens))
 }
 
 /// `POST /v1/responses/input_tokens`: the prompt a `POST /v1/responses` of the same body would
@@ -1341,8 +1244,7 @@ pub(super) async fn responses_tokens(
     held: Share,
     body: Bytes,
 ) -> Response {
-    let counting = Counting::Responses;
-    let dialect = counting.dialect();
+    let dialect = resp::DIALECT;
     let (_admitted, map) = match admitted_object(&api, dialect, body).await {
         Ok(admitted) => admitted,
         Err(refused) => return *refused,
@@ -1356,7 +1258,7 @@ pub(super) async fn responses_tokens(
         Err(refused) => return error(dialect, &refused.error, &refused.warnings),
     };
     match api.count_tokens(&turn.call).await {
-        Ok(tokens) => json_body(counting.body(tokens)),
+        Ok(tokens) => json_body(dialect.tokens_object(tokens)),
         Err(e) => error(dialect, &e, &turn.prepared.warnings),
     }
 }
@@ -1386,80 +1288,25 @@ pub(super) fn aliases(about: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// One model as `dialect` lists it. What the backend says of it (`described`: the embedded
-/// model's context, tool-call format, reasoning and engine: device and GPU layers) is added where
-/// the dialect has a place for it: OpenAI's object takes extra fields (as llama-server's does),
-/// Gemini's has
-/// `inputTokenLimit`.
-fn model_object(dialect: Dialect, id: &str, described: Option<&Value>) -> Value {
-    let context = described.and_then(|d| d.get("context_tokens")).cloned();
-    match dialect {
-        Dialect::Messages => json!({"type": "model", "id": id, "display_name": id,
-                                    "created_at": "1970-01-01T00:00:00Z"}),
-        Dialect::Gemini => {
-            let mut model = json!({"name": format!("models/{id}"), "displayName": id,
-                                   "supportedGenerationMethods":
-                                       ["generateContent", "streamGenerateContent", "countTokens"]});
-            if let (Some(object), Some(context)) = (model.as_object_mut(), context) {
-                object.insert("inputTokenLimit".into(), context);
-            }
-            model
-        }
-        Dialect::Chat
-        | Dialect::Responses
-        | Dialect::Completions
-        | Dialect::OllamaChat
-        | Dialect::OllamaGenerate => {
-            let mut model =
-                json!({"id": id, "object": "model", "created": 0, "owned_by": "agent-as-model"});
-            if let Some(object) = model.as_object_mut() {
-                if let Some(context) = context {
-                    object.insert("context_length".into(), context);
-                }
-                if let Some(format) = described
-                    .and_then(|d| d.get("format"))
-                    .filter(|f| !f.is_null())
-                {
-                    object.insert("format".into(), format.clone());
-                }
-                // Where the embedded model runs: the device and the layers on it.
-                if let Some(engine) = described.and_then(|d| d.get("engine")) {
-                    object.insert("engine".into(), engine.clone());
-                }
-            }
-            model
-        }
-    }
-}
-
 /// The list in `dialect`'s shape.
 fn model_list(api: &Api, dialect: Dialect) -> Value {
     let all = names(api);
     let ids: Vec<&str> = all.iter().map(|(id, _, _)| id.as_str()).collect();
     let data: Vec<Value> = all
         .iter()
-        .map(|(id, _, about)| model_object(dialect, id, Some(about)))
+        .map(|(id, _, about)| dialect.model_object(id, Some(about)))
         .collect();
-    match dialect {
-        Dialect::Messages => json!({"data": data, "has_more": false,
-                                    "first_id": ids.first(), "last_id": ids.last()}),
-        Dialect::Gemini => json!({"models": data}),
-        Dialect::Chat
-        | Dialect::Responses
-        | Dialect::Completions
-        | Dialect::OllamaChat
-        | Dialect::OllamaGenerate => {
-            json!({"object": "list", "data": data})
-        }
-    }
+    dialect.model_list(&ids, data)
 }
 
+/// `GET /v1/models`: the list of the API whose headers the request carries.
 pub(super) async fn models(State(api): State<Arc<Api>>, headers: HeaderMap) -> Response {
     json_body(model_list(&api, models_dialect(&headers)))
 }
 
-pub(super) async fn gemini_models(State(api): State<Arc<Api>>) -> Response {
-    json_body(model_list(&api, Dialect::Gemini))
+/// The model list of `dialect` (its `Models` route).
+pub(super) async fn models_of(api: Arc<Api>, dialect: Dialect) -> Response {
+    json_body(model_list(&api, dialect))
 }
 
 /// `GET /v1/models/{id}`: the model by name or alias, or a 404 listing the names.
@@ -1470,7 +1317,7 @@ fn one_model(api: &Api, dialect: Dialect, name: &str) -> Response {
         .iter()
         .find(|(id, aliases, _)| id == name || aliases.iter().any(|a| a == name))
     {
-        Some((id, _, about)) => json_body(model_object(dialect, id, Some(about))),
+        Some((id, _, about)) => json_body(dialect.model_object(id, Some(about))),
         None => {
             let ids = all.iter().map(|(id, _, _)| crate::error::clip(id));
             let known = match crate::error::bounded_list(ids, crate::error::MAX_LIST_BYTES) {
@@ -1494,9 +1341,7 @@ pub(super) async fn model(
     one_model(&api, models_dialect(&headers), &name)
 }
 
-pub(super) async fn gemini_model(
-    State(api): State<Arc<Api>>,
-    Path(name): Path<String>,
-) -> Response {
-    one_model(&api, Dialect::Gemini, &name)
+/// One model of `dialect`'s list (its `Model` route).
+pub(super) async fn model_of(api: Arc<Api>, dialect: Dialect, name: &str) -> Response {
+    one_model(&api, dialect, name)
 }

@@ -7,9 +7,9 @@ use super::api::{
     parse_checked, previous_response, serialized, values_of, with_warnings,
 };
 use super::body::{Budget, Held};
-use crate::api::compact;
 use crate::api::responses::input_items;
-use crate::api::{Api, ApiError, Dialect};
+use crate::api::{Api, ApiError};
+use crate::api::{compact, responses};
 use crate::metrics::Record;
 use axum::Extension;
 use axum::body::Bytes;
@@ -27,7 +27,7 @@ pub(super) async fn compact(
     held: Share,
     body: Bytes,
 ) -> Response {
-    let mut record = api.record(Dialect::Responses);
+    let mut record = api.record(responses::DIALECT);
     let response = summarize(api, &budget, held, body, &mut record).await;
     noted(record, response)
 }
@@ -39,7 +39,7 @@ async fn summarize(
     body: Bytes,
     record: &mut Record,
 ) -> Response {
-    let dialect = Dialect::Responses;
+    let dialect = responses::DIALECT;
     let (admitted, map) = match admitted_object(&api, dialect, body).await {
         Ok(admitted) => admitted,
         Err(refused) => return *refused,

@@ -7,7 +7,7 @@
 
 use super::api::{error, json_body, read_object};
 use crate::api::embeddings::{self, Asked};
-use crate::api::{Api, ApiError, Dialect};
+use crate::api::{Api, ApiError};
 use crate::backends::direct::Embeddings;
 use crate::error::CallResult;
 use axum::Router;
@@ -86,7 +86,7 @@ async fn answer(api: &Api, form: &Form, body: Bytes) -> Response {
     match made.await {
         Ok((asked, made)) => json_body((form.write)(&asked, &made, started.elapsed())),
         Err(e) if form.ollama => ollama_error(&e),
-        Err(e) => error(Dialect::Chat, &e, &[]),
+        Err(e) => error(crate::api::chat::DIALECT, &e, &[]),
     }
 }
 

@@ -25,12 +25,10 @@ use crate::shapes::DEFAULT_MODEL;
 use crate::shapes::ollama::{
     Details, Listed, Ps, PullStatus, Running, Show, Tags, VERSION, parameter_size, timestamp,
 };
-use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderValue, header};
 use axum::response::Response;
-use axum::routing::{delete, get, post};
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 use std::sync::{Arc, OnceLock};
@@ -41,27 +39,10 @@ use tokio::sync::mpsc;
 const SERVER_VERSION: &str = "x-agent-as-model-version";
 
 /// The dialect Ollama's errors are written in (the envelope is the same for both).
-const OLLAMA: Dialect = Dialect::OllamaChat;
-
-/// Ollama's routes.
-pub(super) fn router() -> Router<Arc<Api>> {
-    Router::new()
-        .route("/", get(running).head(running))
-        .route("/api/version", get(version))
-        .route("/api/tags", get(tags))
-        .route("/api/show", post(show))
-        .route("/api/ps", get(ps))
-        .route("/api/chat", post(chat))
-        .route("/api/generate", post(generate))
-        .route("/api/pull", post(pull))
-        .route("/api/delete", delete(remove))
-        .route("/api/create", post(not_here))
-        .route("/api/copy", post(not_here))
-        .route("/api/push", post(not_here))
-}
+const OLLAMA: Dialect = crate::api::ollama::CHAT;
 
 /// `GET /` (and `HEAD /`): what Ollama's clients look for to know a server is up.
-async fn running() -> Response {
+pub(super) async fn running() -> Response {
     let mut response = Response::new(Body::from("Ollama is running"));
     response.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -71,7 +52,7 @@ async fn running() -> Response {
 }
 
 /// `GET /api/version`: the Ollama API version this server matches; its own in a header.
-async fn version() -> Response {
+pub(super) async fn version() -> Response {
     let mut response = json_body(json!({"version": VERSION}));
     response.headers_mut().insert(
         SERVER_VERSION,
@@ -104,7 +85,7 @@ fn not_found(name: &str) -> Response {
 }
 
 /// `/api/create`, `/api/copy`, `/api/push`: models are configured here, not made.
-async fn not_here(uri: axum::http::Uri) -> Response {
+pub(super) async fn not_here(uri: axum::http::Uri) -> Response {
     failure(
         501,
         format!(
@@ -323,7 +304,7 @@ fn tagged(name: &str) -> String {
 
 /// `GET /api/tags`: every name a call may use (each entry's name and aliases), each as it is
 /// and as `name:latest`.
-async fn tags(State(api): State<Arc<Api>>) -> Response {
+pub(super) async fn tags(State(api): State<Arc<Api>>) -> Response {
     let modified_at = timestamp(since());
     let mut listed = Vec::new();
     for d in models(&api) {
@@ -368,7 +349,7 @@ async fn small_object(body: &Bytes) -> Result<Map<String, Value>, Response> {
 }
 
 /// `POST /api/show`: what a model is and can do.
-async fn show(State(api): State<Arc<Api>>, body: Bytes) -> Response {
+pub(super) async fn show(State(api): State<Arc<Api>>, body: Bytes) -> Response {
     let body = match small_object(&body).await {
         Ok(body) => body,
         Err(response) => return response,
@@ -423,7 +404,7 @@ async fn show(State(api): State<Arc<Api>>, body: Bytes) -> Response {
 }
 
 /// `GET /api/ps`: the loaded models (the embedded model, once loaded; it stays loaded).
-async fn ps(State(api): State<Arc<Api>>) -> Response {
+pub(super) async fn ps(State(api): State<Arc<Api>>) -> Response {
     // Kept for good: a time far off, as Ollama says of `keep_alive: -1`; else its keep-alive
     // from now (it runs from the model's last call).
     let forever = SystemTime::now() + Duration::from_secs(100 * 365 * 86_400);
@@ -452,15 +433,8 @@ async fn ps(State(api): State<Arc<Api>>) -> Response {
     json_body(super::api::serialized(&Ps { models: running }))
 }
 
-async fn chat(State(api): State<Arc<Api>>, held: Share, body: Bytes) -> Response {
-    answer(api, Dialect::OllamaChat, held, body).await
-}
-
-async fn generate(State(api): State<Arc<Api>>, held: Share, body: Bytes) -> Response {
-    answer(api, Dialect::OllamaGenerate, held, body).await
-}
-
-async fn answer(api: Arc<Api>, dialect: Dialect, held: Share, body: Bytes) -> Response {
+/// `/api/chat` or `/api/generate`, as `dialect` (the route's).
+pub(super) async fn answer(api: Arc<Api>, dialect: Dialect, held: Share, body: Bytes) -> Response {
     let started = Instant::now();
     let mut record = api.record(dialect);
     let response = respond(api, dialect, held, body, started, &mut record).await;
@@ -687,7 +661,7 @@ fn status_line(status: &PullStatus) -> Value {
 /// `POST /api/pull`: a configured model is there already; an `hf:OWNER/REPO/FILE.gguf` file is
 /// fetched into the cache unless it is there, its progress streamed as Ollama's lines
 /// (`status`, `digest`, `total`, `completed`), or answered once with `"stream": false`.
-async fn pull(State(api): State<Arc<Api>>, body: Bytes) -> Response {
+pub(super) async fn pull(State(api): State<Arc<Api>>, body: Bytes) -> Response {
     let body = match small_object(&body).await {
         Ok(body) => body,
         Err(response) => return response,
@@ -796,7 +770,7 @@ async fn fetch_file(
 
 /// `DELETE /api/delete`: removes a fetched `hf:` file from the cache; a configured model is not
 /// this API's to delete.
-async fn remove(State(api): State<Arc<Api>>, body: Bytes) -> Response {
+pub(super) async fn remove(State(api): State<Arc<Api>>, body: Bytes) -> Response {
     let body = match small_object(&body).await {
         Ok(body) => body,
         Err(response) => return response,

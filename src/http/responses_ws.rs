@@ -31,7 +31,7 @@ use super::api::{
 use super::body::{Budget, CALL_COPIES, Held};
 use super::listen::Slot;
 use crate::api::responses::{Resource, Stored, Streamed};
-use crate::api::{Admitted, Api, ApiError, Dialect, ErrorKind};
+use crate::api::{Admitted, Api, ApiError, ErrorKind, responses};
 use crate::metrics::Record;
 use axum::Extension;
 use axum::body::Bytes;
@@ -95,7 +95,7 @@ pub(super) async fn upgrade(
                 "GET /v1/responses opens the Responses API's WebSocket mode (a WebSocket \
                  upgrade); POST /v1/responses creates a response",
             );
-            let mut response = error(Dialect::Responses, &e, &[]);
+            let mut response = error(responses::DIALECT, &e, &[]);
             response
                 .headers_mut()
                 .insert(header::ALLOW, HeaderValue::from_static("POST"));
@@ -255,7 +255,7 @@ impl Connection {
     /// Answers one message: a create's response, or the error refusing it. `false` when the
     /// connection is over.
     async fn create(&mut self, message: Message) -> bool {
-        let mut record = self.api.record(Dialect::Responses);
+        let mut record = self.api.record(responses::DIALECT);
         let text = match message {
             Message::Text(text) => Bytes::from(text),
             _ => {
@@ -412,7 +412,7 @@ impl Connection {
         let (head, began) = oneshot::channel();
         let api = Arc::clone(&self.api);
         tokio::spawn(async move {
-            stream_answer(api, Dialect::Responses, encode, call, frames, head, record).await;
+            stream_answer(api, responses::DIALECT, encode, call, frames, head, record).await;
             drop(holding);
         });
         (out, began)

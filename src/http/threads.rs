@@ -5,8 +5,8 @@
 //! `id` before the answer ends.
 
 use super::api::{
-    Holding, Loads, Share, admitted_object, complete, error, joined, json_body, parse_checked,
-    serialized, streamed, values_of, with_warnings,
+    Budgets, Holding, Loads, Share, admitted_object, complete, error, joined, json_body, noted,
+    parse_checked, serialized, streamed, values_of, with_warnings,
 };
 use super::body::{Budget, CALL_COPIES, Held};
 use crate::api::threads::{self, Conversation, Keep, Thread, Threaded};
@@ -18,7 +18,24 @@ use axum::response::Response;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
-const DIALECT: Dialect = Dialect::Messages;
+const DIALECT: Dialect = messages::DIALECT;
+
+/// `POST /v1/messages`; one with a `thread` (Anthropic's message threads) is answered by
+/// the functions below.
+pub(super) async fn create(
+    axum::extract::State(api): axum::extract::State<Arc<Api>>,
+    axum::Extension(budget): Budgets,
+    held: Share,
+    body: Bytes,
+) -> Response {
+    let mut record = api.record(DIALECT);
+    let response = if may_thread(&body) {
+        messages(api, &budget, held, body, &mut record).await
+    } else {
+        complete(api, DIALECT, body, None, false, held, &mut record).await
+    };
+    noted(record, response)
+}
 
 /// Whether a body may carry a `thread`: its key, in quotes, is somewhere in it. Bodies that do
 /// not are answered as before, read once.
