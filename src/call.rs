@@ -174,6 +174,11 @@ pub struct CompletionRequest {
     pub template_kwargs: Map<String, Value>,
 }
 
+/// The chat template's arguments that transformers sets itself, from the request, which
+/// [`Request::template_kwargs`] cannot replace.
+pub const RESERVED_TEMPLATE_KWARGS: [&str; 4] =
+    ["messages", "tools", "documents", "add_generation_prompt"];
+
 /// What the caller asked of the model's reasoning, from each API's own controls (OpenAI
 /// `reasoning_effort` and `reasoning.effort`, Anthropic `thinking`, Gemini `thinkingConfig`).
 /// All `None`: the model's own default.

@@ -3,6 +3,7 @@
 //! not one of these settings: the variables a models file's `key_env` names, `RUST_LOG` and
 //! `AGENT_AS_MODEL_CACHE_DIR`.
 
+pub use crate::error::Backend;
 use crate::limits::Limits;
 use clap::Parser;
 use std::time::Duration;
@@ -26,46 +27,6 @@ pub enum Transport {
 pub enum LogFormat {
     Text,
     Json,
-}
-
-/// Which kind of backend answers: the one name for it on the command line (`--backend`), in a
-/// models file (`backend = "…"`), in errors and in results (`"backend"`).
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    Default,
-    PartialEq,
-    Eq,
-    clap::ValueEnum,
-    serde::Deserialize,
-    serde::Serialize,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum Backend {
-    /// The connected host's own model, through MCP sampling.
-    #[default]
-    Host,
-    /// The embedded model, in this process (fetched once on first use).
-    Local,
-    /// An OpenAI-compatible API (--provider-url, --provider-model).
-    Provider,
-}
-
-impl Backend {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Backend::Host => "host",
-            Backend::Local => "local",
-            Backend::Provider => "provider",
-        }
-    }
-}
-
-impl std::fmt::Display for Backend {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
 }
 
 /// What an Ollama request's `keep_alive` may do to a local model (`--request-keep-alive`).
@@ -669,13 +630,13 @@ impl Config {
 
     /// The Responses store the setting names, or the error saying what it must be (which
     /// repeats no password).
-    pub fn responses_store(&self) -> Result<crate::api::store::Setting, String> {
-        crate::api::store::Setting::parse(&self.responses_store)
+    pub fn responses_store(&self) -> Result<store::Setting, String> {
+        store::Setting::parse(&self.responses_store)
     }
 
     /// The bounds of the Responses store.
-    pub fn responses_bounds(&self) -> crate::api::store::Bounds {
-        crate::api::store::Bounds {
+    pub fn responses_bounds(&self) -> store::Bounds {
+        store::Bounds {
             max_entries: usize::try_from(self.responses_max_entries).unwrap_or(usize::MAX),
             max_bytes: usize::try_from(self.responses_max_bytes).unwrap_or(usize::MAX),
             ttl: Duration::from_secs(self.responses_ttl_secs),
@@ -698,6 +659,83 @@ impl Config {
 /// Half the process's open-file limit (the other half is for the model, the log, the sessions'
 /// streams and the connections answered past the cap), between 16 and 4096; 512 when the limit
 /// cannot be read.
+/// The Responses store's setting and bounds, read here and used by the store (`api::store`).
+pub mod store {
+    use std::time::Duration;
+
+    /// What `AGENT_AS_MODEL_RESPONSES_STORE` says: this process's memory, or a Redis server.
+    #[derive(Clone, PartialEq, Eq)]
+    pub enum Setting {
+        /// Responses kept in this process (the default).
+        Memory,
+        /// Responses kept in the Redis server at this URL (`redis://host:port[/db]`).
+        Redis(String),
+    }
+
+    impl Setting {
+        /// `memory`, or a `redis://` URL that names a host; anything else is refused, naming the
+        /// setting.
+        pub fn parse(text: &str) -> Result<Setting, String> {
+            let text = text.trim();
+            if text == "memory" {
+                return Ok(Setting::Memory);
+            }
+            if text.starts_with("redis://") {
+                return match redis::Client::open(text) {
+                    Ok(_) => Ok(Setting::Redis(text.to_owned())),
+                    Err(e) => Err(format!(
+                        "AGENT_AS_MODEL_RESPONSES_STORE (--responses-store): not a Redis URL ({e}); \
+                         expected redis://host:port[/db]"
+                    )),
+                };
+            }
+            // A URL with a password is not repeated in the message.
+            let shown = if text.contains('@') {
+                "a URL with credentials"
+            } else {
+                text
+            };
+            Err(format!(
+                "AGENT_AS_MODEL_RESPONSES_STORE (--responses-store) must be `memory` or a \
+                 redis://host:port[/db] URL, not `{}`",
+                crate::error::clip(shown)
+            ))
+        }
+    }
+
+    impl std::fmt::Debug for Setting {
+        /// The kind of store only: a Redis URL may carry a password.
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            match self {
+                Setting::Memory => f.write_str("Memory"),
+                Setting::Redis(_) => f.write_str("Redis(…)"),
+            }
+        }
+    }
+
+    /// The bounds of the store (a Redis store keeps `max_bytes`, for one entry, and `ttl`).
+    #[derive(Debug, Clone, Copy)]
+    pub struct Bounds {
+        /// Most responses kept; the oldest goes first.
+        pub max_entries: usize,
+        /// Most bytes of stored JSON kept; the oldest goes first.
+        pub max_bytes: usize,
+        /// How long a response is kept after it was made.
+        pub ttl: Duration,
+    }
+
+    impl Default for Bounds {
+        /// 10,000 responses, 256 MiB, a day.
+        fn default() -> Self {
+            Bounds {
+                max_entries: 10_000,
+                max_bytes: 256 << 20,
+                ttl: Duration::from_secs(86_400),
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -760,7 +798,7 @@ mod tests {
     #[test]
     fn the_responses_store_is_memory_by_default_and_a_wrong_one_is_refused_by_name() {
         let c = Config::try_parse_from(["agent-as-model"]).unwrap();
-        assert_eq!(c.responses_store(), Ok(crate::api::store::Setting::Memory));
+        assert_eq!(c.responses_store(), Ok(store::Setting::Memory));
         let b = c.responses_bounds();
         assert_eq!(
             (b.max_entries, b.max_bytes, b.ttl),

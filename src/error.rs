@@ -1,10 +1,50 @@
 //! Typed errors. A call's error carries what went wrong and where (the argument path); it is
 //! rendered only at a front's edge: by the MCP handler as an `isError` result or a JSON-RPC
-//! error. Every message names the field or location and what was expected.
+//! error. Every message names the field or location and what was expected. [`Backend`], the
+//! kind of backend an error blames, is here too, below the configuration that reads it.
 
-pub use crate::config::Backend;
 use serde_json::Value;
 use std::time::Duration;
+
+/// Which kind of backend answers: the one name for it on the command line (`--backend`), in a
+/// models file (`backend = "…"`), in errors and in results (`"backend"`).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    clap::ValueEnum,
+    serde::Deserialize,
+    serde::Serialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    /// The connected host's own model, through MCP sampling.
+    #[default]
+    Host,
+    /// The embedded model, in this process (fetched once on first use).
+    Local,
+    /// An OpenAI-compatible API (--provider-url, --provider-model).
+    Provider,
+}
+
+impl Backend {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backend::Host => "host",
+            Backend::Local => "local",
+            Backend::Provider => "provider",
+        }
+    }
+}
+
+impl std::fmt::Display for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum CallError {

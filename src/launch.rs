@@ -6,6 +6,7 @@
 //! user's files; the arguments after `--` are its own, and its terminal is the user's.
 
 use crate::config::{AgentCli, Backend, Config, LaunchArgs};
+use crate::routing::file::{FileError, Models};
 use clap::Parser;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -35,6 +36,17 @@ pub enum LaunchError {
     NotReady(SocketAddr),
     #[error("launch: cannot write the CLI's settings: {0}")]
     Settings(std::io::Error),
+}
+
+/// Why `launch --help` cannot tell the models the server would offer.
+#[derive(Debug, thiserror::Error)]
+enum Unoffered {
+    /// The server options given do not read: the first line of clap's message.
+    #[error("{0}")]
+    Options(String),
+    /// The models file they name does not read.
+    #[error(transparent)]
+    Models(#[from] FileError),
 }
 
 /// What the launched CLI needs to know of the server.
@@ -221,20 +233,22 @@ fn point_claude(command: &mut Command, endpoint: &Endpoint, model: &str) {
         // What changes from request to request would break the cached prefix.
         .env("CLAUDE_CODE_ATTRIBUTION_HEADER", "0")
         .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .env("CLAUDE_STREAM_IDLE_TIMEOUT_MS", STREAM_IDLE_MS.to_string())
         .env("DISABLE_TELEMETRY", "1");
 }
 
-/// How long Codex waits for the next event of a stream: an embedded model on a CPU may read a
-/// first prompt of Codex's size (over 10,000 tokens) for minutes before its first token, past
-/// Codex's own five.
-const CODEX_STREAM_IDLE_MS: u64 = 30 * 60 * 1000;
+/// How long a CLI waits for the next event of a stream: an embedded model on a CPU may read a
+/// first prompt of an agent CLI's size (10,000 to 20,000 tokens) for minutes before its first
+/// token, past the five Claude Code and Codex wait by default (each try they make again reads
+/// on from what the last one left in the cache, but starts the wait anew).
+const STREAM_IDLE_MS: u64 = 30 * 60 * 1000;
 
 /// Codex CLI: a model provider of the launch's own (Responses API), by `-c` options.
 fn point_codex(command: &mut Command, endpoint: &Endpoint, model: &str) {
     let provider = format!(
         "model_providers.agent-as-model={{name=\"agent-as-model\",base_url=\"{}/v1\",\
          env_key=\"{KEY_VARIABLE}\",wire_api=\"responses\",\
-         stream_idle_timeout_ms={CODEX_STREAM_IDLE_MS}}}",
+         stream_idle_timeout_ms={STREAM_IDLE_MS}}}",
         endpoint.url
     );
     command
@@ -330,10 +344,9 @@ fn toml_string(text: &str) -> String {
 /// The models the server offers under `config`, by name, its default first: a models file's
 /// (read, not loaded; embedding models left out), else the embedded model's when it answers
 /// (none known otherwise: then the server answers any name).
-pub fn offered_models(config: &Config) -> Result<Vec<String>, String> {
+pub fn offered_models(config: &Config) -> Result<Vec<String>, FileError> {
     if let Some(path) = &config.models {
-        let models = crate::routing::file::Models::read(path, |name| std::env::var(name).ok())
-            .map_err(|e| e.to_string())?;
+        let models = Models::read(path, |name| std::env::var(name).ok())?;
         let mut names = vec![models.default.clone()];
         for spec in models.entries.iter().filter(|spec| !spec.embeddings) {
             if !names.contains(&spec.name) {
@@ -366,10 +379,12 @@ pub fn model(args: &LaunchArgs, default: Option<String>) -> String {
 pub fn help(argv: &[String]) -> Option<String> {
     let (options, chosen) = help_options(argv)?;
     let models = Config::try_parse_from(options)
-        .map_err(|e| e.to_string().lines().next().unwrap_or_default().to_owned())
+        .map_err(|e| {
+            Unoffered::Options(e.to_string().lines().next().unwrap_or_default().to_owned())
+        })
         .and_then(|mut config| {
             answered_here(&mut config);
-            offered_models(&config)
+            Ok(offered_models(&config)?)
         });
     Some(help_text(models, chosen))
 }
@@ -415,7 +430,7 @@ fn help_options(argv: &[String]) -> Option<(Vec<String>, Option<String>)> {
 
 /// The account [`help`] gives, from the models the server would offer (or why the options
 /// given do not read) and the `--launch-model` named.
-fn help_text(models: Result<Vec<String>, String>, chosen: Option<String>) -> String {
+fn help_text(models: Result<Vec<String>, Unoffered>, chosen: Option<String>) -> String {
     let (offered, problem) = match models {
         Ok(names) => (names, None),
         Err(e) => (Vec::new(), Some(e)),

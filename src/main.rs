@@ -1,16 +1,21 @@
 //! The `agent-as-model` binary: reads its configuration, logs to stderr, serves MCP (or runs
 //! `try`).
 
-use agent_as_model::api::store::Store;
+use agent_as_model::api::store::{Store, StoreError};
 use agent_as_model::config::{Command, Config, Transport};
+use agent_as_model::error::StartError;
 use agent_as_model::http::HttpSettings;
+use agent_as_model::http::ServeError;
+use agent_as_model::launch::LaunchError;
 use agent_as_model::local::LocalSettings;
+use agent_as_model::mcp::bridge::BridgeError;
 use agent_as_model::mcp::mrtr::Sealer;
 use agent_as_model::mcp::sampling::Settings;
 use agent_as_model::mcp::server::Server;
 use agent_as_model::mcp::stdio::{Framing, serve_stdio};
 use agent_as_model::mcp::streamable;
-use agent_as_model::routing::Backends;
+use agent_as_model::mcp::try_command::TryError;
+use agent_as_model::routing::{Backends, SetupError};
 use std::process::ExitCode;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -141,27 +146,66 @@ fn runtime_for(config: &Config) -> std::io::Result<tokio::runtime::Runtime> {
     builder.enable_all().build()
 }
 
+/// Why the command line's work ended in an error, each told as its source tells it.
+#[derive(Debug, thiserror::Error)]
+enum Failed {
+    #[error(transparent)]
+    Try(#[from] TryError),
+    #[error(transparent)]
+    Bridge(#[from] BridgeError),
+    #[error(transparent)]
+    Launch(#[from] LaunchError),
+    #[error("launch: cannot run the CLI: {0}")]
+    Cli(std::io::Error),
+    /// The state keys given do not make a sealer (`launch` says so without the variable).
+    #[error("AGENT_AS_MODEL_STATE_KEY: {0}")]
+    StateKey(StartError),
+    #[error(transparent)]
+    Sealer(StartError),
+    #[error(transparent)]
+    Serve(#[from] Unserved),
+}
+
+/// Why the server did not serve, or stopped serving.
+#[derive(Debug, thiserror::Error)]
+enum Unserved {
+    #[error(transparent)]
+    Start(#[from] StartError),
+    #[error(transparent)]
+    Backends(#[from] SetupError),
+    /// `AGENT_AS_MODEL_RESPONSES_STORE` names no store.
+    #[error("{0}")]
+    StoreSetting(String),
+    #[error("{0}")]
+    Store(StoreError),
+    #[error(transparent)]
+    Http(#[from] ServeError),
+    /// The stdio server's error, in its words (its error cannot cross threads).
+    #[error("{0}")]
+    Stdio(String),
+}
+
 /// What the command line asks, done: the exit code (a launched CLI's own), or the error to
 /// print with its code.
-fn run(config: &Config, runtime: &tokio::runtime::Runtime) -> Result<u8, (String, u8)> {
-    let failed = |e: String| (e, 1);
+fn run(config: &Config, runtime: &tokio::runtime::Runtime) -> Result<u8, (Failed, u8)> {
+    let failed = |e: Failed| (e, 1);
     match &config.command {
         Some(Command::Try(args)) => runtime
             .block_on(agent_as_model::mcp::try_command::run(config, args))
             .map(|()| 0)
-            .map_err(|e| failed(e.to_string())),
+            .map_err(|e| failed(e.into())),
         Some(Command::Bridge(args)) => runtime
             .block_on(agent_as_model::mcp::bridge::run(config, args))
             .map(|()| 0)
-            .map_err(|e| failed(e.to_string())),
+            .map_err(|e| failed(e.into())),
         Some(Command::Launch(args)) => launch(args, runtime).map_err(failed),
         None => {
             let (sealer, source) = Sealer::new(&config.state_keys(), config.state_ttl())
-                .map_err(|e| (format!("AGENT_AS_MODEL_STATE_KEY: {e}"), 2))?;
+                .map_err(|e| (Failed::StateKey(e), 2))?;
             tracing::info!(?source, "requestState sealing key chosen");
             serve(config, runtime, sealer, None)
                 .map(|()| 0)
-                .map_err(failed)
+                .map_err(|e| failed(e.into()))
         }
     }
 }
@@ -189,13 +233,13 @@ fn end_after_the_gpu(_code: u8) {}
 fn launch(
     args: &agent_as_model::config::LaunchArgs,
     runtime: &tokio::runtime::Runtime,
-) -> Result<u8, String> {
+) -> Result<u8, Failed> {
     use agent_as_model::launch;
     let argv: Vec<String> = std::env::args().collect();
-    let (config, endpoint, arguments) = launch::server_config(&argv).map_err(|e| e.to_string())?;
+    let (config, endpoint, arguments) = launch::server_config(&argv)?;
     let (sealer, _) =
-        Sealer::new(&config.state_keys(), config.state_ttl()).map_err(|e| e.to_string())?;
-    let scratch = launch::scratch_dir().map_err(|e| e.to_string())?;
+        Sealer::new(&config.state_keys(), config.state_ttl()).map_err(Failed::Sealer)?;
+    let scratch = launch::scratch_dir()?;
     // Ctrl-C is the CLI's (Claude Code stops its turn with it): here it is taken and ignored,
     // by a handler, which the CLI does not inherit.
     runtime.spawn(async { while tokio::signal::ctrl_c().await.is_ok() {} });
@@ -203,17 +247,14 @@ fn launch(
     let outcome = std::thread::scope(|scope| {
         let server = scope.spawn(|| serve(&config, runtime, sealer, Some(stop.clone())));
         let ran = (|| {
-            launch::wait_ready(endpoint.address).map_err(|e| e.to_string())?;
+            launch::wait_ready(endpoint.address)?;
             let offered = launch::offered_models(&config).unwrap_or_default();
             let model = launch::model(args, offered.first().cloned());
             let mut command =
-                launch::command(args.cli, &endpoint, &model, &offered, &arguments, &scratch)
-                    .map_err(|e| e.to_string())?;
+                launch::command(args.cli, &endpoint, &model, &offered, &arguments, &scratch)?;
             tracing::info!(cli = ?args.cli, url = %endpoint.url, model = %model, "launching");
-            let status = command
-                .status()
-                .map_err(|e| format!("launch: cannot run the CLI: {e}"))?;
-            Ok::<u8, String>(exit_code(status))
+            let status = command.status().map_err(Failed::Cli)?;
+            Ok::<u8, Failed>(exit_code(status))
         })();
         stop.cancel();
         // A server that could not start shows as one that never listened (`wait_ready`).
@@ -244,14 +285,13 @@ fn serve(
     runtime: &tokio::runtime::Runtime,
     sealer: Sealer,
     stopped_by: Option<CancellationToken>,
-) -> Result<(), String> {
+) -> Result<(), Unserved> {
     let settings = Settings {
         sampling_timeout: config.sampling_timeout(),
         sealer,
     };
-    let backends = Backends::from_config(config).map_err(|e| e.to_string())?;
-    let server =
-        Server::new(settings, config.limits.clone(), backends).map_err(|e| e.to_string())?;
+    let backends = Backends::from_config(config)?;
+    let server = Server::new(settings, config.limits.clone(), backends)?;
     if let Some(mut http) = HttpSettings::from_config(config) {
         // Under `launch`, the launcher stops the server, not the terminal's signals.
         http.signals = stopped_by.is_none();
@@ -261,8 +301,8 @@ fn serve(
         // first use, inside the runtime, so the server starts while Redis is down).
         let store = {
             let _inside = runtime.enter();
-            Store::open(&config.responses_store()?, config.responses_bounds())
-                .map_err(|e| e.to_string())
+            let setting = config.responses_store().map_err(Unserved::StoreSetting)?;
+            Store::open(&setting, config.responses_bounds()).map_err(Unserved::Store)
         }?;
         // One cap on calls in flight for the MCP tools and the model APIs alike.
         let api = std::sync::Arc::new(
@@ -287,7 +327,7 @@ fn serve(
                 mcp,
                 Some(routes),
             ))
-            .map_err(|e| e.to_string());
+            .map_err(Unserved::from);
     }
     runtime
         .block_on(match config.transport {
@@ -295,5 +335,5 @@ fn serve(
                 serve_stdio(|done| server.on_done(done), Framing::from_config(config))
             }
         })
-        .map_err(|e| e.to_string())
+        .map_err(|e| Unserved::Stdio(e.to_string()))
 }

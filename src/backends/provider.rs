@@ -358,6 +358,37 @@ impl Provider {
         .map_err(|gave_up| self.gave_up(gave_up))
     }
 
+    /// Sends the request: the response's head within the timeout and before `deadline`; a
+    /// timeout, or a connection that fails, is worth another try.
+    async fn send(
+        &self,
+        url: &reqwest::Url,
+        body: &bytes::Bytes,
+        deadline: Instant,
+    ) -> Result<reqwest::Response, Failure<Failed>> {
+        let mut request = self
+            .client
+            .post(url.clone())
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body.clone());
+        if let Some(key) = &self.settings.key {
+            request = request.bearer_auth(key);
+        }
+        match tokio::time::timeout_at(self.by(deadline), request.send()).await {
+            Ok(Ok(response)) => Ok(response),
+            Ok(Err(e)) if e.is_timeout() || e.is_connect() => Err(Failure::Retryable {
+                error: Failed::Transport(e),
+                retry_after: None,
+            }),
+            Ok(Err(e)) => Err(Failed::call(self.failure(e))),
+            // Silent past the timeout: worth another try while the deadline allows one.
+            Err(_) => Err(Failure::Retryable {
+                error: Failed::Call(self.timed_out(deadline, Waited::First)),
+                retry_after: None,
+            }),
+        }
+    }
+
     /// One request and its answer: its first byte within the timeout, each later part within
     /// the timeout of the one before, and all of it before `deadline`.
     async fn attempt(
@@ -367,31 +398,7 @@ impl Provider {
         live: Option<&dyn Sink>,
         deadline: Instant,
     ) -> Result<Value, Failure<Failed>> {
-        let mut request = self
-            .client
-            .post(url.clone())
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(body.clone());
-        if let Some(key) = &self.settings.key {
-            request = request.bearer_auth(key);
-        }
-        let response = match tokio::time::timeout_at(self.by(deadline), request.send()).await {
-            Ok(Ok(response)) => response,
-            Ok(Err(e)) if e.is_timeout() || e.is_connect() => {
-                return Err(Failure::Retryable {
-                    error: Failed::Transport(e),
-                    retry_after: None,
-                });
-            }
-            Ok(Err(e)) => return Err(Failed::call(self.failure(e))),
-            // Silent past the timeout: worth another try while the deadline allows one.
-            Err(_) => {
-                return Err(Failure::Retryable {
-                    error: Failed::Call(self.timed_out(deadline, Waited::First)),
-                    retry_after: None,
-                });
-            }
-        };
+        let response = self.send(url, body, deadline).await?;
         let status = response.status();
         let retry_after = retry::retry_after(response.headers());
         if status.is_redirection() {

@@ -28,6 +28,20 @@ pub struct Schema {
     expanded: u64,
 }
 
+/// Why a schema does not compile here.
+#[derive(Debug, thiserror::Error)]
+enum Uncompiled {
+    /// A reference (clipped) that does not resolve inside the schema.
+    #[error(
+        "the reference {0:?} does not resolve inside the schema; only local references \
+         (#/..., #anchor, an embedded $id) are supported"
+    )]
+    Unresolved(String),
+    /// The compiler refused it.
+    #[error("the schema cannot be compiled: {0}")]
+    Invalid(Box<jsonschema::ValidationError<'static>>),
+}
+
 /// The first place a value breaks a schema.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("at {pointer}: {message}")]
@@ -140,24 +154,18 @@ impl<'a> Expansion<'a> {
         }
     }
 
-    fn resolve(&self, reference: &str) -> Result<&'a Value, String> {
+    fn resolve(&self, reference: &str) -> Result<&'a Value, Uncompiled> {
         let target = match reference.strip_prefix('#') {
             Some("") => Some(self.root),
             Some(pointer) if pointer.starts_with('/') => self.root.pointer(pointer),
             Some(anchor) => self.anchors.get(anchor).copied(),
             None => self.anchors.get(reference).copied(),
         };
-        target.ok_or_else(|| {
-            format!(
-                "the reference {:?} does not resolve inside the schema; only local references \
-                 (#/..., #anchor, an embedded $id) are supported",
-                crate::error::clip(reference)
-            )
-        })
+        target.ok_or_else(|| Uncompiled::Unresolved(crate::error::clip(reference).into_owned()))
     }
 
     /// The expanded size of `node`, saturating at the limit.
-    fn size(&mut self, node: &'a Value) -> Result<u64, String> {
+    fn size(&mut self, node: &'a Value) -> Result<u64, Uncompiled> {
         let key = node as *const Value;
         if let Some(n) = self.memo.get(&key) {
             return Ok(*n);
@@ -346,7 +354,7 @@ pub fn compile(schema: &Value, path: &str, limits: &Limits) -> CallResult<Arc<Sc
 }
 
 /// The compiled schema, or why it does not compile.
-fn build(schema: &Value, expanded: u64) -> Result<Arc<Schema>, String> {
+fn build(schema: &Value, expanded: u64) -> Result<Arc<Schema>, Uncompiled> {
     let patterns_options = PatternOptions::regex()
         .size_limit(REGEX_SIZE_LIMIT)
         .dfa_size_limit(REGEX_SIZE_LIMIT);
@@ -354,7 +362,7 @@ fn build(schema: &Value, expanded: u64) -> Result<Arc<Schema>, String> {
         .with_pattern_options(patterns_options)
         .should_validate_formats(true)
         .build(schema)
-        .map_err(|e| format!("the schema cannot be compiled: {e}"))?;
+        .map_err(|e| Uncompiled::Invalid(Box::new(e)))?;
     Ok(Arc::new(Schema {
         raw: schema.clone(),
         validator,

@@ -4,7 +4,7 @@
 
 use super::{STRUCTURED_TOOL, Strategy};
 use crate::call::{Answer, Call, Completion, Mode, ToolCall, ToolChoice, ToolDef, new_id};
-use crate::contract::schema::Schema;
+use crate::contract::schema::{Schema, Violation};
 use crate::error::{Blame, CallResult};
 use crate::pyjson::{self, Style};
 use serde_json::Value;
@@ -224,10 +224,10 @@ fn emulated_calls(text: &str, defs: &[ToolDef]) -> Emulated {
     let calls = match items
         .into_iter()
         .map(|item| emulated_call(item, defs))
-        .collect::<Result<Vec<_>, String>>()
+        .collect::<Result<Vec<_>, BadCall>>()
     {
         Ok(calls) => calls,
-        Err(problem) => return Emulated::Invalid(problem),
+        Err(problem) => return Emulated::Invalid(problem.to_string()),
     };
     let mut rest = String::with_capacity(text.len());
     rest.push_str(text.get(..span.start).unwrap_or(""));
@@ -238,30 +238,38 @@ fn emulated_calls(text: &str, defs: &[ToolDef]) -> Emulated {
     }
 }
 
+/// Why a prompted call cannot be taken.
+#[derive(Debug, thiserror::Error)]
+enum BadCall {
+    #[error("the answer calls a tool named {name:?}, but the tools are {tools:?}")]
+    UnknownTool { name: String, tools: Vec<String> },
+    #[error("the arguments of the call to {0:?} are not a JSON object")]
+    NotAnObject(String),
+    #[error("the arguments of the call to {name:?} violate its input schema {violation}")]
+    Violates { name: String, violation: Violation },
+}
+
 /// One prompted call `{name, arguments | input | parameters}` (arguments possibly a JSON
 /// string), checked against its tool's schema.
-fn emulated_call(item: &Value, defs: &[ToolDef]) -> Result<ToolCall, String> {
+fn emulated_call(item: &Value, defs: &[ToolDef]) -> Result<ToolCall, BadCall> {
     let (name, args) = super::written::read_item(item);
     let Some(def) = defs.iter().find(|d| d.name == name) else {
-        let names: Vec<&str> = defs.iter().map(|d| d.name.as_str()).collect();
-        return Err(format!(
-            "the answer calls a tool named {name:?}, but the tools are {names:?}"
-        ));
+        return Err(BadCall::UnknownTool {
+            name: name.to_owned(),
+            tools: defs.iter().map(|d| d.name.clone()).collect(),
+        });
     };
     if !args.is_object() {
-        return Err(format!(
-            "the arguments of the call to {name:?} are not a JSON object"
-        ));
+        return Err(BadCall::NotAnObject(name.to_owned()));
     }
-    if let Err(e) = def.schema.check(&args) {
-        return Err(format!(
-            "the arguments of the call to {name:?} violate its input schema {e}"
-        ));
+    if let Err(violation) = def.schema.check(&args) {
+        return Err(BadCall::Violates {
+            name: name.to_owned(),
+            violation,
+        });
     }
     let Value::Object(input) = args else {
-        return Err(format!(
-            "the arguments of the call to {name:?} are not a JSON object"
-        ));
+        return Err(BadCall::NotAnObject(name.to_owned()));
     };
     Ok(ToolCall {
         id: new_id("call_"),

@@ -173,7 +173,7 @@ pub struct Info {
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
     #[error("llama.cpp cannot start: {0}")]
-    Start(&'static str),
+    Start(&'static StartError),
     #[error("the model file {file} does not exist")]
     Missing { file: ModelFile },
     #[error(
@@ -265,16 +265,37 @@ pub fn brief(e: &dyn std::fmt::Display) -> String {
 /// under the target `llama-cpp-2` (shown from `error` unless `RUST_LOG` names that target:
 /// `RUST_LOG=warn,llama-cpp-2=info` shows the devices found and the layers offloaded).
 pub fn backend() -> Result<&'static LlamaBackend, EngineError> {
-    static BACKEND: OnceLock<Result<LlamaBackend, String>> = OnceLock::new();
+    static BACKEND: OnceLock<Result<LlamaBackend, StartError>> = OnceLock::new();
     BACKEND
         .get_or_init(|| {
             // First, so that loading the backends is logged too.
             llama_cpp_2::send_logs_to_tracing(llama_cpp_2::LogOptions::default());
             load_backend_modules()?;
-            LlamaBackend::init().map_err(|e| brief(&e))
+            LlamaBackend::init().map_err(|e| StartError::Init(brief(&e)))
         })
         .as_ref()
-        .map_err(|e| EngineError::Start(e.as_str()))
+        .map_err(EngineError::Start)
+}
+
+/// Why llama.cpp cannot start (kept: every later call is told the same).
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[cfg(feature = "dynamic-backends")]
+    #[error("the folder of this program is not known, so llama.cpp's backends cannot be found")]
+    NoFolder,
+    #[cfg(feature = "dynamic-backends")]
+    #[error("llama.cpp's backends cannot be loaded from {}: the path is not UTF-8", .0.display())]
+    NotUtf8(PathBuf),
+    #[cfg(feature = "dynamic-backends")]
+    #[error(
+        "no llama.cpp backend was found in {} (the libggml-cpu-*.so files, or ggml-cpu-*.dll, \
+         must sit beside the program)",
+        .0.display()
+    )]
+    NoBackend(PathBuf),
+    /// llama.cpp's own start failed: its error's first line.
+    #[error("{0}")]
+    Init(String),
 }
 
 /// In a build with the `dynamic-backends` feature, llama.cpp's backends are modules beside the
@@ -282,33 +303,24 @@ pub fn backend() -> Result<&'static LlamaBackend, EngineError> {
 /// `loaded CPU backend from …/libggml-cpu-haswell.so`) and each GPU backend whose driver is
 /// installed. Only that folder is searched (not the working directory).
 #[cfg(feature = "dynamic-backends")]
-fn load_backend_modules() -> Result<(), String> {
+fn load_backend_modules() -> Result<(), StartError> {
     let folder = std::env::current_exe()
         .ok()
         .and_then(|exe| exe.parent().map(Path::to_path_buf))
-        .ok_or(
-            "the folder of this program is not known, so llama.cpp's backends cannot be found",
-        )?;
+        .ok_or(StartError::NoFolder)?;
     if folder.to_str().is_none() {
-        return Err(format!(
-            "llama.cpp's backends cannot be loaded from {}: the path is not UTF-8",
-            folder.display()
-        ));
+        return Err(StartError::NotUtf8(folder));
     }
     llama_cpp_2::llama_backend::load_backends_from_path(&folder);
     if llama_cpp_2::list_llama_ggml_backend_devices().is_empty() {
-        return Err(format!(
-            "no llama.cpp backend was found in {} (the libggml-cpu-*.so files, or ggml-cpu-*.dll, \
-             must sit beside the program)",
-            folder.display()
-        ));
+        return Err(StartError::NoBackend(folder));
     }
     Ok(())
 }
 
 /// llama.cpp's backends are built into the binary.
 #[cfg(not(feature = "dynamic-backends"))]
-fn load_backend_modules() -> Result<(), String> {
+fn load_backend_modules() -> Result<(), StartError> {
     Ok(())
 }
 
@@ -528,34 +540,43 @@ fn load_weights(
         ),
         // No GPU: the CPU, as llama.cpp runs it by default.
         (_, None) => Weights::on(load(&LlamaModelParams::default())?, "0".to_owned(), None),
-        (GpuLayers::Auto, Some(gpu)) => {
-            let (params, context) = match fit(path, settings) {
-                Some((params, context)) => (params, context),
-                None => (Box::pin(LlamaModelParams::default()), None),
-            };
-            match load(&params) {
-                Ok(model) => {
-                    let placed = params.n_gpu_layers();
-                    let layers = u32::try_from(placed)
-                        .ok()
-                        .filter(|&n| n <= model.n_layer())
-                        .map_or_else(|| "all".to_owned(), |n| n.to_string());
-                    Weights::on(model, layers, context)
-                }
-                // Where they do not fit, the CPU, and the log says so.
-                Err(e) => {
-                    tracing::warn!(
-                        device = %gpu.description, problem = %e,
-                        "the model did not load on the GPU: loading it on the CPU \
-                         (set --gpu-layers to put fewer layers there)"
-                    );
-                    Weights::on(
-                        load(&LlamaModelParams::default().with_n_gpu_layers(0))?,
-                        "0".to_owned(),
-                        None,
-                    )
-                }
-            }
+        (GpuLayers::Auto, Some(gpu)) => fitted_weights(load, path, settings, gpu)?,
+    })
+}
+
+/// The weights with as many layers on `gpu` as llama.cpp's fit finds room for (and the
+/// context with them); on the CPU, saying so, when they do not load there.
+fn fitted_weights(
+    load: impl Fn(&LlamaModelParams) -> Result<LlamaModel, EngineError>,
+    path: &Path,
+    settings: &Settings,
+    gpu: &llama_cpp_2::LlamaBackendDevice,
+) -> Result<Weights, EngineError> {
+    let (params, context) = match fit(path, settings) {
+        Some((params, context)) => (params, context),
+        None => (Box::pin(LlamaModelParams::default()), None),
+    };
+    Ok(match load(&params) {
+        Ok(model) => {
+            let placed = params.n_gpu_layers();
+            let layers = u32::try_from(placed)
+                .ok()
+                .filter(|&n| n <= model.n_layer())
+                .map_or_else(|| "all".to_owned(), |n| n.to_string());
+            Weights::on(model, layers, context)
+        }
+        // Where they do not fit, the CPU, and the log says so.
+        Err(e) => {
+            tracing::warn!(
+                device = %gpu.description, problem = %e,
+                "the model did not load on the GPU: loading it on the CPU \
+                 (set --gpu-layers to put fewer layers there)"
+            );
+            Weights::on(
+                load(&LlamaModelParams::default().with_n_gpu_layers(0))?,
+                "0".to_owned(),
+                None,
+            )
         }
     })
 }
@@ -616,6 +637,29 @@ fn fit(
     }
 }
 
+/// Bytes of the vocabulary's longest token (at least 1).
+fn longest_token(model: &LlamaModel) -> usize {
+    model
+        .tokens(true)
+        .map(|(_, bytes)| bytes.len())
+        .max()
+        .unwrap_or(1)
+        .max(1)
+}
+
+/// The context of a call: the one `asked` (0: none) within the `trained` one (0: not known),
+/// [`FIRST_CONTEXT`] when neither is known; within what the GPU's memory has room for when the
+/// fit chose it.
+fn context_size(asked: usize, trained: usize, fitted: Option<usize>) -> usize {
+    let context = match (asked, trained) {
+        (0, 0) => FIRST_CONTEXT,
+        (0, trained) => trained,
+        (asked, 0) => asked,
+        (asked, trained) => asked.min(trained),
+    };
+    fitted.map_or(context, |fitted| context.min(fitted))
+}
+
 impl Model {
     /// Loads a GGUF model (memory-mapped) with its chat template; `Err` says why it cannot
     /// be run.
@@ -639,21 +683,9 @@ impl Model {
             .clone()
             .or_else(|| meta("tokenizer.chat_template"));
         let special = special_tokens(&model);
-        let longest_token = model
-            .tokens(true)
-            .map(|(_, bytes)| bytes.len())
-            .max()
-            .unwrap_or(1)
-            .max(1);
+        let longest_token = longest_token(&model);
         let trained = usize::try_from(model.n_ctx_train()).unwrap_or(0);
-        let context = match (settings.context, trained) {
-            (0, 0) => FIRST_CONTEXT,
-            (0, trained) => trained,
-            (asked, 0) => asked,
-            (asked, trained) => asked.min(trained),
-        };
-        // What the GPU's memory has room for, when the fit chose the context.
-        let context = fitted_context.map_or(context, |fitted| context.min(fitted));
+        let context = context_size(settings.context, trained, fitted_context);
         let file_type = meta("general.file_type")
             .and_then(|t| t.parse::<u32>().ok())
             .and_then(file_type_name)

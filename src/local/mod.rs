@@ -680,13 +680,7 @@ impl Model for Local {
         let c = &self.counters;
         // How the model writes calls and reasoning, once it is loaded (its template says).
         let (format, file) = match self.state() {
-            State::Ready(info) => (
-                Some(info.format),
-                json!({"architecture": info.architecture, "parameters": info.parameters,
-                       "bytes": info.bytes, "quantization": info.file_type,
-                       "trained_context": info.trained,
-                       "fill_in_middle": info.fill_in_middle}),
-            ),
+            State::Ready(info) => (Some(info.format), file_json(&info)),
             _ => (None, Value::Null),
         };
         json!({
@@ -703,9 +697,7 @@ impl Model for Local {
             "context_tokens": context,
             "engine": {"name": "llama.cpp", "device": device, "threads": threads,
                        "slots": slots, "gpu_layers": gpu_layers},
-            "prefix_cache": {"calls": c.calls.load(Ordering::Relaxed),
-                             "prompt_tokens": c.prompt_tokens.load(Ordering::Relaxed),
-                             "reused_tokens": c.reused_tokens.load(Ordering::Relaxed)},
+            "prefix_cache": prefix_cache_json(c),
             "supports": {"tools": !s.embeddings_only, "json_schema": !s.embeddings_only,
                          "images": false, "stop_sequences": !s.embeddings_only,
                          "reasoning": format.map(|f| f.reasons()), "embeddings": true,
@@ -981,67 +973,101 @@ fn embedding<'m>(
         Some(made) => made,
         None => embedder.insert(model.embedder().map_err(LocalError::Embed)?),
     };
-    let input = |i: usize, problem: String| LocalError::EmbedInput {
+    let Some(item) = request.inputs.get(i) else {
+        return Err(embed_input(i, "is not there".into()));
+    };
+    let mut tokens = input_tokens(model, item, i)?;
+    if tokens.is_empty() {
+        return Err(embed_input(
+            i,
+            "is empty; send at least one token of text".into(),
+        ));
+    }
+    if tokens.len() > embedder.size() {
+        if !request.truncate {
+            return Err(embed_input(
+                i,
+                format!(
+                    "is {} tokens, over the {} this model embeds at once; send less, or ask \
+                     for it to be truncated",
+                    tokens.len(),
+                    embedder.size()
+                ),
+            ));
+        }
+        tokens.truncate(embedder.size());
+    }
+    let counted = tokens.len();
+    let vector = embedder.embed(&tokens).map_err(LocalError::Embed)?;
+    Ok((shortened(vector, request.dimensions)?, counted))
+}
+
+/// A problem with a request's input `i`.
+fn embed_input(i: usize, problem: String) -> LocalError {
+    LocalError::EmbedInput {
         path: format!("input[{i}]"),
         problem,
-    };
-    let vocabulary = model.vocabulary();
-    let Some(item) = request.inputs.get(i) else {
-        return Err(input(i, "is not there".into()));
-    };
-    {
-        let mut tokens = match item {
-            direct::EmbedInput::Text(text) => model.embedding_tokens(text),
-            direct::EmbedInput::Tokens(ids) => ids
-                .iter()
-                .map(|id| {
-                    i32::try_from(*id)
-                        .ok()
-                        .filter(|id| usize::try_from(*id).is_ok_and(|id| id < vocabulary))
-                        .map(LlamaToken::new)
-                        .ok_or_else(|| {
-                            input(
-                                i,
-                                format!("token {id} is not one of the model's {vocabulary}"),
-                            )
-                        })
-                })
-                .collect::<Result<Vec<_>, _>>()?,
-        };
-        if tokens.is_empty() {
-            return Err(input(i, "is empty; send at least one token of text".into()));
-        }
-        if tokens.len() > embedder.size() {
-            if !request.truncate {
-                return Err(input(
-                    i,
-                    format!(
-                        "is {} tokens, over the {} this model embeds at once; send less, or \
-                         ask for it to be truncated",
-                        tokens.len(),
-                        embedder.size()
-                    ),
-                ));
-            }
-            tokens.truncate(embedder.size());
-        }
-        let counted = tokens.len();
-        let mut vector = embedder.embed(&tokens).map_err(LocalError::Embed)?;
-        if let Some(wanted) = request.dimensions {
-            if wanted == 0 || wanted > vector.len() {
-                return Err(LocalError::EmbedInput {
-                    path: "dimensions".into(),
-                    problem: format!(
-                        "{wanted}: this model's embeddings have 1 to {} dimensions",
-                        vector.len()
-                    ),
-                });
-            }
-            vector.truncate(wanted);
-            vector = engine::normalized(&vector);
-        }
-        Ok((vector, counted))
     }
+}
+
+/// The tokens of a request's input `i`: its text's, or its token ids, each one of the model's.
+fn input_tokens(
+    model: &engine::Model,
+    item: &direct::EmbedInput,
+    i: usize,
+) -> Result<Vec<LlamaToken>, LocalError> {
+    let vocabulary = model.vocabulary();
+    match item {
+        direct::EmbedInput::Text(text) => Ok(model.embedding_tokens(text)),
+        direct::EmbedInput::Tokens(ids) => ids
+            .iter()
+            .map(|id| {
+                i32::try_from(*id)
+                    .ok()
+                    .filter(|id| usize::try_from(*id).is_ok_and(|id| id < vocabulary))
+                    .map(LlamaToken::new)
+                    .ok_or_else(|| {
+                        embed_input(
+                            i,
+                            format!("token {id} is not one of the model's {vocabulary}"),
+                        )
+                    })
+            })
+            .collect(),
+    }
+}
+
+/// An embedding shortened to the `dimensions` asked for, and normalized again.
+fn shortened(mut vector: Vec<f32>, dimensions: Option<usize>) -> Result<Vec<f32>, LocalError> {
+    let Some(wanted) = dimensions else {
+        return Ok(vector);
+    };
+    if wanted == 0 || wanted > vector.len() {
+        return Err(LocalError::EmbedInput {
+            path: "dimensions".into(),
+            problem: format!(
+                "{wanted}: this model's embeddings have 1 to {} dimensions",
+                vector.len()
+            ),
+        });
+    }
+    vector.truncate(wanted);
+    Ok(engine::normalized(&vector))
+}
+
+/// What `describe` says of a loaded model's file.
+fn file_json(info: &engine::Info) -> Value {
+    json!({"architecture": info.architecture, "parameters": info.parameters,
+           "bytes": info.bytes, "quantization": info.file_type,
+           "trained_context": info.trained,
+           "fill_in_middle": info.fill_in_middle})
+}
+
+/// What `describe` says of the slots' prefix cache.
+fn prefix_cache_json(c: &Counters) -> Value {
+    json!({"calls": c.calls.load(Ordering::Relaxed),
+           "prompt_tokens": c.prompt_tokens.load(Ordering::Relaxed),
+           "reused_tokens": c.reused_tokens.load(Ordering::Relaxed)})
 }
 
 /// Whether the answer must be a call of one of the tools (decoded under a grammar saying so).
@@ -1100,31 +1126,7 @@ impl Worker {
             self.set(State::Loading);
             let why = match self.load(&member) {
                 Ok((model, on_disk)) => {
-                    let served = if self.settings.embeddings_only {
-                        Ok(self.serve_embeddings(
-                            &model,
-                            on_disk.as_ref(),
-                            queue,
-                            waiting.take(),
-                            &member,
-                        ))
-                    } else {
-                        Slots::new(&model, self.counters.clone()).map(|slots| {
-                            self.serve(
-                                &model,
-                                on_disk.as_ref(),
-                                slots,
-                                queue,
-                                waiting.take(),
-                                &member,
-                            )
-                        })
-                    };
-                    // The model's memory is given back before the pool is told.
-                    drop(model);
-                    member.release();
-                    self.counters.memory_bytes.store(0, Ordering::Relaxed);
-                    match served {
+                    match self.serve_loaded(model, on_disk, queue, waiting.take(), &member) {
                         Ok(Served::Closed) => return,
                         Ok(Served::Unload) => {
                             tracing::info!(model = %self.settings.label, "local model unloaded");
@@ -1149,6 +1151,28 @@ impl Worker {
                 None => return,
             }
         }
+    }
+
+    /// Serves the queue with a loaded model, answers or embeddings, until the queue closes or
+    /// the model is to be unloaded; the model's memory is given back before the pool is told.
+    fn serve_loaded(
+        &self,
+        model: engine::Model,
+        on_disk: Option<OnDisk>,
+        queue: &Arc<Queue<Job>>,
+        waiting: Option<Job>,
+        member: &pool::Member,
+    ) -> Result<Served, EngineError> {
+        let served = if self.settings.embeddings_only {
+            Ok(self.serve_embeddings(&model, on_disk.as_ref(), queue, waiting, member))
+        } else {
+            Slots::new(&model, self.counters.clone())
+                .map(|slots| self.serve(&model, on_disk.as_ref(), slots, queue, waiting, member))
+        };
+        drop(model);
+        member.release();
+        self.counters.memory_bytes.store(0, Ordering::Relaxed);
+        served
     }
 
     /// Admits calls while a slot is free and steps the slots, until the queue closes and the

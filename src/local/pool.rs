@@ -163,30 +163,7 @@ impl Member {
                 }
                 return Ok(());
             }
-            // The idle ones to unload, least recently used first, until this fits.
-            let mut idle: Vec<&Entry> = members
-                .iter()
-                .filter(|e| e.id != self.id && e.bytes > 0 && !e.busy)
-                .collect();
-            idle.sort_by_key(|e| e.last_used);
-            let mut freeing = used;
-            for e in idle {
-                if freeing + bytes <= budget {
-                    break;
-                }
-                freeing -= e.bytes;
-                if !e.member.evict.swap(true, Ordering::Relaxed) {
-                    tracing::info!(model = %e.name, "unloading a local model to make room");
-                    if let Some(nudge) = &*e
-                        .member
-                        .nudge
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                    {
-                        nudge();
-                    }
-                }
-            }
+            self.evict_idle(&members, used, bytes, budget);
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 let busy: Vec<String> = members
@@ -205,6 +182,34 @@ impl Member {
                 .wait_timeout(members, left.min(Duration::from_millis(250)))
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
+        }
+    }
+
+    /// Asks the idle models to unload, least recently used first, until `bytes` more fit
+    /// beside the `used` of the others.
+    fn evict_idle(&self, members: &[Entry], used: u64, bytes: u64, budget: u64) {
+        let mut idle: Vec<&Entry> = members
+            .iter()
+            .filter(|e| e.id != self.id && e.bytes > 0 && !e.busy)
+            .collect();
+        idle.sort_by_key(|e| e.last_used);
+        let mut freeing = used;
+        for e in idle {
+            if freeing + bytes <= budget {
+                break;
+            }
+            freeing -= e.bytes;
+            if !e.member.evict.swap(true, Ordering::Relaxed) {
+                tracing::info!(model = %e.name, "unloading a local model to make room");
+                if let Some(nudge) = &*e
+                    .member
+                    .nudge
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                {
+                    nudge();
+                }
+            }
         }
     }
 

@@ -7,6 +7,7 @@ use super::jinja;
 use crate::wire::openai::{Message, Tool};
 use serde_json::{Map, Value};
 use std::io;
+use std::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, mpsc};
 use std::time::Duration;
@@ -137,9 +138,6 @@ impl SpecialTokens {
         .filter_map(|(name, token)| token.as_ref().map(|t| (name, t)))
     }
 }
-
-/// The names transformers sets itself, which template arguments cannot replace.
-pub const RESERVED: [&str; 4] = ["messages", "tools", "documents", "add_generation_prompt"];
 
 /// A conversation to render, as `apply_chat_template` takes it.
 #[derive(Debug, Clone, Copy)]
@@ -435,8 +433,6 @@ fn isolated(
     context: &serde_json::Value,
     limits: Limits,
 ) -> Result<String, TemplateError> {
-    use std::io::{Read, Write};
-    use std::process::{Command, Stdio};
     let job = serde_json::to_vec(&Job {
         template,
         context,
@@ -444,43 +440,19 @@ fn isolated(
         output: limits.output,
     })
     .map_err(|e| TemplateError::Thread(io::Error::other(e)))?;
-    let mut child = Command::new(&sandbox.program)
-        .arg(HELPER_ARG)
-        .arg(sandbox.memory.to_string())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(TemplateError::Thread)?;
-    let (Some(mut stdin), Some(stdout), Some(stderr)) =
-        (child.stdin.take(), child.stdout.take(), child.stderr.take())
-    else {
-        end(&mut child);
-        return Err(TemplateError::Failed);
-    };
+    let (mut child, stdin, stdout, stderr) = spawn_renderer(sandbox)?;
     // A reply is the output as a JSON string: at most six bytes for each byte, and a little.
     let reply_cap = u64::try_from(limits.output)
         .unwrap_or(u64::MAX)
         .saturating_mul(6)
         .saturating_add(1024);
-    let (tx, rx) = mpsc::sync_channel(1);
-    let io = std::thread::Builder::new()
-        .name("chat-template".into())
-        .spawn(move || {
-            // A child that dies early closes the pipe: the write fails and the reads end.
-            let _ = stdin.write_all(&job).and_then(|()| stdin.flush());
-            drop(stdin);
-            drop(job);
-            let mut out = Vec::new();
-            let _ = stdout.take(reply_cap).read_to_end(&mut out);
-            let mut err = Vec::new();
-            let _ = stderr.take(STDERR_CAP).read_to_end(&mut err);
-            let _ = tx.send((out, err));
-        });
-    if let Err(e) = io {
-        end(&mut child);
-        return Err(TemplateError::Thread(e));
-    }
+    let rx = match exchange(job, stdin, stdout, stderr, reply_cap) {
+        Ok(rx) => rx,
+        Err(e) => {
+            end(&mut child);
+            return Err(TemplateError::Thread(e));
+        }
+    };
     let started = std::time::Instant::now();
     let (out, err) = match rx.recv_timeout(limits.deadline) {
         Ok(read) => read,
@@ -498,6 +470,54 @@ fn isolated(
     // Its pipes are closed: it is ending.
     let status = exit_within(&mut child, started, limits.deadline);
     answer(&out, &err, status, sandbox, limits)
+}
+
+/// The renderer's process, limited to `sandbox.memory`, and its three pipes.
+fn spawn_renderer(
+    sandbox: &Sandbox,
+) -> Result<(Child, ChildStdin, ChildStdout, ChildStderr), TemplateError> {
+    let mut child = Command::new(&sandbox.program)
+        .arg(HELPER_ARG)
+        .arg(sandbox.memory.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(TemplateError::Thread)?;
+    let (Some(stdin), Some(stdout), Some(stderr)) =
+        (child.stdin.take(), child.stdout.take(), child.stderr.take())
+    else {
+        end(&mut child);
+        return Err(TemplateError::Failed);
+    };
+    Ok((child, stdin, stdout, stderr))
+}
+
+/// Writes the job to the renderer and reads its reply (at most `reply_cap` bytes) and its
+/// stderr, on a thread of their own; what they read comes on the channel.
+fn exchange(
+    job: Vec<u8>,
+    mut stdin: ChildStdin,
+    stdout: ChildStdout,
+    stderr: ChildStderr,
+    reply_cap: u64,
+) -> io::Result<mpsc::Receiver<(Vec<u8>, Vec<u8>)>> {
+    use std::io::{Read, Write};
+    let (tx, rx) = mpsc::sync_channel(1);
+    std::thread::Builder::new()
+        .name("chat-template".into())
+        .spawn(move || {
+            // A child that dies early closes the pipe: the write fails and the reads end.
+            let _ = stdin.write_all(&job).and_then(|()| stdin.flush());
+            drop(stdin);
+            drop(job);
+            let mut out = Vec::new();
+            let _ = stdout.take(reply_cap).read_to_end(&mut out);
+            let mut err = Vec::new();
+            let _ = stderr.take(STDERR_CAP).read_to_end(&mut err);
+            let _ = tx.send((out, err));
+        })?;
+    Ok(rx)
 }
 
 /// The renderer's exit status, waited for until `deadline` after `started`; killed then (no

@@ -119,10 +119,7 @@ impl Server {
         record: &mut Record,
     ) -> Result<CallToolResponse, ErrorData> {
         let mut arguments = request.arguments.unwrap_or_default();
-        let mut declared = Declared::default();
-        if shape.name() == ResponsesCreate.name() {
-            declared.names = tool_names::flatten(&mut arguments, &mut declared.warnings);
-        }
+        let declared = Declared::flattening(shape, &mut arguments);
         let (parsed, arguments) = self.service.parse_blocking(shape, arguments).await;
         let cancelled = ctx.ct.clone();
         let result = async {
@@ -156,13 +153,7 @@ impl Server {
                     .entry_name(&call.request.model, samples),
             );
             let served = self.service.complete(shape, &call, &origin).await;
-            let started = reporter
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .take();
-            if let Some(reporter) = started {
-                reporter.stop().await;
-            }
+            stop_reporting(&reporter).await;
             response(shape, served?, &caller, record, declared)
         }
         .await;
@@ -174,6 +165,17 @@ impl Server {
             });
             edge(shape.name(), e)
         })
+    }
+}
+
+/// Stops the call's progress reporter, if the service started one.
+async fn stop_reporting(reporter: &Mutex<Option<Reporter>>) {
+    let started = reporter
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .take();
+    if let Some(reporter) = started {
+        reporter.stop().await;
     }
 }
 
@@ -213,6 +215,16 @@ struct Declared {
 }
 
 impl Declared {
+    /// For `responses_create`, its tools as the model sees them, flattened in `arguments`, and
+    /// how they were declared; nothing for the other tools.
+    fn flattening(shape: &dyn Shape, arguments: &mut Map<String, Value>) -> Declared {
+        let mut declared = Declared::default();
+        if shape.name() == ResponsesCreate.name() {
+            declared.names = tool_names::flatten(arguments, &mut declared.warnings);
+        }
+        declared
+    }
+
     /// The answer with its calls as the tools were declared and the warnings added.
     fn apply(self, mut answered: Answered) -> Answered {
         answered.report.warnings.extend(self.warnings);

@@ -348,22 +348,11 @@ fn spec(entry: &Spanned<RawEntry>, env: &impl Fn(&str) -> Option<String>) -> Res
             model_file: e.model_file.clone(),
             preload: e.preload.unwrap_or(false),
             keep_alive: e.keep_alive,
-            gpu_layers: match &e.gpu_layers {
-                None => None,
-                Some(v) => {
-                    let text = match v.get_ref() {
-                        toml::Value::String(s) => s.clone(),
-                        toml::Value::Integer(n) => n.to_string(),
-                        other => format!("{other:?}"),
-                    };
-                    Some(crate::config::gpu_layers(&text).map_err(|problem| {
-                        Problem::at(
-                            v.span().start,
-                            format!("model {name:?}: `gpu_layers`: {problem}"),
-                        )
-                    })?)
-                }
-            },
+            gpu_layers: e
+                .gpu_layers
+                .as_ref()
+                .map(|v| gpu_layers(v, &name))
+                .transpose()?,
         },
         Backend::Provider => Answer::Provider(provider(e, &name, env).map_err(|p| match p {
             Problem(0, problem) => Problem::at(entry.span().start, problem),
@@ -400,6 +389,21 @@ fn spec(entry: &Spanned<RawEntry>, env: &impl Fn(&str) -> Option<String>) -> Res
         max_in_flight: e.max_in_flight.as_ref().map(|c| *c.get_ref()),
         embeddings: e.embeddings,
         name,
+    })
+}
+
+/// A local entry's `gpu_layers` (`"auto"` or a number), read as `--gpu-layers` reads it.
+fn gpu_layers(v: &Spanned<toml::Value>, name: &str) -> Result<crate::config::GpuLayers, Problem> {
+    let text = match v.get_ref() {
+        toml::Value::String(s) => s.clone(),
+        toml::Value::Integer(n) => n.to_string(),
+        other => format!("{other:?}"),
+    };
+    crate::config::gpu_layers(&text).map_err(|problem| {
+        Problem::at(
+            v.span().start,
+            format!("model {name:?}: `gpu_layers`: {problem}"),
+        )
     })
 }
 

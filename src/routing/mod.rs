@@ -54,6 +54,22 @@ pub struct Entry {
 }
 
 impl Entry {
+    /// The entry a models file's `spec` describes, answered by `answerer`, falling back to the
+    /// entries at `fallbacks`.
+    fn of(spec: &file::Spec, answerer: Answerer, fallbacks: Vec<usize>) -> Entry {
+        Entry {
+            name: spec.name.clone(),
+            aliases: spec.aliases.clone(),
+            answerer,
+            fallbacks,
+            scores: spec.scores,
+            cap: spec
+                .max_in_flight
+                .map(|n| (n, Arc::new(Semaphore::new(n as usize)))),
+            embeddings: spec.embeddings,
+        }
+    }
+
     /// Whether this entry's model makes its answer token by token here (not through a host's
     /// sampling), so that a caller following the call's progress has something to see.
     pub fn streams(&self) -> bool {
@@ -187,6 +203,25 @@ impl Started {
 /// Most model names an error lists.
 const NAMES_SHOWN: usize = 20;
 
+/// The embedded model of a models file's local entry, started: the configuration's settings
+/// for it, with the entry's name and its own model file, preload, keep-alive and GPU layers.
+fn start_local(
+    config: &Config,
+    spec: &file::Spec,
+    model_file: Option<&std::path::Path>,
+    preload: bool,
+    keep_alive: Option<i64>,
+    gpu_layers: Option<crate::config::GpuLayers>,
+) -> Result<Local, SetupError> {
+    let mut settings = local_settings(config, model_file, spec.embeddings)?;
+    settings.preload = preload;
+    settings.gpu_layers = gpu_layers.unwrap_or(settings.gpu_layers);
+    settings.label.clone_from(&spec.name);
+    if let Some(secs) = keep_alive {
+        settings.keep_alive = u64::try_from(secs).ok().map(Duration::from_secs);
+    }
+    Ok(Local::start(settings)?)
+}
 impl Backends {
     /// The models file when one is given, else `--backend` (one entry that answers every call)
     /// and `--fallback` (answers for a host that cannot sample). Direct backends start now.
@@ -261,16 +296,14 @@ impl Backends {
                     Answerer::Model(match engines.get(&key) {
                         Some(engine) => engine.clone(),
                         None => {
-                            let mut settings =
-                                local_settings(config, model_file.as_deref(), spec.embeddings)?;
-                            settings.preload = *preload;
-                            settings.gpu_layers = gpu_layers.unwrap_or(settings.gpu_layers);
-                            settings.label.clone_from(&spec.name);
-                            if let Some(secs) = keep_alive {
-                                settings.keep_alive =
-                                    u64::try_from(*secs).ok().map(Duration::from_secs);
-                            }
-                            let engine: Arc<dyn Model> = Arc::new(Local::start(settings)?);
+                            let engine: Arc<dyn Model> = Arc::new(start_local(
+                                config,
+                                spec,
+                                model_file.as_deref(),
+                                *preload,
+                                *keep_alive,
+                                *gpu_layers,
+                            )?);
                             engines.insert(key, engine.clone());
                             engine
                         }
@@ -278,17 +311,8 @@ impl Backends {
                 }
                 Answer::Provider(p) => Answerer::Model(provider(config, p)?),
             };
-            entries.push(Entry {
-                name: spec.name.clone(),
-                aliases: spec.aliases.clone(),
-                answerer,
-                fallbacks: spec.fallbacks.iter().filter_map(|f| index(f)).collect(),
-                scores: spec.scores,
-                cap: spec
-                    .max_in_flight
-                    .map(|n| (n, Arc::new(Semaphore::new(n as usize)))),
-                embeddings: spec.embeddings,
-            });
+            let fallbacks = spec.fallbacks.iter().filter_map(|f| index(f)).collect();
+            entries.push(Entry::of(spec, answerer, fallbacks));
         }
         Ok(Backends {
             entries,

@@ -132,17 +132,7 @@ fn content(v: &Value, path: &str, limits: &Limits, nested: bool) -> CallResult<V
                 name: block.required_str("name")?.to_owned(),
                 input: args::as_object(block.required("input")?, &block.path("input"))?.clone(),
             },
-            "tool_result" if !nested => Block::ToolResult {
-                id: block.required_str("tool_use_id")?.to_owned(),
-                content: match block.get("content") {
-                    Some(c) => content(c, &block.path("content"), limits, true)?,
-                    None => Vec::new(),
-                },
-                is_error: block
-                    .get("is_error")
-                    .and_then(Value::as_bool)
-                    .unwrap_or(false),
-            },
+            "tool_result" if !nested => tool_result(&block, limits)?,
             "thinking" if !nested && signed(&block) => {
                 Block::Reasoning(block.required_str("thinking")?.to_owned())
             }
@@ -162,6 +152,22 @@ fn content(v: &Value, path: &str, limits: &Limits, nested: bool) -> CallResult<V
         });
     }
     Ok(flatten_text(blocks))
+}
+
+/// A `tool_result` block: the id of the call it answers, its content (text and images) and
+/// whether it is an error.
+fn tool_result(block: &Obj<'_>, limits: &Limits) -> CallResult<Block> {
+    Ok(Block::ToolResult {
+        id: block.required_str("tool_use_id")?.to_owned(),
+        content: match block.get("content") {
+            Some(c) => content(c, &block.path("content"), limits, true)?,
+            None => Vec::new(),
+        },
+        is_error: block
+            .get("is_error")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
+    })
 }
 
 /// A user message's `tool_result` blocks apart from what follows them: Anthropic's order is

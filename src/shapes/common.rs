@@ -381,21 +381,7 @@ fn assemble(key: &str, messages: Vec<Msg>, limits: &Limits) -> CallResult<Vec<Tu
     let mut turns: Vec<(usize, Turn)> = Vec::with_capacity(messages.len());
     for m in messages {
         check_message(key, &m, limits)?;
-        let merge = match turns.last() {
-            Some((_, last)) if last.role == m.role => match m.role {
-                Role::User => {
-                    ids(&m.blocks, false).len() == m.blocks.len()
-                        && !m.blocks.is_empty()
-                        && ids(&last.blocks, false).len() == last.blocks.len()
-                }
-                // Its tool calls, or what follows its reasoning (a Responses reasoning item).
-                Role::Assistant => {
-                    m.blocks.iter().all(|b| matches!(b, Block::ToolUse { .. }))
-                        || last.blocks.iter().all(|b| matches!(b, Block::Reasoning(_)))
-                }
-            },
-            _ => false,
-        };
+        let merge = turns.last().is_some_and(|(_, last)| joins(last, &m));
         match turns.last_mut() {
             Some((_, last)) if merge => last.blocks.extend(m.blocks),
             _ => turns.push((
@@ -418,6 +404,25 @@ fn assemble(key: &str, messages: Vec<Msg>, limits: &Limits) -> CallResult<Vec<Tu
         )?;
     }
     Ok(turns.into_iter().map(|(_, t)| t).collect())
+}
+
+/// Whether message `m` joins the turn before it: tool results after tool results; an
+/// assistant's tool calls, or what follows its reasoning (a Responses reasoning item).
+fn joins(last: &Turn, m: &Msg) -> bool {
+    if last.role != m.role {
+        return false;
+    }
+    match m.role {
+        Role::User => {
+            ids(&m.blocks, false).len() == m.blocks.len()
+                && !m.blocks.is_empty()
+                && ids(&last.blocks, false).len() == last.blocks.len()
+        }
+        Role::Assistant => {
+            m.blocks.iter().all(|b| matches!(b, Block::ToolUse { .. }))
+                || last.blocks.iter().all(|b| matches!(b, Block::Reasoning(_)))
+        }
+    }
 }
 
 /// The size limit and the placement of tool content in one message.

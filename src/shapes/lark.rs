@@ -9,20 +9,14 @@
 //! library, llguidance's own extensions (`%json`, `%llguidance`, …).
 
 use std::collections::HashMap;
-use std::fmt;
 
 /// The most bytes the inlined expression may have (rules used many times are copied where used).
 pub const MAX_PATTERN_BYTES: usize = 64 * 1024;
 
 /// Why a Lark grammar has no regular expression here.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
 pub struct Unsupported(pub String);
-
-impl fmt::Display for Unsupported {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
 
 fn unsupported<T>(why: impl Into<String>) -> Result<T, Unsupported> {
     Err(Unsupported(why.into()))
@@ -70,42 +64,15 @@ fn tokens(text: &str) -> Result<Vec<Token>, Unsupported> {
         let at_line_start = std::mem::replace(&mut line_start, c == '\n');
         match c {
             c if c.is_whitespace() => line_start = line_start || at_line_start,
-            '/' if chars.get(i) == Some(&'/') => {
-                while chars.get(i).is_some_and(|&c| c != '\n') {
-                    i += 1;
-                }
-            }
-            '#' => {
-                while chars.get(i).is_some_and(|&c| c != '\n') {
-                    i += 1;
-                }
-            }
+            '/' if chars.get(i) == Some(&'/') => i = line_end(&chars, i),
+            '#' => i = line_end(&chars, i),
             '%' => {
                 let start = i;
-                while chars.get(i).is_some_and(|&c| c != '\n') {
-                    i += 1;
-                }
+                i = line_end(&chars, i);
                 out.push(Token::Statement(chars_between(&chars, start, i)));
             }
-            '"' => {
-                let (literal, next) = quoted(&chars, i, '"')?;
-                i = next;
-                let insensitive = chars.get(i) == Some(&'i');
-                if insensitive {
-                    i += 1;
-                }
-                out.push(Token::Literal(literal, insensitive));
-            }
-            '/' => {
-                let (regex, next) = regex(&chars, i)?;
-                let mut flags = String::new();
-                i = next;
-                while let Some(&f) = chars.get(i).filter(|c| c.is_ascii_lowercase()) {
-                    flags.push(f);
-                    i += 1;
-                }
-                out.push(Token::Regex(regex, flags));
-            }
+            '"' => i = literal(&chars, i, &mut out)?,
+            '/' => i = regex_token(&chars, i, &mut out)?,
             '-' if chars.get(i) == Some(&'>') => {
                 i += 1;
                 out.push(Token::Arrow);
@@ -114,16 +81,7 @@ fn tokens(text: &str) -> Result<Vec<Token>, Unsupported> {
                 i += 1;
                 out.push(Token::Range);
             }
-            c if c.is_ascii_digit() => {
-                let start = i - 1;
-                while chars.get(i).is_some_and(char::is_ascii_digit) {
-                    i += 1;
-                }
-                let n = chars_between(&chars, start, i)
-                    .parse()
-                    .map_err(|_| Unsupported("a repeat count too large".into()))?;
-                out.push(Token::Number(n));
-            }
+            c if c.is_ascii_digit() => i = number(&chars, i - 1, &mut out)?,
             '?' | '!' if at_line_start => i = name(&chars, i, &mut out),
             c if c.is_alphabetic() || c == '_' => i = name(&chars, i - 1, &mut out),
             ':' | '|' | '(' | ')' | '[' | ']' | '*' | '+' | '~' | ',' | '.' | '?' => {
@@ -133,6 +91,52 @@ fn tokens(text: &str) -> Result<Vec<Token>, Unsupported> {
         }
     }
     Ok(out)
+}
+
+/// Where the line that `i` is on ends (at its `\n`, or the text's end).
+fn line_end(chars: &[char], mut i: usize) -> usize {
+    while chars.get(i).is_some_and(|&c| c != '\n') {
+        i += 1;
+    }
+    i
+}
+
+/// A quoted literal after its opening quote at `start - 1`, with its `i` flag; returns where
+/// it ends.
+fn literal(chars: &[char], start: usize, out: &mut Vec<Token>) -> Result<usize, Unsupported> {
+    let (literal, mut i) = quoted(chars, start, '"')?;
+    let insensitive = chars.get(i) == Some(&'i');
+    if insensitive {
+        i += 1;
+    }
+    out.push(Token::Literal(literal, insensitive));
+    Ok(i)
+}
+
+/// A regular expression after its opening slash at `start - 1`, with its flags; returns where
+/// it ends.
+fn regex_token(chars: &[char], start: usize, out: &mut Vec<Token>) -> Result<usize, Unsupported> {
+    let (regex, mut i) = regex(chars, start)?;
+    let mut flags = String::new();
+    while let Some(&f) = chars.get(i).filter(|c| c.is_ascii_lowercase()) {
+        flags.push(f);
+        i += 1;
+    }
+    out.push(Token::Regex(regex, flags));
+    Ok(i)
+}
+
+/// A repeat count from `start`; returns where it ends.
+fn number(chars: &[char], start: usize, out: &mut Vec<Token>) -> Result<usize, Unsupported> {
+    let mut i = start + 1;
+    while chars.get(i).is_some_and(char::is_ascii_digit) {
+        i += 1;
+    }
+    let n = chars_between(chars, start, i)
+        .parse()
+        .map_err(|_| Unsupported("a repeat count too large".into()))?;
+    out.push(Token::Number(n));
+    Ok(i)
 }
 
 fn chars_between(chars: &[char], start: usize, end: usize) -> String {

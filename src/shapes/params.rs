@@ -4,9 +4,8 @@
 //! an argument nobody knows). The original ignored unknown arguments silently.
 
 use crate::args::Obj;
-use crate::call::Tuning;
+use crate::call::{RESERVED_TEMPLATE_KWARGS, Tuning};
 use crate::error::{CallError, CallResult};
-use crate::local::template::RESERVED;
 use serde_json::{Map, Value};
 use std::collections::HashSet;
 
@@ -184,13 +183,16 @@ fn template_kwargs(o: &Obj<'_>) -> CallResult<Map<String, Value>> {
             ));
         }
     };
-    if let Some(name) = RESERVED.iter().find(|name| kwargs.contains_key(**name)) {
+    if let Some(name) = RESERVED_TEMPLATE_KWARGS
+        .iter()
+        .find(|name| kwargs.contains_key(**name))
+    {
         return Err(CallError::at(
             &format!("{}.{name}", o.path(key)),
             format!(
                 "`{name}` is set by the server from the request itself; template arguments \
                  cannot replace {}",
-                RESERVED.join(", ")
+                RESERVED_TEMPLATE_KWARGS.join(", ")
             ),
         ));
     }

@@ -254,19 +254,7 @@ fn input_item(
             let role = (!blocks.is_empty()).then_some(Role::Assistant);
             Ok((role, "assistant", blocks))
         }
-        "compaction" => {
-            let content = item.required_str("encrypted_content")?;
-            let Some(summary) = compaction_summary(content) else {
-                return Err(CallError::at(
-                    &item.path("encrypted_content"),
-                    "a compaction item this server did not make: its content cannot be read \
-                     here; compact the conversation with this server's POST \
-                     /v1/responses/compact, or send the conversation itself",
-                ));
-            };
-            let text = format!("{COMPACTION_LEAD}\n\n{summary}");
-            Ok((Some(Role::User), "user", vec![Block::Text(text)]))
-        }
+        "compaction" => Ok((Some(Role::User), "user", vec![compaction_item(item)?])),
         _ => {
             let role = item.required_enum("role", &ROLES)?;
             let blocks = content(item.required("content")?, &item.path("content"), limits)?;
@@ -284,6 +272,21 @@ fn input_item(
             }
         }
     }
+}
+
+/// A compaction item this server made: the conversation's summary, after its lead, as the
+/// user's text.
+fn compaction_item(item: &Obj<'_>) -> CallResult<Block> {
+    let content = item.required_str("encrypted_content")?;
+    let Some(summary) = compaction_summary(content) else {
+        return Err(CallError::at(
+            &item.path("encrypted_content"),
+            "a compaction item this server did not make: its content cannot be read here; \
+             compact the conversation with this server's POST /v1/responses/compact, or send \
+             the conversation itself",
+        ));
+    };
+    Ok(Block::Text(format!("{COMPACTION_LEAD}\n\n{summary}")))
 }
 
 /// A reasoning item sent back: its `reasoning_text` content as the assistant's reasoning (a

@@ -186,23 +186,10 @@ fn plain_tools(
                 tools.push(tool);
                 return;
             };
-            let mut tool = tool;
-            if let Some(namespace) = namespace {
-                let function = chosen_name(counts, Some(namespace), &name);
-                if let Some(o) = tool.as_object_mut() {
-                    o.insert("name".into(), json!(function));
-                    o.remove("namespace");
-                }
-                names.add(
-                    function,
-                    Declared {
-                        name,
-                        namespace: Some(namespace.to_owned()),
-                        custom: false,
-                    },
-                );
-            }
-            tools.push(tool);
+            tools.push(match namespace {
+                Some(namespace) => namespaced_function(tool, name, namespace, counts, names),
+                None => tool,
+            });
         }
         Some("custom") => {
             let Some(name) = tool.get("name").and_then(Value::as_str).map(str::to_owned) else {
@@ -236,6 +223,31 @@ fn plain_tools(
             crate::error::clip(other)
         )),
     }
+}
+
+/// A function tool declared in `namespace` as the model sees it: renamed (its own name where
+/// no other tool has it), the name it was declared with kept in `names`.
+fn namespaced_function(
+    mut tool: Value,
+    name: String,
+    namespace: &str,
+    counts: &HashMap<String, usize>,
+    names: &mut Names,
+) -> Value {
+    let function = chosen_name(counts, Some(namespace), &name);
+    if let Some(o) = tool.as_object_mut() {
+        o.insert("name".into(), json!(function));
+        o.remove("namespace");
+    }
+    names.add(
+        function,
+        Declared {
+            name,
+            namespace: Some(namespace.to_owned()),
+            custom: false,
+        },
+    );
+    tool
 }
 
 /// A custom tool as a function of one string argument, `input`, its format said in its
@@ -297,26 +309,31 @@ fn grammar(tool: &Value) -> Option<(&str, &str)> {
     Some((syntax, format.get("definition")?.as_str()?))
 }
 
+/// Why a custom tool's grammar is not enforced.
+#[derive(Debug, thiserror::Error)]
+enum Unenforced {
+    #[error(transparent)]
+    Lark(#[from] super::lark::Unsupported),
+    /// The grammar's syntax (clipped) is neither `lark` nor `regex`.
+    #[error("the syntax {0:?} is not known")]
+    Syntax(String),
+    /// The expression does not parse: the first line of the parser's message.
+    #[error("the expression does not parse ({0})")]
+    Regex(String),
+}
+
 /// The JSON Schema `pattern` the whole text must match under a `syntax` grammar, or why there
 /// is none.
-fn pattern(syntax: &str, definition: &str) -> Result<String, String> {
+fn pattern(syntax: &str, definition: &str) -> Result<String, Unenforced> {
     let regex = match syntax {
         "regex" => definition.to_owned(),
-        "lark" => super::lark::to_regex(definition).map_err(|e| e.to_string())?,
-        other => {
-            return Err(format!(
-                "the syntax {:?} is not known",
-                crate::error::clip(other)
-            ));
-        }
+        "lark" => super::lark::to_regex(definition)?,
+        other => return Err(Unenforced::Syntax(crate::error::clip(other).into_owned())),
     };
     let pattern = format!("^(?:{regex})$");
-    regex_syntax::Parser::new().parse(&pattern).map_err(|e| {
-        format!(
-            "the expression does not parse ({})",
-            first_line(&e.to_string())
-        )
-    })?;
+    regex_syntax::Parser::new()
+        .parse(&pattern)
+        .map_err(|e| Unenforced::Regex(first_line(&e.to_string()).to_owned()))?;
     Ok(pattern)
 }
 

@@ -223,39 +223,12 @@ fn turn_messages(turn: &Turn, reader: Reader, out: &mut Vec<Message>) {
             Block::Text(_) | Block::Image { .. } | Block::Audio { .. } => {
                 parts.extend(part(block, reader));
             }
-            Block::ToolUse { id, name, input } => calls.push(match reader {
-                Reader::Api => ToolCall::api(
-                    Some(id.clone()),
-                    name.clone(),
-                    pyjson::dumps_object(input, Style::PLAIN),
-                ),
-                Reader::Template => ToolCall {
-                    id: Some(template_id(id)),
-                    kind: function(),
-                    function: FunctionCall {
-                        name: name.clone(),
-                        arguments: Arguments::Object(input.clone()),
-                    },
-                },
-            }),
+            Block::ToolUse { id, name, input } => calls.push(tool_call(id, name, input, reader)),
             Block::ToolResult {
                 id,
                 content,
                 is_error,
-            } => {
-                let text = join_text(content, "\n");
-                let text = if *is_error {
-                    format!("Error: {text}")
-                } else {
-                    text
-                };
-                let mut message = Message::text(Speaker::Tool, text);
-                message.tool_call_id = Some(match reader {
-                    Reader::Api => id.clone(),
-                    Reader::Template => template_id(id),
-                });
-                out.push(message);
-            }
+            } => out.push(tool_result(id, content, *is_error, reader)),
         }
     }
     let content = match reader {
@@ -273,6 +246,43 @@ fn turn_messages(turn: &Turn, reader: Reader, out: &mut Vec<Message>) {
             reasoning_content: reasoning,
         });
     }
+}
+
+/// A call the model made, as `reader` reads it: its arguments as JSON text for an API, as an
+/// object for a template.
+fn tool_call(id: &str, name: &str, input: &Map<String, Value>, reader: Reader) -> ToolCall {
+    match reader {
+        Reader::Api => ToolCall::api(
+            Some(id.to_owned()),
+            name.to_owned(),
+            pyjson::dumps_object(input, Style::PLAIN),
+        ),
+        Reader::Template => ToolCall {
+            id: Some(template_id(id)),
+            kind: function(),
+            function: FunctionCall {
+                name: name.to_owned(),
+                arguments: Arguments::Object(input.clone()),
+            },
+        },
+    }
+}
+
+/// A tool's result as the `tool` message answering the call `id`: its text, after `Error: `
+/// when it is an error.
+fn tool_result(id: &str, content: &[Block], is_error: bool, reader: Reader) -> Message {
+    let text = join_text(content, "\n");
+    let text = if is_error {
+        format!("Error: {text}")
+    } else {
+        text
+    };
+    let mut message = Message::text(Speaker::Tool, text);
+    message.tool_call_id = Some(match reader {
+        Reader::Api => id.to_owned(),
+        Reader::Template => template_id(id),
+    });
+    message
 }
 
 /// A call's id as templates are given it: nine letters and digits, the same for the same id

@@ -52,6 +52,54 @@ pub enum Family {
     Generic,
 }
 
+impl Family {
+    /// The markers that open this family's calls, and those of its own it drops.
+    fn call_markers(self) -> Vec<(&'static str, Action)> {
+        use Action::{Calls, Drop};
+        /// Calls as JSON objects with a name and arguments, and no closing marker.
+        const JSON: Kind = Kind::Json {
+            close: None,
+            keys: NAME_ARGS,
+        };
+        match self {
+            Family::Hermes | Family::Generic => vec![("<tool_call>", Calls(Kind::HERMES))],
+            Family::Llama3 => vec![("<|python_tag|>", Calls(JSON))],
+            Family::MistralList => vec![("[TOOL_CALLS]", Calls(JSON))],
+            Family::MistralArgs => vec![("[TOOL_CALLS]", Calls(Kind::MistralArgs))],
+            Family::Harmony => vec![
+                ("<|start|>", Calls(Kind::Harmony)),
+                ("<|channel|>", Calls(Kind::Harmony)),
+                ("<|end|>", Drop),
+                ("<|return|>", Drop),
+                ("<|call|>", Drop),
+            ],
+            Family::DeepSeekR1 | Family::DeepSeekV31 => {
+                vec![("<｜tool▁calls▁begin｜>", Calls(Kind::DeepSeek))]
+            }
+            Family::Qwen3Coder => vec![("<tool_call>", Calls(Kind::Coder))],
+            Family::CommandR => vec![
+                ("<|START_ACTION|>", Calls(Kind::COMMAND_R)),
+                ("<|START_RESPONSE|>", Drop),
+                ("<|END_RESPONSE|>", Drop),
+            ],
+            Family::Granite => vec![
+                ("<|tool_call|>", Calls(JSON)),
+                ("<response>", Drop),
+                ("</response>", Drop),
+            ],
+            Family::Glm => vec![("<tool_call>", Calls(Kind::Glm))],
+            Family::Kimi => vec![("<|tool_calls_section_begin|>", Calls(Kind::Kimi))],
+            Family::Phi4 => vec![(
+                "<|tool_call|>",
+                Calls(Kind::Json {
+                    close: Some("<|/tool_call|>"),
+                    keys: NAME_ARGS,
+                }),
+            )],
+        }
+    }
+}
+
 /// How a family marks its reasoning.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Thinking {
@@ -273,67 +321,13 @@ impl Format {
 
     /// The markers in the text and what each does.
     fn markers(&self) -> Vec<(&'static str, Action)> {
-        use Action::{Calls, Drop};
-        let mut markers = match self.family {
-            Family::Hermes | Family::Generic => vec![("<tool_call>", Calls(Kind::HERMES))],
-            Family::Llama3 => vec![(
-                "<|python_tag|>",
-                Calls(Kind::Json {
-                    close: None,
-                    keys: NAME_ARGS,
-                }),
-            )],
-            Family::MistralList => vec![(
-                "[TOOL_CALLS]",
-                Calls(Kind::Json {
-                    close: None,
-                    keys: NAME_ARGS,
-                }),
-            )],
-            Family::MistralArgs => vec![("[TOOL_CALLS]", Calls(Kind::MistralArgs))],
-            Family::Harmony => vec![
-                ("<|start|>", Calls(Kind::Harmony)),
-                ("<|channel|>", Calls(Kind::Harmony)),
-                ("<|end|>", Drop),
-                ("<|return|>", Drop),
-                ("<|call|>", Drop),
-            ],
-            Family::DeepSeekR1 | Family::DeepSeekV31 => {
-                vec![("<｜tool▁calls▁begin｜>", Calls(Kind::DeepSeek))]
-            }
-            Family::Qwen3Coder => vec![("<tool_call>", Calls(Kind::Coder))],
-            Family::CommandR => vec![
-                ("<|START_ACTION|>", Calls(Kind::COMMAND_R)),
-                ("<|START_RESPONSE|>", Drop),
-                ("<|END_RESPONSE|>", Drop),
-            ],
-            Family::Granite => vec![
-                (
-                    "<|tool_call|>",
-                    Calls(Kind::Json {
-                        close: None,
-                        keys: NAME_ARGS,
-                    }),
-                ),
-                ("<response>", Drop),
-                ("</response>", Drop),
-            ],
-            Family::Glm => vec![("<tool_call>", Calls(Kind::Glm))],
-            Family::Kimi => vec![("<|tool_calls_section_begin|>", Calls(Kind::Kimi))],
-            Family::Phi4 => vec![(
-                "<|tool_call|>",
-                Calls(Kind::Json {
-                    close: Some("<|/tool_call|>"),
-                    keys: NAME_ARGS,
-                }),
-            )],
-        };
+        let mut markers = self.family.call_markers();
         if let Some((open, close)) = self.reasoning_markers()
             && self.thinking != Thinking::Harmony
         {
             markers.push((open, Action::Reasoning));
             // A close with no open: the template opened the reasoning, unseen.
-            markers.push((close, Drop));
+            markers.push((close, Action::Drop));
         }
         markers
     }
