@@ -20,13 +20,12 @@
 mod codex_catalog;
 
 use crate::common::openai::{Reply, Scripted, Seen, completion};
-use crate::common::{Killed, free_port, http_client, peer};
+use crate::common::{Killed, peer};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_agent-as-model");
 /// The server's `--auth-token`, which every CLI is given as its API key.
 const TOKEN: &str = "test";
 /// The longest a CLI may run; it is killed (with everything it started) after that.
@@ -197,47 +196,18 @@ impl Server {
     async fn start_with(world: &World, models: &str, env: &[(&str, &str)]) -> Server {
         let file = world.path("models.toml");
         std::fs::write(&file, models).unwrap();
-        let port = free_port();
         let log = world.path("server.log");
-        let child = Command::new(BIN)
-            .args([
-                "--http",
-                &format!("127.0.0.1:{port}"),
-                "--auth-token",
-                TOKEN,
-            ])
+        let server = crate::common::server::Server::new()
+            .http_flag()
+            .args(["--auth-token", TOKEN])
             .args(["--models", &file])
-            .env("RUST_LOG", "info")
-            .envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        let mut child = Killed(child);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(r) = http_client()
-                .get(format!("http://127.0.0.1:{port}/healthz"))
-                .send()
-                .await
-                && r.status() == 200
-            {
-                break;
-            }
-            if let Ok(Some(status)) = child.0.try_wait() {
-                panic!(
-                    "the server exited ({status}) before it listened: {}",
-                    std::fs::read_to_string(&log).unwrap_or_default()
-                );
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the server did not answer /healthz within 30 s: {}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+            .log_level("info")
+            .envs(env)
+            .log_file(Path::new(&log))
+            .ready_within(Duration::from_secs(30))
+            .http()
+            .await;
+        let (child, port) = (server.child, server.port);
         let sock = world.path("api.sock");
         let listener = tokio::net::UnixListener::bind(&sock).unwrap();
         // What the CLI sends is kept with the test's requests, when they are kept.

@@ -11,13 +11,12 @@
 //! JSON; the assertions are here. One more test asks the embedded model through every SDK.
 
 use crate::common::openai::{Reply, Scripted, Seen, completion};
-use crate::common::{Killed, free_port, http_client, sdk_python};
+use crate::common::{Killed, sdk_python};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-const BIN: &str = env!("CARGO_BIN_EXE_agent-as-model");
 pub(crate) const TOKEN: &str = "sk-api-sdks-token-0123456789abcdef";
 pub(crate) const QUESTION: &str = "What is the capital of France?";
 /// What `paris` answers whole and `paris-live` in pieces.
@@ -89,49 +88,25 @@ impl Server {
 
     /// The server started with `env` set besides.
     pub(crate) async fn with_env(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Server {
-        let port = free_port();
         let log = dir.join("server.log");
-        let mut child = std::process::Command::new(BIN)
-            .arg("--http")
-            .arg(format!("127.0.0.1:{port}"))
+        // The embedded model may be loaded before the listener opens: a generous bound.
+        let server = crate::common::server::Server::new()
+            .http_flag()
             .args(["--auth-token", TOKEN])
             .args(args)
-            .envs(env.iter().copied())
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        let url = format!("http://127.0.0.1:{port}");
-        // The embedded model may be loaded before the listener opens: a generous bound.
-        let deadline = Instant::now() + Duration::from_secs(180);
-        loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                panic!(
-                    "the server exited ({status}) before serving:\n{}",
-                    std::fs::read_to_string(&log).unwrap_or_default()
-                );
-            }
-            if let Ok(r) = http_client().get(format!("{url}/healthz")).send().await
-                && r.status() == 200
-            {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the server did not answer /healthz:\n{}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+            .envs(env)
+            .log_level("info")
+            .log_file(&log)
+            .ready_within(Duration::from_secs(180))
+            .http()
+            .await;
         // The clients' port: the server's, or one that keeps what they send on the way to it.
         let url = format!(
             "http://127.0.0.1:{}",
-            crate::common::requests::front(port).await
+            crate::common::requests::front(server.port).await
         );
         Server {
-            child: Killed(child),
+            child: server.child,
             url,
             log,
         }

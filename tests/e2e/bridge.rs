@@ -8,11 +8,11 @@ use crate::common::*;
 use crate::local::{TURN, first_try};
 use serde_json::json;
 
-const BIN: &str = env!("CARGO_BIN_EXE_agent-as-model");
+use crate::common::server::BIN;
 
 /// The bridge in front of `downstream`, as a host would start it.
 fn bridge(downstream: &[&str], extra: &[&str]) -> tokio::process::Command {
-    let mut cmd = tokio::process::Command::new(BIN);
+    let mut cmd = crate::common::server::Server::new().tokio_command();
     cmd.arg("bridge")
         .args(extra)
         .arg("--")
@@ -247,7 +247,7 @@ async fn a_streamable_http_downstream_is_reached_with_its_token() {
     let server = crate::http::start(&[("AGENT_AS_MODEL_AUTH_TOKEN", token)]).await;
     let url = format!("{}/mcp", server.url);
     for down in ["legacy", "modern"] {
-        let mut cmd = tokio::process::Command::new(BIN);
+        let mut cmd = crate::common::server::Server::new().tokio_command();
         cmd.args(["bridge", "--downstream-era", down, "--url", &url])
             .env("AGENT_AS_MODEL_DOWNSTREAM_TOKEN", token)
             .env("RUST_LOG", "error");
@@ -257,7 +257,8 @@ async fn a_streamable_http_downstream_is_reached_with_its_token() {
         client.cancel().await.unwrap();
     }
     // Without the token the downstream refuses, and the bridge says so at start.
-    let out = tokio::process::Command::new(BIN)
+    let out = crate::common::server::Server::new()
+        .tokio_command()
         .args(["bridge", "--url", &url])
         .env("RUST_LOG", "error")
         .stdin(std::process::Stdio::null())

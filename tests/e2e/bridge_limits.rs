@@ -113,12 +113,11 @@ const SMALL_LIMITS: [(&str, &str); 2] = [
 #[test]
 fn a_downstream_answer_over_the_line_limit_fails_the_call_at_once() {
     let mut raw = start_with(&SMALL_LIMITS);
-    let started = std::time::Instant::now();
     raw.send(&tools_call(json!(1), "huge", json!({"n": 3_000_000})));
+    // Answered before the test's deadline of 20 s.
     let reply = raw
         .recv_id(&json!(1), Duration::from_secs(20))
-        .unwrap_or_else(|| panic!("no answer; stderr: {}", raw.stderr()));
-    assert!(started.elapsed() < Duration::from_secs(20));
+        .unwrap_or_else(|| panic!("no answer within 20 s; stderr: {}", raw.stderr()));
     assert_eq!(reply["error"]["code"], -32603, "{reply}");
     let message = reply["error"]["message"].as_str().unwrap();
     assert!(

@@ -1,14 +1,16 @@
 //! The process as a host launches it: flags, stdout carrying only JSON-RPC, exit on EOF.
 
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
-
-const BIN: &str = env!("CARGO_BIN_EXE_agent-as-model");
 
 #[test]
 fn help_and_version() {
-    let out = Command::new(BIN).arg("--version").output().unwrap();
+    let out = crate::common::server::Server::new()
+        .command()
+        .arg("--version")
+        .output()
+        .unwrap();
     assert!(out.status.success());
     let version = String::from_utf8_lossy(&out.stdout);
     let mut lines = version.lines();
@@ -22,20 +24,29 @@ fn help_and_version() {
         eras.contains("2026-07-28") && eras.contains("legacy 2025-11-25"),
         "{eras}"
     );
-    let out = Command::new(BIN).arg("--help").output().unwrap();
+    let out = crate::common::server::Server::new()
+        .command()
+        .arg("--help")
+        .output()
+        .unwrap();
     assert!(out.status.success());
     let help = String::from_utf8_lossy(&out.stdout);
     assert!(
         help.contains("AGENT_AS_MODEL_SAMPLING_TIMEOUT_SECS") && help.contains("sampling"),
         "{help}"
     );
-    let out = Command::new(BIN).arg("--bogus").output().unwrap();
+    let out = crate::common::server::Server::new()
+        .command()
+        .arg("--bogus")
+        .output()
+        .unwrap();
     assert!(!out.status.success());
 }
 
 #[test]
 fn a_short_state_key_is_refused_at_startup() {
-    let out = Command::new(BIN)
+    let out = crate::common::server::Server::new()
+        .command()
         .env("AGENT_AS_MODEL_STATE_KEY", "short")
         .stdin(Stdio::null())
         .output()
@@ -55,7 +66,7 @@ fn an_empty_auth_token_is_refused_at_startup() {
         (Some("   "), vec![]),
         (None, vec!["--auth-token", ""]),
     ] {
-        let mut command = Command::new(BIN);
+        let mut command = crate::common::server::Server::new().command();
         command
             .args(["--http", &address])
             .args(&args)
@@ -87,7 +98,8 @@ fn an_empty_auth_token_is_refused_at_startup() {
 
 #[test]
 fn stdout_is_only_json_rpc_and_the_process_exits_when_stdin_closes() {
-    let mut child = Command::new(BIN)
+    let mut child = crate::common::server::Server::new()
+        .command()
         .env("RUST_LOG", "debug") // even with every log line on, stdout stays clean
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

@@ -104,6 +104,12 @@ async fn codex_with_a_catalog_name_runs_exec_and_a_namespaced_tool_through_a_pro
     assert_no_client_credential(&seen);
 }
 
+/// On the embedded model: the model calls `exec` (its call held to exec's grammar, inside the
+/// arguments the model writes), Codex runs it and asks again with the call and its output, which
+/// the model reads on from its cache. Codex prints no item for a code-mode `exec` in `--json`, and
+/// in one turn of `codex exec` a second request follows only a tool's output: the server's log
+/// of answers shows the round trip. (Whether the 0.5B model writes JavaScript that reads the file
+/// is the model's skill, not the wire's: not asserted.)
 #[tokio::test]
 async fn codex_with_a_catalog_name_runs_exec_on_the_embedded_model() {
     let _turn = crate::local::TURN.lock().await;
@@ -124,5 +130,28 @@ async fn codex_with_a_catalog_name_runs_exec_on_the_embedded_model() {
         ),
     );
     cli.args.insert(1, "--json".into());
-    local_round_trip(&world, &server, cli, &["\"custom_tool_call\""]).await;
+    let run = run_until(&world, &server, cli, LOCAL_LIMIT, |_, log| {
+        local_answers(log).len() >= 2
+    })
+    .await;
+    let answers = local_answers(&run.server_log);
+    eprintln!("Codex ({SOL}) on the embedded model: answers {answers:?}");
+    assert!(
+        answers.len() >= 2,
+        "Codex did not ask again after the model's exec call: {answers:?}{run}"
+    );
+    let (first, second) = (&answers[0], &answers[1]);
+    assert!(
+        second.prompt_tokens > first.prompt_tokens,
+        "the second request does not carry the call and its output: {answers:?}{run}"
+    );
+    assert!(
+        second.cached_tokens * 10 >= second.prompt_tokens * 9,
+        "the second turn read {} of its {} prompt tokens from the cache, under 90%{run}",
+        second.cached_tokens,
+        second.prompt_tokens
+    );
+    if run.status.is_some() {
+        assert!(run.succeeded(), "{run}");
+    }
 }

@@ -174,8 +174,10 @@ pub fn few_shot_paris(raw: &mut Raw) -> String {
     text.to_owned()
 }
 
-/// Gemma 3 270M (Q4_K_M), which `scripts/test` assembles from its PyPI chunk packages.
+/// Gemma 3 270M (Q4_K_M), which `scripts/test` assembles from its PyPI chunk packages. It fails
+/// in the fast tier (`common::tier`).
 pub fn gemma() -> String {
+    crate::common::tier::needs_model("the Gemma 3 file");
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/target/peers/gemma-3-270m-q4_k_m.gguf"
@@ -330,19 +332,16 @@ fn a_models_runaway_chat_template_fails_the_call_and_the_model_answers_on() {
         );
         // Twice: the call fails, and the model's thread is free for the next one.
         for id in ["first", "second"] {
-            let started = std::time::Instant::now();
             raw.send(&generate(id, "Say hi.", 3));
+            // Answered before the test's deadline of 30 s.
             let reply = raw
-                .recv_id(&json!(id), LONG)
-                .unwrap_or_else(|| panic!("{name}: no answer; stderr: {}", raw.stderr()));
+                .recv_id(&json!(id), Duration::from_secs(30))
+                .unwrap_or_else(|| {
+                    panic!("{name}: no answer within 30 s; stderr: {}", raw.stderr())
+                });
             assert_eq!(reply["result"]["isError"], true, "{name}: {reply}");
             let text = reply["result"]["content"][0]["text"].as_str().unwrap();
             assert!(text.contains(expected), "{name}: {text}");
-            assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "{name}: took {:?}",
-                started.elapsed()
-            );
         }
         let entry = local_entry(&mut raw, "models");
         assert_eq!(entry["status"], "ready", "{name}: {entry}");

@@ -8,7 +8,6 @@ use serde_json::{Value, json};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_agent-as-model");
 const KEY: &str = "http-test-sealing-key-0123456789abcdef";
 
 pub struct Replica {
@@ -22,34 +21,16 @@ pub async fn start(env: &[(&str, &str)]) -> Replica {
 
 /// A server whose log goes to `stderr`.
 pub async fn start_logging(env: &[(&str, &str)], stderr: Stdio) -> Replica {
-    let port = free_port();
-    let mut command = Command::new(BIN);
-    command
-        .env("AGENT_AS_MODEL_HTTP", format!("127.0.0.1:{port}"))
-        .env("RUST_LOG", "error")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(stderr);
-    for (k, v) in env {
-        command.env(k, v);
+    let server = crate::common::server::Server::new()
+        .log_level("error")
+        .envs(env)
+        .stderr(stderr)
+        .http()
+        .await;
+    Replica {
+        child: server.child,
+        url: server.url,
     }
-    let replica = Replica {
-        child: Killed(command.spawn().unwrap()),
-        url: format!("http://127.0.0.1:{port}"),
-    };
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while Instant::now() < deadline {
-        if let Ok(r) = crate::common::http_client()
-            .get(format!("{}/healthz", replica.url))
-            .send()
-            .await
-            && r.status() == 200
-        {
-            return replica;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("the HTTP server did not come up");
 }
 
 pub fn meta() -> Value {

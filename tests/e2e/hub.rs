@@ -565,7 +565,8 @@ fn a_missing_file_and_a_missing_token_are_named() {
 
 #[test]
 fn a_malformed_hub_source_is_refused_at_start() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_agent-as-model"))
+    let out = crate::common::server::Server::new()
+        .command()
         .args(["--model", "hf:only-an-owner"])
         .output()
         .unwrap();

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-const BIN: &str = env!("CARGO_BIN_EXE_agent-as-model");
+use crate::common::server::BIN;
 
 /// A folder of the test's own, with a home, a working folder and a models file naming the
 /// provider on `port`.
@@ -190,25 +190,34 @@ fn a_cli_that_is_not_installed_is_named_with_how_to_install_it() {
             "npm install -g opencode-ai",
         ),
     ] {
-        let started = std::time::Instant::now();
-        let (code, _, stderr) = launch(
-            &format!("missing-{cli}"),
-            cli,
-            arguments,
-            "/usr/bin:/bin:/usr/sbin:/sbin",
+        // Told before the test's deadline of a minute (the launch itself is bounded at 300 s).
+        let (name, cli_name) = (format!("missing-{cli}"), cli.to_owned());
+        let arguments: Vec<String> = arguments.iter().map(|a| (*a).to_owned()).collect();
+        let (code, _, stderr) = crate::common::before_blocking(
+            Duration::from_secs(60),
+            &format!("launch {cli} without {cli}"),
+            move || {
+                let arguments: Vec<&str> = arguments.iter().map(String::as_str).collect();
+                launch(
+                    &name,
+                    &cli_name,
+                    &arguments,
+                    "/usr/bin:/bin:/usr/sbin:/sbin",
+                )
+            },
         );
         assert_ne!(code, 0);
         assert!(
             stderr.contains(named) && stderr.contains(install),
             "{stderr}"
         );
-        assert!(started.elapsed() < Duration::from_secs(60));
     }
 }
 
 /// `agent-as-model ARGUMENTS` with `path` as PATH: its exit status and stdout.
 fn help(arguments: &[&str], path: &str) -> (i32, String) {
-    let out = Command::new(BIN)
+    let out = crate::common::server::Server::new()
+        .command()
         .args(arguments)
         .env("PATH", path)
         // The models the options given name, and no others.

@@ -6,20 +6,22 @@ use crate::common::*;
 use serde_json::{Value, json};
 use std::sync::OnceLock;
 
-const BIN: &str = env!("CARGO_BIN_EXE_agent-as-model");
-
 /// The tests that run the model take turns, whether in a server they start or in a `try`
 /// process: each process loads its own copy and runs llama.cpp on every core, and two such
 /// processes at once on a small machine slow each other's spinning threads many times over
-/// (a 5 s call took over 60 s in CI beside a `try`).
-pub static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+/// (a 5 s call took over 60 s in CI beside a `try`). Taking it fails in the fast tier
+/// (`common::tier`).
+pub static TURN: crate::common::tier::Turn = crate::common::tier::Turn::new();
 
 /// `try "What is the capital of France?"`, run once: it fetches the model when it is not
-/// cached, and its output is the first test's subject.
+/// cached, and its output is the first test's subject. It fails in the fast tier
+/// (`common::tier`).
 pub fn first_try() -> &'static std::process::Output {
+    crate::common::tier::needs_model("the embedded model's fetch");
     static OUTPUT: OnceLock<std::process::Output> = OnceLock::new();
     OUTPUT.get_or_init(|| {
-        std::process::Command::new(BIN)
+        crate::common::server::Server::new()
+            .command()
             .args(["try", "What is the capital of France?"])
             .env("RUST_LOG", "warn")
             .output()
@@ -68,7 +70,7 @@ fn llama_cpps_log_is_shown_when_asked_and_the_process_exits_cleanly() {
     let _ = first_try();
     let _turn = TURN.blocking_lock();
     let run = |filter: Option<&str>| {
-        let mut command = std::process::Command::new(BIN);
+        let mut command = crate::common::server::Server::new().command();
         command.args(["try", "Say hi."]).env_remove("RUST_LOG");
         if let Some(filter) = filter {
             command.env("RUST_LOG", filter);
@@ -92,7 +94,7 @@ fn llama_cpps_log_is_shown_when_asked_and_the_process_exits_cleanly() {
 fn try_prints_the_whole_result_and_structured_output() {
     let _ = first_try();
     let _turn = TURN.blocking_lock();
-    let out = std::process::Command::new(BIN)
+    let out = crate::common::server::Server::new().command()
         .args([
             "try",
             "--json",
@@ -372,9 +374,11 @@ async fn an_emulated_tool_call_comes_back_from_a_host_that_cannot_take_tools() {
         sampling_tools: false,
         live: None,
     };
-    let command = tokio::process::Command::new(BIN).configure(|c| {
-        c.env("RUST_LOG", "error");
-    });
+    let command = crate::common::server::Server::new()
+        .tokio_command()
+        .configure(|c| {
+            c.env("RUST_LOG", "error");
+        });
     let client = reference
         .serve(TokioChildProcess::new(command).unwrap())
         .await

@@ -88,7 +88,6 @@ async fn local_models_load_on_demand_and_unload_by_keep_alive_and_for_room() {
     // Room for two of the three (each counts its file and a tenth more).
     let budget = (bytes + bytes / 10) * 2 + (bytes / 20);
     let _turn = crate::local::TURN.lock().await;
-    let started = Instant::now();
     let server = Server::start(
         &dir,
         &[
@@ -99,9 +98,7 @@ async fn local_models_load_on_demand_and_unload_by_keep_alive_and_for_room() {
         ],
     )
     .await;
-    // Nothing is loaded at start, so the server is up at once.
-    let up = started.elapsed();
-    assert!(up < Duration::from_secs(5), "took {up:?} to start");
+    // Nothing is loaded at start: the server listened before it loaded any model.
     assert!(loaded(&server).await.is_empty());
 
     let (status, body) = chat(&server, "a").await;

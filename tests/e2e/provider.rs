@@ -167,22 +167,36 @@ async fn tools_and_schemas_go_natively_or_by_prompt_as_configured() {
 
 #[tokio::test]
 async fn rate_limits_are_retried_after_the_time_the_provider_asks() {
+    use std::time::Duration;
+    // The provider asks for 2 s, four times the first backoff the server would take unasked.
     let limited = Reply::Answer(
         429,
-        vec![("Retry-After".into(), "1".into())],
+        vec![("Retry-After".into(), "2".into())],
         json!({"error": {"message": "slow down"}}).to_string(),
     );
     let server = Scripted::start(vec![limited, Reply::json(200, &completion("ok"))]).await;
     let client = connect_with_env(Host::echo(), Era::Legacy, &env(&server.url, &[])).await;
-    let started = std::time::Instant::now();
-    let r = call(&client, "generate", json!({"prompt": "hi"})).await;
+    // The order of events: the 429, then the test's marker 1 s later, then the retry. A
+    // server that did not wait as asked would retry before the marker.
+    let marker = async {
+        crate::common::before(Duration::from_secs(30), "the first request", async {
+            while server.seen().is_empty() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        server.seen().len()
+    };
+    let (r, seen_at_marker) =
+        tokio::join!(call(&client, "generate", json!({"prompt": "hi"})), marker);
+    assert_eq!(
+        seen_at_marker, 1,
+        "the retry came before the marker: Retry-After was not honoured"
+    );
     assert!(!is_error(&r), "{}", text(&r));
     assert_eq!(text(&r), "ok");
     assert_eq!(server.seen().len(), 2);
-    assert!(
-        started.elapsed() >= std::time::Duration::from_millis(900),
-        "Retry-After honoured"
-    );
     client.cancel().await.unwrap();
 }
 
@@ -331,7 +345,8 @@ async fn without_a_fallback_the_error_says_how_to_turn_one_on() {
 
 #[test]
 fn a_provider_without_url_or_model_is_refused_at_startup() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_agent-as-model"))
+    let out = crate::common::server::Server::new()
+        .command()
         .env("AGENT_AS_MODEL_BACKEND", "provider")
         .env_remove("AGENT_AS_MODEL_PROVIDER_URL")
         .stdin(std::process::Stdio::null())

@@ -311,18 +311,26 @@ async fn redis_keeps_responses_within_the_size_and_for_the_time_set() {
     );
 }
 
-/// The status, body and time taken of a continuation from `id` at `base`.
-async fn continued(base: &str, id: &str) -> (u16, Value, Duration) {
-    let started = Instant::now();
-    let (status, headers, body) = create(
-        base,
-        &json!({"model": "gpt-4o-mini", "previous_response_id": id, "input": "More?"}),
+/// How long a client of the Redis tests waits for an answer: a Redis that is down or silent
+/// must fail the request before it.
+const CLIENT_DEADLINE: Duration = Duration::from_secs(8);
+
+/// The status and body of a continuation from `id` at `base`, answered before the client's
+/// deadline.
+async fn continued(base: &str, id: &str) -> (u16, Value) {
+    let (status, headers, body) = crate::common::before(
+        CLIENT_DEADLINE,
+        "a continuation",
+        create(
+            base,
+            &json!({"model": "gpt-4o-mini", "previous_response_id": id, "input": "More?"}),
+        ),
     )
     .await;
     if status == 503 {
         assert_eq!(headers["retry-after"], "1", "{body}");
     }
-    (status, body, started.elapsed())
+    (status, body)
 }
 
 async fn healthy(r: &Replica) {
@@ -346,13 +354,12 @@ async fn a_redis_that_is_down_or_silent_fails_requests_within_seconds_and_the_se
         &[("AGENT_AS_MODEL_RESPONSES_STORE", url.as_str())],
     )
     .await;
-    let (status, body, took) = continued(&r.url, "resp_earlier").await;
+    let (status, body) = continued(&r.url, "resp_earlier").await;
     assert_eq!(status, 503, "{body}");
     assert!(
         body["error"]["message"].as_str().unwrap().contains("Redis"),
         "{body}"
     );
-    assert!(took < Duration::from_secs(8), "{took:?}");
     let (status, _) = get(&format!("{}/v1/responses/resp_earlier", r.url)).await;
     assert_eq!(status, 503);
     healthy(&r).await;
@@ -372,28 +379,28 @@ async fn a_redis_that_is_down_or_silent_fails_requests_within_seconds_and_the_se
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     let id = made["id"].as_str().unwrap();
-    let (status, body, _) = continued(&r.url, id).await;
+    let (status, body) = continued(&r.url, id).await;
     assert_eq!(status, 200, "{body}");
 
     // Stopped (it holds the connection and answers nothing): bounded, not a hang.
     let pid = redis.child.0.id();
     signal(pid, "STOP");
-    let (status, body, took) = continued(&r.url, id).await;
+    let (status, body) = continued(&r.url, id).await;
     assert_eq!(status, 503, "{body}");
-    assert!(took < Duration::from_secs(8), "{took:?}");
     healthy(&r).await;
-    // An answer whose storing fails is still sent.
-    let started = Instant::now();
-    let (status, _, answered) =
-        create(&r.url, &json!({"model": "gpt-4o-mini", "input": "Hi"})).await;
+    // An answer whose storing fails is still sent, before the client's deadline.
+    let (status, _, answered) = crate::common::before(
+        CLIENT_DEADLINE,
+        "an answer whose storing fails",
+        create(&r.url, &json!({"model": "gpt-4o-mini", "input": "Hi"})),
+    )
+    .await;
     assert_eq!(status, 200, "{answered}");
-    assert!(started.elapsed() < Duration::from_secs(8));
 
     // Killed: refused at once.
     drop(redis);
-    let (status, body, took) = continued(&r.url, id).await;
+    let (status, body) = continued(&r.url, id).await;
     assert_eq!(status, 503, "{body}");
-    assert!(took < Duration::from_secs(8), "{took:?}");
     healthy(&r).await;
 }
 
@@ -426,7 +433,8 @@ async fn the_memory_store_forgets_the_oldest_past_its_count() {
 #[test]
 fn a_store_that_is_neither_memory_nor_redis_is_refused_at_start() {
     let port = free_port();
-    let out = Command::new(env!("CARGO_BIN_EXE_agent-as-model"))
+    let out = crate::common::server::Server::new()
+        .command()
         .env("AGENT_AS_MODEL_HTTP", format!("127.0.0.1:{port}"))
         .env("AGENT_AS_MODEL_RESPONSES_STORE", "postgres://db:5432")
         .stdin(Stdio::null())
@@ -439,7 +447,8 @@ fn a_store_that_is_neither_memory_nor_redis_is_refused_at_start() {
         "{stderr}"
     );
     // A Redis URL that does not parse is refused without repeating its password.
-    let out = Command::new(env!("CARGO_BIN_EXE_agent-as-model"))
+    let out = crate::common::server::Server::new()
+        .command()
         .env("AGENT_AS_MODEL_HTTP", format!("127.0.0.1:{port}"))
         .env("AGENT_AS_MODEL_RESPONSES_STORE", "redis://:hunter2@")
         .stdin(Stdio::null())

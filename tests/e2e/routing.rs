@@ -10,7 +10,7 @@ use crate::common::*;
 use serde_json::{Value, json};
 use std::path::PathBuf;
 
-const BIN: &str = env!("CARGO_BIN_EXE_agent-as-model");
+use crate::common::server::BIN;
 const KEY: &str = "sk-route-secret-0123456789abcdef";
 
 /// A models file in a fresh directory.
@@ -23,7 +23,7 @@ fn models_file(name: &str, text: &str) -> PathBuf {
 }
 
 fn server(path: &PathBuf) -> tokio::process::Command {
-    let mut cmd = tokio::process::Command::new(BIN);
+    let mut cmd = crate::common::server::Server::new().tokio_command();
     cmd.arg("--models")
         .arg(path)
         .env("ROUTE_KEY", KEY)
@@ -406,7 +406,8 @@ fn bad_files_are_refused_at_start_with_their_line() {
         ),
     ] {
         let path = models_file(name, text);
-        let out = std::process::Command::new(BIN)
+        let out = crate::common::server::Server::new()
+            .command()
             .arg("--models")
             .arg(&path)
             .stdin(std::process::Stdio::null())
@@ -424,7 +425,8 @@ fn bad_files_are_refused_at_start_with_their_line() {
         );
     }
     // A special file that never ends is not read to the end.
-    let out = std::process::Command::new(BIN)
+    let out = crate::common::server::Server::new()
+        .command()
         .args(["--models", "/dev/zero"])
         .stdin(std::process::Stdio::null())
         .output()
@@ -524,7 +526,7 @@ async fn model_hints_of_this_server_behind_the_bridge_choose_on_both_eras() {
     let path = models_file("hints", &file);
     for down in ["legacy", "modern"] {
         // The file is the bridge's (a flag, not the environment its downstream inherits).
-        let mut cmd = tokio::process::Command::new(BIN);
+        let mut cmd = crate::common::server::Server::new().tokio_command();
         cmd.arg("--models")
             .arg(&path)
             .args(["bridge", "--downstream-era", down, "--", BIN])

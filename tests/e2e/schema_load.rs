@@ -9,7 +9,7 @@ use crate::http::start;
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// 64 tools, each with 450 object parameters (83 KB of schema): 5.3 MB, under every limit.
 /// `round` makes every schema new, so none comes from the cache.
@@ -71,25 +71,29 @@ async fn large_tool_schemas_compile_while_healthz_answers() {
         .unwrap();
     assert_eq!(refused.status(), 404);
 
-    // `/healthz`, every 100 ms, while the requests compile.
+    // `/healthz`, every 100 ms, while the requests compile, each answered before the client's
+    // deadline of a second.
     let done = Arc::new(AtomicBool::new(false));
     let polling = {
         let (done, url) = (done.clone(), format!("{}/healthz", server.url));
         tokio::spawn(async move {
-            let mut slowest = Duration::ZERO;
+            let mut answered = 0;
             while !done.load(Ordering::Relaxed) {
-                let asked = Instant::now();
-                let answered = http_client()
+                let ok = http_client()
                     .get(&url)
-                    .timeout(Duration::from_secs(30))
+                    .timeout(Duration::from_secs(1))
                     .send()
                     .await
                     .is_ok_and(|r| r.status() == 200);
-                assert!(answered, "/healthz did not answer");
-                slowest = slowest.max(asked.elapsed());
+                assert!(
+                    ok,
+                    "/healthz did not answer before the client's deadline of 1 s \
+                     ({answered} answered before)"
+                );
+                answered += 1;
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
-            slowest
+            answered
         })
     };
     // Four at a time (more than the server's async threads on a small machine), twice.
@@ -115,15 +119,12 @@ async fn large_tool_schemas_compile_while_healthz_answers() {
         }
     }
     done.store(true, Ordering::Relaxed);
-    let slowest = polling.await.unwrap();
+    let answered = polling.await.unwrap();
     // Once the calls are freed (on blocking threads), the heap is handed back.
     tokio::time::sleep(Duration::from_secs(2)).await;
     eprintln!(
-        "slowest /healthz {slowest:?}; server RSS 2 s after 9 requests of 64 new schemas: {} MiB",
+        "/healthz answered {answered} times; server RSS 2 s after 9 requests of 64 new schemas: {} MiB",
         crate::common::resident_kib(pid) / 1024
     );
-    assert!(
-        slowest < Duration::from_secs(1),
-        "/healthz took {slowest:?}"
-    );
+    assert!(answered > 0, "/healthz was asked");
 }

@@ -10,7 +10,7 @@ use crate::local::{TURN, first_try};
 use serde_json::{Value, json};
 use std::time::Duration;
 
-const BIN: &str = env!("CARGO_BIN_EXE_agent-as-model");
+use crate::common::server::BIN;
 const MAX_TOKENS: u64 = 40;
 
 fn arguments() -> Value {

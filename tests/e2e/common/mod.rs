@@ -9,7 +9,7 @@ use rmcp::model::{
     SamplingMessage,
 };
 use rmcp::service::{RequestContext, RoleClient, RunningService};
-use rmcp::transport::{ConfigureCommandExt, TokioChildProcess};
+use rmcp::transport::TokioChildProcess;
 use rmcp::{ClientHandler, ClientLifecycleMode, ClientServiceExt, ServiceError, ServiceExt};
 use serde_json::{Value, json};
 use std::future::Future;
@@ -160,16 +160,10 @@ pub async fn connect(host: Host, era: Era) -> Client {
 
 /// Starts the server binary with extra environment variables and connects `host` to it.
 pub async fn connect_with_env(host: Host, era: Era, env: &[(&str, &str)]) -> Client {
-    let env: Vec<(String, String)> = env
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    let cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_agent-as-model")).configure(|c| {
-        c.env("RUST_LOG", "error");
-        for (k, v) in &env {
-            c.env(k, v);
-        }
-    });
+    let cmd = server::Server::new()
+        .log_level("error")
+        .envs(env)
+        .tokio_command();
     connect_command(host, era, cmd).await
 }
 
@@ -331,6 +325,8 @@ pub async fn assert_conforms(client: &Client, tool: &str, result: &CallToolResul
 pub mod openai;
 pub mod raw;
 pub mod requests;
+pub mod server;
+pub mod tier;
 
 /// A child process killed (and reaped) when the test drops it, even on a failed assertion.
 pub struct Killed(pub std::process::Child);
@@ -339,6 +335,38 @@ impl Drop for Killed {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
+    }
+}
+
+/// `future`'s output, which must come before the test's deadline `bound`, else the test fails
+/// naming `what`. Tests assert the order of events, not how long something took: an answer that
+/// must be prompt is one that comes before the client's deadline (a bound on a wait).
+pub async fn before<T>(bound: Duration, what: &str, future: impl Future<Output = T>) -> T {
+    tokio::time::timeout(bound, future)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: not before the test's deadline of {bound:?}"))
+}
+
+/// `f`'s result, run on a thread of its own, which must come before the test's deadline `bound`
+/// (as [`before`], for blocking work); a panic in `f` is the test's.
+pub fn before_blocking<T: Send + 'static>(
+    bound: Duration,
+    what: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let worker = std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(bound) {
+        Ok(value) => value,
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            panic!("{what}: not before the test's deadline of {bound:?}")
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => match worker.join() {
+            Err(panic) => std::panic::resume_unwind(panic),
+            Ok(()) => panic!("{what}: ended without a result"),
+        },
     }
 }
 
@@ -411,16 +439,16 @@ pub fn bridge_to_sdk_downstream() -> tokio::process::Command {
         "/tests/interop/progress_downstream.py"
     );
     let python = peer("AGENT_AS_MODEL_PYTHON", &venv_bin("python"));
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_agent-as-model"));
-    cmd.args([
-        "bridge",
-        "--downstream-era",
-        "legacy",
-        "--",
-        &python,
-        script,
-    ]);
-    cmd
+    server::Server::new()
+        .args([
+            "bridge",
+            "--downstream-era",
+            "legacy",
+            "--",
+            &python,
+            script,
+        ])
+        .tokio_command()
 }
 
 /// The completion tools.

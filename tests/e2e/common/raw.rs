@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, ChildStdin, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::time::{Duration, Instant};
 
@@ -75,12 +75,11 @@ impl Raw {
 
     /// The binary with arguments (`bridge -- …`, say).
     pub fn spawn_args(args: &[&str], env: &[(&str, &str)]) -> Raw {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_agent-as-model"));
-        cmd.args(args).env_remove("RUST_LOG");
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let mut child = cmd
+        let mut child = super::server::Server::new()
+            .args(args)
+            .env_remove("RUST_LOG")
+            .envs(env)
+            .command()
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
