@@ -456,6 +456,7 @@ impl Wire for Messages {
 
     fn prepare(&self, body: &mut Map<String, Value>, _model: Option<&str>, p: &mut Prepared) {
         p.system_messages = system_messages(body);
+        no_empty_tools(body);
     }
 
     fn counts_prompt(&self) -> bool {
@@ -502,6 +503,21 @@ fn anthropic_error(e: &ApiError) -> Value {
         error.insert("details".into(), json!({"error_code": code}));
     }
     json!({"type": "error", "error": error})
+}
+
+/// Claude Code's title call sends `tools: []`, which Anthropic takes as no tools: taken so here
+/// (the tools contract refuses an empty list), so the call is answered, not refused
+/// (BENCHMARKS.md, "Agent CLIs at full size"). Within a session Claude Code, Codex CLI and
+/// Gemini CLI resend their earlier turns as they were, so the embedded model reads a second
+/// turn's prompt from its cache; what varies per request is Claude Code's billing header (the
+/// first line of its system prompt), which `shapes::anthropic` leaves out of the prompt.
+fn no_empty_tools(body: &mut Map<String, Value>) {
+    if body
+        .get("tools")
+        .is_some_and(|t| t.as_array().is_some_and(Vec::is_empty))
+    {
+        body.remove("tools");
+    }
 }
 
 /// Anthropic: `role: "system"` messages (Claude Code sends one) join the `system` prompt, in
@@ -553,6 +569,21 @@ mod tests {
                 }
             })
             .collect()
+    }
+
+    #[test]
+    fn an_empty_list_of_anthropic_tools_is_no_tools() {
+        let body = serde_json::json!({"model": "m", "tools": [], "messages": []});
+        let prepared = crate::api::prepare(DIALECT, body.as_object().unwrap().clone(), None, false);
+        assert!(!prepared.arguments.contains_key("tools"));
+        let chat = serde_json::json!({"model": "m", "tools": [], "messages": []});
+        let prepared = crate::api::prepare(
+            crate::api::chat::DIALECT,
+            chat.as_object().unwrap().clone(),
+            None,
+            false,
+        );
+        assert!(prepared.arguments.contains_key("tools"));
     }
 
     #[test]

@@ -24,7 +24,6 @@ pub mod ollama;
 pub mod registry;
 pub mod responses;
 pub mod sse;
-pub mod steady;
 pub mod store;
 pub mod threads;
 pub use crate::shapes::tool_names;
@@ -93,7 +92,6 @@ pub fn prepare(
         .remove("stream_options")
         .and_then(|o| o.get("include_usage").and_then(Value::as_bool))
         .unwrap_or(false);
-    steady::steady(dialect, &mut body);
     let mut prepared = Prepared {
         stream: stream || asked_stream,
         include_usage,
