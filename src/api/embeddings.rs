@@ -279,19 +279,6 @@ fn gemini_request(
 /// token ids (OpenAI's forms), at least one and at most [`MAX_INPUTS`], none empty.
 fn inputs(input: &Value, path: &str) -> CallResult<Vec<EmbedInput>> {
     let expected = "a string, a list of strings, a list of token ids or a list of lists of them";
-    let token_ids = |v: &Value, at: &str| -> CallResult<Vec<u32>> {
-        let ids = v
-            .as_array()
-            .ok_or_else(|| CallError::expected(at, "a list of token ids", v))?;
-        ids.iter()
-            .enumerate()
-            .map(|(i, id)| {
-                id.as_u64()
-                    .and_then(|id| u32::try_from(id).ok())
-                    .ok_or_else(|| CallError::expected(&format!("{at}[{i}]"), "a token id", id))
-            })
-            .collect()
-    };
     let items = match input {
         Value::String(text) => vec![EmbedInput::Text(text.clone())],
         Value::Array(items) if items.is_empty() => {
@@ -341,6 +328,22 @@ fn inputs(input: &Value, path: &str) -> CallResult<Vec<EmbedInput>> {
         }
     }
     Ok(items)
+}
+
+/// The token ids `v` lists (`at` in the request), each a non-negative integer that fits in
+/// 32 bits.
+fn token_ids(v: &Value, at: &str) -> CallResult<Vec<u32>> {
+    let ids = v
+        .as_array()
+        .ok_or_else(|| CallError::expected(at, "a list of token ids", v))?;
+    ids.iter()
+        .enumerate()
+        .map(|(i, id)| {
+            id.as_u64()
+                .and_then(|id| u32::try_from(id).ok())
+                .ok_or_else(|| CallError::expected(&format!("{at}[{i}]"), "a token id", id))
+        })
+        .collect()
 }
 
 fn dimensions(value: Option<&Value>, path: &str) -> CallResult<Option<usize>> {

@@ -447,60 +447,73 @@ fn options(
             ));
         }
     };
+    for (key, v) in options {
+        if v.is_null() {
+            continue;
+        }
+        option(key, v, args, out, warnings)?;
+    }
+    Ok(())
+}
+
+/// One setting of `options` (not null): put in `args` as `chat_complete` spells it, kept in
+/// `out` (`top_k`), or noted in `warnings` as not applied.
+fn option(
+    key: &str,
+    v: &Value,
+    args: &mut Map<String, Value>,
+    out: &mut Ollama,
+    warnings: &mut Vec<String>,
+) -> Result<(), ApiError> {
     let number = |key: &str, v: &Value| {
         v.as_f64()
             .map(|_| v.clone())
             .ok_or_else(|| invalid(&format!("options.{key}"), "expected a number"))
     };
-    for (key, v) in options {
-        if v.is_null() {
-            continue;
+    match key {
+        "temperature" | "top_p" => {
+            args.insert(key.to_owned(), number(key, v)?);
         }
-        match key.as_str() {
-            "temperature" | "top_p" => {
-                args.insert(key.clone(), number(key, v)?);
-            }
-            "seed" => {
-                let seed = v
-                    .as_i64()
-                    .ok_or_else(|| invalid("options.seed", "expected an integer"))?;
-                args.insert("seed".into(), json!(seed));
-            }
-            "top_k" => {
-                let k = v
-                    .as_u64()
-                    .ok_or_else(|| invalid("options.top_k", "expected a non-negative integer"))?;
-                out.top_k = Some(u32::try_from(k).unwrap_or(u32::MAX));
-            }
-            "num_predict" => {
-                let n = v
-                    .as_i64()
-                    .ok_or_else(|| invalid("options.num_predict", "expected an integer"))?;
-                // -1 (and -2): as many as the context holds, this server's default limit.
-                if n > 0 {
-                    args.insert("max_tokens".into(), json!(n));
-                }
-            }
-            "stop" => match v {
-                Value::String(_) | Value::Array(_) => {
-                    args.insert("stop".into(), v.clone());
-                }
-                other => {
-                    return Err(invalid(
-                        "options.stop",
-                        format!("expected a list of strings, got {}", kind_of(other)),
-                    ));
-                }
-            },
-            other if UNAPPLIED_OPTIONS.contains(&other) => warnings.push(format!(
-                "`options.{other}` was accepted and not applied: this server applies {}",
-                APPLIED_OPTIONS.join(", ")
-            )),
-            other => warnings.push(format!(
-                "unknown option `options.{}` was ignored",
-                crate::error::clip(other)
-            )),
+        "seed" => {
+            let seed = v
+                .as_i64()
+                .ok_or_else(|| invalid("options.seed", "expected an integer"))?;
+            args.insert("seed".into(), json!(seed));
         }
+        "top_k" => {
+            let k = v
+                .as_u64()
+                .ok_or_else(|| invalid("options.top_k", "expected a non-negative integer"))?;
+            out.top_k = Some(u32::try_from(k).unwrap_or(u32::MAX));
+        }
+        "num_predict" => {
+            let n = v
+                .as_i64()
+                .ok_or_else(|| invalid("options.num_predict", "expected an integer"))?;
+            // -1 (and -2): as many as the context holds, this server's default limit.
+            if n > 0 {
+                args.insert("max_tokens".into(), json!(n));
+            }
+        }
+        "stop" => match v {
+            Value::String(_) | Value::Array(_) => {
+                args.insert("stop".into(), v.clone());
+            }
+            other => {
+                return Err(invalid(
+                    "options.stop",
+                    format!("expected a list of strings, got {}", kind_of(other)),
+                ));
+            }
+        },
+        other if UNAPPLIED_OPTIONS.contains(&other) => warnings.push(format!(
+            "`options.{other}` was accepted and not applied: this server applies {}",
+            APPLIED_OPTIONS.join(", ")
+        )),
+        other => warnings.push(format!(
+            "unknown option `options.{}` was ignored",
+            crate::error::clip(other)
+        )),
     }
     Ok(())
 }

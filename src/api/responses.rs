@@ -242,27 +242,7 @@ impl Echo {
         let string = |k: &str| body.get(k).and_then(Value::as_str).map(str::to_owned);
         let number = |k: &str, default: f64| body.get(k).and_then(Value::as_f64).unwrap_or(default);
         let count = |k: &str| body.get(k).and_then(Value::as_u64);
-        let tools: Vec<Value> = body
-            .get("tools")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .flat_map(|t| match t.get("type").and_then(Value::as_str) {
-                Some("namespace") => t
-                    .get("tools")
-                    .and_then(Value::as_array)
-                    .cloned()
-                    .unwrap_or_default(),
-                _ => vec![t.clone()],
-            })
-            .filter(|t| t.get("type").and_then(Value::as_str).unwrap_or("function") == "function")
-            .map(|t| {
-                json!({"type": "function", "name": t.get("name").cloned().unwrap_or(json!("")),
-                       "description": t.get("description").cloned().unwrap_or(Value::Null),
-                       "parameters": t.get("parameters").cloned().unwrap_or(Value::Null),
-                       "strict": t.get("strict").cloned().unwrap_or(Value::Null)})
-            })
-            .collect();
+        let tools = echo_tools(body);
         let tool_choice = match body.get("tool_choice") {
             Some(Value::String(s)) if ["none", "auto", "required"].contains(&s.as_str()) => {
                 json!(s)
@@ -307,6 +287,31 @@ impl Echo {
             prompt_cache_key: string("prompt_cache_key"),
         }
     }
+}
+
+/// The request's function tools as a response repeats them, a namespace's tools among them,
+/// each with its name, description, parameters and strictness.
+fn echo_tools(body: &Map<String, Value>) -> Vec<Value> {
+    body.get("tools")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .flat_map(|t| match t.get("type").and_then(Value::as_str) {
+            Some("namespace") => t
+                .get("tools")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default(),
+            _ => vec![t.clone()],
+        })
+        .filter(|t| t.get("type").and_then(Value::as_str).unwrap_or("function") == "function")
+        .map(|t| {
+            json!({"type": "function", "name": t.get("name").cloned().unwrap_or(json!("")),
+                   "description": t.get("description").cloned().unwrap_or(Value::Null),
+                   "parameters": t.get("parameters").cloned().unwrap_or(Value::Null),
+                   "strict": t.get("strict").cloned().unwrap_or(Value::Null)})
+        })
+        .collect()
 }
 
 /// `text.format` as the response repeats it: `text`, `json_object`, or `json_schema` with its

@@ -1074,6 +1074,9 @@ enum Early<T> {
     Began(Option<Piece>),
 }
 
+/// How an answer ended: made, or the error it ended with.
+type Outcome = Result<Answered, ApiError>;
+
 /// Answers the call, telling `head` whether it began (or the error to answer with instead of
 /// a stream) and then handing each event's frames to `frames`; returns (dropping the work) as
 /// soon as nobody reads them.
@@ -1096,38 +1099,14 @@ pub(super) async fn stream_answer(
     let _stop = cancel.clone().drop_guard();
     let answer = api.answer(dialect, &call, &cancel, Some(sink));
     tokio::pin!(answer);
-    // Until the head is out: the first piece, the answer's end, or HEAD_WAIT (longer while
-    // the backend waits to try again).
     let mut head = head;
-    let started = tokio::time::Instant::now();
-    let early = loop {
-        let deadline = shown.head_deadline(started);
-        tokio::select! {
-            result = &mut answer => break Early::Ended(result),
-            Some(piece) = pieces.recv() => break Early::Began(Some(piece)),
-            () = tokio::time::sleep_until(deadline) => {
-                if shown.head_deadline(started) <= deadline {
-                    break Early::Began(None);
-                }
-            }
-            () = head.closed() => return,
-        }
+    let Some(early) = first_sign(answer.as_mut(), &mut pieces, &shown, &mut head).await else {
+        return;
     };
-    let (ended, first) = match early {
-        Early::Ended(result) => {
-            api.note(&mut record, &result);
-            match result {
-                // Nothing was sent: the error is the answer's status.
-                Err(e) => {
-                    let _ = head.send(Err(e));
-                    return;
-                }
-                Ok(answered) => (Some(Ok(answered)), None),
-            }
-        }
-        Early::Began(first) => (None, first),
+    let Some((ended, first)) = send_head(&api, &mut record, early, head) else {
+        return;
     };
-    if head.send(Ok(())).is_err() || !hand_over(&frames, stream.start(), within).await {
+    if !hand_over(&frames, stream.start(), within).await {
         return;
     }
     if let Some(piece) = first {
@@ -1150,6 +1129,64 @@ pub(super) async fn stream_answer(
         }
     };
     end_stream(stream.as_mut(), &mut pieces, result, &frames, within).await;
+}
+
+/// Waits until the head can go out: the first piece, the answer's end, or [`HEAD_WAIT`]
+/// (longer while the backend waits to try again). `None` when the client is gone first.
+async fn first_sign<F>(
+    mut answer: std::pin::Pin<&mut F>,
+    pieces: &mut mpsc::UnboundedReceiver<Piece>,
+    shown: &Deltas,
+    head: &mut oneshot::Sender<Result<(), ApiError>>,
+) -> Option<Early<F::Output>>
+where
+    F: std::future::Future,
+{
+    let started = tokio::time::Instant::now();
+    let early = loop {
+        let deadline = shown.head_deadline(started);
+        tokio::select! {
+            result = &mut answer => break Early::Ended(result),
+            Some(piece) = pieces.recv() => break Early::Began(Some(piece)),
+            () = tokio::time::sleep_until(deadline) => {
+                if shown.head_deadline(started) <= deadline {
+                    break Early::Began(None);
+                }
+            }
+            () = head.closed() => return None,
+        }
+    };
+    Some(early)
+}
+
+/// Tells `head` how the answer began (an answer that ended already noted in `record`): the
+/// error it ended with, answered instead of a stream, or that the stream begins. Returns the
+/// answer when it ended already, and the first piece when there is one; `None` when nothing
+/// more is to be sent.
+fn send_head(
+    api: &Api,
+    record: &mut Record,
+    early: Early<Outcome>,
+    head: oneshot::Sender<Result<(), ApiError>>,
+) -> Option<(Option<Outcome>, Option<Piece>)> {
+    let (ended, first) = match early {
+        Early::Ended(result) => {
+            api.note(record, &result);
+            match result {
+                // Nothing was sent: the error is the answer's status.
+                Err(e) => {
+                    let _ = head.send(Err(e));
+                    return None;
+                }
+                Ok(answered) => (Some(Ok(answered)), None),
+            }
+        }
+        Early::Began(first) => (None, first),
+    };
+    if head.send(Ok(())).is_err() {
+        return None;
+    }
+    Some((ended, first))
 }
 
 /// The stream's end, once the answer is made: the pieces still queued, then its last frames

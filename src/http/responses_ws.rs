@@ -40,7 +40,7 @@ use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
@@ -193,6 +193,40 @@ fn error_message(e: &ApiError) -> String {
     json!({"type": "error", "status": e.status, "sequence_number": 0, "error": error}).to_string()
 }
 
+/// Checks that `map` is a `response.create` message, and takes from it what a create body
+/// does not hold here: its `type`, and HTTP's `stream` and `stream_options`.
+fn create_body(map: &mut Map<String, Value>) -> Result<(), ApiError> {
+    if map.get("type").and_then(Value::as_str) != Some("response.create") {
+        let e = ApiError {
+            param: Some("type".into()),
+            ..ApiError::invalid(
+                "`type`: expected \"response.create\", the message a client sends in \
+                 WebSocket mode",
+            )
+        };
+        return Err(e);
+    }
+    map.remove("type");
+    // Every response is streamed here: HTTP's `stream` and `stream_options` say nothing.
+    map.remove("stream");
+    map.remove("stream_options");
+    Ok(())
+}
+
+/// The error refusing a create whose answer did not begin: the one it ended with, or a 500
+/// when it ended without saying; `None` when it began.
+fn head_refusal(head: Result<Result<(), ApiError>, oneshot::error::RecvError>) -> Option<ApiError> {
+    match head {
+        Ok(Ok(())) => None,
+        Ok(Err(e)) => Some(e),
+        Err(_) => Some(ApiError::new(
+            500,
+            ErrorKind::Api,
+            "the answer ended before it began",
+        )),
+    }
+}
+
 impl Connection {
     /// Answers creates, one at a time, until the connection is over.
     async fn serve(&mut self) {
@@ -279,20 +313,9 @@ impl Connection {
             Err(e) => return self.refuse_call(&mut record, &e).await,
         };
         drop(text);
-        if map.get("type").and_then(Value::as_str) != Some("response.create") {
-            let e = ApiError {
-                param: Some("type".into()),
-                ..ApiError::invalid(
-                    "`type`: expected \"response.create\", the message a client sends in \
-                     WebSocket mode",
-                )
-            };
+        if let Err(e) = create_body(&mut map) {
             return self.refuse_call(&mut record, &e).await;
         }
-        map.remove("type");
-        // Every response is streamed here: HTTP's `stream` and `stream_options` say nothing.
-        map.remove("stream");
-        map.remove("stream_options");
         let previous = map
             .get("previous_response_id")
             .and_then(Value::as_str)
@@ -357,14 +380,9 @@ impl Connection {
         let mut started = false;
         loop {
             tokio::select! {
-                head = &mut began, if !started => match head {
-                    Ok(Ok(())) => started = true,
-                    Ok(Err(e)) => {
-                        self.failed(previous, &e);
-                        return self.refuse(&e).await;
-                    }
-                    Err(_) => {
-                        let e = ApiError::new(500, ErrorKind::Api, "the answer ended before it began");
+                head = &mut began, if !started => match head_refusal(head) {
+                    None => started = true,
+                    Some(e) => {
                         self.failed(previous, &e);
                         return self.refuse(&e).await;
                     }
