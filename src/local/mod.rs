@@ -1740,14 +1740,37 @@ fn shown(model: &engine::Model) -> Vec<LlamaToken> {
         .collect()
 }
 
+/// JSON Schema keywords llguidance does not enforce and refuses a schema for (Claude Code's
+/// tools use `propertyNames`): left out of the grammar, which then holds the rest; the answer
+/// is still checked against the whole schema (and repaired) after it is written.
+const UNENFORCED: [&str; 14] = [
+    "not",
+    "if",
+    "then",
+    "else",
+    "dependentRequired",
+    "dependentSchemas",
+    "dependencies",
+    "propertyNames",
+    "contains",
+    "minContains",
+    "maxContains",
+    "uniqueItems",
+    "unevaluatedItems",
+    "unevaluatedProperties",
+];
+
 /// The schema with `additionalProperties: false` on objects that list their properties and
-/// say nothing of others. Every answer it admits satisfies the original; small models left
-/// free to invent keys loop until the token limit.
+/// say nothing of others, and without the keywords the grammar cannot enforce
+/// ([`UNENFORCED`]). Small models left free to invent keys loop until the token limit.
 pub(crate) fn closed(schema: &Value) -> Value {
     match schema {
         Value::Object(o) => {
             let mut out = Map::with_capacity(o.len() + 1);
             for (k, v) in o {
+                if UNENFORCED.contains(&k.as_str()) {
+                    continue;
+                }
                 let v = match k.as_str() {
                     "properties" | "$defs" | "definitions" | "patternProperties" => match v {
                         Value::Object(props) => Value::Object(
@@ -1755,7 +1778,7 @@ pub(crate) fn closed(schema: &Value) -> Value {
                         ),
                         other => other.clone(),
                     },
-                    "items" | "additionalProperties" | "not" => closed(v),
+                    "items" | "additionalProperties" => closed(v),
                     "anyOf" | "oneOf" | "allOf" | "prefixItems" => match v {
                         Value::Array(a) => Value::Array(a.iter().map(closed).collect()),
                         other => other.clone(),
@@ -1975,5 +1998,30 @@ mod tests {
         assert_eq!(c["additionalProperties"], json!(true));
         assert_eq!(c["properties"]["a"]["additionalProperties"], json!(false));
         assert_eq!(c["items"]["additionalProperties"], json!(false));
+    }
+
+    #[test]
+    fn keywords_the_grammar_cannot_enforce_are_left_out_but_properties_of_their_names_kept() {
+        // As Claude Code's tools write them: a map whose keys are held by `propertyNames`.
+        let schema = json!({"type": "object", "properties": {
+            "env": {"type": "object", "propertyNames": {"pattern": "^[A-Z_]+$"},
+                    "additionalProperties": {"type": "string"}},
+            "contains": {"type": "array", "uniqueItems": true, "items": {"type": "string"}}},
+            "not": {"required": ["x"]}});
+        let c = closed(&schema);
+        assert!(c["properties"]["env"].get("propertyNames").is_none(), "{c}");
+        assert_eq!(
+            c["properties"]["env"]["additionalProperties"],
+            json!({"type": "string"})
+        );
+        assert!(
+            c["properties"]["contains"].get("uniqueItems").is_none(),
+            "{c}"
+        );
+        assert_eq!(
+            c["properties"]["contains"]["items"],
+            json!({"type": "string"})
+        );
+        assert!(c.get("not").is_none(), "{c}");
     }
 }
