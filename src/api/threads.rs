@@ -137,9 +137,13 @@ fn previous(object: &Map<String, Value>) -> Result<String, ApiError> {
     }
 }
 
+/// What a thread's key in the store begins with: the Responses API's routes treat such an id
+/// as no response of theirs.
+pub const KEY_PREFIX: &str = "thread:";
+
 /// Where the thread whose last reply is `id` is kept in the store.
 pub fn key(id: &str) -> String {
-    format!("thread:{id}")
+    format!("{KEY_PREFIX}{id}")
 }
 
 pub use super::messages::ERROR_CODES;

@@ -478,6 +478,10 @@ async fn stored_response(
         ..ApiError::new(503, ErrorKind::Overloaded, e.to_string())
     };
     let what = "the stored response";
+    // The store holds Anthropic's threads too: not responses.
+    if id.starts_with(crate::api::threads::KEY_PREFIX) {
+        return Ok(None);
+    }
     let Some(size) = api.store.size(id).await.map_err(failed)? else {
         return Ok(None);
     };
@@ -586,6 +590,9 @@ pub(super) async fn responses_delete(
     State(api): State<Arc<Api>>,
     Path(id): Path<String>,
 ) -> Response {
+    if id.starts_with(crate::api::threads::KEY_PREFIX) {
+        return error(resp::DIALECT, &no_response(&id), &[]);
+    }
     match api.store.delete(&id).await {
         Ok(true) => json_body(json!({"id": id, "object": "response", "deleted": true})),
         Ok(false) => error(resp::DIALECT, &no_response(&id), &[]),

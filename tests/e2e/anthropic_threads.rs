@@ -377,6 +377,19 @@ async fn a_thread_kept_in_redis_is_continued_on_another_replica() {
         .unwrap_or_else(|| panic!("no tool_use: {reply}"));
     let key = format!("agent-as-model:response:thread:{id}");
     assert_eq!(command(redis.port, &["EXISTS", &key]).await.trim(), ":1");
+    // The Responses routes share the store but find no response in a thread's key.
+    let stored = format!("{}/v1/responses/thread:{id}", f.server.url);
+    let client = crate::common::http_client();
+    for method in [reqwest::Method::GET, reqwest::Method::DELETE] {
+        let r = client
+            .request(method.clone(), &stored)
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 404, "{method} {stored}");
+    }
+    assert_eq!(command(redis.port, &["EXISTS", &key]).await.trim(), ":1");
     let result = json!([{"role": "user", "content": [
         {"type": "tool_result", "tool_use_id": call["id"], "content": RESULT}]}]);
     let thread = json!({"type": "continue", "previous_message_id": id});
