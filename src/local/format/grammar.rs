@@ -4,7 +4,9 @@
 //! first where the model reasons. A grammar for calls the model may make (`auto`) begins at
 //! the family's trigger ([`Format::trigger`]): the engine starts it when the trigger is written.
 
-use super::{Family, Format, Thinking};
+#[cfg(test)]
+use super::Family;
+use super::Format;
 use crate::call::ModelTool;
 use serde_json::{Value, json};
 
@@ -45,16 +47,7 @@ impl Format {
     /// The text whose writing starts the grammar of calls the model may make (`auto`), for
     /// families whose calls begin with a marker.
     pub fn trigger(&self) -> Option<&'static str> {
-        match self.family {
-            Family::Hermes | Family::Qwen3Coder | Family::Glm => Some("<tool_call>"),
-            Family::MistralList | Family::MistralArgs => Some("[TOOL_CALLS]"),
-            Family::DeepSeekR1 | Family::DeepSeekV31 => Some("<｜tool▁calls▁begin｜>"),
-            Family::Kimi => Some("<|tool_calls_section_begin|>"),
-            Family::CommandR => Some("<|START_ACTION|>"),
-            Family::Granite | Family::Phi4 => Some("<|tool_call|>"),
-            Family::Harmony => Some(" to=functions."),
-            Family::Llama3 | Family::Generic => None,
-        }
+        self.family.format().trigger
     }
 
     /// The start of a call written as a bare JSON object, which starts the grammar of calls
@@ -64,15 +57,16 @@ impl Format {
     /// grammar turns into a call of an offered tool. An answer that may call and begins with a
     /// JSON object is taken for a call.
     pub fn bare_trigger(&self) -> Option<&'static str> {
-        (self.family == Family::Hermes).then_some("{")
+        self.family.format().bare_trigger
     }
 
     /// The grammar for `goal`, from `start`; special tokens as `marker` writes them.
     pub fn grammar(&self, goal: Goal<'_>, start: Start, marker: Marker<'_>) -> String {
+        let family = self.family.format();
         let mut rules = Vec::new();
         let answer = match goal {
-            Goal::Calls(tools) => self.calls(tools, marker, &mut rules),
-            Goal::Json(schema) => self.json_answer(schema, marker),
+            Goal::Calls(tools) => (family.calls)(tools, marker, &mut rules),
+            Goal::Json(schema) => (family.json)(format!("%json {schema}"), marker),
         };
         let reasoning = self.reasoning_rule(start, marker, &mut rules);
         rules.insert(0, format!("start: {reasoning}{answer}"));
@@ -81,200 +75,256 @@ impl Format {
 
     /// The grammar for calls the model may make, from its trigger on (see [`Format::trigger`]).
     pub fn lazy_grammar(&self, tools: &[ModelTool], marker: Marker<'_>) -> String {
+        let family = self.family.format();
         let mut rules = Vec::new();
-        let calls = if self.family == Family::Harmony {
-            // Started at ` to=functions.` inside a commentary header.
-            let alternatives: Vec<String> = tools
-                .iter()
-                .map(|t| {
-                    format!(
-                        "{} {} \"json\" {} %json {}",
-                        q(&format!(" to=functions.{} ", t.name)),
-                        marker("<|constrain|>"),
-                        marker("<|message|>"),
-                        args_schema(t)
-                    )
-                })
-                .collect();
-            alternatives.join(" | ")
-        } else if self.family == Family::Hermes {
-            // One call, in its tags or as the bare object small Qwen models write (started at
-            // [`Format::bare_trigger`]); then only the end of the turn: as llama-server holds an
-            // answer that may call, one call to a turn.
-            let _tagged = self.calls(tools, marker, &mut rules);
-            format!("call | %json {}", call_objects(tools, "name", "arguments"))
-        } else {
-            self.calls(tools, marker, &mut rules)
-        };
+        let calls = family.lazy.unwrap_or(family.calls)(tools, marker, &mut rules);
         rules.insert(0, format!("start: {calls}"));
         rules.join("\n")
     }
 
-    /// The rule before the answer: reasoning, closed by the family's marker.
+    /// The rule before the answer: reasoning, closed by its marker (the rule `thought`, what
+    /// the way it is marked writes around it).
     fn reasoning_rule(&self, start: Start, marker: Marker<'_>, rules: &mut Vec<String>) -> String {
-        let Some((open, close)) = self.reasoning_markers() else {
-            return String::new();
+        let reasoning = self.thinking.format();
+        match reasoning.markers {
+            Some((open, close)) if start != Start::Answer => {
+                rules.push(through("thought", close, marker));
+                (reasoning.grammar)(open, start, marker, rules)
+            }
+            _ => String::new(),
+        }
+    }
+}
+
+/// Reasoning in gpt-oss's analysis channel, which may come first.
+pub(super) fn harmony_reasoning(
+    _: &str,
+    _: Start,
+    marker: Marker<'_>,
+    rules: &mut Vec<String>,
+) -> String {
+    rules.push(format!(
+        "reasoning: {} \"analysis\" {} thought {} \"assistant\"",
+        marker("<|channel|>"),
+        marker("<|message|>"),
+        marker("<|start|>")
+    ));
+    "reasoning? ".into()
+}
+
+/// Reasoning after its `open` marker, and the white space after it: first if the model may
+/// reason, or from the start (without its open marker) when the prompt opened it.
+pub(super) fn marked_reasoning(
+    open: &str,
+    start: Start,
+    marker: Marker<'_>,
+    rules: &mut Vec<String>,
+) -> String {
+    rules.push("GAP: /[ \\t\\n]*/".into());
+    match start {
+        Start::InReasoning => "thought GAP ".into(),
+        _ => {
+            rules.push(format!("reasoning: {} thought GAP", marker(open)));
+            "reasoning? ".into()
+        }
+    }
+}
+
+/// A JSON answer as it is.
+pub(super) fn plain_json(json: String, _: Marker<'_>) -> String {
+    json
+}
+
+/// A JSON answer in gpt-oss's final channel.
+pub(super) fn harmony_json(json: String, m: Marker<'_>) -> String {
+    format!("{} \"final\" {} {json}", m("<|channel|>"), m("<|message|>"))
+}
+
+/// Hermes's calls: each object on its own line between `<tool_call>` tags.
+pub(super) fn hermes(tools: &[ModelTool], m: Marker<'_>, rules: &mut Vec<String>) -> String {
+    rules.push(format!(
+        "call: {} \"\\n\" %json {} \"\\n\" {}",
+        m("<tool_call>"),
+        call_objects(tools, "name", "arguments"),
+        m("</tool_call>")
+    ));
+    "call (\"\\n\" call)*".into()
+}
+
+/// One Hermes call, in its tags or as the bare object small Qwen models write (started at
+/// [`Format::bare_trigger`]); then only the end of the turn: as llama-server holds an answer
+/// that may call, one call to a turn.
+pub(super) fn hermes_lazy(tools: &[ModelTool], m: Marker<'_>, rules: &mut Vec<String>) -> String {
+    let _tagged = hermes(tools, m, rules);
+    format!("call | %json {}", call_objects(tools, "name", "arguments"))
+}
+
+/// One bare call object, its arguments under `arguments`.
+pub(super) fn generic(tools: &[ModelTool], _: Marker<'_>, _: &mut Vec<String>) -> String {
+    format!("%json {}", call_objects(tools, "name", "arguments"))
+}
+
+/// Llama 3's one bare call object, its arguments under `parameters`.
+pub(super) fn llama3(tools: &[ModelTool], _: Marker<'_>, _: &mut Vec<String>) -> String {
+    format!("%json {}", call_objects(tools, "name", "parameters"))
+}
+
+/// Mistral's list of call objects after `[TOOL_CALLS]`.
+pub(super) fn mistral_list(tools: &[ModelTool], m: Marker<'_>, _: &mut Vec<String>) -> String {
+    listed(tools, m, "[TOOL_CALLS]", None)
+}
+
+/// Granite's list of call objects after `<|tool_call|>`.
+pub(super) fn granite(tools: &[ModelTool], m: Marker<'_>, _: &mut Vec<String>) -> String {
+    listed(tools, m, "<|tool_call|>", None)
+}
+
+/// Phi-4's list of call objects between `<|tool_call|>` and `<|/tool_call|>`.
+pub(super) fn phi4(tools: &[ModelTool], m: Marker<'_>, _: &mut Vec<String>) -> String {
+    listed(tools, m, "<|tool_call|>", Some("<|/tool_call|>"))
+}
+
+/// A list of call objects after marker `open`, and before `close` where there is one.
+fn listed(tools: &[ModelTool], m: Marker<'_>, open: &str, close: Option<&str>) -> String {
+    let objects = list(call_objects(tools, "name", "arguments"));
+    match close {
+        Some(close) => format!("{} %json {objects} {}", m(open), m(close)),
+        None => format!("{} %json {objects}", m(open)),
+    }
+}
+
+/// Command R's list of actions between `<|START_ACTION|>` and `<|END_ACTION|>`.
+pub(super) fn command_r(tools: &[ModelTool], m: Marker<'_>, _: &mut Vec<String>) -> String {
+    let items: Vec<Value> = tools
+        .iter()
+        .map(|t| {
+            json!({"type": "object", "additionalProperties": false,
+                "required": ["tool_call_id", "tool_name", "parameters"],
+                "properties": {"tool_call_id": {"type": "string", "pattern": "^[0-9]{1,3}$"},
+                    "tool_name": {"const": t.name}, "parameters": closed_schema(t)}})
+        })
+        .collect();
+    format!(
+        "{} %json {} {}",
+        m("<|START_ACTION|>"),
+        list(json!({"anyOf": items})),
+        m("<|END_ACTION|>")
+    )
+}
+
+/// Adds the rule `call` of calls written as the tool's name and then its arguments, each tool
+/// an alternative that `one` writes from it, its name as a literal and its argument schema.
+fn named(
+    tools: &[ModelTool],
+    rules: &mut Vec<String>,
+    one: impl Fn(&ModelTool, String, String) -> String,
+) {
+    let alternatives: Vec<String> = tools
+        .iter()
+        .map(|t| one(t, q(&t.name), args_schema(t)))
+        .collect();
+    rules.push(format!("call: {}", alternatives.join(" | ")));
+}
+
+/// Calls between a section's `open` and `close` markers.
+fn section(m: Marker<'_>, open: &str, close: &str) -> String {
+    format!("{} call+ {}", m(open), m(close))
+}
+
+/// Mistral's `[TOOL_CALLS]NAME[ARGS]{…}` calls, with an optional `[CALL_ID]`.
+pub(super) fn mistral_args(tools: &[ModelTool], m: Marker<'_>, rules: &mut Vec<String>) -> String {
+    named(tools, rules, |_, name, args| {
+        format!(
+            "{} {name} ({} /[a-zA-Z0-9]{{9}}/)? {} %json {args}",
+            m("[TOOL_CALLS]"),
+            m("[CALL_ID]"),
+            m("[ARGS]")
+        )
+    });
+    "call+".into()
+}
+
+/// gpt-oss's call in the commentary channel: one a message, and the message ends the answer.
+pub(super) fn harmony(tools: &[ModelTool], m: Marker<'_>, rules: &mut Vec<String>) -> String {
+    named(tools, rules, |t, _, _| {
+        format!("{} {}", m("<|channel|>"), harmony_call(t, m, "commentary "))
+    });
+    "call".into()
+}
+
+/// gpt-oss's call from its trigger ` to=functions.` on, inside a commentary header.
+pub(super) fn harmony_lazy(tools: &[ModelTool], m: Marker<'_>, _: &mut Vec<String>) -> String {
+    let alternatives: Vec<String> = tools.iter().map(|t| harmony_call(t, m, " ")).collect();
+    alternatives.join(" | ")
+}
+
+/// A harmony call of `tool` from the header's `lead` on: its recipient, the JSON constraint
+/// and the arguments.
+fn harmony_call(tool: &ModelTool, m: Marker<'_>, lead: &str) -> String {
+    format!(
+        "{} {} \"json\" {} %json {}",
+        q(&format!("{lead}to=functions.{} ", tool.name)),
+        m("<|constrain|>"),
+        m("<|message|>"),
+        args_schema(tool)
+    )
+}
+
+/// DeepSeek R1's calls: `function`, the name, and the arguments fenced as JSON.
+pub(super) fn deepseek_r1(tools: &[ModelTool], m: Marker<'_>, rules: &mut Vec<String>) -> String {
+    deepseek(tools, m, rules, true)
+}
+
+/// DeepSeek V3.1's calls: the name and the arguments.
+pub(super) fn deepseek_v31(tools: &[ModelTool], m: Marker<'_>, rules: &mut Vec<String>) -> String {
+    deepseek(tools, m, rules, false)
+}
+
+/// DeepSeek's calls in their section, each between its markers: in R1's spelling where
+/// `fenced`, else in V3.1's.
+fn deepseek(tools: &[ModelTool], m: Marker<'_>, rules: &mut Vec<String>, fenced: bool) -> String {
+    named(tools, rules, |_, name, args| {
+        let sep = m("<｜tool▁sep｜>");
+        let call = if fenced {
+            format!("\"function\" {sep} {name} \"\\n```json\\n\" %json {args} \"\\n```\"")
+        } else {
+            format!("{name} {sep} %json {args}")
         };
-        if start == Start::Answer {
-            return String::new();
-        }
-        if self.thinking == Thinking::Harmony {
-            rules.push(through("thought", close, marker));
-            rules.push(format!(
-                "reasoning: {} \"analysis\" {} thought {} \"assistant\"",
-                marker("<|channel|>"),
-                marker("<|message|>"),
-                marker("<|start|>")
-            ));
-            return "reasoning? ".into();
-        }
-        rules.push(through("thought", close, marker));
-        rules.push("GAP: /[ \\t\\n]*/".into());
-        match start {
-            Start::InReasoning => "thought GAP ".into(),
-            _ => {
-                rules.push(format!("reasoning: {} thought GAP", marker(open)));
-                "reasoning? ".into()
-            }
-        }
-    }
+        format!(
+            "{} {call} {}",
+            m("<｜tool▁call▁begin｜>"),
+            m("<｜tool▁call▁end｜>")
+        )
+    });
+    section(m, "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>")
+}
 
-    /// A JSON answer, where the family frames its answer.
-    fn json_answer(&self, schema: &Value, marker: Marker<'_>) -> String {
-        let json = format!("%json {schema}");
-        match self.family {
-            Family::Harmony => format!(
-                "{} \"final\" {} {json}",
-                marker("<|channel|>"),
-                marker("<|message|>")
-            ),
-            _ => json,
-        }
-    }
+/// Kimi K2's calls: `functions.NAME:INDEX` and the arguments.
+pub(super) fn kimi(tools: &[ModelTool], m: Marker<'_>, rules: &mut Vec<String>) -> String {
+    named(tools, rules, |t, _, args| {
+        format!(
+            "{} {} /[0-9]+/ {} %json {args} {}",
+            m("<|tool_call_begin|>"),
+            q(&format!("functions.{}:", t.name)),
+            m("<|tool_call_argument_begin|>"),
+            m("<|tool_call_end|>")
+        )
+    });
+    section(
+        m,
+        "<|tool_calls_section_begin|>",
+        "<|tool_calls_section_end|>",
+    )
+}
 
-    /// One or more calls of `tools` in the family's syntax.
-    fn calls(&self, tools: &[ModelTool], marker: Marker<'_>, rules: &mut Vec<String>) -> String {
-        match self.family {
-            Family::Qwen3Coder => xml_calls(tools, marker, rules, Xml::Coder),
-            Family::Glm => xml_calls(tools, marker, rules, Xml::Glm),
-            Family::MistralArgs
-            | Family::Harmony
-            | Family::DeepSeekR1
-            | Family::DeepSeekV31
-            | Family::Kimi => self.named_calls(tools, marker, rules),
-            _ => self.object_calls(tools, marker, rules),
-        }
-    }
+/// Qwen3-Coder's XML calls.
+pub(super) fn coder(tools: &[ModelTool], m: Marker<'_>, rules: &mut Vec<String>) -> String {
+    xml_calls(tools, m, rules, Xml::Coder)
+}
 
-    /// Calls written as JSON objects naming the tool (one, or a list), after the family's
-    /// marker.
-    fn object_calls(&self, tools: &[ModelTool], m: Marker<'_>, rules: &mut Vec<String>) -> String {
-        let objects = |args_key: &str| call_objects(tools, "name", args_key);
-        match self.family {
-            Family::Hermes => {
-                rules.push(format!(
-                    "call: {} \"\\n\" %json {} \"\\n\" {}",
-                    m("<tool_call>"),
-                    objects("arguments"),
-                    m("</tool_call>")
-                ));
-                "call (\"\\n\" call)*".into()
-            }
-            Family::Llama3 => format!("%json {}", objects("parameters")),
-            Family::MistralList => {
-                format!("{} %json {}", m("[TOOL_CALLS]"), list(objects("arguments")))
-            }
-            Family::CommandR => {
-                let items: Vec<Value> = tools
-                    .iter()
-                    .map(|t| {
-                        json!({"type": "object", "additionalProperties": false,
-                            "required": ["tool_call_id", "tool_name", "parameters"],
-                            "properties": {"tool_call_id": {"type": "string", "pattern": "^[0-9]{1,3}$"},
-                                "tool_name": {"const": t.name}, "parameters": closed_schema(t)}})
-                    })
-                    .collect();
-                format!(
-                    "{} %json {} {}",
-                    m("<|START_ACTION|>"),
-                    list(json!({"anyOf": items})),
-                    m("<|END_ACTION|>")
-                )
-            }
-            Family::Granite => format!(
-                "{} %json {}",
-                m("<|tool_call|>"),
-                list(objects("arguments"))
-            ),
-            Family::Phi4 => format!(
-                "{} %json {} {}",
-                m("<|tool_call|>"),
-                list(objects("arguments")),
-                m("<|/tool_call|>")
-            ),
-            _ => format!("%json {}", objects("arguments")),
-        }
-    }
-
-    /// Calls written as the tool's name and then its arguments, each tool an alternative that
-    /// pairs its name with its schema.
-    fn named_calls(&self, tools: &[ModelTool], m: Marker<'_>, rules: &mut Vec<String>) -> String {
-        let one = |t: &ModelTool| -> String {
-            let args = args_schema(t);
-            let name = q(&t.name);
-            match self.family {
-                Family::MistralArgs => format!(
-                    "{} {name} ({} /[a-zA-Z0-9]{{9}}/)? {} %json {args}",
-                    m("[TOOL_CALLS]"),
-                    m("[CALL_ID]"),
-                    m("[ARGS]")
-                ),
-                Family::Harmony => format!(
-                    "{} {} {} \"json\" {} %json {args}",
-                    m("<|channel|>"),
-                    q(&format!("commentary to=functions.{} ", t.name)),
-                    m("<|constrain|>"),
-                    m("<|message|>")
-                ),
-                Family::DeepSeekR1 => format!(
-                    "{} \"function\" {} {name} \"\\n```json\\n\" %json {args} \"\\n```\" {}",
-                    m("<｜tool▁call▁begin｜>"),
-                    m("<｜tool▁sep｜>"),
-                    m("<｜tool▁call▁end｜>")
-                ),
-                Family::DeepSeekV31 => format!(
-                    "{} {name} {} %json {args} {}",
-                    m("<｜tool▁call▁begin｜>"),
-                    m("<｜tool▁sep｜>"),
-                    m("<｜tool▁call▁end｜>")
-                ),
-                _ => format!(
-                    "{} {} /[0-9]+/ {} %json {args} {}",
-                    m("<|tool_call_begin|>"),
-                    q(&format!("functions.{}:", t.name)),
-                    m("<|tool_call_argument_begin|>"),
-                    m("<|tool_call_end|>")
-                ),
-            }
-        };
-        let alternatives: Vec<String> = tools.iter().map(one).collect();
-        rules.push(format!("call: {}", alternatives.join(" | ")));
-        match self.family {
-            // One call a message: the message ends the answer.
-            Family::Harmony => "call".into(),
-            Family::DeepSeekR1 | Family::DeepSeekV31 => format!(
-                "{} call+ {}",
-                m("<｜tool▁calls▁begin｜>"),
-                m("<｜tool▁calls▁end｜>")
-            ),
-            Family::Kimi => format!(
-                "{} call+ {}",
-                m("<|tool_calls_section_begin|>"),
-                m("<|tool_calls_section_end|>")
-            ),
-            _ => "call+".into(),
-        }
-    }
+/// GLM's XML-like calls.
+pub(super) fn glm(tools: &[ModelTool], m: Marker<'_>, rules: &mut Vec<String>) -> String {
+    xml_calls(tools, m, rules, Xml::Glm)
 }
 
 /// A tool's argument schema, closed (see [`crate::local::closed`]).

@@ -8,18 +8,20 @@
 //! none of these is read as before (calls in `<tool_call>` tags or bare JSON), and the result
 //! says so.
 
+mod families;
 pub mod grammar;
 mod scan;
 mod sections;
 
 use crate::call::{Effort, ModelTool, Reasoning};
 use crate::fulfil::written::{Found, Piece};
-use scan::{NAME_ARGS, Partial};
+use scan::Partial;
 use sections::{Kind, Section, Then};
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 
-/// A family of models that writes calls one way.
+/// A family of models that writes calls one way: its format is its row of
+/// [`families::FAMILIES`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Family {
     /// Hermes, Qwen 2.5 and Qwen 3: `<tool_call>{"name": …, "arguments": …}</tool_call>`.
@@ -52,55 +54,7 @@ pub enum Family {
     Generic,
 }
 
-impl Family {
-    /// The markers that open this family's calls, and those of its own it drops.
-    fn call_markers(self) -> Vec<(&'static str, Action)> {
-        use Action::{Calls, Drop};
-        /// Calls as JSON objects with a name and arguments, and no closing marker.
-        const JSON: Kind = Kind::Json {
-            close: None,
-            keys: NAME_ARGS,
-        };
-        match self {
-            Family::Hermes | Family::Generic => vec![("<tool_call>", Calls(Kind::HERMES))],
-            Family::Llama3 => vec![("<|python_tag|>", Calls(JSON))],
-            Family::MistralList => vec![("[TOOL_CALLS]", Calls(JSON))],
-            Family::MistralArgs => vec![("[TOOL_CALLS]", Calls(Kind::MistralArgs))],
-            Family::Harmony => vec![
-                ("<|start|>", Calls(Kind::Harmony)),
-                ("<|channel|>", Calls(Kind::Harmony)),
-                ("<|end|>", Drop),
-                ("<|return|>", Drop),
-                ("<|call|>", Drop),
-            ],
-            Family::DeepSeekR1 | Family::DeepSeekV31 => {
-                vec![("<｜tool▁calls▁begin｜>", Calls(Kind::DeepSeek))]
-            }
-            Family::Qwen3Coder => vec![("<tool_call>", Calls(Kind::Coder))],
-            Family::CommandR => vec![
-                ("<|START_ACTION|>", Calls(Kind::COMMAND_R)),
-                ("<|START_RESPONSE|>", Drop),
-                ("<|END_RESPONSE|>", Drop),
-            ],
-            Family::Granite => vec![
-                ("<|tool_call|>", Calls(JSON)),
-                ("<response>", Drop),
-                ("</response>", Drop),
-            ],
-            Family::Glm => vec![("<tool_call>", Calls(Kind::Glm))],
-            Family::Kimi => vec![("<|tool_calls_section_begin|>", Calls(Kind::Kimi))],
-            Family::Phi4 => vec![(
-                "<|tool_call|>",
-                Calls(Kind::Json {
-                    close: Some("<|/tool_call|>"),
-                    keys: NAME_ARGS,
-                }),
-            )],
-        }
-    }
-}
-
-/// How a family marks its reasoning.
+/// How a family marks its reasoning: each way is a row of [`families::REASONINGS`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Thinking {
     None,
@@ -149,48 +103,6 @@ impl Default for Format {
     }
 }
 
-/// The family a template's text shows, most specific first.
-fn family(t: &str) -> Family {
-    let has = |s: &str| t.contains(s);
-    if has("<|channel|>") {
-        Family::Harmony
-    } else if has("[TOOL_CALLS]") {
-        if has("[ARGS]") {
-            Family::MistralArgs
-        } else {
-            Family::MistralList
-        }
-    } else if has("<|tool_calls_section_begin|>") {
-        Family::Kimi
-    } else if has("<｜tool▁calls▁begin｜>") || has("tool▁calls▁begin") {
-        if has("```json") {
-            Family::DeepSeekR1
-        } else {
-            Family::DeepSeekV31
-        }
-    } else if has("<|START_ACTION|>") {
-        Family::CommandR
-    } else if has("<tool_call>") && has("<function=") && has("<parameter=") {
-        Family::Qwen3Coder
-    } else if has("<arg_key>") {
-        Family::Glm
-    } else if has("<|tool_call|>") {
-        if has("<|/tool_call|>") {
-            Family::Phi4
-        } else {
-            Family::Granite
-        }
-    } else if has("<|tool|>") && has("<|/tool|>") && has("<|assistant|>") {
-        Family::Phi4
-    } else if has("<tool_call>") {
-        Family::Hermes
-    } else if has("<|python_tag|>") || (has("<|start_header_id|>") && has("parameters")) {
-        Family::Llama3
-    } else {
-        Family::Generic
-    }
-}
-
 /// Whether `t` holds `phrase` starting at a word's start (`thinking`, not `enable_thinking`).
 fn has_word(t: &str, phrase: &str) -> bool {
     t.match_indices(phrase).any(|(at, _)| {
@@ -206,18 +118,11 @@ impl Format {
         let Some(t) = template else {
             return Format::default();
         };
-        let family = family(t);
-        let thinking = if family == Family::Harmony {
-            Thinking::Harmony
-        } else if t.contains("[THINK]") {
-            Thinking::Mistral
-        } else if t.contains("<|START_THINKING|>") {
-            Thinking::Command
-        } else if t.contains("<think>") || t.contains("</think>") {
-            Thinking::Think
-        } else {
-            Thinking::None
-        };
+        let family = Family::shown_in(t);
+        let thinking = family
+            .format()
+            .reasoning
+            .unwrap_or_else(|| Thinking::shown_in(t));
         let switches = Switches {
             enable_thinking: t.contains("enable_thinking"),
             thinking: ["thinking is defined", "if thinking", "thinking =="]
@@ -234,27 +139,12 @@ impl Format {
 
     /// The format's name, as `list_models` shows it.
     pub fn name(&self) -> &'static str {
-        match self.family {
-            Family::Hermes => "hermes",
-            Family::Llama3 => "llama3",
-            Family::MistralList => "mistral",
-            Family::MistralArgs => "mistral-args",
-            Family::Harmony => "gpt-oss-harmony",
-            Family::DeepSeekR1 => "deepseek-r1",
-            Family::DeepSeekV31 => "deepseek-v3.1",
-            Family::Qwen3Coder => "qwen3-coder-xml",
-            Family::CommandR => "command-r7b",
-            Family::Granite => "granite",
-            Family::Glm => "glm-4.5",
-            Family::Kimi => "kimi-k2",
-            Family::Phi4 => "phi-4-mini",
-            Family::Generic => "generic",
-        }
+        self.family.format().name
     }
 
     /// Whether the template's format is one this server knows (else calls are read leniently).
     pub fn recognised(&self) -> bool {
-        self.family != Family::Generic
+        self.family.format().recognised
     }
 
     pub fn reasons(&self) -> bool {
@@ -263,22 +153,12 @@ impl Format {
 
     /// The markers that open and close reasoning.
     pub fn reasoning_markers(&self) -> Option<(&'static str, &'static str)> {
-        match self.thinking {
-            Thinking::None => None,
-            Thinking::Think => Some(("<think>", "</think>")),
-            Thinking::Mistral => Some(("[THINK]", "[/THINK]")),
-            Thinking::Command => Some(("<|START_THINKING|>", "<|END_THINKING|>")),
-            Thinking::Harmony => Some(("<|channel|>analysis<|message|>", "<|end|>")),
-        }
+        self.thinking.format().markers
     }
 
     /// What ends reasoning cut short by a budget, so that the answer follows.
     pub fn reasoning_end(&self) -> Option<&'static str> {
-        match self.thinking {
-            Thinking::Harmony => Some("<|end|><|start|>assistant<|channel|>final<|message|>"),
-            Thinking::Think => Some("\n</think>\n\n"),
-            _ => self.reasoning_markers().map(|(_, close)| close),
-        }
+        self.thinking.format().end
     }
 
     /// Whether a prompt (rendered with the template) leaves the model inside its reasoning:
@@ -321,9 +201,10 @@ impl Format {
 
     /// The markers in the text and what each does.
     fn markers(&self) -> Vec<(&'static str, Action)> {
-        let mut markers = self.family.call_markers();
-        if let Some((open, close)) = self.reasoning_markers()
-            && self.thinking != Thinking::Harmony
+        let mut markers = self.family.format().markers.to_vec();
+        let reasoning = self.thinking.format();
+        if let Some((open, close)) = reasoning.markers
+            && reasoning.parsed
         {
             markers.push((open, Action::Reasoning));
             // A close with no open: the template opened the reasoning, unseen.
@@ -334,43 +215,14 @@ impl Format {
 
     /// Whether an answer may be one bare (or fenced) JSON call.
     fn bare_calls(&self) -> bool {
-        matches!(
-            self.family,
-            Family::Generic | Family::Hermes | Family::Llama3
-        )
+        self.family.format().bare_calls
     }
 
     /// The control tokens' texts the parser reads, which the engine shows it (other control
     /// tokens are never shown).
     pub fn special_texts(&self) -> Vec<&'static str> {
         let mut texts: Vec<&'static str> = self.markers().into_iter().map(|(m, _)| m).collect();
-        texts.extend(match self.family {
-            Family::Harmony => &[
-                "<|message|>",
-                "<|constrain|>",
-                "<|call|>",
-                "<|end|>",
-                "<|return|>",
-            ][..],
-            Family::DeepSeekR1 | Family::DeepSeekV31 => &[
-                "<｜tool▁call▁begin｜>",
-                "<｜tool▁sep｜>",
-                "<｜tool▁call▁end｜>",
-                "<｜tool▁calls▁end｜>",
-            ][..],
-            Family::Kimi => &[
-                "<|tool_call_begin|>",
-                "<|tool_call_argument_begin|>",
-                "<|tool_call_end|>",
-                "<|tool_calls_section_end|>",
-            ][..],
-            Family::CommandR => &["<|END_ACTION|>"][..],
-            Family::Phi4 => &["<|/tool_call|>"][..],
-            Family::Hermes | Family::Generic | Family::Qwen3Coder | Family::Glm => {
-                &["</tool_call>"][..]
-            }
-            _ => &[][..],
-        });
+        texts.extend(self.family.format().specials);
         texts
     }
 }
@@ -474,7 +326,7 @@ impl Parser {
             // Without tools the text is the answer, whatever it looks like; harmony's channels
             // are its text's frame.
             .filter(|(_, action)| {
-                calls || format.family == Family::Harmony || !matches!(action, Action::Calls(_))
+                calls || format.family.format().framed || !matches!(action, Action::Calls(_))
             })
             .collect();
         Parser {

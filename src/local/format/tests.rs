@@ -371,6 +371,23 @@ const FAMILIES: [Family; 13] = [
     Family::Generic,
 ];
 
+#[test]
+fn each_family_is_one_row_of_the_table() {
+    let rows = &families::FAMILIES;
+    let mut names: Vec<&str> = rows.iter().map(|row| row.name).collect();
+    names.sort_unstable();
+    names.dedup();
+    assert_eq!(names.len(), rows.len());
+    for family in FAMILIES.into_iter().chain([Family::DeepSeekV31]) {
+        assert_eq!(family.format().family, family);
+    }
+    // What shows no other family is generic.
+    assert_eq!(rows.last().map(|row| row.family), Some(Family::Generic));
+    for row in &families::REASONINGS {
+        assert_eq!(row.thinking.format().thinking, row.thinking);
+    }
+}
+
 /// Feeds `text` to a parser in two pieces at every cut, then whole.
 fn feed_at_every_cut(f: Format, text: &str) {
     for (i, _) in text.char_indices() {
