@@ -9,11 +9,29 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
+/// The version of `package` that Cargo.lock pins, if it pins one.
+fn locked_version(package: &str) -> Option<String> {
+    let lock = std::fs::read_to_string("Cargo.lock").ok()?;
+    let mut lines = lock.lines();
+    lines.find(|l| *l == format!("name = \"{package}\""))?;
+    let version = lines
+        .next()?
+        .strip_prefix("version = \"")?
+        .strip_suffix('"')?;
+    Some(version.to_owned())
+}
+
 /// The CPU build that holds ggml's AMX kernels.
 const NEVER: &str = "sapphirerapids";
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=build.rs");
+    // The llama.cpp this binary is built with, which a prompt cache on disk is bound to.
+    println!("cargo:rerun-if-changed=Cargo.lock");
+    println!(
+        "cargo:rustc-env=LLAMA_CPP_SYS_VERSION={}",
+        locked_version("llama-cpp-sys-2").unwrap_or_else(|| "unknown".into())
+    );
     if std::env::var_os("CARGO_FEATURE_DYNAMIC_BACKENDS").is_none() {
         return Ok(());
     }

@@ -18,7 +18,7 @@
 
 use agent_as_model::local::engine::{self, Model, Output, Params};
 use agent_as_model::local::fetch;
-use agent_as_model::local::slots::{Call, Counters, Slots};
+use agent_as_model::local::slots::{self, Call, Counters, Slots};
 use llguidance::api::TopLevelGrammar;
 use std::cell::Cell;
 use std::rc::Rc;
@@ -67,6 +67,21 @@ struct Run {
 
 type Reply = tokio::sync::oneshot::Receiver<Result<Output, agent_as_model::local::LocalError>>;
 
+/// A reader that notes when the first token came.
+struct FirstToken(Rc<Cell<Option<Instant>>>);
+
+impl slots::Reader for FirstToken {
+    fn read(&mut self, tokens: usize, _text: &str) {
+        if tokens == 1 {
+            self.0.set(Some(Instant::now()));
+        }
+    }
+
+    fn end(self: Box<Self>, _tokens: usize) -> Option<agent_as_model::local::format::Answer> {
+        None
+    }
+}
+
 /// A greedy call of `prompt` (ChatML text), and the instant its first token came.
 fn call(
     model: &Model,
@@ -81,6 +96,7 @@ fn call(
         top_k: None,
         seed: 1,
         stop: Vec::new(),
+        ..Params::default()
     };
     let constraint = grammar.map(|g| model.constraint(g).unwrap());
     let first = Rc::new(Cell::new(None));
@@ -91,11 +107,7 @@ fn call(
         sampler: engine::sampler(&params, constraint),
         params,
         budget: max,
-        sink: Some(Box::new(move |n, _| {
-            if n == 1 {
-                seen.set(Some(Instant::now()));
-            }
-        })),
+        reader: Box::new(FirstToken(seen)),
         shown: Vec::new(),
         in_reasoning: false,
         think: None,
@@ -216,7 +228,7 @@ fn main() {
     }
     let model = model.unwrap();
     let counters = Arc::new(Counters::default());
-    let fresh = || Slots::new(&model, counters.clone()).unwrap();
+    let fresh = || Slots::new(&model, counters.clone(), None).unwrap();
     spread("load (page cache warm)", "s", &loads);
     let system = "You are a helpful assistant. Answer clearly and correctly.";
     let long = chatml(

@@ -1,9 +1,9 @@
 //! The neutral core: one model call and its answer, with no knowledge of product shapes or
 //! protocol eras.
 //!
-//! Every shape parses into a [`Call`] and renders from a [`Reply`]; fulfilment and the backends
-//! see only these types. Content is a list of blocks, not a string, so richer conversations are a
-//! change to the shapes only.
+//! Every shape parses into a [`Call`], and every API writes its objects from the answer the
+//! service makes of it; fulfilment and the backends see only these types. Content is a list of
+//! blocks, not a string, so richer conversations are a change to the shapes only.
 
 use crate::contract::cursor::{Chain, Entry};
 use crate::contract::persona::Persona;
@@ -164,6 +164,9 @@ pub struct CompletionRequest {
     /// Sequences that end the completion; forwarded, and enforced by the server.
     pub stop: Vec<String>,
     pub tuning: Tuning,
+    /// llama.cpp's samplers beyond top-k and top-p: penalties on repeated tokens, min-p,
+    /// typical sampling and mirostat.
+    pub samplers: Samplers,
     /// A legacy text completion (`POST /v1/completions`): the prompt continued as raw text
     /// where the backend can (the embedded model); `None` for a conversation.
     pub text: Option<TextPrompt>,
@@ -250,6 +253,60 @@ pub struct Tuning {
     pub top_k: Option<u32>,
     /// Makes a sampled answer repeatable (negative: a random draw).
     pub seed: Option<i64>,
+}
+
+/// llama.cpp's samplers beyond the temperature, top-k and top-p, as llama-server and Ollama
+/// take them (all `None`: none of them). The embedded model applies them all; a provider is
+/// sent the two OpenAI's API has (`presence_penalty`, `frequency_penalty`) and the result says
+/// the others were not sent.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Samplers {
+    /// A token among the last `repeat_last_n` has its logit divided by this (multiplied when
+    /// negative); 1 is no penalty.
+    pub repeat_penalty: Option<f64>,
+    /// How many of the last tokens (the prompt's, then the answer's) the penalties look at:
+    /// 0 none, -1 the whole context, 64 when not given.
+    pub repeat_last_n: Option<i32>,
+    /// Taken from the logit of a token seen among the last `repeat_last_n`.
+    pub presence_penalty: Option<f64>,
+    /// Taken from the logit of a token as many times as it was seen among the last
+    /// `repeat_last_n`.
+    pub frequency_penalty: Option<f64>,
+    /// Keep only the tokens at least this fraction as likely as the most likely one.
+    pub min_p: Option<f64>,
+    /// Locally typical sampling: keep the tokens whose surprise is closest to the expected
+    /// one, up to this probability mass (1: off).
+    pub typical_p: Option<f64>,
+    /// Mirostat (1 or 2; 0: off) draws the token itself, aiming at a surprise of
+    /// `mirostat_tau`, learning at `mirostat_eta`: top-k, top-p, min-p and typical sampling
+    /// are not used then.
+    pub mirostat: Option<u8>,
+    pub mirostat_tau: Option<f64>,
+    pub mirostat_eta: Option<f64>,
+}
+
+impl Samplers {
+    /// The two OpenAI's API has (the others are llama.cpp's and Ollama's).
+    pub const OPENAI: [&'static str; 2] = ["presence_penalty", "frequency_penalty"];
+
+    /// The samplers asked for, each by its llama.cpp (and Ollama) name, with its value.
+    pub fn named(&self) -> Vec<(&'static str, Value)> {
+        let number = |name: &'static str, n: Option<f64>| n.map(|n| (name, json!(n)));
+        [
+            number("repeat_penalty", self.repeat_penalty),
+            self.repeat_last_n.map(|n| ("repeat_last_n", json!(n))),
+            number("presence_penalty", self.presence_penalty),
+            number("frequency_penalty", self.frequency_penalty),
+            number("min_p", self.min_p),
+            number("typical_p", self.typical_p),
+            self.mirostat.map(|m| ("mirostat", json!(m))),
+            number("mirostat_tau", self.mirostat_tau),
+            number("mirostat_eta", self.mirostat_eta),
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
+    }
 }
 
 /// Why the completion ended, in neutral form.
@@ -478,26 +535,9 @@ impl Usage {
     }
 }
 
-fn estimate_tokens(chars: usize) -> usize {
+/// About how many tokens `chars` characters are (four a token).
+pub fn estimate_tokens(chars: usize) -> usize {
     chars.div_ceil(4)
-}
-
-/// A finished answer with what the renderers need to describe it.
-pub struct Reply<'a> {
-    pub call: &'a Call,
-    pub answer: &'a Answer,
-    /// `answer.completion_text()`, computed once.
-    pub completion: &'a str,
-    pub finish: &'a Finish,
-    pub host_model: &'a str,
-    /// The cursor when the chain is on.
-    pub cursor: Option<&'a str>,
-    /// Token counts the backend measured, if it did.
-    pub measured: Option<Usage>,
-    /// Images and audio in the answer, besides its text.
-    pub media: &'a [Block],
-    /// The model's reasoning before the answer, when it reasoned and the caller is shown it.
-    pub reasoning: Option<&'a str>,
 }
 
 impl Call {
@@ -520,27 +560,6 @@ impl Call {
             _ => 0,
         };
         estimate_tokens(text + system + tools)
-    }
-}
-
-impl Reply<'_> {
-    /// The usage of this call: measured by the backend, else estimated.
-    pub fn usage(&self) -> Usage {
-        if let Some(measured) = self.measured {
-            return measured;
-        }
-        Usage {
-            prompt: self.call.prompt_tokens_estimate(),
-            completion: estimate_tokens(self.completion.chars().count()),
-            estimated: true,
-            cached: None,
-        }
-    }
-
-    /// The id of the response object: the cursor when the chain is on, else `prefix` and a
-    /// random hex id.
-    pub fn response_id(&self, prefix: &str) -> String {
-        self.cursor.map_or_else(|| new_id(prefix), str::to_owned)
     }
 }
 

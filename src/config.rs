@@ -447,6 +447,19 @@ pub struct LocalArgs {
     #[arg(long, env = "AGENT_AS_MODEL_LOCAL_MEMORY", value_parser = byte_size)]
     pub local_memory: Option<u64>,
 
+    /// A folder for the local models' prompt cache on disk: a long prompt's KV cache is saved
+    /// there after it is read, and when its model unloads or the server stops, and a later
+    /// prompt that starts with the same tokens reads it back instead of processing them again
+    /// (after a restart too); replicas may share it [default: none, no cache on disk]
+    #[arg(long, env = "AGENT_AS_MODEL_PROMPT_CACHE_DIR")]
+    pub prompt_cache_dir: Option<std::path::PathBuf>,
+
+    /// The bytes the prompt cache on disk may hold (with a unit: `8G`, `512M`): past it, the
+    /// files used longest ago are removed
+    #[arg(long, env = "AGENT_AS_MODEL_PROMPT_CACHE_MAX_BYTES", value_parser = byte_size,
+          default_value = "8G")]
+    pub prompt_cache_max_bytes: u64,
+
     /// The seed of the local model's sampled answers when a call gives none, so that they
     /// repeat [default: a new one for each call]
     #[arg(long, env = "AGENT_AS_MODEL_LOCAL_SEED")]

@@ -8,6 +8,8 @@ use agent_as_model::http::HttpSettings;
 use agent_as_model::http::ServeError;
 use agent_as_model::launch::LaunchError;
 use agent_as_model::local::LocalSettings;
+use agent_as_model::local::pool::Engines;
+use agent_as_model::local::template::Sandbox;
 use agent_as_model::mcp::bridge::BridgeError;
 use agent_as_model::mcp::mrtr::Sealer;
 use agent_as_model::mcp::sampling::Settings;
@@ -35,23 +37,26 @@ fn return_large_blocks() {
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 fn return_large_blocks() {}
 
-/// The model's chat template renders in a child process: this binary, re-executed (on Linux
-/// through /proc/self/exe, which still opens if the file was replaced since it started).
-fn render_templates_apart(config: &Config) {
+/// The server's embedded models' engines (see [`Engines`]): their chat templates render in a
+/// child process, this binary re-executed (on Linux through /proc/self/exe, which still opens
+/// if the file was replaced since it started).
+fn engines_for(config: &Config) -> Engines {
     let program = if cfg!(target_os = "linux") {
         Ok(std::path::PathBuf::from("/proc/self/exe"))
     } else {
         std::env::current_exe()
     };
-    match program {
-        Ok(program) => agent_as_model::local::template::set_sandbox(Some(
-            agent_as_model::local::template::Sandbox {
-                program,
-                memory: config.local.chat_template_memory_bytes,
-            },
-        )),
-        Err(e) => tracing::warn!(error = %e, "chat templates render unbounded in memory"),
-    }
+    let sandbox = match program {
+        Ok(program) => Some(Sandbox {
+            program,
+            memory: config.local.chat_template_memory_bytes,
+        }),
+        Err(e) => {
+            tracing::warn!(error = %e, "chat templates render unbounded in memory");
+            None
+        }
+    };
+    Engines::new(sandbox)
 }
 
 fn main() -> ExitCode {
@@ -72,7 +77,7 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     agent_as_model::logging::init(config.log_format);
-    render_templates_apart(&config);
+    let engines = engines_for(&config);
     agent_as_model::install_tls();
     let runtime = match runtime_for(&config) {
         Ok(r) => r,
@@ -81,12 +86,12 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let outcome = run(&config, &runtime);
+    let outcome = run(&config, &runtime, &engines);
     // Pending blocking reads on stdin must not hold the process once the connection is over.
     runtime.shutdown_timeout(Duration::from_millis(100));
     // The local models' engines are freed before the process ends (a GPU's driver tears its
     // device down at exit, and must not find a model's buffers still in use).
-    agent_as_model::local::shutdown(Duration::from_secs(10));
+    engines.shutdown(Duration::from_secs(10));
     let code = match outcome {
         Ok(code) => code,
         Err((e, code)) => {
@@ -185,25 +190,29 @@ enum Unserved {
     Stdio(String),
 }
 
-/// What the command line asks, done: the exit code (a launched CLI's own), or the error to
-/// print with its code.
-fn run(config: &Config, runtime: &tokio::runtime::Runtime) -> Result<u8, (Failed, u8)> {
+/// What the command line asks, done (the server's embedded models on `engines`): the exit code
+/// (a launched CLI's own), or the error to print with its code.
+fn run(
+    config: &Config,
+    runtime: &tokio::runtime::Runtime,
+    engines: &Engines,
+) -> Result<u8, (Failed, u8)> {
     let failed = |e: Failed| (e, 1);
     match &config.command {
         Some(Command::Try(args)) => runtime
-            .block_on(agent_as_model::mcp::try_command::run(config, args))
+            .block_on(agent_as_model::mcp::try_command::run(config, args, engines))
             .map(|()| 0)
             .map_err(|e| failed(e.into())),
         Some(Command::Bridge(args)) => runtime
-            .block_on(agent_as_model::mcp::bridge::run(config, args))
+            .block_on(agent_as_model::mcp::bridge::run(config, args, engines))
             .map(|()| 0)
             .map_err(|e| failed(e.into())),
-        Some(Command::Launch(args)) => launch(args, runtime).map_err(failed),
+        Some(Command::Launch(args)) => launch(args, runtime, engines).map_err(failed),
         None => {
             let (sealer, source) = Sealer::new(&config.state_keys(), config.state_ttl())
                 .map_err(|e| (Failed::StateKey(e), 2))?;
             tracing::info!(?source, "requestState sealing key chosen");
-            serve(config, runtime, sealer, None)
+            serve(config, runtime, sealer, None, engines)
                 .map(|()| 0)
                 .map_err(|e| failed(e.into()))
         }
@@ -233,6 +242,7 @@ fn end_after_the_gpu(_code: u8) {}
 fn launch(
     args: &agent_as_model::config::LaunchArgs,
     runtime: &tokio::runtime::Runtime,
+    engines: &Engines,
 ) -> Result<u8, Failed> {
     use agent_as_model::launch;
     let argv: Vec<String> = std::env::args().collect();
@@ -245,7 +255,7 @@ fn launch(
     runtime.spawn(async { while tokio::signal::ctrl_c().await.is_ok() {} });
     let stop = CancellationToken::new();
     let outcome = std::thread::scope(|scope| {
-        let server = scope.spawn(|| serve(&config, runtime, sealer, Some(stop.clone())));
+        let server = scope.spawn(|| serve(&config, runtime, sealer, Some(stop.clone()), engines));
         let ran = (|| {
             launch::wait_ready(endpoint.address)?;
             let offered = launch::offered_models(&config).unwrap_or_default();
@@ -280,17 +290,20 @@ fn exit_code(status: std::process::ExitStatus) -> u8 {
     1
 }
 
+/// The server, its embedded models on `engines`, until it stops (`stopped_by`, else the
+/// terminal's signals or the end of stdin).
 fn serve(
     config: &Config,
     runtime: &tokio::runtime::Runtime,
     sealer: Sealer,
     stopped_by: Option<CancellationToken>,
+    engines: &Engines,
 ) -> Result<(), Unserved> {
     let settings = Settings {
         sampling_timeout: config.sampling_timeout(),
         sealer,
     };
-    let backends = Backends::from_config(config)?;
+    let backends = Backends::with_engines(config, engines)?;
     let server = Server::new(settings, config.limits.clone(), backends)?;
     if let Some(mut http) = HttpSettings::from_config(config) {
         // Under `launch`, the launcher stops the server, not the terminal's signals.

@@ -68,8 +68,10 @@ pub struct Usage {
     pub prompt_tokens: usize,
     pub completion_tokens: usize,
     pub total_tokens: usize,
-    /// Always there, as OpenAI always sends it (0 when the backend said nothing of a cache).
-    pub prompt_tokens_details: CachedTokens,
+    /// The prompt tokens read from a cache, when the backend says (the embedded model always
+    /// does).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens_details: Option<CachedTokens>,
     /// Counted by this server from the text, not by the model.
     pub estimated: bool,
 }
@@ -80,9 +82,7 @@ impl From<crate::call::Usage> for Usage {
             prompt_tokens: u.prompt,
             completion_tokens: u.completion,
             total_tokens: u.total(),
-            prompt_tokens_details: CachedTokens {
-                cached_tokens: u.cached.unwrap_or(0),
-            },
+            prompt_tokens_details: u.cached.map(|cached_tokens| CachedTokens { cached_tokens }),
             estimated: u.estimated,
         }
     }
@@ -138,6 +138,14 @@ impl Encoder {
             calls: Vec::new(),
             reasoned: false,
         }
+    }
+
+    /// `self` with the id `id` when one is given.
+    pub fn named(mut self, id: Option<&str>) -> Self {
+        if let Some(id) = id {
+            self.id = id.to_owned();
+        }
+        self
     }
 
     /// The whole `chat.completion` for an answer.
@@ -362,7 +370,7 @@ impl Wire for Chat {
     }
 
     fn whole(&self, o: &Opening<'_>, answered: &Answered) -> Value {
-        let encoder = Encoder::new(o.model, &o.call.request.stop, false);
+        let encoder = Encoder::new(o.model, &o.call.request.stop, false).named(o.id);
         dialect::to_json(&encoder.whole(&answered.finished))
     }
 }

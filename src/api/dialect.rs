@@ -99,6 +99,30 @@ pub struct Opening<'a> {
     pub prompt_tokens: usize,
     /// When the request came.
     pub started: Instant,
+    /// The object's id, when the caller gives it (an MCP tool's conversation cursor); else a
+    /// new one.
+    pub id: Option<&'a str>,
+    /// The request as the client sent it, for the APIs whose object repeats it (Responses).
+    pub body: Option<&'a Map<String, Value>>,
+    /// Responses: how the tools the model sees were declared (namespaces, custom tools).
+    pub names: Option<&'a crate::shapes::tool_names::Names>,
+}
+
+impl<'a> Opening<'a> {
+    /// The opening of an answer of `call` reported as made by `model`, started now, with
+    /// nothing else given.
+    pub fn new(model: &'a str, call: &'a Call) -> Self {
+        Opening {
+            model,
+            call,
+            include_usage: false,
+            prompt_tokens: 0,
+            started: Instant::now(),
+            id: None,
+            body: None,
+            names: None,
+        }
+    }
 }
 
 /// A model API (see the module's text).

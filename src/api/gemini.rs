@@ -126,21 +126,22 @@ impl Encoder {
         }
     }
 
-    fn response(&self, parts: Vec<Part>, end: Option<(&Finished, &str)>) -> Response {
+    fn response(&self, parts: Vec<Part>, end: Option<&Finished>) -> Response {
         Response {
             candidates: vec![Candidate {
                 content: Content {
                     role: "model",
                     parts,
                 },
-                finish_reason: end.map(|(f, _)| match f.finish {
+                finish_reason: end.map(|f| match f.finish {
                     Finish::MaxTokens => "MAX_TOKENS",
                     _ => "STOP",
                 }),
                 index: 0,
             }],
-            usage_metadata: end.map(|(f, _)| f.usage.into()),
-            model_version: end.map_or_else(|| self.model.clone(), |(_, m)| m.to_owned()),
+            usage_metadata: end.map(|f| f.usage.into()),
+            // The model the backend says answered, once the answer is done.
+            model_version: end.map_or_else(|| self.model.clone(), |f| f.model.clone()),
             response_id: self.id.clone(),
         }
     }
@@ -184,7 +185,15 @@ impl Encoder {
             parts.push(Part::Text(text));
         }
         parts.extend(Self::other_parts(answered));
-        self.response(parts, Some((finished, &finished.model)))
+        self.response(parts, Some(finished))
+    }
+
+    /// `self` with the response id `id` when one is given.
+    pub fn named(mut self, id: Option<&str>) -> Self {
+        if let Some(id) = id {
+            self.id = id.to_owned();
+        }
+        self
     }
 }
 
@@ -226,10 +235,7 @@ impl Encode for Encoder {
             parts.push(Part::Text(rest));
         }
         parts.extend(Self::other_parts(answered));
-        vec![frame(
-            None,
-            &self.response(parts, Some((finished, &finished.model))),
-        )]
+        vec![frame(None, &self.response(parts, Some(finished)))]
     }
 
     fn error(&mut self, e: &ApiError) -> Vec<String> {
@@ -306,7 +312,8 @@ impl Wire for Gemini {
     }
 
     fn whole(&self, o: &Opening<'_>, answered: &Answered) -> Value {
-        dialect::to_json(&Encoder::new(o.model, &o.call.request.stop).whole(answered))
+        let encoder = Encoder::new(o.model, &o.call.request.stop).named(o.id);
+        dialect::to_json(&encoder.whole(answered))
     }
 
     fn tokens_object(&self, tokens: usize) -> Value {

@@ -159,6 +159,14 @@ impl Encoder {
         }
     }
 
+    /// `self` with the id `id` when one is given.
+    pub fn named(mut self, id: Option<&str>) -> Self {
+        if let Some(id) = id {
+            self.message.id = id.to_owned();
+        }
+        self
+    }
+
     /// The whole message for an answer.
     pub fn whole(&self, finished: &Finished) -> Message {
         let (text, calls) = text_and_calls(&finished.answer);
@@ -469,7 +477,7 @@ impl Wire for Messages {
     }
 
     fn whole(&self, o: &Opening<'_>, answered: &Answered) -> Value {
-        let encoder = Encoder::new(o.model, &o.call.request.stop, 0);
+        let encoder = Encoder::new(o.model, &o.call.request.stop, 0).named(o.id);
         dialect::to_json(&encoder.whole(&answered.finished))
     }
 

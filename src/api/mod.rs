@@ -409,7 +409,6 @@ impl Api {
     /// Answers a parsed call, telling `events` what happens while it is made.
     pub async fn answer(
         &self,
-        dialect: Dialect,
         call: &Call,
         cancel: &CancellationToken,
         events: Option<crate::fulfil::live::Events>,
@@ -420,11 +419,7 @@ impl Api {
             cancel,
             events: &open,
         };
-        match self
-            .service
-            .complete(dialect.shape(), call, &origin)
-            .await?
-        {
+        match self.service.complete(call, &origin).await? {
             Served::Answered(answered) => Ok(*answered),
             Served::Asked => Err(ApiError::new(
                 502,

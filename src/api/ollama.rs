@@ -6,7 +6,9 @@
 //! object with `"stream": false`.
 //!
 //! What chat completions' arguments cannot say is applied to the parsed call ([`Ollama::apply`]):
-//! `options.top_k`, `think: true`, and a generate request's `raw` prompt or `suffix`, which the
+//! `options.top_k`, llama.cpp's other samplers in `options` (`repeat_penalty`, `repeat_last_n`,
+//! `presence_penalty`, `frequency_penalty`, `min_p`, `typical_p`, `mirostat` and its `tau` and
+//! `eta`), `think: true`, and a generate request's `raw` prompt or `suffix`, which the
 //! embedded model continues as text (fill-in-the-middle with the vocabulary's tokens for a
 //! suffix), as OpenAI's text completions are.
 //!
@@ -18,7 +20,7 @@ use super::dialect::{self, Dialect, Endpoint, Method, Opening, Route, Wire};
 use super::gate::TextGate;
 use super::sse::text_and_calls;
 use super::{ApiError, Encode, Prepared};
-use crate::call::{Call, Finish, TextPrompt};
+use crate::call::{Call, Finish, Samplers, TextPrompt};
 use crate::fulfil::written::Piece;
 use crate::service::{Answered, Finished};
 use crate::shapes::ollama::{
@@ -31,19 +33,10 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant, SystemTime};
 
 /// Options Ollama takes that no backend here applies: accepted, and said in the warnings.
-const UNAPPLIED_OPTIONS: [&str; 22] = [
+const UNAPPLIED_OPTIONS: [&str; 13] = [
     "num_ctx",
-    "repeat_penalty",
-    "repeat_last_n",
-    "presence_penalty",
-    "frequency_penalty",
     "num_keep",
-    "typical_p",
-    "min_p",
     "tfs_z",
-    "mirostat",
-    "mirostat_tau",
-    "mirostat_eta",
     "penalize_newline",
     "numa",
     "num_batch",
@@ -100,6 +93,8 @@ pub struct Ollama {
     pub prepared: Prepared,
     /// `options.top_k`.
     pub top_k: Option<u32>,
+    /// llama.cpp's other samplers in `options`.
+    pub samplers: Samplers,
     /// `think: true`: reasoning asked for, at the model's own effort.
     pub think: bool,
     /// A generate request's raw prompt or fill-in-the-middle (`suffix`).
@@ -145,6 +140,12 @@ impl Ollama {
     pub fn apply(&self, call: &mut Call) {
         if self.top_k.is_some() {
             call.request.tuning.top_k = self.top_k;
+        }
+        // The embedded model applies them; an MCP host is sent them in the sampling request's
+        // metadata, as chat completions' penalties are.
+        call.request.samplers = self.samplers;
+        for (name, value) in self.samplers.named() {
+            call.metadata.insert(name.to_owned(), value);
         }
         if self.think {
             call.request.reasoning.enabled = Some(true);
@@ -430,7 +431,8 @@ fn response_format(format: Option<&Value>) -> Result<Option<Value>, ApiError> {
     }
 }
 
-/// `options`: the sampling settings, as `chat_complete` spells them; `top_k` kept for the call.
+/// `options`: the sampling settings, as `chat_complete` spells them; `top_k` and llama.cpp's
+/// other samplers kept for the call.
 fn options(
     options: Option<&Value>,
     args: &mut Map<String, Value>,
@@ -448,7 +450,7 @@ fn options(
         }
     };
     for (key, v) in options {
-        if v.is_null() {
+        if v.is_null() || sampler_option(key, v, &mut out.samplers)? {
             continue;
         }
         option(key, v, args, out, warnings)?;
@@ -456,8 +458,8 @@ fn options(
     Ok(())
 }
 
-/// One setting of `options` (not null): put in `args` as `chat_complete` spells it, kept in
-/// `out` (`top_k`), or noted in `warnings` as not applied.
+/// One setting of `options` (not null, not a sampler [`sampler_option`] keeps): put in `args`
+/// as `chat_complete` spells it, kept in `out` (`top_k`), or noted in `warnings` as not applied.
 fn option(
     key: &str,
     v: &Value,
@@ -516,6 +518,58 @@ fn option(
         )),
     }
     Ok(())
+}
+
+/// One of llama.cpp's samplers in `options` (not null), checked and kept in `samplers`; `false`
+/// when `key` names none of them. The ranges are llama.cpp's: a repeat penalty above 0 (1 is
+/// none), a window of -1 (the whole context) or more tokens, min-p and typical-p from 0 to 1,
+/// mirostat 0 (off), 1 or 2 with a `tau` and `eta` of 0 or more.
+fn sampler_option(key: &str, v: &Value, samplers: &mut Samplers) -> Result<bool, ApiError> {
+    let bad = |expected: &str| {
+        invalid(
+            &format!("options.{key}"),
+            format!(
+                "expected {expected}, got {}",
+                crate::error::clip(&v.to_string())
+            ),
+        )
+    };
+    let number = |within: fn(f64) -> bool, expected: &str| {
+        v.as_f64()
+            .filter(|n| within(*n))
+            .ok_or_else(|| bad(expected))
+    };
+    let fraction = |n: f64| (0.0..=1.0).contains(&n);
+    let any = |_| true;
+    match key {
+        "repeat_penalty" => {
+            samplers.repeat_penalty =
+                Some(number(|n| n > 0.0, "a number above 0 (1 is no penalty)")?);
+        }
+        "repeat_last_n" => {
+            let n = v
+                .as_i64()
+                .filter(|n| *n >= -1)
+                .ok_or_else(|| bad("an integer of -1 (the whole context) or more"))?;
+            samplers.repeat_last_n = Some(i32::try_from(n).unwrap_or(i32::MAX));
+        }
+        "presence_penalty" => samplers.presence_penalty = Some(number(any, "a number")?),
+        "frequency_penalty" => samplers.frequency_penalty = Some(number(any, "a number")?),
+        "min_p" => samplers.min_p = Some(number(fraction, "a number from 0 to 1")?),
+        "typical_p" => samplers.typical_p = Some(number(fraction, "a number from 0 to 1")?),
+        "mirostat" => {
+            let m = v
+                .as_u64()
+                .and_then(|m| u8::try_from(m).ok())
+                .filter(|m| *m <= 2)
+                .ok_or_else(|| bad("0 (off), 1 or 2"))?;
+            samplers.mirostat = Some(m);
+        }
+        "mirostat_tau" => samplers.mirostat_tau = Some(number(|n| n >= 0.0, "0 or more")?),
+        "mirostat_eta" => samplers.mirostat_eta = Some(number(|n| n >= 0.0, "0 or more")?),
+        _ => return Ok(false),
+    }
+    Ok(true)
 }
 
 /// An image as Ollama sends it (base64, no media type) as an `image_url` part with a data URL
@@ -1189,11 +1243,52 @@ mod tests {
         // By name, then the first left.
         assert_eq!(m[3]["tool_call_id"], "call_2_1");
         assert_eq!(m[4]["tool_call_id"], "call_2_0");
+        assert_eq!(t.samplers.repeat_penalty, Some(1.1));
         let w = t.prepared.warnings.join("; ");
         assert!(
-            w.contains("options.num_ctx") && w.contains("options.repeat_penalty"),
+            w.contains("options.num_ctx") && !w.contains("options.repeat_penalty"),
             "{w}"
         );
+    }
+
+    #[test]
+    fn llama_cpps_samplers_in_options_reach_the_call_and_its_metadata() {
+        let options = json!({"repeat_penalty": 1.3, "repeat_last_n": -1,
+                             "presence_penalty": 0.5, "frequency_penalty": -0.5, "min_p": 0.05,
+                             "typical_p": 0.9, "mirostat": 2, "mirostat_tau": 4.5,
+                             "mirostat_eta": 0.2, "tfs_z": 1});
+        let t = translate(
+            Dialect::OllamaChat,
+            &body(json!({"messages": [{"role": "user", "content": "Hi."}], "options": options})),
+            "m",
+        )
+        .unwrap();
+        let expected = Samplers {
+            repeat_penalty: Some(1.3),
+            repeat_last_n: Some(-1),
+            presence_penalty: Some(0.5),
+            frequency_penalty: Some(-0.5),
+            min_p: Some(0.05),
+            typical_p: Some(0.9),
+            mirostat: Some(2),
+            mirostat_tau: Some(4.5),
+            mirostat_eta: Some(0.2),
+        };
+        assert_eq!(t.samplers, expected);
+        // Only the option no backend applies is said to be set aside.
+        let w = &t.prepared.warnings;
+        assert!(w.len() == 1 && w[0].contains("`options.tfs_z`"), "{w:?}");
+        let shape = &crate::shapes::openai_chat::ChatComplete;
+        let mut call = crate::shapes::common::tests_support::parse(
+            shape,
+            Value::Object(t.prepared.arguments.clone()),
+        )
+        .unwrap();
+        t.apply(&mut call);
+        assert_eq!(call.request.samplers, expected);
+        assert_eq!(call.metadata["repeat_penalty"], json!(1.3));
+        assert_eq!(call.metadata["mirostat"], json!(2));
+        assert_eq!(call.metadata.len(), 9, "{:?}", call.metadata);
     }
 
     #[test]
@@ -1243,6 +1338,35 @@ mod tests {
             let e = read(bad.clone()).unwrap_err();
             assert!(e.message.contains("keep_alive"), "{bad}: {}", e.message);
         }
+    }
+
+    #[test]
+    fn samplers_out_of_llama_cpps_ranges_are_refused_naming_the_option() {
+        for (option, value, expected) in [
+            ("repeat_last_n", json!(-2), "-1 (the whole context) or more"),
+            ("repeat_penalty", json!(0), "above 0"),
+            ("min_p", json!(1.5), "from 0 to 1"),
+            ("typical_p", json!(-0.1), "from 0 to 1"),
+            ("mirostat", json!(3), "0 (off), 1 or 2"),
+            ("mirostat_tau", json!("5"), "0 or more"),
+            ("mirostat_eta", json!(-1), "0 or more"),
+            ("presence_penalty", json!("high"), "a number"),
+        ] {
+            let request = body(json!({"options": {option: value}}));
+            let e = translate(Dialect::OllamaChat, &request, "m").unwrap_err();
+            let field = format!("options.{option}");
+            assert_eq!((e.status, e.param.as_deref()), (400, Some(field.as_str())));
+            assert!(
+                e.message.contains(&field) && e.message.contains(expected),
+                "{}",
+                e.message
+            );
+        }
+        // The edges are taken.
+        let edges = json!({"repeat_last_n": -1, "min_p": 0, "typical_p": 1, "mirostat": 0,
+                           "repeat_penalty": 0.5, "frequency_penalty": 3});
+        let t = translate(Dialect::OllamaChat, &body(json!({"options": edges})), "m").unwrap();
+        assert_eq!(t.samplers.mirostat, Some(0));
     }
 
     #[test]

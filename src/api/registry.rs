@@ -17,6 +17,20 @@ pub const ALL: &[Dialect] = &[
     super::chat::DIALECT,
 ];
 
+/// The APIs whose objects the MCP tools of the same shapes return: a tool's structured result
+/// is the object its API's encoder writes ([`for_tool`]).
+pub const TOOLS: &[Dialect] = &[
+    super::chat::DIALECT,
+    super::messages::DIALECT,
+    super::responses::DIALECT,
+    super::gemini::DIALECT,
+];
+
+/// The API whose object the MCP tool `tool` returns; `None` for a tool of no API (`generate`).
+pub fn for_tool(tool: &str) -> Option<Dialect> {
+    TOOLS.iter().find(|d| d.shape().name() == tool).copied()
+}
+
 /// The APIs by the names they had as an enum.
 #[allow(non_upper_case_globals)]
 impl Dialect {

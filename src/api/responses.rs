@@ -190,6 +190,8 @@ pub struct Usage {
     pub total_tokens: usize,
     pub input_tokens_details: InputTokensDetails,
     pub output_tokens_details: OutputTokensDetails,
+    /// Counted by this server from the text, not by the model.
+    pub estimated: bool,
 }
 
 impl From<crate::call::Usage> for Usage {
@@ -204,6 +206,7 @@ impl From<crate::call::Usage> for Usage {
             output_tokens_details: OutputTokensDetails {
                 reasoning_tokens: 0,
             },
+            estimated: u.estimated,
         }
     }
 }
@@ -739,6 +742,14 @@ impl Encoder {
         self
     }
 
+    /// `self` with the id `id` when one is given.
+    pub fn named(mut self, id: Option<&str>) -> Self {
+        if let Some(id) = id {
+            self.resource.id = id.to_owned();
+        }
+        self
+    }
+
     /// The output item of a call of `function` by the model, its arguments not given yet.
     fn call_item(&self, call_id: &str, function: &str) -> Item {
         let declared = self.names.declared(function);
@@ -746,7 +757,7 @@ impl Encoder {
         let name = declared.map_or_else(|| function.to_owned(), |d| d.name.clone());
         if declared.is_some_and(|d| d.custom) {
             return Item::CustomToolCall {
-                id: crate::call::new_id("ctc_"),
+                id: format!("ctc_{call_id}"),
                 call_id: call_id.to_owned(),
                 name,
                 input: String::new(),
@@ -755,7 +766,7 @@ impl Encoder {
             };
         }
         Item::FunctionCall {
-            id: crate::call::new_id("fc_"),
+            id: format!("fc_{call_id}"),
             call_id: call_id.to_owned(),
             name,
             arguments: String::new(),
@@ -1387,7 +1398,10 @@ impl Wire for Responses {
     }
 
     fn whole(&self, o: &Opening<'_>, answered: &Answered) -> Value {
-        let encoder = Encoder::new(Echo::read(&Map::new()), o.model, &o.call.request.stop);
+        let echo = Echo::read(o.body.unwrap_or(&Map::new()));
+        let encoder = Encoder::new(echo, o.model, &o.call.request.stop)
+            .with_names(o.names.cloned().unwrap_or_default())
+            .named(o.id);
         dialect::to_json(&encoder.whole(&answered.finished))
     }
 

@@ -40,10 +40,7 @@ pub mod tests_support {
     /// The answer "Sure." and a call of `get_weather` for Paris, as `finish` ended it.
     pub fn answered(answer: Answer, finish: Finish) -> Answered {
         Answered {
-            rendered: crate::shapes::Rendered {
-                text: String::new(),
-                object: Map::new(),
-            },
+            cursor: None,
             report: Default::default(),
             media: Vec::new(),
             finished: Finished {

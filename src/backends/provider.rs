@@ -12,7 +12,7 @@ use super::direct::{
     BoxFuture, EmbedInput, EmbedRequest, Embeddings, Model, ModelRequest, ModelTool, Stats,
 };
 use super::stream::StreamError;
-use crate::call::{Block, Completion, Usage};
+use crate::call::{Block, Completion, Samplers, Usage};
 use crate::config::Config;
 use crate::error::{Backend, CallError, CallResult, Upstream, clip};
 use crate::fulfil::Capabilities;
@@ -885,6 +885,7 @@ impl Model for Provider {
                 fields.insert("stream".into(), json!(true));
                 fields.insert("stream_options".into(), json!({"include_usage": true}));
             }
+            let unsent = unsent(&request);
             // The request as built is not needed once it is written.
             drop(request);
             let answer = match self.call(&self.endpoint, body, live.as_deref()).await {
@@ -893,6 +894,10 @@ impl Model for Provider {
                 }
                 Err(e) => Err(e),
             }
+            .map(|mut completion| {
+                completion.warnings.extend(unsent);
+                completion
+            })
             .map_err(|e| self.redact(e));
             *self
                 .last_error
@@ -1015,6 +1020,11 @@ pub fn body(model: &str, request: &ModelRequest) -> Value {
     if let Some(s) = request.base.tuning.seed {
         body.insert("seed".into(), json!(s));
     }
+    for (name, value) in request.base.samplers.named() {
+        if Samplers::OPENAI.contains(&name) {
+            body.insert(name.into(), value);
+        }
+    }
     if !request.base.stop.is_empty() {
         body.insert("stop".into(), json!(request.base.stop));
     }
@@ -1034,6 +1044,30 @@ pub fn body(model: &str, request: &ModelRequest) -> Value {
         );
     }
     Value::Object(body)
+}
+
+/// The warnings for llama.cpp's samplers the request asks for that OpenAI's API has no
+/// parameter for (only its two penalties are sent); one given at the value that turns it off
+/// asks for nothing.
+fn unsent(request: &ModelRequest) -> Vec<String> {
+    let off = |name: &str, value: &Value| {
+        let off = match name {
+            "repeat_penalty" | "typical_p" => 1.0,
+            "min_p" | "mirostat" => 0.0,
+            _ => return false,
+        };
+        value.as_f64() == Some(off)
+    };
+    request
+        .base
+        .samplers
+        .named()
+        .into_iter()
+        .filter(|(name, value)| !Samplers::OPENAI.contains(name) && !off(name, value))
+        .map(|(name, _)| {
+            format!("`{name}` was not sent: an OpenAI-compatible API has no such parameter")
+        })
+        .collect()
 }
 
 /// The reasoning controls as OpenAI-compatible servers take them: `reasoning_effort` (OpenAI,
@@ -1165,7 +1199,7 @@ fn usage(usage: Option<&UsageCounts>) -> Option<Usage> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::call::{CompletionRequest, Finish, Role, Tuning, Turn};
+    use crate::call::{CompletionRequest, Finish, Role, Samplers, Tuning, Turn};
 
     #[test]
     fn requests_carry_every_parameter_and_tool_content() {
@@ -1242,6 +1276,35 @@ mod tests {
             )
         );
         assert_eq!(b["response_format"]["type"], "json_schema");
+    }
+
+    #[test]
+    fn openais_penalties_are_sent_and_llama_cpps_other_samplers_are_said_not_to_be() {
+        let mut request = ModelRequest::default();
+        request.base.samplers = Samplers {
+            presence_penalty: Some(0.5),
+            repeat_penalty: Some(1.1),
+            min_p: Some(0.05),
+            ..Samplers::default()
+        };
+        let b = body("gpt-x", &request);
+        assert_eq!(b["presence_penalty"], json!(0.5));
+        for absent in ["frequency_penalty", "repeat_penalty", "min_p"] {
+            assert!(b.get(absent).is_none(), "{absent}: {b}");
+        }
+        let warned = unsent(&request);
+        assert_eq!(warned.len(), 2, "{warned:?}");
+        assert!(
+            warned[0].contains("`repeat_penalty` was not sent") && warned[1].contains("`min_p`"),
+            "{warned:?}"
+        );
+        assert!(unsent(&ModelRequest::default()).is_empty());
+        request.base.samplers = Samplers {
+            repeat_penalty: Some(1.0),
+            mirostat: Some(0),
+            ..Samplers::default()
+        };
+        assert!(unsent(&request).is_empty());
     }
 
     #[test]

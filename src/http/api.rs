@@ -294,7 +294,7 @@ async fn respond(
     let cancel = CancellationToken::new();
     let mut warnings = prepared.warnings;
     api.aim(record, &call);
-    let answer = api.answer(dialect, &call, &cancel, None).await;
+    let answer = api.answer(&call, &cancel, None).await;
     api.note(record, &answer);
     drop(holding);
     match answer {
@@ -844,7 +844,7 @@ async fn whole(
     let cancel = CancellationToken::new();
     let mut warnings = prepared.warnings;
     api.aim(record, call);
-    let answer = api.answer(dialect, call, &cancel, None).await;
+    let answer = api.answer(call, &cancel, None).await;
     api.note(record, &answer);
     match answer {
         Ok(answered) => {
@@ -859,14 +859,7 @@ async fn whole(
 /// The API object of a whole answer, written by the dialect's encoder.
 fn whole_object(api: &Api, dialect: Dialect, call: &Call, answered: &Answered) -> Value {
     let model = api.model_name(call);
-    let opening = Opening {
-        model: &model,
-        call,
-        include_usage: false,
-        prompt_tokens: 0,
-        started: std::time::Instant::now(),
-    };
-    dialect.whole(&opening, answered)
+    dialect.whole(&Opening::new(&model, call), answered)
 }
 
 /// The encoder of a streamed answer in `dialect`. A stream that says how long the prompt is
@@ -887,11 +880,9 @@ async fn stream_encoder(
         0
     };
     dialect.encoder(&Opening {
-        model: &model,
-        call,
         include_usage: prepared.include_usage,
         prompt_tokens,
-        started: std::time::Instant::now(),
+        ..Opening::new(&model, call)
     })
 }
 
@@ -1104,7 +1095,7 @@ pub(super) async fn stream_answer(
     let cancel = CancellationToken::new();
     // However this ends, the work stops with it.
     let _stop = cancel.clone().drop_guard();
-    let answer = api.answer(dialect, &call, &cancel, Some(sink));
+    let answer = api.answer(&call, &cancel, Some(sink));
     tokio::pin!(answer);
     let mut head = head;
     let Some(early) = first_sign(answer.as_mut(), &mut pieces, &shown, &mut head).await else {

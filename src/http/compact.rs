@@ -77,7 +77,7 @@ async fn summarize(
     // A client that goes away drops this future, and with it the work.
     let cancel = CancellationToken::new();
     api.aim(record, &call);
-    let answer = api.answer(dialect, &call, &cancel, None).await;
+    let answer = api.answer(&call, &cancel, None).await;
     api.note(record, &answer);
     drop(holding);
     match answer {

@@ -20,6 +20,7 @@ use crate::call::Call;
 use crate::config::RequestKeepAlive;
 use crate::local::{fetch, hub};
 use crate::metrics::Record;
+use crate::routing::pulled::{DeleteError, PullError};
 use crate::service::Answered;
 use crate::shapes::DEFAULT_MODEL;
 use crate::shapes::ollama::{
@@ -363,7 +364,7 @@ pub(super) async fn show(State(api): State<Arc<Api>>, body: Bytes) -> Response {
         Err(e) => return error(OLLAMA, &e, &[]),
     };
     // What the file says is known once the model is loaded (it loads as the server starts).
-    let model = api.service.backends().direct_model(&called).cloned();
+    let model = api.service.backends().direct_model(&called);
     if let Some(model) = &model {
         let _ = model.ready().await;
     }
@@ -488,7 +489,7 @@ async fn refuse_thinking(
     let mut reasons = described.reasons();
     if reasons.is_none()
         && described.local()
-        && let Some(model) = api.service.backends().direct_model(called).cloned()
+        && let Some(model) = api.service.backends().direct_model(called)
     {
         // A model that will not load says so when the call is made.
         let _ = model.ready().await;
@@ -550,7 +551,7 @@ async fn respond(
         )
         .await;
     }
-    let answer = whole(&api, dialect, &call, holding, record).await;
+    let answer = whole(&api, &call, holding, record).await;
     let mut warnings = prepared.warnings;
     match answer {
         Ok(answered) => {
@@ -573,7 +574,7 @@ fn kept_alive(api: &Api, called: &str, ollama: &mut Ollama) -> Option<Arc<dyn Mo
             "an Ollama request's keep_alive was ignored (--request-keep-alive ignore)"
         );
     }
-    let model = api.service.backends().direct_model(called).cloned();
+    let model = api.service.backends().direct_model(called);
     if let Some(model) = &model {
         model.keep_alive(ollama.keep_alive);
     }
@@ -626,14 +627,13 @@ async fn load_or_unload(
 /// The call answered whole, noted on its record; its place is given up once answered.
 async fn whole(
     api: &Api,
-    dialect: Dialect,
     call: &Call,
     holding: Holding,
     record: &mut Record,
 ) -> Result<Answered, ApiError> {
     let cancel = tokio_util::sync::CancellationToken::new();
     api.aim(record, call);
-    let answer = api.answer(dialect, call, &cancel, None).await;
+    let answer = api.answer(call, &cancel, None).await;
     api.note(record, &answer);
     drop(holding);
     answer
@@ -660,7 +660,9 @@ fn status_line(status: &PullStatus) -> Value {
 
 /// `POST /api/pull`: a configured model is there already; an `hf:OWNER/REPO/FILE.gguf` file is
 /// fetched into the cache unless it is there, its progress streamed as Ollama's lines
-/// (`status`, `digest`, `total`, `completed`), or answered once with `"stream": false`.
+/// (`status`, `digest`, `total`, `completed`), or answered once with `"stream": false`, and
+/// registered with the backends (see [`crate::routing::pulled`]): calls and the model lists
+/// name it by its `hf:` name from then on.
 pub(super) async fn pull(State(api): State<Arc<Api>>, body: Bytes) -> Response {
     let body = match small_object(&body).await {
         Ok(body) => body,
@@ -686,14 +688,14 @@ pub(super) async fn pull(State(api): State<Arc<Api>>, body: Bytes) -> Response {
         let Some(access) = api.hub.clone() else {
             return failure(501, "this server fetches no hf: files");
         };
-        let work = fetch_file(file, access, sender);
+        let work = pull_file(api.clone(), file, access, sender);
         if stream {
             tokio::spawn(work);
             return progress_stream(lines);
         }
         return match work.await {
             Ok(()) => json_body(json!({"status": "success"})),
-            Err(e) => failure(502, e),
+            Err((status, e)) => failure(status, e),
         };
     }
     if let Err(e) = resolve(&api, &name) {
@@ -709,14 +711,15 @@ pub(super) async fn pull(State(api): State<Arc<Api>>, body: Bytes) -> Response {
     progress_stream(lines)
 }
 
-/// Fetches `file` unless it is cached, telling `lines` how it goes; the error in words (also
-/// told to `lines`, as Ollama's stream ends with one), naming the `hf:` file and no path of the
-/// cache (the log has it).
-async fn fetch_file(
+/// Pulls `file` through the backends (fetched unless it is cached, then registered), telling
+/// `lines` how it goes; the error's status and words (also told to `lines`, as Ollama's stream
+/// ends with one), naming the `hf:` file and no path of the cache (the log has it).
+async fn pull_file(
+    api: Arc<Api>,
     file: hub::HubFile,
     access: hub::Access,
     lines: mpsc::UnboundedSender<Value>,
-) -> Result<(), String> {
+) -> Result<(), (u16, String)> {
     let said = |status: &str| {
         let _ = lines.send(status_line(&PullStatus::said(status)));
     };
@@ -739,7 +742,8 @@ async fn fetch_file(
         let _ = observed.send(status_line(&status));
     });
     let mut progress = fetch::Progress::observed(observer);
-    match hub::fetch(&file, &access, &mut progress).await {
+    let backends = api.service.backends();
+    match backends.pull(&file, &access, &mut progress).await {
         Ok(path) => {
             let size = std::fs::metadata(&path).map_or(0, |m| m.len());
             if let Some(sha) = fetch::sealed(&path) {
@@ -760,16 +764,28 @@ async fn fetch_file(
             // The log has the whole error (a path in the cache too); the client, the file's
             // name and what went wrong.
             tracing::warn!(file = %crate::error::clip(&file.to_string()), error = %e,
-                "/api/pull could not fetch a Hub file");
+                "/api/pull could not pull a Hub file");
             let message = e.told(&file);
             let _ = lines.send(json!({"error": message}));
-            Err(message)
+            Err((pull_status(&e), message))
         }
     }
 }
 
-/// `DELETE /api/delete`: removes a fetched `hf:` file from the cache; a configured model is not
-/// this API's to delete.
+/// The status of a pull that failed: the Hub's failure a 502; a model the settings cannot take
+/// (too many pulled, over the memory budget) a 400; no model to start a 501.
+fn pull_status(e: &PullError) -> u16 {
+    match e {
+        PullError::Hub(_) => 502,
+        PullError::Full { .. } | PullError::TooBig { .. } => 400,
+        PullError::NoLocal { .. } => 501,
+        PullError::Start { .. } => 500,
+    }
+}
+
+/// `DELETE /api/delete`: removes a pulled `hf:` model and its file from the cache, through the
+/// backends, which refuse (a 400 naming the model, leaving the file) a file a configured model
+/// answers from; a configured model is not this API's to delete.
 pub(super) async fn remove(State(api): State<Arc<Api>>, body: Bytes) -> Response {
     let body = match small_object(&body).await {
         Ok(body) => body,
@@ -784,26 +800,13 @@ pub(super) async fn remove(State(api): State<Arc<Api>>, body: Bytes) -> Response
             Ok(file) => file,
             Err(e) => return failure(400, format!("`model`: {e}")),
         };
-        let Ok(path) = file.cached() else {
-            return not_found(&name);
+        return match api.service.backends().delete(&file) {
+            Ok(()) => Response::new(Body::empty()),
+            Err(DeleteError::NotFound { .. }) => not_found(&name),
+            // A conflict with the server's configuration rather than a missing model: Ollama's
+            // clients tell a 404 from any other error, and a 400 names the model as theirs do.
+            Err(e @ DeleteError::InUse { .. }) => failure(400, e.to_string()),
         };
-        if !path.is_file() {
-            return not_found(&name);
-        }
-        // A model this server answers with would fail every call until a restart.
-        if let Some(entry) = api.service.backends().uses_file(&path) {
-            return failure(
-                400,
-                format!(
-                    "`model`: {} is the file of the configured model '{}' (--model or a \
-                     models file): it is not deleted while this server answers with it",
-                    crate::error::clip(&name),
-                    crate::error::clip(entry)
-                ),
-            );
-        }
-        fetch::forget(&path);
-        return Response::new(Body::empty());
     }
     if let Err(e) = resolve(&api, &name) {
         return error(OLLAMA, &e, &[]);

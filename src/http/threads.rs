@@ -159,7 +159,7 @@ async fn answer(
     let cancel = CancellationToken::new();
     let mut warnings = prepared.warnings;
     api.aim(record, &call);
-    let answer = api.answer(DIALECT, &call, &cancel, None).await;
+    let answer = api.answer(&call, &cancel, None).await;
     api.note(record, &answer);
     drop(holding);
     match answer {

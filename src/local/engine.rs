@@ -112,7 +112,7 @@ impl Embedder<'_> {
 pub use crate::backends::direct::normalized;
 
 /// How to sample one answer.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Params {
     pub max_tokens: usize,
     /// `None` or 0: greedy.
@@ -121,12 +121,85 @@ pub struct Params {
     pub top_k: Option<u32>,
     pub seed: u64,
     pub stop: Vec<String>,
+    /// Penalties on the tokens seen last (none by default).
+    pub penalties: Penalties,
+    /// Keep only the tokens at least this fraction as likely as the most likely one.
+    pub min_p: Option<f64>,
+    /// Locally typical sampling, up to this probability mass.
+    pub typical_p: Option<f64>,
+    /// Mirostat draws the token, in place of top-k, typical, top-p and min-p and the plain
+    /// draw.
+    pub mirostat: Option<Mirostat>,
+    /// Tokens in the model's vocabulary (mirostat 1.0 estimates from it).
+    pub vocabulary: usize,
+}
+
+/// Penalties on the tokens among the last `last_n` seen, as llama.cpp applies them: such a
+/// token's logit is divided by `repeat` (multiplied when negative), less `presence`, less
+/// `frequency` for each time it was seen.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Penalties {
+    /// How many of the last tokens are looked at (0: none).
+    pub last_n: usize,
+    pub repeat: f64,
+    pub frequency: f64,
+    pub presence: f64,
+    /// The tokens seen before the answer's: the prompt's last ones, `last_n` at most.
+    pub seen: Vec<LlamaToken>,
+}
+
+impl Penalties {
+    /// The window llama.cpp (and Ollama) looks back on when none is asked for.
+    pub const LAST_N: usize = 64;
+
+    /// Whether they change any logit.
+    pub fn active(&self) -> bool {
+        self.last_n > 0 && (self.repeat != 1.0 || self.frequency != 0.0 || self.presence != 0.0)
+    }
+}
+
+impl Default for Penalties {
+    /// None: a repeat penalty of 1 and no presence or frequency penalty.
+    fn default() -> Self {
+        Penalties {
+            last_n: Penalties::LAST_N,
+            repeat: 1.0,
+            frequency: 0.0,
+            presence: 0.0,
+            seen: Vec::new(),
+        }
+    }
+}
+
+/// Mirostat, as llama.cpp runs it: the draw aims at a surprise of `tau`, learning at `eta`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Mirostat {
+    pub version: MirostatVersion,
+    pub tau: f64,
+    pub eta: f64,
+}
+
+impl Mirostat {
+    /// llama.cpp's target surprise when none is asked for.
+    pub const TAU: f64 = 5.0;
+    /// llama.cpp's learning rate when none is asked for.
+    pub const ETA: f64 = 0.1;
+}
+
+/// Mirostat 1.0 or 2.0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MirostatVersion {
+    V1,
+    V2,
 }
 
 /// One generated answer.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Output {
     pub text: String,
+    /// What the answer's reader made of the text as it was made (its reasoning and calls in
+    /// the model's format); `None`: the text is the answer as it is (a text completion).
+    pub read: Option<super::format::Answer>,
     pub prompt_tokens: usize,
     /// Prompt tokens whose cache was kept from an earlier call (not processed again).
     pub cached_tokens: usize,
@@ -935,26 +1008,134 @@ impl Model {
     }
 }
 
-/// The sampler chain for one answer: the grammar's mask first when there is one, then greedy
-/// without a temperature (or at 0), else the `top_k` most likely tokens, nucleus filtering for
-/// `top_p`, the temperature and a draw seeded by `seed`.
+/// One sampler of an answer's chain, as [`plan`] orders them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Step {
+    /// [`Penalties`], having seen the tokens before the answer's.
+    Penalties {
+        last_n: i32,
+        repeat: f32,
+        frequency: f32,
+        presence: f32,
+    },
+    TopK(i32),
+    Typical(f32),
+    TopP(f32),
+    MinP(f32),
+    Temperature(f32),
+    /// Mirostat draws the token, seeded.
+    Mirostat {
+        version: MirostatVersion,
+        tau: f32,
+        eta: f32,
+        seed: u32,
+    },
+    /// A draw from what is left, seeded.
+    Draw(u32),
+    /// The most likely token.
+    Greedy,
+}
+
+impl Step {
+    /// The llama.cpp sampler this step is.
+    fn sampler(self, params: &Params) -> LlamaSampler {
+        let vocabulary = i32::try_from(params.vocabulary).unwrap_or(i32::MAX);
+        match self {
+            Step::Penalties {
+                last_n,
+                repeat,
+                frequency,
+                presence,
+            } => LlamaSampler::penalties(vocabulary, last_n, repeat, frequency, presence)
+                .with_tokens(&params.penalties.seen),
+            Step::TopK(k) => LlamaSampler::top_k(k),
+            Step::Typical(p) => LlamaSampler::typical(p, 1),
+            Step::TopP(p) => LlamaSampler::top_p(p, 1),
+            Step::MinP(p) => LlamaSampler::min_p(p, 1),
+            Step::Temperature(t) => LlamaSampler::temp(t),
+            Step::Mirostat {
+                version: MirostatVersion::V1,
+                tau,
+                eta,
+                seed,
+            } => LlamaSampler::mirostat(vocabulary, seed, tau, eta, MIROSTAT_M),
+            Step::Mirostat {
+                version: MirostatVersion::V2,
+                tau,
+                eta,
+                seed,
+            } => LlamaSampler::mirostat_v2(seed, tau, eta),
+            Step::Draw(seed) => LlamaSampler::dist(seed),
+            Step::Greedy => LlamaSampler::greedy(),
+        }
+    }
+}
+
+/// The tokens mirostat 1.0 estimates the distribution from, as llama.cpp's own chain sets it.
+const MIROSTAT_M: i32 = 100;
+
+/// The samplers of one answer, in the order of llama-server's default chain: the penalties
+/// first, then greedy without a temperature (or at 0); else the `top_k` most likely tokens,
+/// typical sampling, nucleus filtering for `top_p`, min-p, the temperature and a draw seeded
+/// by `seed`, or with mirostat on the temperature and mirostat's own draw.
+pub fn plan(params: &Params) -> Vec<Step> {
+    let mut steps = Vec::new();
+    let p = &params.penalties;
+    if p.active() {
+        steps.push(Step::Penalties {
+            last_n: i32::try_from(p.last_n).unwrap_or(i32::MAX),
+            repeat: p.repeat as f32,
+            frequency: p.frequency as f32,
+            presence: p.presence as f32,
+        });
+    }
+    let Some(t) = params.temperature.filter(|t| *t > 1e-6) else {
+        steps.push(Step::Greedy);
+        return steps;
+    };
+    // llama.cpp's draw takes a 32-bit seed: both halves of ours count.
+    let seed = (params.seed ^ (params.seed >> 32)) as u32;
+    let draw = match params.mirostat {
+        Some(m) => Step::Mirostat {
+            version: m.version,
+            tau: m.tau as f32,
+            eta: m.eta as f32,
+            seed,
+        },
+        None => {
+            steps.extend(narrowing(params));
+            Step::Draw(seed)
+        }
+    };
+    steps.push(Step::Temperature(t as f32));
+    steps.push(draw);
+    steps
+}
+
+/// The samplers that narrow the draw, those asked for: top-k, typical, top-p, min-p.
+fn narrowing(params: &Params) -> impl Iterator<Item = Step> {
+    let fraction = |p: Option<f64>| p.filter(|p| *p > 0.0 && *p < 1.0).map(|p| p as f32);
+    [
+        params
+            .top_k
+            .filter(|k| *k > 0)
+            .map(|k| Step::TopK(i32::try_from(k).unwrap_or(i32::MAX))),
+        fraction(params.typical_p).map(Step::Typical),
+        fraction(params.top_p).map(Step::TopP),
+        params
+            .min_p
+            .filter(|p| *p > 0.0)
+            .map(|p| Step::MinP(p as f32)),
+    ]
+    .into_iter()
+    .flatten()
+}
+
+/// The sampler chain for one answer: the grammar's mask first when there is one, then the
+/// [`plan`]'s samplers.
 pub fn sampler(params: &Params, constraint: Option<LlamaSampler>) -> LlamaSampler {
     let mut chain: Vec<LlamaSampler> = constraint.into_iter().collect();
-    match params.temperature {
-        Some(t) if t > 1e-6 => {
-            if let Some(k) = params.top_k.filter(|k| *k > 0) {
-                chain.push(LlamaSampler::top_k(i32::try_from(k).unwrap_or(i32::MAX)));
-            }
-            if let Some(p) = params.top_p.filter(|p| *p > 0.0 && *p < 1.0) {
-                chain.push(LlamaSampler::top_p(p as f32, 1));
-            }
-            chain.push(LlamaSampler::temp(t as f32));
-            // llama.cpp's draw takes a 32-bit seed: both halves of ours count.
-            let seed = (params.seed ^ (params.seed >> 32)) as u32;
-            chain.push(LlamaSampler::dist(seed));
-        }
-        _ => chain.push(LlamaSampler::greedy()),
-    }
+    chain.extend(plan(params).into_iter().map(|step| step.sampler(params)));
     LlamaSampler::chain_simple(chain)
 }
 
@@ -967,6 +1148,8 @@ pub struct Text {
     text: String,
     pending: Vec<u8>,
     stops: crate::call::Stops,
+    /// Bytes of `text` handed on to be read ([`Text::unread`]).
+    read: usize,
 }
 
 impl Text {
@@ -1011,6 +1194,30 @@ impl Text {
         &self.text
     }
 
+    /// The text not handed on yet that can no longer become part of a stop sequence (up to
+    /// `end`, where one begins, once it is met), now handed on: the answer's reader never
+    /// sees a stop sequence or what follows it.
+    pub fn unread(&mut self, end: Option<usize>) -> String {
+        let safe = end.unwrap_or_else(|| self.text.len().saturating_sub(self.stops.held()));
+        match self.text.get(self.read..safe) {
+            Some(part) => {
+                let part = part.to_owned();
+                self.read = safe;
+                part
+            }
+            // Not a character boundary yet, or nothing new.
+            None => String::new(),
+        }
+    }
+
+    /// The whole text, cut where a stop sequence starts, and the part of it not handed on.
+    pub fn end(self, cut: Option<usize>) -> (String, String) {
+        let read = self.read;
+        let text = self.finish(cut);
+        let rest = text.get(read..).unwrap_or_default().to_owned();
+        (text, rest)
+    }
+
     /// The whole text, cut where a stop sequence starts.
     pub fn finish(mut self, cut: Option<usize>) -> String {
         if !self.pending.is_empty() {
@@ -1027,6 +1234,160 @@ impl Text {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use llama_cpp_2::token::data::LlamaTokenData;
+    use llama_cpp_2::token::data_array::LlamaTokenDataArray;
+
+    fn sampled(temperature: Option<f64>) -> Params {
+        Params {
+            temperature,
+            seed: (5 << 32) | 3,
+            ..Params::default()
+        }
+    }
+
+    fn penalised() -> Penalties {
+        Penalties {
+            repeat: 1.5,
+            presence: 0.25,
+            ..Penalties::default()
+        }
+    }
+
+    #[test]
+    fn samplers_not_asked_for_or_at_their_neutral_values_are_left_out() {
+        // Greedy, or the temperature and a draw on both halves of the seed.
+        assert_eq!(plan(&sampled(None)), [Step::Greedy]);
+        assert_eq!(plan(&sampled(Some(0.0))), [Step::Greedy]);
+        assert_eq!(
+            plan(&sampled(Some(0.5))),
+            [Step::Temperature(0.5), Step::Draw(6)]
+        );
+        let neutral = Params {
+            top_k: Some(0),
+            top_p: Some(1.0),
+            min_p: Some(0.0),
+            typical_p: Some(1.0),
+            penalties: Penalties {
+                last_n: 0,
+                ..penalised()
+            },
+            ..sampled(Some(0.7))
+        };
+        assert_eq!(plan(&neutral), [Step::Temperature(0.7), Step::Draw(6)]);
+        assert!(!Penalties::default().active());
+    }
+
+    #[test]
+    fn the_chain_is_llama_servers_order_with_only_what_is_asked_for() {
+        let penalties = Step::Penalties {
+            last_n: 64,
+            repeat: 1.5,
+            frequency: 0.0,
+            presence: 0.25,
+        };
+        let every = Params {
+            top_k: Some(40),
+            top_p: Some(0.9),
+            min_p: Some(0.05),
+            typical_p: Some(0.8),
+            penalties: penalised(),
+            ..sampled(Some(0.7))
+        };
+        assert_eq!(
+            plan(&every),
+            [
+                penalties,
+                Step::TopK(40),
+                Step::Typical(0.8),
+                Step::TopP(0.9),
+                Step::MinP(0.05),
+                Step::Temperature(0.7),
+                Step::Draw(6),
+            ]
+        );
+        // Greedy stays greedy, after the penalties.
+        let greedy = Params {
+            temperature: None,
+            ..every.clone()
+        };
+        assert_eq!(plan(&greedy), [penalties, Step::Greedy]);
+        // Mirostat draws in place of the narrowing samplers and the plain draw.
+        let mirostat = Mirostat {
+            version: MirostatVersion::V1,
+            tau: 5.0,
+            eta: 0.1,
+        };
+        let with_mirostat = Params {
+            mirostat: Some(mirostat),
+            ..every.clone()
+        };
+        let draw = Step::Mirostat {
+            version: MirostatVersion::V1,
+            tau: 5.0,
+            eta: 0.1,
+            seed: 6,
+        };
+        assert_eq!(
+            plan(&with_mirostat),
+            [penalties, Step::Temperature(0.7), draw]
+        );
+    }
+
+    /// The token a chain picks from `logits` (token `i` has the `i`th).
+    fn pick(chain: &mut LlamaSampler, logits: &[f32]) -> LlamaToken {
+        let data = logits
+            .iter()
+            .enumerate()
+            .map(|(i, l)| LlamaTokenData::new(LlamaToken::new(i as i32), *l, 0.0));
+        let mut array = LlamaTokenDataArray::from_iter(data, false);
+        array.apply_sampler(chain);
+        let token = array.selected_token().unwrap();
+        chain.accept(token);
+        token
+    }
+
+    #[test]
+    fn penalties_turn_greedy_from_the_tokens_seen_in_the_prompt_and_the_answer() {
+        let logits = [2.0, 1.5, 1.2, 0.1];
+        assert_eq!(
+            pick(&mut sampler(&sampled(None), None), &logits),
+            LlamaToken::new(0)
+        );
+        // The prompt's token 0 is penalised (2 / 1.5 - 0.25 is below 1.5): token 1 is the
+        // most likely now, then (seen too) token 2.
+        let params = Params {
+            penalties: Penalties {
+                seen: vec![LlamaToken::new(0)],
+                ..penalised()
+            },
+            vocabulary: logits.len(),
+            ..sampled(None)
+        };
+        let mut chain = sampler(&params, None);
+        assert_eq!(pick(&mut chain, &logits), LlamaToken::new(1));
+        assert_eq!(pick(&mut chain, &logits), LlamaToken::new(2));
+        // Every sampler llama.cpp builds for a plan samples.
+        let every = Params {
+            top_k: Some(3),
+            top_p: Some(0.9),
+            min_p: Some(0.01),
+            typical_p: Some(0.95),
+            temperature: Some(0.8),
+            ..params.clone()
+        };
+        for version in [None, Some(MirostatVersion::V1), Some(MirostatVersion::V2)] {
+            let params = Params {
+                mirostat: version.map(|version| Mirostat {
+                    version,
+                    tau: Mirostat::TAU,
+                    eta: Mirostat::ETA,
+                }),
+                ..every.clone()
+            };
+            let token = pick(&mut sampler(&params, None), &logits);
+            assert!((0..4).contains(&token.0), "{version:?}: {token:?}");
+        }
+    }
 
     #[test]
     fn the_earliest_stop_wins() {

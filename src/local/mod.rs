@@ -13,6 +13,7 @@ pub mod format;
 pub mod hub;
 pub mod jinja;
 pub mod pool;
+pub mod prompt_cache;
 pub mod queue;
 pub mod slots;
 pub mod template;
@@ -24,7 +25,7 @@ use crate::error::{Backend, CallError, CallResult};
 use crate::fulfil::Capabilities;
 use crate::fulfil::live::{Event, Events};
 use crate::wire::openai;
-use engine::{EngineError, ModelFile, Output, Params};
+use engine::{EngineError, Mirostat, MirostatVersion, ModelFile, Output, Params, Penalties};
 use fetch::FetchError;
 use format::grammar::{Goal, Start};
 use format::{Family, Format, Parser, Tools};
@@ -80,6 +81,8 @@ pub struct LocalSettings {
     pub label: String,
     /// Layers put on a GPU.
     pub gpu_layers: crate::config::GpuLayers,
+    /// The prompt cache on disk, when there is one.
+    pub prompt_cache: Option<prompt_cache::Settings>,
 }
 
 impl LocalSettings {
@@ -104,6 +107,14 @@ impl LocalSettings {
                 .map(std::time::Duration::from_secs),
             label: "local".into(),
             gpu_layers: config.local.gpu_layers,
+            prompt_cache: config
+                .local
+                .prompt_cache_dir
+                .clone()
+                .map(|dir| prompt_cache::Settings {
+                    dir,
+                    max_bytes: config.local.prompt_cache_max_bytes,
+                }),
         })
     }
 
@@ -443,6 +454,9 @@ pub struct Local {
     settings: LocalSettings,
     keep: Arc<Keep>,
     known: Arc<Known>,
+    /// The workers of the engines it was started from, kept while it lives: the last model (or
+    /// server) to let them go stops and waits for them (see [`pool::Workers`]).
+    _workers: Arc<pool::Workers>,
 }
 
 /// The name the model's file gave it when it was last loaded: it keeps going by it while it is
@@ -499,8 +513,18 @@ fn fail(message: impl Into<String>) -> CallError {
 }
 
 impl Local {
-    /// Starts the worker, which begins loading (or fetching) the model at once.
+    /// Starts the worker, which begins loading (or fetching) the model at once, on engines of
+    /// its own (no memory budget, templates rendered on a thread; see [`Local::start_with`]).
     pub fn start(settings: LocalSettings) -> Result<Local, LocalError> {
+        Local::start_with(settings, &pool::Engines::default())
+    }
+
+    /// Starts the worker on a server's `engines`: it joins their pool, renders its chat
+    /// templates where they say, and is stopped with their other workers.
+    pub fn start_with(
+        settings: LocalSettings,
+        engines: &pool::Engines,
+    ) -> Result<Local, LocalError> {
         let jobs = Queue::new(settings.queue);
         let first = if settings.preload {
             State::Loading
@@ -518,6 +542,8 @@ impl Local {
             counters: counters.clone(),
             keep: keep.clone(),
             known: known.clone(),
+            pool: engines.pool().clone(),
+            sandbox: engines.sandbox().cloned(),
         };
         let queue = Closing(jobs.clone());
         let thread = std::thread::Builder::new()
@@ -527,11 +553,9 @@ impl Local {
                 worker.run(&queue.0);
             })
             .map_err(LocalError::Thread)?;
-        let mut running = workers();
-        // The workers of models gone before (their threads ended) are forgotten.
-        running.retain(|(_, thread)| !thread.is_finished());
-        running.push((jobs.clone(), thread));
-        drop(running);
+        let closing = jobs.clone();
+        let close = Box::new(move || drop(closing.close_and_drain()));
+        engines.workers().add(close, thread);
         Ok(Local {
             jobs,
             state,
@@ -539,6 +563,7 @@ impl Local {
             settings,
             keep,
             known,
+            _workers: engines.workers().clone(),
         })
     }
 
@@ -747,27 +772,24 @@ impl Model for Local {
     ) -> BoxFuture<'_, CallResult<Completion>> {
         Box::pin(async move {
             direct::text_only(&request, KIND)?;
-            let id_base = new_id("call_");
-            // What reads the answer, once the worker says where it begins.
+            // The tools offered, for the warning on a format read leniently.
             let tools = offered(&request).to_vec();
-            let raw = request.base.text.is_some();
             let (reply, answer) = oneshot::channel();
             // The call holds its place while this future lives: dropped (the caller went away)
             // before the worker took it, the call leaves the queue.
             let _place = self.queue(Job::Answer(Answer {
                 request,
                 live,
-                id_base: id_base.clone(),
+                id_base: new_id("call_"),
                 reply,
             }))?;
             let output = answer
                 .await
                 .map_err(|_| LocalError::StoppedBeforeAnswering)??;
-            let format = self.format();
-            let parser = parser(format, &tools, raw, &id_base, output.in_reasoning);
             let name = self.name();
-            let mut done = completion(output, parser, &name);
-            done.warnings.extend(format_warning(format, &tools, &name));
+            let mut done = completion(output, &name);
+            done.warnings
+                .extend(format_warning(self.format(), &tools, &name));
             Ok(done)
         })
     }
@@ -821,41 +843,6 @@ impl Drop for Local {
 /// Closes the queue when the worker's thread ends, however it ends (a panic too): calls
 /// waiting are dropped, which their callers see as the thread's end, and new ones are refused.
 struct Closing(Arc<Queue<Job>>);
-
-/// The local models' workers started in this process, each with its queue.
-type Workers = Vec<(Arc<Queue<Job>>, std::thread::JoinHandle<()>)>;
-
-fn workers() -> std::sync::MutexGuard<'static, Workers> {
-    static WORKERS: std::sync::Mutex<Workers> = std::sync::Mutex::new(Vec::new());
-    WORKERS
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// Stops every local model's worker and waits, `within` at most, for each to free its model
-/// and context: the process then ends with no engine left running, on a GPU too, where the
-/// device's own teardown at exit must not find the model's buffers still in use. Jobs still
-/// queued are refused; calls in progress end when their callers are gone.
-pub fn shutdown(within: std::time::Duration) {
-    let started = std::time::Instant::now();
-    let running = std::mem::take(&mut *workers());
-    for (queue, _) in &running {
-        drop(queue.close_and_drain());
-    }
-    for (_, thread) in running {
-        while !thread.is_finished() && started.elapsed() < within {
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
-        if thread.is_finished() {
-            let _ = thread.join();
-        } else {
-            tracing::warn!(
-                "a local model was still answering when the process ended: its engine was \
-                 not freed"
-            );
-        }
-    }
-}
 
 impl Drop for Closing {
     fn drop(&mut self) {
@@ -1092,6 +1079,10 @@ struct Worker {
     counters: Arc<Counters>,
     keep: Arc<Keep>,
     known: Arc<Known>,
+    /// The pool of the engines it was started from.
+    pool: Arc<pool::Pool>,
+    /// Where its chat templates render (none: on a thread).
+    sandbox: Option<template::Sandbox>,
 }
 
 /// Why serving stopped: the queue closed (the server is stopping), or the model is to be
@@ -1110,7 +1101,9 @@ impl Worker {
     /// fails the calls that come, and loading is tried again for each.
     fn run(self, queue: &Arc<Queue<Job>>) {
         let nudged = queue.clone();
-        let member = pool::shared().join(&self.settings.label, Box::new(move || nudged.nudge()));
+        let member = self
+            .pool
+            .join(&self.settings.label, Box::new(move || nudged.nudge()));
         let mut waiting = None;
         let mut load = self.settings.preload;
         loop {
@@ -1166,13 +1159,34 @@ impl Worker {
         let served = if self.settings.embeddings_only {
             Ok(self.serve_embeddings(&model, on_disk.as_ref(), queue, waiting, member))
         } else {
-            Slots::new(&model, self.counters.clone())
-                .map(|slots| self.serve(&model, on_disk.as_ref(), slots, queue, waiting, member))
+            let disk = self.disk_cache(on_disk.as_ref());
+            Slots::new(&model, self.counters.clone(), disk).map(|mut slots| {
+                let served =
+                    self.serve(&model, on_disk.as_ref(), &mut slots, queue, waiting, member);
+                // What the slots hold outlives the model's memory.
+                slots.keep_on_disk();
+                served
+            })
         };
         drop(model);
         member.release();
         self.counters.memory_bytes.store(0, Ordering::Relaxed);
         served
+    }
+
+    /// The model's prompt cache on disk, when the settings ask for one and the model is a
+    /// file (a cache that cannot be opened is left out, with a warning).
+    fn disk_cache(&self, on_disk: Option<&OnDisk>) -> Option<prompt_cache::DiskCache> {
+        let settings = self.settings.prompt_cache.as_ref()?;
+        let weights = &on_disk?.path;
+        match prompt_cache::DiskCache::open(settings, weights) {
+            Ok(cache) => Some(cache),
+            Err(e) => {
+                tracing::warn!(model = %self.settings.label, problem = %e,
+                    "the prompt cache on disk cannot be used");
+                None
+            }
+        }
     }
 
     /// Admits calls while a slot is free and steps the slots, until the queue closes and the
@@ -1182,7 +1196,7 @@ impl Worker {
         &self,
         model: &engine::Model,
         on_disk: Option<&OnDisk>,
-        mut slots: Slots,
+        slots: &mut Slots,
         queue: &Queue<Job>,
         mut waiting: Option<Job>,
         member: &pool::Member,
@@ -1194,7 +1208,7 @@ impl Worker {
             if let Some(call) = held.take()
                 && !call.reply.is_closed()
             {
-                held = place(&mut slots, call);
+                held = place(slots, call);
             }
             // Counts share the worker with answers: one count (or one text of the embeddings
             // in progress) a step at most, and answers waiting behind counts take the free
@@ -1217,7 +1231,7 @@ impl Worker {
                     held = self.begin_unless_changed(
                         model,
                         on_disk,
-                        &mut slots,
+                        slots,
                         &mut embedding,
                         member,
                         job,
@@ -1226,11 +1240,11 @@ impl Worker {
             }
             // Counts take no slot: one is answered each step even while every slot is busy.
             if !counted && let Some(job) = queue.take_first(Job::takes_no_slot) {
-                let (slots, embedding) = (&mut slots, &mut embedding);
+                let (slots, embedding) = (&mut *slots, &mut embedding);
                 held = held
                     .or(self.begin_unless_changed(model, on_disk, slots, embedding, member, job));
             }
-            self.step(&mut slots, member);
+            self.step(slots, member);
         }
     }
 
@@ -1382,7 +1396,7 @@ impl Worker {
                 .prepare(model, answer)
                 .and_then(|call| place(slots, call)),
             Job::Count(count) => {
-                Self::count(model, count);
+                Self::count(model, count, self.sandbox.as_ref());
                 None
             }
         }
@@ -1391,11 +1405,11 @@ impl Worker {
     /// Answers a count with the length of the prompt an answer would read: one over the
     /// context is counted too, unless its text is too long for any context of this size (see
     /// [`prompt`]).
-    fn count(model: &engine::Model, count: Count) {
+    fn count(model: &engine::Model, count: Count, sandbox: Option<&template::Sandbox>) {
         if count.reply.is_closed() {
             return;
         }
-        let counted = prompt(model, &count.request)
+        let counted = prompt(model, &count.request, sandbox)
             .map(|prompt| prompt.tokens.len())
             .map_err(LocalError::from);
         let _ = count.reply.send(counted);
@@ -1405,7 +1419,7 @@ impl Worker {
         let path = self.locate()?;
         // Room in the memory budget for the weights (mapped) and a tenth more for the
         // context, before they are loaded.
-        let bytes = OnDisk::stat(&path).map_or(0, |(len, _)| len.saturating_add(len / 10));
+        let bytes = OnDisk::stat(&path).map_or(0, |(len, _)| pool::footprint(len));
         member.reserve(bytes, pool::ROOM_WAIT)?;
         let started = std::time::Instant::now();
         let settings = engine::Settings {
@@ -1488,7 +1502,7 @@ impl Worker {
             id_base,
             reply,
         } = answer;
-        match Self::parts(model, &request, self.settings.seed) {
+        match Self::parts(model, &request, self.settings.seed, self.sandbox.as_ref()) {
             Ok(parts) => {
                 let format = model.info().format;
                 let raw = request.base.text.is_some();
@@ -1503,7 +1517,7 @@ impl Worker {
                     params: parts.params,
                     budget: parts.budget,
                     sampler: parts.sampler,
-                    sink: live.map(|live| sink(live, parser)),
+                    reader: Box::new(AnswerReader { parser, live }),
                     reply,
                 })
             }
@@ -1520,8 +1534,9 @@ impl Worker {
         model: &engine::Model,
         request: &ModelRequest,
         seed: Option<u64>,
+        sandbox: Option<&template::Sandbox>,
     ) -> Result<Parts, LocalError> {
-        let prompt = prompt(model, request)?;
+        let prompt = prompt(model, request, sandbox)?;
         let context = model.info().context;
         if prompt.tokens.is_empty() {
             return Err(RequestError::EmptyPrompt.into());
@@ -1533,7 +1548,7 @@ impl Worker {
             }
             .into());
         }
-        let params = params(request, seed);
+        let params = params(request, seed, &prompt.tokens, context, model.vocabulary());
         let budget = params.max_tokens.min(context - prompt.tokens.len());
         let constraint = grammar(model, request, start(model, request, &prompt)).and_then(|g| {
             match model.constraint(g) {
@@ -1563,8 +1578,16 @@ struct Parts {
 }
 
 /// How to sample the answer: the request's parameters, its seed or the server's (or a new
-/// one).
-fn params(request: &ModelRequest, seed: Option<u64>) -> Params {
+/// one), with the penalties having seen the end of `prompt` (as llama-server's do) and a
+/// window of at most the model's `context`, and the `vocabulary`'s size.
+fn params(
+    request: &ModelRequest,
+    seed: Option<u64>,
+    prompt: &[LlamaToken],
+    context: usize,
+    vocabulary: usize,
+) -> Params {
+    let asked = &request.base.samplers;
     Params {
         max_tokens: usize::try_from(request.base.max_tokens).unwrap_or(usize::MAX),
         temperature: request.base.temperature,
@@ -1578,7 +1601,48 @@ fn params(request: &ModelRequest, seed: Option<u64>) -> Params {
             .or(seed)
             .unwrap_or_else(random_seed),
         stop: request.base.stop.clone(),
+        penalties: penalties(asked, prompt, context),
+        min_p: asked.min_p,
+        typical_p: asked.typical_p,
+        mirostat: mirostat(asked),
+        vocabulary,
     }
+}
+
+/// The penalties asked for: a window of `repeat_last_n` tokens (-1: the whole `context`, and
+/// never more), having seen the last of `prompt` when they change anything.
+fn penalties(asked: &crate::call::Samplers, prompt: &[LlamaToken], context: usize) -> Penalties {
+    let last_n = match asked.repeat_last_n {
+        None => Penalties::LAST_N,
+        Some(n) => usize::try_from(n).unwrap_or(context),
+    };
+    let mut penalties = Penalties {
+        last_n: last_n.min(context),
+        repeat: asked.repeat_penalty.unwrap_or(1.0),
+        frequency: asked.frequency_penalty.unwrap_or(0.0),
+        presence: asked.presence_penalty.unwrap_or(0.0),
+        seen: Vec::new(),
+    };
+    if penalties.active() {
+        let from = prompt.len().saturating_sub(penalties.last_n);
+        penalties.seen = prompt.iter().skip(from).copied().collect();
+    }
+    penalties
+}
+
+/// Mirostat when asked for (1 or 2), with llama.cpp's target and learning rate where none is
+/// given.
+fn mirostat(asked: &crate::call::Samplers) -> Option<Mirostat> {
+    let version = match asked.mirostat {
+        Some(1) => MirostatVersion::V1,
+        Some(2) => MirostatVersion::V2,
+        _ => return None,
+    };
+    Some(Mirostat {
+        version,
+        tau: asked.mirostat_tau.unwrap_or(Mirostat::TAU),
+        eta: asked.mirostat_eta.unwrap_or(Mirostat::ETA),
+    })
 }
 
 /// The prompt a model reads: its tokens, and whether it leaves the model inside its reasoning
@@ -1590,9 +1654,14 @@ struct Prompt {
 
 /// The prompt the model reads for `request`: the system prompt, the turns and the tools it may
 /// call rendered with the model's chat template (as plain text for a base model without one),
-/// with the template keyword arguments that carry the caller's reasoning controls, tokenized.
-/// An answer reads it, and a count counts it.
-fn prompt(model: &engine::Model, request: &ModelRequest) -> Result<Prompt, RequestError> {
+/// with the template keyword arguments that carry the caller's reasoning controls, tokenized
+/// (the template rendered in `sandbox`, when one is given). An answer reads it, and a count
+/// counts it.
+fn prompt(
+    model: &engine::Model,
+    request: &ModelRequest,
+    sandbox: Option<&template::Sandbox>,
+) -> Result<Prompt, RequestError> {
     if let Some(text) = &request.base.text {
         return Ok(Prompt {
             tokens: raw_prompt(model, text)?,
@@ -1613,7 +1682,7 @@ fn prompt(model: &engine::Model, request: &ModelRequest) -> Result<Prompt, Reque
             kwargs: Some(&kwargs),
             ..template::Chat::new(&messages, &tools)
         };
-        template::render(model.template(), &chat)?
+        template::render_in(sandbox, model.template(), &chat)?
     } else {
         template::plain(&messages)
     };
@@ -1796,16 +1865,45 @@ pub(crate) fn closed(schema: &Value) -> Value {
     }
 }
 
-/// Where the slots tell the answer as it is made: its text, its reasoning, and the tool calls
-/// `parser` finds in it (each call's start and its arguments in pieces).
-fn sink(live: Events, parser: Option<Parser>) -> slots::Sink {
-    match parser {
-        None => Box::new(move |tokens, text| live.event(Event::Delta { tokens, text })),
-        Some(mut parser) => Box::new(move |tokens, text| {
-            for piece in parser.feed(text) {
+/// The one reader of an answer as the slots make it: `parser` reads its text, reasoning and
+/// tool calls in the model's format (each call's start and its arguments in pieces), told to
+/// `live` as they come when someone follows the call; what it has read when the answer ends is
+/// the answer (no second reading). Without a parser (a text completion) the text is told as
+/// it is.
+struct AnswerReader {
+    parser: Option<Parser>,
+    live: Option<Events>,
+}
+
+impl AnswerReader {
+    fn tell(&self, pieces: Vec<crate::fulfil::written::Piece>, tokens: usize) {
+        if let Some(live) = &self.live {
+            for piece in pieces {
                 live.event(piece.event(tokens));
             }
-        }),
+        }
+    }
+}
+
+impl slots::Reader for AnswerReader {
+    fn read(&mut self, tokens: usize, text: &str) {
+        match &mut self.parser {
+            Some(parser) => {
+                let pieces = parser.feed(text);
+                self.tell(pieces, tokens);
+            }
+            None => {
+                if let Some(live) = &self.live {
+                    live.event(Event::Delta { tokens, text });
+                }
+            }
+        }
+    }
+
+    fn end(mut self: Box<Self>, tokens: usize) -> Option<format::Answer> {
+        let (pieces, answer) = self.parser.take()?.end();
+        self.tell(pieces, tokens);
+        Some(answer)
     }
 }
 
@@ -1839,15 +1937,12 @@ fn format_warning(format: Format, tools: &[ModelTool], name: &str) -> Option<Str
 }
 
 /// The model's output as a completion: its reasoning first, then its text, then the tool
-/// calls `parser` finds in it (in the model's own format).
-fn completion(output: Output, parser: Option<Parser>, name: &str) -> Completion {
-    let read = match parser {
-        None => format::Answer {
-            text: output.text,
-            ..format::Answer::default()
-        },
-        Some(parser) => parser.read(&output.text),
-    };
+/// calls its reader found in it (in the model's own format).
+fn completion(output: Output, name: &str) -> Completion {
+    let read = output.read.unwrap_or_else(|| format::Answer {
+        text: output.text,
+        ..format::Answer::default()
+    });
     let mut blocks: Vec<Block> = Vec::new();
     let reasoning = read.reasoning.trim();
     if !reasoning.is_empty() {
@@ -1897,12 +1992,21 @@ mod tests {
     fn output(text: &str) -> Output {
         Output {
             text: text.into(),
+            read: None,
             prompt_tokens: 5,
             cached_tokens: 0,
             completion_tokens: 9,
             finish: Finish::EndTurn,
             in_reasoning: false,
         }
+    }
+
+    /// The completion of `output` as the slots make it: its text read by `parser` as it comes.
+    fn completion(mut output: Output, parser: Option<Parser>, name: &str) -> Completion {
+        let mut reader: Box<dyn slots::Reader> = Box::new(AnswerReader { parser, live: None });
+        reader.read(1, &output.text);
+        output.read = reader.end(1);
+        super::completion(output, name)
     }
 
     /// The reader of an answer in `format` to `request`.
@@ -2023,5 +2127,50 @@ mod tests {
             json!({"type": "string"})
         );
         assert!(c.get("not").is_none(), "{c}");
+    }
+
+    #[test]
+    fn the_samplers_asked_for_reach_the_answers_params() {
+        let tokens: Vec<LlamaToken> = (0..100).map(LlamaToken::new).collect();
+        let mut request = ModelRequest::default();
+        request.base.samplers = crate::call::Samplers {
+            repeat_penalty: Some(1.3),
+            repeat_last_n: Some(8),
+            frequency_penalty: Some(0.5),
+            min_p: Some(0.05),
+            typical_p: Some(0.9),
+            mirostat: Some(2),
+            mirostat_eta: Some(0.3),
+            ..Default::default()
+        };
+        let p = params(&request, Some(7), &tokens, 4096, 151_936);
+        assert_eq!((p.seed, p.vocabulary), (7, 151_936));
+        assert_eq!(
+            (
+                p.penalties.last_n,
+                p.penalties.repeat,
+                p.penalties.frequency
+            ),
+            (8, 1.3, 0.5)
+        );
+        // The penalties have seen the prompt's last tokens, as many as they look back on.
+        assert_eq!(p.penalties.seen, tokens[92..]);
+        assert_eq!((p.min_p, p.typical_p), (Some(0.05), Some(0.9)));
+        let m = p.mirostat.unwrap();
+        assert_eq!(
+            (m.version, m.tau, m.eta),
+            (MirostatVersion::V2, Mirostat::TAU, 0.3)
+        );
+        // -1 is the whole context, and no window is wider than the context.
+        for (asked, window) in [(-1, 50), (1_000_000, 50), (0, 0)] {
+            request.base.samplers.repeat_last_n = Some(asked);
+            let p = params(&request, None, &tokens, 50, 10);
+            assert_eq!(p.penalties.last_n, window, "{asked}");
+            assert_eq!(p.penalties.seen.len(), window, "{asked}");
+        }
+        // None asked for: none applied, nothing kept of the prompt, mirostat off.
+        let p = params(&ModelRequest::default(), None, &tokens, 4096, 10);
+        assert_eq!(p.penalties, Penalties::default());
+        assert!(!p.penalties.active() && p.mirostat.is_none());
     }
 }

@@ -4,23 +4,141 @@
 //! at a time, so two models on a 2-core machine do not run 4 threads.
 //!
 //! Each model's worker joins the pool ([`Pool::join`]) and asks for room before loading
-//! ([`Pool::reserve`]); the pool picks which idle models to unload, asks their workers
-//! (through [`Member::evict`], which the worker sees when its queue is nudged) and waits,
-//! bounded, for their memory to be given back ([`Pool::release`]).
+//! ([`Member::reserve`]); the pool picks which idle models to unload, asks their workers
+//! (through [`Member::evicted`], which the worker sees when its queue is nudged) and waits,
+//! bounded, for their memory to be given back ([`Member::release`]).
+//!
+//! The pool is one server's, not the process's: it is part of the server's [`Engines`], which
+//! `main` makes and hands to the backends it builds, so that two servers in one process (a
+//! library's tests) neither share a budget nor stop each other's models.
 
+use super::template::Sandbox;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// The longest a model waits for others to unload to make room for it.
 pub const ROOM_WAIT: Duration = Duration::from_secs(60);
 
-/// Every embedded model of this process.
-pub fn shared() -> &'static Pool {
-    static POOL: OnceLock<Pool> = OnceLock::new();
-    POOL.get_or_init(Pool::default)
+/// The longest the last owner of a server's [`Engines`] waits, once it lets them go, for their
+/// workers to free their models (as [`Engines::shutdown`] waits at the end of `main`).
+pub const STOP_WAIT: Duration = Duration::from_secs(10);
+
+/// The embedded models of one server: the [`Pool`] they share (the memory budget, the CPU's
+/// turns), their workers (stopped together when the server ends, see [`Engines::shutdown`]),
+/// and where their chat templates render (in the [`Sandbox`] `main` sets up, else on a thread).
+/// `main` makes one and hands it down to the backends it builds; cheap to clone (what it holds
+/// is shared). The default has no budget, no sandbox, and workers of its own.
+#[derive(Clone, Default)]
+pub struct Engines {
+    pool: Arc<Pool>,
+    workers: Arc<Workers>,
+    sandbox: Option<Sandbox>,
 }
 
+impl std::fmt::Debug for Engines {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engines")
+            .field("budget", &self.pool.budget())
+            .field("workers", &self.workers.lock().len())
+            .field("sandbox", &self.sandbox)
+            .finish()
+    }
+}
+
+impl Engines {
+    /// Engines whose chat templates render in `sandbox` (`None`: on a thread, unbounded in
+    /// memory; only Linux limits a sandbox's memory, elsewhere templates render on a thread).
+    pub fn new(sandbox: Option<Sandbox>) -> Self {
+        Engines {
+            sandbox,
+            ..Engines::default()
+        }
+    }
+
+    /// The pool the models share.
+    pub fn pool(&self) -> &Arc<Pool> {
+        &self.pool
+    }
+
+    /// Where chat templates render: in a sandbox, or (`None`) on a thread.
+    pub fn sandbox(&self) -> Option<&Sandbox> {
+        self.sandbox.as_ref()
+    }
+
+    /// The workers, kept while a model started from these engines lives (so that the last of
+    /// them to go stops and waits for the rest, see [`Workers`]).
+    pub(crate) fn workers(&self) -> &Arc<Workers> {
+        &self.workers
+    }
+
+    /// Stops every model's worker started from these engines and waits, `within` at most, for
+    /// each to free its model and context: the process then ends with no engine left running,
+    /// on a GPU too, where the device's own teardown at exit must not find the model's buffers
+    /// still in use. Jobs still queued are refused; calls in progress end when their callers
+    /// are gone.
+    pub fn shutdown(&self, within: Duration) {
+        self.workers.stop(within);
+    }
+}
+
+/// One model's worker: how to close its queue (its jobs refused, the worker told to stop once
+/// its calls are answered), and its thread.
+struct Worker {
+    close: Box<dyn Fn() + Send + Sync>,
+    thread: JoinHandle<()>,
+}
+
+/// The workers of one server's models. Dropped (the server and its models gone), it stops
+/// those still running and waits, [`STOP_WAIT`] at most, for them, as [`Engines::shutdown`]
+/// does.
+#[derive(Default)]
+pub struct Workers(Mutex<Vec<Worker>>);
+
+impl Workers {
+    fn lock(&self) -> MutexGuard<'_, Vec<Worker>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A model's worker started: `close` closes its queue, `thread` runs it. The workers of
+    /// models gone before (their threads ended) are forgotten.
+    pub(crate) fn add(&self, close: Box<dyn Fn() + Send + Sync>, thread: JoinHandle<()>) {
+        let mut running = self.lock();
+        running.retain(|w| !w.thread.is_finished());
+        running.push(Worker { close, thread });
+    }
+
+    /// Closes every worker's queue and waits, `within` at most, for each thread to end.
+    fn stop(&self, within: Duration) {
+        let started = Instant::now();
+        let running = std::mem::take(&mut *self.lock());
+        for worker in &running {
+            (worker.close)();
+        }
+        for Worker { thread, .. } in running {
+            while !thread.is_finished() && started.elapsed() < within {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            if thread.is_finished() {
+                let _ = thread.join();
+            } else {
+                tracing::warn!(
+                    "a local model was still answering when the process ended: its engine was \
+                     not freed"
+                );
+            }
+        }
+    }
+}
+
+impl Drop for Workers {
+    fn drop(&mut self) {
+        self.stop(STOP_WAIT);
+    }
+}
+
+/// The models of one server, as a pool (see the module's documentation).
 #[derive(Default)]
 pub struct Pool {
     members: Mutex<Vec<Entry>>,
@@ -54,7 +172,7 @@ pub struct Shared {
 
 /// A worker's place in the pool; leaving it (dropped) gives its memory back.
 pub struct Member {
-    pool: &'static Pool,
+    pool: Arc<Pool>,
     id: u64,
     shared: Arc<Shared>,
 }
@@ -81,6 +199,12 @@ pub enum NoRoom {
     },
 }
 
+/// The bytes of the budget a model whose file is `file_bytes` long is given room for before it
+/// loads: the weights (mapped) and a tenth more for the context.
+pub fn footprint(file_bytes: u64) -> u64 {
+    file_bytes.saturating_add(file_bytes / 10)
+}
+
 /// Bytes as GiB, one decimal.
 pub fn gib(bytes: u64) -> String {
     format!("{:.1} GiB", bytes as f64 / f64::from(1u32 << 30))
@@ -100,8 +224,20 @@ impl Pool {
         self.budget.load(Ordering::Relaxed)
     }
 
+    /// Whether a model of `bytes` could ever load within the budget (others unloaded).
+    pub fn fits(&self, bytes: u64) -> Result<(), NoRoom> {
+        let budget = self.budget();
+        if budget > 0 && bytes > budget {
+            return Err(NoRoom::TooBig {
+                needed: bytes,
+                budget,
+            });
+        }
+        Ok(())
+    }
+
     /// A model's worker joins, under `name`; `nudge` wakes it.
-    pub fn join(&'static self, name: &str, nudge: Box<dyn Fn() + Send + Sync>) -> Member {
+    pub fn join(self: &Arc<Self>, name: &str, nudge: Box<dyn Fn() + Send + Sync>) -> Member {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let shared = Arc::new(Shared {
             evict: AtomicBool::new(false),
@@ -116,7 +252,7 @@ impl Pool {
             member: shared.clone(),
         });
         Member {
-            pool: self,
+            pool: self.clone(),
             id,
             shared,
         }
@@ -140,14 +276,9 @@ impl Member {
     /// Room for `bytes` more: idle models are unloaded, least recently used first, until they
     /// fit (waiting at most `wait` for them to go); then the bytes count as this model's.
     pub fn reserve(&self, bytes: u64, wait: Duration) -> Result<(), NoRoom> {
-        let pool = self.pool;
+        let pool = &self.pool;
         let budget = pool.budget();
-        if budget > 0 && bytes > budget {
-            return Err(NoRoom::TooBig {
-                needed: bytes,
-                budget,
-            });
-        }
+        pool.fits(bytes)?;
         let deadline = Instant::now() + wait;
         let mut members = pool.lock();
         loop {
@@ -215,7 +346,7 @@ impl Member {
 
     /// This model's memory is given back (it unloaded).
     pub fn release(&self) {
-        let pool = self.pool;
+        let pool = &self.pool;
         if let Some(me) = pool.lock().iter_mut().find(|e| e.id == self.id) {
             me.bytes = 0;
             me.busy = false;
@@ -241,7 +372,7 @@ impl Member {
     }
 
     /// The CPU, for one step.
-    pub fn cpu(&self) -> MutexGuard<'static, ()> {
+    pub fn cpu(&self) -> MutexGuard<'_, ()> {
         self.pool.cpu()
     }
 }
@@ -276,8 +407,8 @@ mod tests {
     use super::*;
     use std::sync::atomic::AtomicUsize;
 
-    fn pool(budget: u64) -> &'static Pool {
-        let pool: &'static Pool = Box::leak(Box::default());
+    fn pool(budget: u64) -> Arc<Pool> {
+        let pool = Arc::new(Pool::default());
         pool.set_budget(budget);
         pool
     }
@@ -333,5 +464,40 @@ mod tests {
         // Gone, its room is free.
         drop(a);
         b.reserve(4 << 30, Duration::ZERO).unwrap();
+    }
+
+    #[test]
+    fn each_servers_engines_have_a_budget_of_their_own_and_stop_their_own_workers() {
+        let (a, b) = (Engines::default(), Engines::default());
+        a.pool().set_budget(1 << 30);
+        b.pool().set_budget(2 << 30);
+        assert_eq!((a.pool().budget(), b.pool().budget()), (1 << 30, 2 << 30));
+        // A worker that runs until its queue is closed.
+        let worker = |engines: &Engines| {
+            let closed = Arc::new(AtomicBool::new(false));
+            let seen = closed.clone();
+            let thread = std::thread::spawn(move || {
+                while !seen.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            });
+            let close = closed.clone();
+            let close = Box::new(move || close.store(true, Ordering::Relaxed));
+            engines.workers().add(close, thread);
+            closed
+        };
+        let (in_a, in_b) = (worker(&a), worker(&b));
+        a.shutdown(Duration::from_secs(5));
+        assert!(in_a.load(Ordering::Relaxed));
+        assert!(
+            !in_b.load(Ordering::Relaxed),
+            "one server's shutdown stopped another's"
+        );
+        // The last owner of b's engines gone, its worker is stopped (and waited for).
+        let kept = b.clone();
+        drop(b);
+        assert!(!in_b.load(Ordering::Relaxed));
+        drop(kept);
+        assert!(in_b.load(Ordering::Relaxed));
     }
 }

@@ -6,6 +6,7 @@
 
 use super::LocalError;
 use super::engine::{EngineError, Model, Output, Params, Text};
+use super::prompt_cache::DiskCache;
 use crate::call::{Finish, Stops};
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_batch::LlamaBatch;
@@ -17,7 +18,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// Told, as an answer is written, how many tokens it has and the text they added.
-pub type Sink = Box<dyn FnMut(usize, &str)>;
+/// What reads an answer as it is made: its text, none of which can still become a stop
+/// sequence, with the answer's length in tokens so far; once the answer is done it says what it
+/// read (`None`: the text is the answer as it is).
+pub trait Reader {
+    fn read(&mut self, tokens: usize, text: &str);
+    fn end(self: Box<Self>, tokens: usize) -> Option<super::format::Answer>;
+}
 
 /// One call, ready for a slot.
 pub struct Call {
@@ -26,7 +33,7 @@ pub struct Call {
     /// Tokens the answer may have (the limit asked for, cut to what the context leaves).
     pub budget: usize,
     pub sampler: LlamaSampler,
-    pub sink: Option<Sink>,
+    pub reader: Box<dyn Reader>,
     /// Control tokens shown in the answer's text (the markers its format reads).
     pub shown: Vec<LlamaToken>,
     /// The prompt left the model inside its reasoning.
@@ -162,6 +169,10 @@ struct Slot {
     /// agent's conversation, between its turns) outlives an older one.
     used: u64,
     active: Option<Active>,
+    /// Of `cached`, the tokens of the last prompt answered here (an answer's tokens follow).
+    prompt: usize,
+    /// Of `cached`, the tokens a file of the prompt cache on disk holds already.
+    saved: usize,
 }
 
 pub struct Slots<'m> {
@@ -177,10 +188,22 @@ pub struct Slots<'m> {
     per_token: Option<f64>,
     /// Calls admitted so far (each slot's `used` is one of these).
     admitted: u64,
+    /// The prompt cache on disk, when there is one.
+    disk: Option<DiskCache>,
 }
 
+/// A prompt read back from the disk must give a slot at least this many tokens more than its
+/// own cache has (fewer are read faster by the model).
+const RESTORE_AT_LEAST: usize = 256;
+/// A call that read at least this many prompt tokens not on disk yet has its prompt saved.
+const SAVE_AFTER: usize = 1024;
+
 impl<'m> Slots<'m> {
-    pub fn new(model: &'m Model, counters: Arc<Counters>) -> Result<Slots<'m>, EngineError> {
+    pub fn new(
+        model: &'m Model,
+        counters: Arc<Counters>,
+        disk: Option<DiskCache>,
+    ) -> Result<Slots<'m>, EngineError> {
         let size = super::engine::FIRST_CONTEXT.min(model.info().context);
         let ctx = model.context(size)?;
         let n = model.info().slots;
@@ -190,6 +213,8 @@ impl<'m> Slots<'m> {
                 cached: Vec::new(),
                 used: 0,
                 active: None,
+                prompt: 0,
+                saved: 0,
             })
             .collect();
         Ok(Slots {
@@ -201,6 +226,7 @@ impl<'m> Slots<'m> {
             size,
             per_token: None,
             admitted: 0,
+            disk,
         })
     }
 
@@ -292,9 +318,11 @@ impl<'m> Slots<'m> {
             let _ = call.reply.send(Err(LocalError::NoFreeSlot));
             return;
         };
+        let shared = self.restore(index, &call.prompt).unwrap_or(shared);
         if call.budget == 0 {
             let output = Output {
                 text: String::new(),
+                read: call.reader.end(0),
                 prompt_tokens: call.prompt.len(),
                 cached_tokens: 0,
                 completion_tokens: 0,
@@ -328,6 +356,8 @@ impl<'m> Slots<'m> {
             keep
         };
         slot.cached.truncate(keep);
+        slot.prompt = slot.prompt.min(keep);
+        slot.saved = slot.saved.min(keep);
         self.admitted += 1;
         slot.used = self.admitted;
         let text = Text::new(&call.params.stop);
@@ -341,6 +371,74 @@ impl<'m> Slots<'m> {
             generated: 0,
             text,
         });
+    }
+
+    /// Reads into slot `index` the prompt cache on disk's longest saved prefix of `prompt`,
+    /// when it holds [`RESTORE_AT_LEAST`] tokens more than the slot's own cache shares with
+    /// it: the tokens the slot then shares with `prompt` (none after a file that failed).
+    fn restore(&mut self, index: usize, prompt: &[LlamaToken]) -> Option<usize> {
+        let Slots {
+            disk, ctx, slots, ..
+        } = self;
+        let (disk, slot) = (disk.as_ref()?, slots.get_mut(index)?);
+        let shared = common_prefix(&slot.cached, prompt);
+        let saved = disk.find(prompt, shared + RESTORE_AT_LEAST - 1)?;
+        let started = std::time::Instant::now();
+        slot.cached.clear();
+        let restored = match disk.restore(ctx, slot.seq, &saved, prompt) {
+            Ok(tokens) => tokens,
+            Err(e) => {
+                tracing::warn!(file = %saved.path.display(), problem = %e,
+                    "a saved prompt was not read back");
+                (slot.prompt, slot.saved) = (0, 0);
+                return Some(0);
+            }
+        };
+        tracing::info!(
+            slot = index,
+            tokens = restored.len(),
+            seconds = started.elapsed().as_secs_f64(),
+            "prompt read back from the disk"
+        );
+        slot.cached = restored;
+        (slot.prompt, slot.saved) = (slot.cached.len(), slot.cached.len());
+        Some(slot.cached.len())
+    }
+
+    /// Saves slot `index`'s cache to the prompt cache on disk when its last prompt holds at
+    /// least `least` tokens no file holds yet.
+    fn save(&mut self, index: usize, least: usize) {
+        let Slots {
+            disk, ctx, slots, ..
+        } = self;
+        let (Some(disk), Some(slot)) = (disk.as_ref(), slots.get_mut(index)) else {
+            return;
+        };
+        if slot.active.is_some() || slot.prompt < slot.saved + least.max(1) {
+            return;
+        }
+        let started = std::time::Instant::now();
+        match disk.save(ctx, slot.seq, &slot.cached, slot.prompt) {
+            Ok(bytes) => {
+                slot.saved = slot.prompt;
+                tracing::info!(
+                    slot = index,
+                    tokens = slot.prompt,
+                    bytes,
+                    seconds = started.elapsed().as_secs_f64(),
+                    "prompt saved to the disk"
+                );
+            }
+            Err(e) => tracing::warn!(problem = %e, "a prompt was not saved to the disk"),
+        }
+    }
+
+    /// Saves every idle slot's last prompt that no file holds yet (before the model unloads or
+    /// the server stops).
+    pub fn keep_on_disk(&mut self) {
+        for index in 0..self.slots.len() {
+            self.save(index, RESTORE_AT_LEAST);
+        }
     }
 
     /// The free slot for `prompt` (see [`Slots::admit`]), and the tokens its cache shares.
@@ -499,9 +597,8 @@ impl<'m> Slots<'m> {
             think.after(&new);
         }
         start_lazy(model, active, &new);
-        if let Some(sink) = active.call.sink.as_mut() {
-            sink(active.generated, &new);
-        }
+        let readable = active.text.unread(stop.as_ref().map(|(at, _)| *at));
+        active.call.reader.read(active.generated, &readable);
         if let Some((at, stop)) = stop {
             let finish = Finish::StopSequence(Some(stop));
             return self.finish(index, finish, Some(at));
@@ -530,21 +627,16 @@ impl<'m> Slots<'m> {
             seconds = active.admitted.elapsed().as_secs_f64(),
             "local answer"
         );
-        let text = active.text.finish(cut);
-        // The model's words, as the prompt's are: at trace only.
-        tracing::trace!(slot = index, text = %text, "local answer text");
-        let output = Output {
-            text,
-            prompt_tokens: prompt,
-            cached_tokens: active.reused,
-            completion_tokens: active.generated,
-            finish,
-            in_reasoning: active.call.in_reasoning,
-        };
+        let (output, reply) = answered(active, finish, cut);
+        if let Some(slot) = self.slots.get_mut(index) {
+            slot.prompt = prompt;
+        }
         // The gauge says the slot is free before its caller hears the answer (a client that
         // scrapes right after finds it so).
         self.counters.busy.store(self.busy(), Ordering::Relaxed);
-        let _ = active.call.reply.send(Ok(output));
+        let _ = reply.send(Ok(output));
+        // A long prompt is kept on disk once its answer is out.
+        self.save(index, SAVE_AFTER);
     }
 
     /// Fails a slot's call and forgets its cache, which may be half written.
@@ -564,6 +656,39 @@ impl<'m> Slots<'m> {
             let _ = active.call.reply.send(Err(LocalError::Engine(why.clone())));
         }
     }
+}
+
+/// A finished call's output, its text cut at `cut` and read to the end, and where it goes.
+fn answered(
+    active: Active,
+    finish: Finish,
+    cut: Option<usize>,
+) -> (
+    Output,
+    tokio::sync::oneshot::Sender<Result<Output, LocalError>>,
+) {
+    let Active {
+        call,
+        text,
+        generated,
+        reused,
+        ..
+    } = active;
+    let (text, rest) = text.end(cut);
+    // The model's words, as the prompt's are: at trace only.
+    tracing::trace!(text = %text, "local answer text");
+    let mut reader = call.reader;
+    reader.read(generated, &rest);
+    let output = Output {
+        read: reader.end(generated),
+        text,
+        prompt_tokens: call.prompt.len(),
+        cached_tokens: reused,
+        completion_tokens: generated,
+        finish,
+        in_reasoning: call.in_reasoning,
+    };
+    (output, call.reply)
 }
 
 /// Starts a lazy grammar when the answer (its newest text `new`) has just written its

@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 use std::io;
 use std::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, mpsc};
+use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
 /// ChatML, for a model that carries no template.
@@ -38,8 +38,9 @@ const DEADLINE: Duration = Duration::from_secs(10);
 // fails aborts the whole process, so on Linux the template runs in a child process of its own
 // (this binary, re-executed with `HELPER_ARG`): its address space is limited to the memory
 // setting, an allocation past it ends the child alone, and at the deadline it is killed rather
-// than abandoned. Elsewhere, and where no sandbox is set (a library user, unit tests), the
-// template runs on a thread as before.
+// than abandoned. Elsewhere, and where no sandbox is given (a library user, unit tests), the
+// template runs on a thread as before. The sandbox is a value, not the process's: `main` sets
+// one up in the server's engines (`pool::Engines`), whose models render in it.
 
 /// The first argument that makes this binary the chat template's renderer (see
 /// [`helper_main`]).
@@ -54,22 +55,12 @@ pub struct Sandbox {
     pub memory: u64,
 }
 
-static SANDBOX: Mutex<Option<Sandbox>> = Mutex::new(None);
-
-/// Renders chat templates in `sandbox` from now on (`None`: on a thread, unbounded in memory).
-/// Only Linux limits a child's memory; elsewhere this changes nothing.
-pub fn set_sandbox(sandbox: Option<Sandbox>) {
-    *SANDBOX.lock().unwrap_or_else(PoisonError::into_inner) = sandbox;
-}
-
-fn sandbox() -> Option<Sandbox> {
-    if !cfg!(target_os = "linux") {
-        return None;
+impl Sandbox {
+    /// Renders the prompt as [`render`] does, in this sandbox (on a thread where the system
+    /// cannot limit a child's memory: only Linux does).
+    pub fn render(&self, template: Option<&str>, chat: &Chat<'_>) -> Result<String, TemplateError> {
+        render_in(Some(self), template, chat)
     }
-    SANDBOX
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .clone()
 }
 
 /// Why the model's chat template did not render the prompt.
@@ -192,15 +183,34 @@ fn json(value: &impl serde::Serialize) -> Value {
     serde_json::to_value(value).unwrap_or(Value::Null)
 }
 
-/// Renders the prompt with `template` (ChatML when the model has none). A template that takes
-/// too many steps, runs too long or writes too much fails the call, saying so.
+/// Renders the prompt with `template` (ChatML when the model has none), on a thread. A template
+/// that takes too many steps, runs too long or writes too much fails the call, saying so.
 pub fn render(template: Option<&str>, chat: &Chat<'_>) -> Result<String, TemplateError> {
-    render_context(template.unwrap_or(CHATML), chat.context())
+    render_in(None, template, chat)
 }
 
-/// Renders `template` with `context` as it is (an object of the names the template reads),
-/// within limits that grow with the messages and tools it holds.
+/// [`render`], in `sandbox` when one is given (and the system limits a child's memory).
+pub fn render_in(
+    sandbox: Option<&Sandbox>,
+    template: Option<&str>,
+    chat: &Chat<'_>,
+) -> Result<String, TemplateError> {
+    context_in(sandbox, template.unwrap_or(CHATML), chat.context())
+}
+
+/// Renders `template` with `context` as it is (an object of the names the template reads), on a
+/// thread, within limits that grow with the messages and tools it holds.
 pub fn render_context(template: &str, context: Value) -> Result<String, TemplateError> {
+    context_in(None, template, context)
+}
+
+/// [`render_context`], in `sandbox` when one is given and the system limits a child's memory
+/// (only Linux does; elsewhere on a thread).
+fn context_in(
+    sandbox: Option<&Sandbox>,
+    template: &str,
+    context: Value,
+) -> Result<String, TemplateError> {
     let bytes = serde_json::to_vec(&context).map_or(0, |v| v.len());
     let count = |name: &str| {
         context
@@ -209,8 +219,8 @@ pub fn render_context(template: &str, context: Value) -> Result<String, Template
             .map_or(0, Vec::len)
     };
     let limits = Limits::scaled(count("messages").saturating_add(count("tools")), bytes);
-    match sandbox() {
-        Some(sandbox) => isolated(&sandbox, template, &context, limits),
+    match sandbox.filter(|_| cfg!(target_os = "linux")) {
+        Some(sandbox) => isolated(sandbox, template, &context, limits),
         None => guarded(template, context, limits, &LATE),
     }
 }
@@ -675,7 +685,7 @@ fn set_limit(resource: Resource, value: u64) -> io::Result<()> {
     Ok(())
 }
 
-/// Only Linux limits the renderer's memory; elsewhere it is not started (see [`sandbox`]).
+/// Only Linux limits the renderer's memory; elsewhere it is not started (see [`render_in`]).
 #[cfg(not(target_os = "linux"))]
 fn limit_memory(_memory: u64) -> io::Result<()> {
     Err(io::Error::other("only Linux limits the renderer's memory"))

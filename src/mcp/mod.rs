@@ -1,5 +1,6 @@
 //! The MCP front: every file that speaks MCP through rmcp. The handler ([`server`]) parses a
-//! `tools/call` and hands it to the completion service; stdio framing ([`stdio`]); the host's
+//! `tools/call` and hands it to the completion service, and [`result`] writes the tool's result
+//! from the answer; stdio framing ([`stdio`]); the host's
 //! sampling on both protocol eras ([`sampling`], [`legacy`], [`mrtr`]); progress notifications
 //! ([`progress`]); MCP content ([`wire`]); the per-session call cap ([`gate`]); rmcp's
 //! Streamable HTTP service with capped legacy sessions, as a tower service the HTTP server
@@ -12,6 +13,7 @@ pub mod host;
 pub mod legacy;
 pub mod mrtr;
 pub mod progress;
+pub mod result;
 pub mod sampling;
 pub mod server;
 mod sessions;

@@ -9,15 +9,13 @@ use crate::fulfil::live::Events;
 use crate::limits::Limits;
 use crate::mcp::gate::Gate;
 use crate::mcp::progress::Reporter;
+use crate::mcp::result::{Asked, Declared, tool_result};
 use crate::mcp::sampling::{Caller, Host, Retry, Settings};
-use crate::mcp::wire;
 use crate::metrics::{self, Outcome, Record};
 use crate::pyjson::{self, Style};
 use crate::routing::Backends;
-use crate::service::{Answered, HostModel, Origin, Served, Service};
-use crate::shapes::responses::ResponsesCreate;
-use crate::shapes::tool_names;
-use crate::shapes::{self, Placement, Shape};
+use crate::service::{HostModel, Origin, Served, Service};
+use crate::shapes::{self, Shape};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorCode,
     Implementation, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
@@ -152,9 +150,14 @@ impl Server {
                     .backends()
                     .entry_name(&call.request.model, samples),
             );
-            let served = self.service.complete(shape, &call, &origin).await;
+            let served = self.service.complete(&call, &origin).await;
             stop_reporting(&reporter).await;
-            response(shape, served?, &caller, record, declared)
+            let asked = Asked {
+                call: &call,
+                arguments: &arguments,
+                declared,
+            };
+            response(shape, served?, &caller, record, asked)
         }
         .await;
         result.or_else(|e| {
@@ -186,13 +189,13 @@ fn response(
     served: Served,
     caller: &Caller<'_>,
     record: &mut Record,
-    declared: Declared,
+    asked: Asked<'_>,
 ) -> Result<CallToolResponse, CallError> {
     match served {
         Served::Answered(answered) => {
             let usage = answered.finished.usage;
             record.answered(&answered.report.entry, usage);
-            Ok(tool_result(shape, declared.apply(*answered)).into())
+            Ok(tool_result(shape, asked, *answered).into())
         }
         Served::Asked => caller
             .take_asked()
@@ -203,37 +206,6 @@ fn response(
                     "the call stopped for an input-required round that was not made",
                 )
             }),
-    }
-}
-
-/// `responses_create`: how the tools the model saw were declared (Codex's namespaces and
-/// custom tools), and what flattening them could not keep.
-#[derive(Default)]
-struct Declared {
-    names: tool_names::Names,
-    warnings: Vec<String>,
-}
-
-impl Declared {
-    /// For `responses_create`, its tools as the model sees them, flattened in `arguments`, and
-    /// how they were declared; nothing for the other tools.
-    fn flattening(shape: &dyn Shape, arguments: &mut Map<String, Value>) -> Declared {
-        let mut declared = Declared::default();
-        if shape.name() == ResponsesCreate.name() {
-            declared.names = tool_names::flatten(arguments, &mut declared.warnings);
-        }
-        declared
-    }
-
-    /// The answer with its calls as the tools were declared and the warnings added.
-    fn apply(self, mut answered: Answered) -> Answered {
-        answered.report.warnings.extend(self.warnings);
-        if !self.names.is_empty() {
-            tool_names::declare_output(&mut answered.rendered.object, &self.names);
-            answered.rendered.text =
-                crate::shapes::responses::render(&Value::Object(answered.rendered.object.clone()));
-        }
-        answered
     }
 }
 
@@ -305,54 +277,6 @@ fn edge(tool: &str, e: CallError) -> Result<CallToolResponse, ErrorData> {
         }
         other => Ok(CallToolResult::error(vec![ContentBlock::text(other.to_string())]).into()),
     }
-}
-
-/// The tool result of an answered call: the text (and any media) as content; as structured
-/// content the shape's API object where the shape puts it, with what this server reports
-/// beside it (warnings, how tools and structured output were obtained, which backend and
-/// model answered when it was not the host's sampling).
-fn tool_result(shape: &dyn Shape, answered: Answered) -> CallToolResult {
-    let Answered {
-        rendered,
-        report,
-        media,
-        ..
-    } = answered;
-    let mut structured = Map::new();
-    match shape.placement() {
-        Placement::Under(key) => {
-            structured.insert("result".into(), json!(rendered.text));
-            structured.insert(key.into(), Value::Object(rendered.object));
-        }
-        Placement::Beside => {
-            structured.insert("result".into(), json!(rendered.text));
-            structured.extend(rendered.object);
-        }
-        Placement::Whole => structured = rendered.object,
-    }
-    if shape.reports_host_model() {
-        structured.insert("host_model".into(), json!(report.host_model));
-    }
-    if let Some(via) = report.tool_calls_via {
-        structured.insert("tool_calls_via".into(), json!(via));
-    }
-    if !report.warnings.is_empty() {
-        structured.insert("warnings".into(), json!(report.warnings));
-    }
-    if report.backend != crate::error::Backend::Host {
-        structured.insert("backend".into(), json!(report.backend));
-    }
-    if let Some(route) = report.route {
-        structured.insert("route".into(), route);
-    }
-    if let Some(how) = report.structured_output {
-        structured.insert("structured_output".into(), how);
-    }
-    let mut content = vec![ContentBlock::text(rendered.text)];
-    content.extend(media.into_iter().map(wire::into_content));
-    let mut result = CallToolResult::success(content);
-    result.structured_content = Some(Value::Object(structured));
-    result
 }
 
 impl Server {

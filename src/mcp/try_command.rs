@@ -78,13 +78,21 @@ pub enum TryError {
     ToolFailed,
 }
 
-pub async fn run(config: &Config, args: &TryArgs) -> Result<(), TryError> {
+/// Asks the model once, through this binary started as an MCP server with the model as its
+/// host; the embedded model runs on `engines`.
+pub async fn run(
+    config: &Config,
+    args: &TryArgs,
+    engines: &crate::local::pool::Engines,
+) -> Result<(), TryError> {
     let schema: Option<Value> = match &args.schema {
         Some(text) => Some(serde_json::from_str(text).map_err(TryError::Schema)?),
         None => None,
     };
     // The model `try` answers with, ready: the local one loaded (fetched first if needed).
-    let model = routing::start(config, args.with)?.ready().await?;
+    let model = routing::start_with(config, args.with, engines)?
+        .ready()
+        .await?;
     let exe = std::env::current_exe().map_err(TryError::Program)?;
     let command = tokio::process::Command::new(exe).configure(|c| {
         c.args(["--backend", "host", "--fallback", "none"]);

@@ -3,18 +3,23 @@
 //! two entries), or from a models file (`--models`, see [`file`](mod@file)). A call's `model` argument
 //! picks an entry by name or alias; without one the default answers; an entry that cannot
 //! answer (a host that does not sample) or fails for a reason worth retrying elsewhere hands
-//! the call to its fallbacks, in order.
+//! the call to its fallbacks, in order. Models pulled through the API since the server started
+//! (`POST /api/pull` of an `hf:` file) answer by their `hf:` names too (see [`pulled`]).
 
 pub mod file;
+pub mod pulled;
 
 use crate::backends::direct::Model;
 use crate::backends::provider::{Provider, ProviderSettings};
 use crate::config::{Backend, Config, Direct, Fallback, RequestKeepAlive};
 use crate::error::{CallError, CallResult, MAX_LIST_BYTES, bounded_list, clip};
+use crate::local::pool::Engines;
 use crate::local::{Local, LocalError, LocalSettings};
 use crate::shapes::DEFAULT_MODEL;
 use file::{Answer, Models, Scores};
+use pulled::Pulled;
 use serde_json::{Value, json};
+use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -107,6 +112,30 @@ impl Entry {
     }
 }
 
+/// An entry a call goes to: a configured one (lent by the backends), or one pulled since the
+/// server started (shared: `/api/delete` may remove it while the call is answered).
+pub enum Chosen<'a> {
+    Configured(&'a Entry),
+    Pulled(Arc<Entry>),
+}
+
+impl Deref for Chosen<'_> {
+    type Target = Entry;
+
+    fn deref(&self) -> &Entry {
+        match self {
+            Chosen::Configured(entry) => entry,
+            Chosen::Pulled(entry) => entry,
+        }
+    }
+}
+
+/// Which entry a call's `model` picks: a configured one (by its place) or a pulled one.
+enum Pick {
+    At(usize),
+    Pulled(Arc<Entry>),
+}
+
 /// The models this server answers with.
 pub struct Backends {
     entries: Vec<Entry>,
@@ -118,10 +147,15 @@ pub struct Backends {
     pub queue_timeout: Duration,
     /// What an Ollama request's `keep_alive` may do (`--request-keep-alive`).
     request_keep_alive: RequestKeepAlive,
+    /// The server's embedded models' pool, workers and template sandbox, which its local
+    /// entries (and the models pulled later) share.
+    engines: Engines,
+    /// The models pulled through the API since the server started.
+    pulled: Pulled,
 }
 
 impl Default for Backends {
-    /// The host's model alone, as the original server.
+    /// The host's model alone, as the original server (no model can be pulled).
     fn default() -> Self {
         Backends {
             entries: vec![entry("host", Answerer::Host { hints: Vec::new() })],
@@ -129,6 +163,8 @@ impl Default for Backends {
             named: false,
             queue_timeout: Duration::from_secs(30),
             request_keep_alive: RequestKeepAlive::default(),
+            engines: Engines::default(),
+            pulled: Pulled::default(),
         }
     }
 }
@@ -162,13 +198,18 @@ pub enum SetupError {
     Provider(#[from] crate::backends::provider::SetupError),
 }
 
-/// A direct backend, started: the embedded model (it begins loading at once) or the configured
-/// provider. The one way the server, the bridge and `try` start theirs.
-pub fn start(config: &Config, which: Direct) -> Result<Started, SetupError> {
+/// A direct backend, started: the embedded model (it begins loading at once, on `engines`) or
+/// the configured provider. The one way the server, the bridge and `try` start theirs.
+pub fn start_with(
+    config: &Config,
+    which: Direct,
+    engines: &Engines,
+) -> Result<Started, SetupError> {
     Ok(match which {
-        Direct::Local => Started::Local(Box::new(Local::start(local_settings(
-            config, None, false,
-        )?)?)),
+        Direct::Local => Started::Local(Box::new(Local::start_with(
+            local_settings(config, engines, None, false)?,
+            engines,
+        )?)),
         Direct::Provider => {
             let settings = ProviderSettings::from_config(config)?;
             Started::Provider(Box::new(Provider::new(settings)?))
@@ -176,7 +217,7 @@ pub fn start(config: &Config, which: Direct) -> Result<Started, SetupError> {
     })
 }
 
-/// A direct backend [`start`] started.
+/// A direct backend [`start_with`] started.
 pub enum Started {
     Local(Box<Local>),
     Provider(Box<Provider>),
@@ -203,48 +244,56 @@ impl Started {
 /// Most model names an error lists.
 const NAMES_SHOWN: usize = 20;
 
-/// The embedded model of a models file's local entry, started: the configuration's settings
-/// for it, with the entry's name and its own model file, preload, keep-alive and GPU layers.
+/// The embedded model of a models file's local entry, started on `engines`: the
+/// configuration's settings for it, with the entry's name and its own model file, preload,
+/// keep-alive and GPU layers.
 fn start_local(
     config: &Config,
+    engines: &Engines,
     spec: &file::Spec,
     model_file: Option<&std::path::Path>,
     preload: bool,
     keep_alive: Option<i64>,
     gpu_layers: Option<crate::config::GpuLayers>,
 ) -> Result<Local, SetupError> {
-    let mut settings = local_settings(config, model_file, spec.embeddings)?;
+    let mut settings = local_settings(config, engines, model_file, spec.embeddings)?;
     settings.preload = preload;
     settings.gpu_layers = gpu_layers.unwrap_or(settings.gpu_layers);
     settings.label.clone_from(&spec.name);
     if let Some(secs) = keep_alive {
         settings.keep_alive = u64::try_from(secs).ok().map(Duration::from_secs);
     }
-    Ok(Local::start(settings)?)
+    Ok(Local::start_with(settings, engines)?)
 }
+
 impl Backends {
     /// The models file when one is given, else `--backend` (one entry that answers every call)
-    /// and `--fallback` (answers for a host that cannot sample). Direct backends start now.
-    pub fn from_config(config: &Config) -> Result<Self, SetupError> {
+    /// and `--fallback` (answers for a host that cannot sample). Direct backends start now, the
+    /// embedded models on `engines` (the server's: `main` makes them), as do the models pulled
+    /// later.
+    pub fn with_engines(config: &Config, engines: &Engines) -> Result<Self, SetupError> {
         let mut backends = match &config.models {
             Some(path) => {
                 let models = Models::read(path, |var| std::env::var(var).ok())?;
-                Backends::from_file(&models, config)?
+                Backends::from_file(&models, config, engines)?
             }
-            None => Backends::from_flags(config)?,
+            None => Backends::from_flags(config, engines)?,
         };
         backends.queue_timeout = Duration::from_secs(config.queue_timeout_secs);
         backends.request_keep_alive = config.local.request_keep_alive;
+        backends.engines = engines.clone();
+        backends.pulled = Pulled::new(pulled::settings(config, engines)?);
         Ok(backends)
     }
 
-    fn from_flags(config: &Config) -> Result<Self, SetupError> {
+    fn from_flags(config: &Config, engines: &Engines) -> Result<Self, SetupError> {
         let direct = |which: Direct| -> Result<Entry, SetupError> {
             let name = match which {
                 Direct::Local => "local",
                 Direct::Provider => "provider",
             };
-            Ok(entry(name, Answerer::Model(start(config, which)?.model())))
+            let model = start_with(config, which, engines)?.model();
+            Ok(entry(name, Answerer::Model(model)))
         };
         let host = || entry("host", Answerer::Host { hints: Vec::new() });
         let mut entries = match (config.backend, config.fallback) {
@@ -266,7 +315,7 @@ impl Backends {
         })
     }
 
-    fn from_file(models: &Models, config: &Config) -> Result<Self, SetupError> {
+    fn from_file(models: &Models, config: &Config, engines: &Engines) -> Result<Self, SetupError> {
         let positions: std::collections::HashMap<&str, usize> = models
             .entries
             .iter()
@@ -276,7 +325,7 @@ impl Backends {
         let index = |name: &str| positions.get(name).copied();
         // Entries naming the same model file share one engine (its weights and slots).
         // (An embedding model's engine makes no chat context: it is one of its own.)
-        let mut engines: std::collections::HashMap<
+        let mut shared: std::collections::HashMap<
             (Option<std::path::PathBuf>, bool),
             Arc<dyn Model>,
         > = std::collections::HashMap::new();
@@ -293,18 +342,19 @@ impl Backends {
                     gpu_layers,
                 } => {
                     let key = (model_file.clone(), spec.embeddings);
-                    Answerer::Model(match engines.get(&key) {
+                    Answerer::Model(match shared.get(&key) {
                         Some(engine) => engine.clone(),
                         None => {
                             let engine: Arc<dyn Model> = Arc::new(start_local(
                                 config,
+                                engines,
                                 spec,
                                 model_file.as_deref(),
                                 *preload,
                                 *keep_alive,
                                 *gpu_layers,
                             )?);
-                            engines.insert(key, engine.clone());
+                            shared.insert(key, engine.clone());
                             engine
                         }
                     })
@@ -327,8 +377,8 @@ impl Backends {
         self.request_keep_alive
     }
 
-    /// The first entry whose model answers from the file at `path` (an `hf:` file in the
-    /// cache, or a model file), if one does.
+    /// The first configured entry whose model answers from the file at `path` (an `hf:` file
+    /// in the cache, or a model file), if one does.
     pub fn uses_file(&self, path: &std::path::Path) -> Option<&str> {
         self.entries.iter().find_map(|e| match &e.answerer {
             Answerer::Model(model) if model.uses_file(path) => Some(e.name.as_str()),
@@ -341,44 +391,48 @@ impl Backends {
         self.named
     }
 
-    /// Every model, in order.
+    /// Every configured model, in order (not the pulled ones).
     pub fn entries(&self) -> &[Entry] {
         &self.entries
     }
 
     /// The name of the model a call for `model` goes to first (one of this server's names,
     /// never the caller's own words unless they name a model); `None` when none would take it.
-    pub fn entry_name(&self, model: &str, host_samples: bool) -> Option<&str> {
+    pub fn entry_name<'a>(&'a self, model: &'a str, host_samples: bool) -> Option<&'a str> {
         let chain = self.route(model, host_samples).ok()?;
-        chain.first().map(|e| e.name.as_str())
+        match chain.into_iter().next()? {
+            Chosen::Configured(e) => Some(e.name.as_str()),
+            // A pulled model's name is the one the caller gave (but for a `:latest`).
+            Chosen::Pulled(e) => pulled::spelled(model, &e.name),
+        }
     }
 
     /// The name the model that would answer a call for `model` without a sampling host goes by
     /// (what its backend reports: the embedded model's, the provider's model): the name the
     /// model APIs report before the answer says. `None` when no direct model would answer.
     pub fn answering_model(&self, model: &str) -> Option<String> {
-        let chain = self.route(model, false).ok()?;
-        match &chain.first()?.answerer {
-            Answerer::Model(m) => m.model_name(),
-            Answerer::Host { .. } => None,
-        }
+        self.direct_model(model)?.model_name()
     }
 
     /// The model a call for `model` goes to first without a sampling host; `None` when no
     /// direct model would answer it.
-    pub fn direct_model(&self, model: &str) -> Option<&Arc<dyn Model>> {
+    pub fn direct_model(&self, model: &str) -> Option<Arc<dyn Model>> {
         let chain = self.route(model, false).ok()?;
         match &chain.first()?.answerer {
-            Answerer::Model(m) => Some(m),
+            Answerer::Model(m) => Some(m.clone()),
             Answerer::Host { .. } => None,
         }
     }
 
     /// The entries that may answer a call for `model`, in order: the one it names (or the
     /// default) and its fallbacks, without host entries when the host cannot sample (unless
-    /// nothing else is left, so that the call gets the host's -32021).
-    pub fn route(&self, model: &str, host_samples: bool) -> CallResult<Vec<&Entry>> {
-        let chosen = self.choose(model, host_samples)?;
+    /// nothing else is left, so that the call gets the host's -32021). A pulled model has no
+    /// fallbacks.
+    pub fn route(&self, model: &str, host_samples: bool) -> CallResult<Vec<Chosen<'_>>> {
+        let chosen = match self.choose(model, host_samples)? {
+            Pick::At(i) => i,
+            Pick::Pulled(entry) => return Ok(vec![Chosen::Pulled(entry)]),
+        };
         if let Some(e) = self.entries.get(chosen).filter(|e| e.embeddings) {
             return Err(CallError::at(
                 "model",
@@ -402,33 +456,37 @@ impl Backends {
             .copied()
             .filter(|e| host_samples || !matches!(e.answerer, Answerer::Host { .. }))
             .collect();
-        Ok(if usable.is_empty() {
+        let chain = if usable.is_empty() {
             chain.into_iter().take(1).collect()
         } else {
             usable
-        })
+        };
+        Ok(chain.into_iter().map(Chosen::Configured).collect())
     }
 
     /// The model that makes the embeddings a request for `model` asks for: the entry it names
     /// (or the default), or, where that is the host's (sampling makes none), its first
     /// fallback this server runs. No other fallback: another model's vectors are not
     /// comparable with these.
-    pub fn embedder(&self, model: &str) -> CallResult<(&Entry, &Arc<dyn Model>)> {
-        let chosen = self.choose(model, false)?;
+    pub fn embedder(&self, model: &str) -> CallResult<(Chosen<'_>, Arc<dyn Model>)> {
+        let chosen = match self.choose(model, false)? {
+            Pick::At(i) => i,
+            Pick::Pulled(entry) => {
+                let Answerer::Model(m) = &entry.answerer else {
+                    return Err(no_embedder());
+                };
+                let m = m.clone();
+                return Ok((Chosen::Pulled(entry), m));
+            }
+        };
         let found = std::iter::once(chosen)
             .chain(self.fallbacks_of(chosen))
             .filter_map(|i| self.entries.get(i))
             .find_map(|e| match &e.answerer {
-                Answerer::Model(m) => Some((e, m)),
+                Answerer::Model(m) => Some((Chosen::Configured(e), m.clone())),
                 Answerer::Host { .. } => None,
             });
-        found.ok_or_else(|| {
-            CallError::at(
-                "model",
-                "the host's model (MCP sampling) makes no embeddings; run this server with \
-                 --backend local or a provider, or name an embedding model of the models file",
-            )
-        })
+        found.ok_or_else(no_embedder)
     }
 
     fn fallbacks_of(&self, i: usize) -> impl Iterator<Item = usize> + '_ {
@@ -438,22 +496,31 @@ impl Backends {
             .flat_map(|e| e.fallbacks.iter().copied())
     }
 
-    /// The entry `model` names: by name or alias; the default without one (or from the flags);
-    /// an unknown name goes to a sampling host as a hint, else is refused with the names.
-    fn choose(&self, model: &str, host_samples: bool) -> CallResult<usize> {
+    /// The entry `model` names: by name or alias (a configured entry first, then a pulled
+    /// model); the default without one (or from the flags, unless it names a pulled model); an
+    /// unknown name goes to a sampling host as a hint, else is refused with the names.
+    fn choose(&self, model: &str, host_samples: bool) -> CallResult<Pick> {
         let model = model.trim();
-        if !self.named || model.is_empty() || model == DEFAULT_MODEL {
-            return Ok(self.default);
+        if model.is_empty() || model == DEFAULT_MODEL {
+            return Ok(Pick::At(self.default));
         }
-        if let Some(i) = self.find(model) {
-            return Ok(i);
+        if self.named
+            && let Some(i) = self.find(model)
+        {
+            return Ok(Pick::At(i));
+        }
+        if let Some(entry) = self.pulled.find(model) {
+            return Ok(Pick::Pulled(entry));
+        }
+        if !self.named {
+            return Ok(Pick::At(self.default));
         }
         let host_entry = self
             .entries
             .iter()
             .position(|e| matches!(e.answerer, Answerer::Host { .. }));
         match host_entry {
-            Some(i) if host_samples => Ok(i),
+            Some(i) if host_samples => Ok(Pick::At(i)),
             _ => Err(CallError::UnknownModel {
                 name: clip(model).into_owned(),
                 known: self.names(),
@@ -475,23 +542,25 @@ impl Backends {
     /// The names, with their aliases: the first [`NAMES_SHOWN`] (each clipped, the list within
     /// [`MAX_LIST_BYTES`]), then how many more `list_models` lists.
     fn names(&self) -> String {
-        let shown = self.entries.iter().take(NAMES_SHOWN).map(|e| {
-            let name = clip(&e.name);
-            if e.aliases.is_empty() {
+        let pulled = self.pulled.names();
+        let all = self
+            .entries
+            .iter()
+            .map(|e| (e.name.as_str(), e.aliases.as_slice()));
+        let all = all.chain(pulled.iter().map(|n| (n.as_str(), &[][..])));
+        let shown = all.clone().take(NAMES_SHOWN).map(|(name, aliases)| {
+            let name = clip(name);
+            if aliases.is_empty() {
                 return name.into_owned();
             }
-            let aliases = e.aliases.iter().map(|a| clip(a));
+            let aliases = aliases.iter().map(|a| clip(a));
             match bounded_list(aliases, MAX_LIST_BYTES / 4) {
                 (aliases, 0) => format!("{name} (also {aliases})"),
                 (aliases, more) => format!("{name} (also {aliases} and {more} more)"),
             }
         });
         let (names, cut) = bounded_list(shown, MAX_LIST_BYTES);
-        let more = self
-            .entries
-            .len()
-            .saturating_sub(NAMES_SHOWN)
-            .saturating_add(cut);
+        let more = all.count().saturating_sub(NAMES_SHOWN).saturating_add(cut);
         if more > 0 {
             format!("{names} and {more} more (list_models lists them all)")
         } else {
@@ -580,11 +649,20 @@ impl Backends {
 
     /// The models a call may name: a models file's, or the host's model (unless another
     /// backend answers every call) and the direct backends of `--backend` and `--fallback`,
-    /// each with its role, as the original listed the host's.
+    /// each with its role, as the original listed the host's; then the models pulled since the
+    /// server started, as a models file's entries are listed.
     pub fn models(&self) -> Vec<Value> {
-        if self.named {
-            return self.listing();
-        }
+        let mut models = if self.named {
+            self.listing()
+        } else {
+            self.flagged()
+        };
+        models.extend(self.pulled.listing());
+        models
+    }
+
+    /// The models of `--backend` and `--fallback` (see [`Backends::models`]).
+    fn flagged(&self) -> Vec<Value> {
         let mut models = Vec::new();
         if self.host_answers() {
             models.push(json!({
@@ -644,13 +722,24 @@ impl Backends {
     }
 }
 
-/// A local entry's model: the command line's, or the entry's own file.
+/// The embedded model's error for a call that asks the host's model for embeddings.
+fn no_embedder() -> CallError {
+    CallError::at(
+        "model",
+        "the host's model (MCP sampling) makes no embeddings; run this server with \
+         --backend local or a provider, or name an embedding model of the models file",
+    )
+}
+
+/// A local entry's model: the command line's, or the entry's own file; the budget of
+/// `engines`' pool set from `--local-memory`.
 fn local_settings(
     config: &Config,
+    engines: &Engines,
     model_file: Option<&std::path::Path>,
     embeddings: bool,
 ) -> Result<LocalSettings, SetupError> {
-    crate::local::pool::shared().set_budget(
+    engines.pool().set_budget(
         config
             .local
             .local_memory

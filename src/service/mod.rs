@@ -7,7 +7,7 @@
 pub mod driver;
 
 use crate::backends::direct::{EmbedRequest, Embeddings};
-use crate::call::{Block, Call, Reply};
+use crate::call::{Block, Call, Usage, estimate_tokens};
 use crate::contract::cursor;
 use crate::error::{CallError, CallResult};
 use crate::fulfil::Fulfilled;
@@ -15,7 +15,7 @@ use crate::fulfil::live::Events;
 use crate::limits::Limits;
 use crate::metrics::Metrics;
 use crate::routing::{Answerer, Backends, Entry};
-use crate::shapes::{self, Rendered, Shape};
+use crate::shapes::{self, Shape};
 use driver::{Driver, Outcome, Sampler};
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
@@ -50,13 +50,15 @@ pub enum Served {
     Asked,
 }
 
-/// A fulfilled call: the shape's rendering and what every front may report beside it.
+/// A fulfilled call: the answer in neutral form, and what every front may report beside it.
 pub struct Answered {
-    pub rendered: Rendered,
+    /// The conversation cursor, when the call's chain is on (an MCP tool's `previous_response_id`
+    /// continues from it): the id of the answer's object.
+    pub cursor: Option<String>,
     pub report: Report,
     /// Images and audio in the answer, besides its text.
     pub media: Vec<Block>,
-    /// The answer in neutral form, for the fronts that write their API's objects themselves.
+    /// The answer in neutral form, which each API's encoder writes its objects from.
     pub finished: Finished,
 }
 
@@ -199,13 +201,8 @@ impl Service {
     }
 
     /// The call answered by the first model its route names that can, on to the next after a
-    /// transient failure while there is time, and rendered by `shape`.
-    pub async fn complete(
-        &self,
-        shape: &dyn Shape,
-        call: &Call,
-        origin: &Origin<'_>,
-    ) -> CallResult<Served> {
+    /// transient failure while there is time.
+    pub async fn complete(&self, call: &Call, origin: &Origin<'_>) -> CallResult<Served> {
         let samples = origin.host.is_some_and(|h| h.samples());
         let chain = self.backends.route(&call.request.model, samples)?;
         // One sink for the whole call, across fallbacks and repairs; none when no model it may
@@ -252,7 +249,7 @@ impl Service {
                         fell_back_from,
                         named: self.backends.named(),
                     };
-                    Served::Answered(Box::new(finish(shape, call, *done, &route)))
+                    Served::Answered(Box::new(finish(call, *done, &route)))
                 }
             });
         }
@@ -350,11 +347,11 @@ fn check_size(arguments: &Map<String, Value>, max: usize) -> CallResult<()> {
     Ok(())
 }
 
-/// The cursor, the shape's rendering, and what every result reports (warnings, how tools and
-/// structured output were obtained, which model answered).
-fn finish(shape: &dyn Shape, call: &Call, done: Fulfilled, route: &Route<'_>) -> Answered {
+/// The cursor, the usage, and what every result reports (warnings, how tools and structured
+/// output were obtained, which model answered).
+fn finish(call: &Call, done: Fulfilled, route: &Route<'_>) -> Answered {
     let completion = done.answer.completion_text();
-    let minted = call.chain.is_on().then(|| {
+    let cursor = call.chain.is_on().then(|| {
         cursor::mint(
             &call.request.model,
             call.tool,
@@ -362,19 +359,13 @@ fn finish(shape: &dyn Shape, call: &Call, done: Fulfilled, route: &Route<'_>) ->
             &completion,
         )
     });
-    let reply = Reply {
-        call,
-        answer: &done.answer,
-        completion: &completion,
-        finish: &done.finish,
-        host_model: &done.host_model,
-        cursor: minted.as_deref(),
-        measured: done.usage,
-        media: &done.media,
-        reasoning: done.reasoning.as_deref(),
-    };
-    let rendered = shape.render(&reply);
-    let usage = reply.usage();
+    // Measured by the backend, else estimated from the text.
+    let usage = done.usage.unwrap_or_else(|| Usage {
+        prompt: call.prompt_tokens_estimate(),
+        completion: estimate_tokens(completion.chars().count()),
+        estimated: true,
+        cached: None,
+    });
     let mut warnings = call.warnings.clone();
     warnings.extend(done.warnings);
     let backend = route.entry.backend();
@@ -395,7 +386,7 @@ fn finish(shape: &dyn Shape, call: &Call, done: Fulfilled, route: &Route<'_>) ->
     };
     tracing::debug!(tool = call.tool, attempts = done.attempts, "call completed");
     Answered {
-        rendered,
+        cursor,
         report,
         media: done.media,
         finished: Finished {

@@ -10,11 +10,11 @@
 //! tool results and then a user turn.
 
 use super::common::{
-    Common, Env, Format, Hooks, Msg, Parts, Spelling, flatten_text, message_objects, render_text,
+    Common, Env, Format, Hooks, Msg, Parts, Spelling, flatten_text, message_objects,
 };
-use super::{Placement, Rendered, Shape, object_of};
+use super::{Placement, Shape};
 use crate::args::{self, Obj, as_object, one_of};
-use crate::call::{Answer, Block, Call, Finish, Reply, Role};
+use crate::call::{Block, Call, Role};
 use crate::contract::cursor::Entry;
 use crate::error::{CallError, CallResult};
 use crate::limits::Limits;
@@ -49,13 +49,6 @@ impl Shape for MessagesCreate {
 
     fn parse(&self, o: &Obj<'_>, env: &Env<'_>) -> CallResult<Call> {
         parse(o, env)
-    }
-
-    fn render(&self, reply: &Reply<'_>) -> Rendered {
-        Rendered {
-            text: render_text(reply.completion, reply.cursor),
-            object: object_of(message_object(reply)),
-        }
     }
 
     fn placement(&self) -> Placement {
@@ -320,57 +313,6 @@ fn signed(block: &Obj<'_>) -> bool {
         (Some(Value::String(thinking)), Some(Value::String(sig))) => *sig == signature(thinking),
         _ => false,
     }
-}
-
-/// The Anthropic message object for an answer.
-pub fn message_object(out: &Reply<'_>) -> Value {
-    let usage = out.usage();
-    let mut content = Vec::new();
-    if let Some(thinking) = out.reasoning {
-        content.push(
-            json!({"type": "thinking", "thinking": thinking, "signature": signature(thinking)}),
-        );
-    }
-    let (stop_reason, stop_sequence) = match out.finish {
-        _ if matches!(out.answer, Answer::ToolCalls { .. }) => ("tool_use", None),
-        Finish::EndTurn => ("end_turn", None),
-        Finish::MaxTokens => ("max_tokens", None),
-        Finish::StopSequence(s) => ("stop_sequence", s.clone()),
-        Finish::ToolUse => ("tool_use", None),
-    };
-    match out.answer {
-        Answer::ToolCalls { text, calls } => {
-            if !text.is_empty() {
-                content.push(json!({"type": "text", "text": text}));
-            }
-            for c in calls {
-                content.push(
-                    json!({"type": "tool_use", "id": c.id, "name": c.name, "input": c.input}),
-                );
-            }
-        }
-        _ => content.push(json!({"type": "text", "text": out.completion})),
-    }
-    // Anthropic counts the prompt's cached tokens apart from its input tokens.
-    let mut usage_object = json!({
-        "input_tokens": usage.prompt.saturating_sub(usage.cached.unwrap_or(0)),
-        "output_tokens": usage.completion,
-        "estimated": usage.estimated,
-    });
-    if let (Some(cached), Some(o)) = (usage.cached, usage_object.as_object_mut()) {
-        o.insert("cache_read_input_tokens".into(), json!(cached));
-        o.insert("cache_creation_input_tokens".into(), json!(0));
-    }
-    json!({
-        "id": out.response_id("msg_"),
-        "type": "message",
-        "role": "assistant",
-        "content": content,
-        "model": out.host_model,
-        "stop_reason": stop_reason,
-        "stop_sequence": stop_sequence,
-        "usage": usage_object,
-    })
 }
 
 #[cfg(test)]

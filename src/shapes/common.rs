@@ -293,6 +293,7 @@ impl<'a> Common<'a> {
                 max_tokens: self.max_tokens,
                 stop: self.stop,
                 tuning: self.extras.tuning,
+                samplers: self.extras.samplers,
                 text: None,
                 reasoning: self.extras.reasoning,
                 template_kwargs: self.extras.template_kwargs,

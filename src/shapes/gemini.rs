@@ -4,7 +4,8 @@
 //! `functionCall {name, args, id?}` and `functionResponse {name, response, id?}`;
 //! `systemInstruction` (a Content or a string); `generationConfig` (`temperature`,
 //! `maxOutputTokens`, `stopSequences`, `responseMimeType` with `responseSchema` (OpenAPI style)
-//! or `responseJsonSchema`, `candidateCount` 1, `topP`/`topK`/`seed` typed and forwarded as metadata);
+//! or `responseJsonSchema`, `candidateCount` 1, `topP`/`topK`/`seed` and the
+//! `presencePenalty`/`frequencyPenalty` typed and forwarded as metadata);
 //! `tools[].functionDeclarations` and `toolConfig.functionCallingConfig` (`AUTO`/`ANY`/`NONE`,
 //! `allowedFunctionNames`). The result is a `GenerateContentResponse`.
 //!
@@ -12,11 +13,11 @@
 //! unanswered call of the same name in the model turn before it.
 
 use super::common::{
-    self, Common, Env, Format, Hooks, Msg, Parts, Spelling, Structured, flatten_text, render_text,
+    self, Common, Env, Format, Hooks, Msg, Parts, Spelling, Structured, flatten_text,
 };
-use super::{Placement, Rendered, Shape, params};
+use super::{Placement, Shape, params};
 use crate::args::{self, Obj, as_object, non_empty_array};
-use crate::call::{Answer, Block, Call, Finish, Reply, Role, ToolChoice, ToolDef};
+use crate::call::{Block, Call, Role, ToolChoice, ToolDef};
 use crate::contract::cursor::Entry;
 use crate::contract::schema;
 use crate::error::{CallError, CallResult};
@@ -102,13 +103,6 @@ impl Shape for GenerateContent {
         common.into_call(parts, env.limits)
     }
 
-    fn render(&self, reply: &Reply<'_>) -> Rendered {
-        Rendered {
-            text: render_text(reply.completion, reply.cursor),
-            object: response_object(reply),
-        }
-    }
-
     fn placement(&self) -> Placement {
         Placement::Beside
     }
@@ -189,6 +183,7 @@ fn extras(o: &Obj<'_>, config: &Obj<'_>, env: &Env<'_>) -> CallResult<params::Ex
             seed: Some("seed"),
         }
         .read(config)?,
+        samplers: params::PenaltyKeys::CAMEL.read(config)?,
         reasoning: super::reasoning::gemini(config)?,
         ..params::Extras::default()
     };
@@ -664,52 +659,6 @@ fn function_response(part: &Obj<'_>, pending: &mut Vec<(String, String)>) -> Cal
     })
 }
 
-/// The `GenerateContentResponse` fields for an answer.
-fn response_object(out: &Reply<'_>) -> Map<String, Value> {
-    let mut parts = Vec::new();
-    // The model's thoughts lead, when `includeThoughts` asked for them.
-    if let Some(thought) = out.reasoning {
-        parts.push(json!({"text": thought, "thought": true}));
-    }
-    match out.answer {
-        Answer::ToolCalls { text, calls } => {
-            if !text.is_empty() {
-                parts.push(json!({"text": text}));
-            }
-            for c in calls {
-                parts.push(json!({"functionCall": {"id": c.id, "name": c.name, "args": c.input}}));
-            }
-        }
-        _ => parts.push(json!({"text": out.completion})),
-    }
-    // The answer's images and audio are parts of the response too.
-    for block in out.media {
-        if let Block::Image { data, mime, .. } | Block::Audio { data, mime, .. } = block {
-            parts.push(json!({"inlineData": {"mimeType": mime, "data": data}}));
-        }
-    }
-    let finish = match out.finish {
-        Finish::MaxTokens => "MAX_TOKENS",
-        _ => "STOP",
-    };
-    let usage = out.usage();
-    let mut m = Map::new();
-    m.insert(
-        "candidates".into(),
-        json!([{"content": {"role": "model", "parts": parts}, "finishReason": finish, "index": 0}]),
-    );
-    let mut usage_object = json!({"promptTokenCount": usage.prompt,
-                                  "candidatesTokenCount": usage.completion,
-                                  "totalTokenCount": usage.total(), "estimated": usage.estimated});
-    if let (Some(cached), Some(o)) = (usage.cached, usage_object.as_object_mut()) {
-        o.insert("cachedContentTokenCount".into(), json!(cached));
-    }
-    m.insert("usageMetadata".into(), usage_object);
-    m.insert("modelVersion".into(), json!(out.host_model));
-    m.insert("responseId".into(), json!(out.response_id("")));
-    m
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -730,7 +679,8 @@ mod tests {
             ],
             "systemInstruction": {"parts": [{"text": "Be brief."}]},
             "generationConfig": {"temperature": 0.2, "maxOutputTokens": 50,
-                                 "stopSequences": ["END"], "topK": 3}
+                                 "stopSequences": ["END"], "topK": 3,
+                                 "presencePenalty": 0.5, "frequencyPenalty": 1}
         }))
         .unwrap();
         assert_eq!(c.request.system.as_deref(), Some("Be brief."));
@@ -746,6 +696,19 @@ mod tests {
         assert_eq!(c.request.temperature, Some(0.2));
         assert_eq!(c.request.stop, vec!["END".to_owned()]);
         assert_eq!(c.metadata["topK"], json!(3));
+        assert_eq!(c.metadata["presencePenalty"], json!(0.5));
+        assert_eq!(
+            (
+                c.request.samplers.presence_penalty,
+                c.request.samplers.frequency_penalty
+            ),
+            (Some(0.5), Some(1.0))
+        );
+        let e = call(json!({"contents": [{"parts": [{"text": "x"}]}],
+                            "generationConfig": {"presencePenalty": 3}}))
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("generationConfig.presencePenalty"), "{e}");
         assert_eq!(c.transcript[0], Entry::new("system", "Be brief."));
         assert_eq!(c.transcript[2], Entry::new("assistant", "Hello"));
     }

@@ -1,6 +1,7 @@
 //! Product shapes. Each shape is one file that owns its API's spellings, parsing (tool
-//! arguments into a neutral [`Call`]), rendering (a neutral [`Reply`] into the tool result), its
-//! persona view and its tool definition, behind the [`Shape`] trait. [`REGISTRY`] lists them;
+//! arguments into a neutral [`Call`]), where its result puts the API object (which the API's
+//! encoder writes, see [`crate::mcp::result`]), its persona view and its tool definition,
+//! behind the [`Shape`] trait. [`REGISTRY`] lists them;
 //! the server only routes. What the shapes share lives in [`common`].
 //!
 //! Adding a shape is one new file, a line in [`REGISTRY`] and its tool definition in `tools/`.
@@ -19,22 +20,13 @@ pub mod text;
 pub mod tool_names;
 
 use crate::args::Obj;
-use crate::call::{Call, Reply};
+use crate::call::Call;
 use crate::error::CallResult;
 use crate::limits::Limits;
 pub use common::{DEFAULT_MAX_RETRIES, DEFAULT_MAX_TOKENS, DEFAULT_MODEL, Env, MAX_MAX_RETRIES};
 use serde_json::{Map, Value};
 use std::collections::HashSet;
 use std::sync::OnceLock;
-
-/// What a shape renders: the answer as text (the MCP result's text content and `result`) and
-/// the API object (`ChatCompletion`, `Message`, `Response`, `GenerateContentResponse`; for
-/// `generate`, its finish reason), which is an HTTP response's body.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Rendered {
-    pub text: String,
-    pub object: Map<String, Value>,
-}
 
 /// Where a tool result's structured content puts the shape's API object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,14 +37,6 @@ pub enum Placement {
     Beside,
     /// Its keys alone: the object is the result (`responses_create`).
     Whole,
-}
-
-/// An object's map (an empty one for any other value).
-pub(crate) fn object_of(v: Value) -> Map<String, Value> {
-    match v {
-        Value::Object(m) => m,
-        _ => Map::new(),
-    }
 }
 
 /// One product API's tool.
@@ -66,14 +50,17 @@ pub trait Shape: Sync {
     /// Parses the tool's arguments into a checked [`Call`]; nothing has been sent yet.
     fn parse(&self, args: &Obj<'_>, env: &Env<'_>) -> CallResult<Call>;
 
-    /// Renders a finished answer: its text and the API object.
-    fn render(&self, reply: &Reply<'_>) -> Rendered;
-
     /// Where the tool result puts the API object.
     fn placement(&self) -> Placement;
 
     /// Whether the tool result says which model the host or backend reports (`host_model`).
     fn reports_host_model(&self) -> bool {
+        false
+    }
+
+    /// Whether the API object names the model the call asked for (the original's
+    /// `responses_create`), not the one the host or backend says answered.
+    fn names_asked_model(&self) -> bool {
         false
     }
 }

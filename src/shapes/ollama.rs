@@ -11,14 +11,24 @@ use serde_json::{Map, Value};
 /// refuse servers that report less than they need: VS Code Copilot wants 0.6.4 or later).
 pub const VERSION: &str = "0.12.0";
 
-/// The `options` applied to the answer.
-pub const APPLIED_OPTIONS: [&str; 6] = [
+/// The `options` applied to the answer (llama.cpp's samplers from `repeat_penalty` on by the
+/// embedded model; a provider's result says which it was not sent).
+pub const APPLIED_OPTIONS: [&str; 15] = [
     "temperature",
     "top_p",
     "top_k",
     "seed",
     "num_predict",
     "stop",
+    "repeat_penalty",
+    "repeat_last_n",
+    "presence_penalty",
+    "frequency_penalty",
+    "min_p",
+    "typical_p",
+    "mirostat",
+    "mirostat_tau",
+    "mirostat_eta",
 ];
 
 /// A tool call's function: its name and its arguments as an object (not a JSON string, as

@@ -8,16 +8,15 @@
 //! `reasoning_content`.
 
 use super::common::{
-    Common, Env, Format, Hooks, Msg, Parts, Spelling, flatten_text, message_objects, render_text,
+    Common, Env, Format, Hooks, Msg, Parts, Spelling, flatten_text, message_objects,
 };
-use super::{Placement, Rendered, Shape, object_of};
+use super::{Placement, Shape};
 use crate::args::{self, Obj, as_object};
-use crate::call::{Answer, Block, Call, Reply, Role};
+use crate::call::{Block, Call, Role};
 use crate::contract::cursor::Entry;
 use crate::error::{CallError, CallResult};
 use crate::limits::Limits;
 use crate::wire::media;
-use crate::wire::openai;
 use serde_json::{Map, Value, json};
 
 /// The `chat_complete` tool.
@@ -55,13 +54,6 @@ impl Shape for ChatComplete {
 
     fn parse(&self, o: &Obj<'_>, env: &Env<'_>) -> CallResult<Call> {
         parse(o, env)
-    }
-
-    fn render(&self, reply: &Reply<'_>) -> Rendered {
-        Rendered {
-            text: render_text(reply.completion, reply.cursor),
-            object: object_of(completion_object(reply)),
-        }
     }
 
     fn placement(&self) -> Placement {
@@ -260,53 +252,6 @@ fn plain_message(map: &Map<String, Value>, role: &str) -> Value {
         }
     }
     Value::Object(item)
-}
-
-/// The OpenAI `chat.completion` object for an answer.
-pub fn completion_object(out: &Reply<'_>) -> Value {
-    let mut message = match out.answer {
-        Answer::ToolCalls { text, calls } => openai::Message {
-            role: openai::Speaker::Assistant,
-            content: (!text.is_empty()).then(|| openai::Content::Text(text.clone())),
-            tool_calls: calls
-                .iter()
-                .map(|c| openai::ToolCall::api(Some(c.id.clone()), &*c.name, c.arguments_json()))
-                .collect(),
-            tool_call_id: None,
-            reasoning_content: None,
-        },
-        _ => openai::Message::text(openai::Speaker::Assistant, out.completion),
-    };
-    message.reasoning_content = out.reasoning.map(str::to_owned);
-    let finish_reason = if matches!(out.answer, Answer::ToolCalls { .. }) {
-        "tool_calls"
-    } else {
-        openai::finish_reason(out.finish)
-    };
-    let usage = out.usage();
-    let created = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let mut usage_object = json!({
-        "prompt_tokens": usage.prompt,
-        "completion_tokens": usage.completion,
-        "total_tokens": usage.total(),
-        "estimated": usage.estimated,
-    });
-    if let (Some(cached), Some(o)) = (usage.cached, usage_object.as_object_mut()) {
-        o.insert(
-            "prompt_tokens_details".into(),
-            json!({"cached_tokens": cached}),
-        );
-    }
-    json!({
-        "id": out.response_id("chatcmpl-"),
-        "object": "chat.completion",
-        "created": created,
-        "model": out.host_model,
-        "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
-        "usage": usage_object,
-    })
 }
 
 #[cfg(test)]

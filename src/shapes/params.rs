@@ -4,7 +4,7 @@
 //! an argument nobody knows). The original ignored unknown arguments silently.
 
 use crate::args::Obj;
-use crate::call::{RESERVED_TEMPLATE_KWARGS, Tuning};
+use crate::call::{RESERVED_TEMPLATE_KWARGS, Samplers, Tuning};
 use crate::error::{CallError, CallResult};
 use serde_json::{Map, Value};
 use std::collections::HashSet;
@@ -37,6 +37,8 @@ pub struct Extras {
     /// Sent as the sampling request's `metadata`.
     pub metadata: Map<String, Value>,
     pub tuning: Tuning,
+    /// OpenAI's penalties on repeated tokens, where the shape has them.
+    pub samplers: Samplers,
     /// `stream: true` was asked.
     pub stream: bool,
     pub warnings: Vec<String>,
@@ -105,13 +107,59 @@ impl TuningKeys {
     }
 }
 
+/// How a shape spells OpenAI's two penalties on repeated tokens.
+#[derive(Debug, Clone, Copy)]
+pub struct PenaltyKeys {
+    pub presence: &'static str,
+    pub frequency: &'static str,
+}
+
+impl PenaltyKeys {
+    /// OpenAI's chat and text completions.
+    pub const SNAKE: PenaltyKeys = PenaltyKeys {
+        presence: "presence_penalty",
+        frequency: "frequency_penalty",
+    };
+
+    /// Gemini's `generationConfig`.
+    pub const CAMEL: PenaltyKeys = PenaltyKeys {
+        presence: "presencePenalty",
+        frequency: "frequencyPenalty",
+    };
+
+    /// The penalties where given, each a number from -2 to 2 as OpenAI takes them.
+    pub fn read(&self, o: &Obj<'_>) -> CallResult<Samplers> {
+        Ok(Samplers {
+            presence_penalty: o.opt_f64_in(self.presence, -2.0..=2.0)?,
+            frequency_penalty: o.opt_f64_in(self.frequency, -2.0..=2.0)?,
+            ..Samplers::default()
+        })
+    }
+
+    /// [`PenaltyKeys::read`] where the tool declares both keys (`known`); none otherwise (they
+    /// are unknown arguments then).
+    fn read_declared(&self, o: &Obj<'_>, known: &HashSet<String>) -> CallResult<Samplers> {
+        if known.contains(self.presence) && known.contains(self.frequency) {
+            self.read(o)
+        } else {
+            Ok(Samplers::default())
+        }
+    }
+}
+
+/// The typed sampling parameters among those the tool declares (`known`).
+fn typed(o: &Obj<'_>, known: &HashSet<String>) -> CallResult<Extras> {
+    Ok(Extras {
+        tuning: TuningKeys::SNAKE.declared(known).read(o)?,
+        samplers: PenaltyKeys::SNAKE.read_declared(o, known)?,
+        ..Extras::default()
+    })
+}
+
 /// Reads the parameters every OpenAI- and Anthropic-shaped tool may carry: `metadata_keys` are
 /// forwarded, arguments outside `known` are reported.
 pub fn handle(o: &Obj<'_>, metadata_keys: &[&str], known: &HashSet<String>) -> CallResult<Extras> {
-    let mut extras = Extras {
-        tuning: TuningKeys::SNAKE.declared(known).read(o)?,
-        ..Extras::default()
-    };
+    let mut extras = typed(o, known)?;
     if let Some(n) = o.get("n")
         && n.as_u64() != Some(1)
     {
@@ -327,6 +375,47 @@ mod tests {
             assert!(err.contains(field), "{err}");
         }
         assert!(run(&CHAT_KEYS, chat, json!({"n": 1, "logprobs": false})).is_ok());
+    }
+
+    #[test]
+    fn openais_penalties_reach_the_call_where_the_shape_declares_them() {
+        let chat = &shapes::openai_chat::ChatComplete;
+        let keys = ["presence_penalty", "frequency_penalty"];
+        let e = run(
+            &keys,
+            chat,
+            json!({"presence_penalty": 0.5, "frequency_penalty": -1}),
+        )
+        .unwrap();
+        let expected = Samplers {
+            presence_penalty: Some(0.5),
+            frequency_penalty: Some(-1.0),
+            ..Samplers::default()
+        };
+        assert_eq!(e.samplers, expected);
+        assert_eq!(e.metadata.len(), 2, "{:?}", e.metadata);
+        assert!(e.warnings.is_empty(), "{:?}", e.warnings);
+        let e = run(&keys, chat, json!({"presence_penalty": null})).unwrap();
+        assert_eq!(e.samplers, Samplers::default());
+        for (field, value, expected) in [
+            ("presence_penalty", json!(2.5), "-2 to 2"),
+            ("frequency_penalty", json!(-3), "-2 to 2"),
+            ("frequency_penalty", json!("1"), "a number"),
+        ] {
+            let err = run(&keys, chat, json!({field: value}))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(field) && err.contains(expected), "{err}");
+        }
+        // Anthropic's shape has no penalties: an unknown argument, not applied.
+        let messages = &shapes::anthropic::MessagesCreate;
+        let e = run(&[], messages, json!({"presence_penalty": 1})).unwrap();
+        assert_eq!(e.samplers, Samplers::default());
+        assert!(
+            e.warnings[0].contains("unknown argument `presence_penalty`"),
+            "{:?}",
+            e.warnings
+        );
     }
 
     #[test]

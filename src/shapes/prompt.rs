@@ -1,13 +1,12 @@
 //! `generate`: a raw prompt sent as one user message, with no system prompt and no tools.
 
-use super::common::{Common, Env, Format, Hooks, Msg, Parts, Spelling, render_text};
-use super::{Placement, Rendered, Shape};
+use super::common::{Common, Env, Format, Hooks, Msg, Parts, Spelling};
+use super::{Placement, Shape};
 use crate::args::Obj;
-use crate::call::{Block, Call, Reply, Role};
+use crate::call::{Block, Call, Role};
 use crate::contract::cursor::Entry;
 use crate::error::CallResult;
-use crate::wire::openai::finish_reason;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 /// The `generate` tool.
 pub struct Generate;
@@ -39,18 +38,6 @@ impl Shape for Generate {
         let prompt = o.required_str("prompt")?;
         let common = Common::read(o, &SPELLING, env)?;
         common.into_call(one_user_turn(prompt), env.limits)
-    }
-
-    fn render(&self, reply: &Reply<'_>) -> Rendered {
-        let mut object = Map::new();
-        object.insert("finish_reason".into(), json!(finish_reason(reply.finish)));
-        if let Some(reasoning) = reply.reasoning {
-            object.insert("reasoning".into(), json!(reasoning));
-        }
-        Rendered {
-            text: render_text(reply.completion, reply.cursor),
-            object,
-        }
     }
 
     fn placement(&self) -> Placement {
@@ -85,6 +72,7 @@ mod tests {
     use super::*;
     use crate::call::Turn;
     use crate::shapes::common::tests_support::parse;
+    use serde_json::json;
 
     #[test]
     fn prompt_is_one_user_turn_and_tools_are_ignored() {

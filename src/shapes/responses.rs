@@ -11,13 +11,12 @@
 //! blank line. The result is a Responses object.
 
 use super::common::{Common, Env, Format, Hooks, Msg, Parts, Spelling, flatten_text};
-use super::{Placement, Rendered, Shape, object_of};
+use super::{Placement, Shape};
 use crate::args::{self, Obj, as_object, non_empty_array};
-use crate::call::{Answer, Block, Call, Finish, Reply, Role};
+use crate::call::{Block, Call, Role};
 use crate::contract::cursor::Entry;
 use crate::error::{CallError, CallResult};
 use crate::limits::Limits;
-use crate::pyjson::{self, Style};
 use crate::wire::media;
 use serde_json::{Map, Value, json};
 
@@ -51,28 +50,12 @@ impl Shape for ResponsesCreate {
         parse(o, env)
     }
 
-    /// The Responses object as pretty JSON text; structuredContent is the same object with
-    /// status, the host's model and usage.
-    fn render(&self, reply: &Reply<'_>) -> Rendered {
-        let id = reply.response_id("resp_");
-        let mut object = response_object(reply.answer, &reply.call.request.model, id);
-        if let (Some(reasoning), Some(Value::Array(output))) =
-            (reply.reasoning, object.get_mut("output"))
-        {
-            output.insert(
-                0,
-                json!({"type": "reasoning", "id": crate::call::new_id("rs_"), "summary": [],
-                       "content": [{"type": "reasoning_text", "text": reasoning}]}),
-            );
-        }
-        let text = render(&object);
-        let mut object = object_of(object);
-        object.extend(status_fields(reply));
-        Rendered { text, object }
-    }
-
     fn placement(&self) -> Placement {
         Placement::Whole
+    }
+
+    fn names_asked_model(&self) -> bool {
+        true
     }
 
     fn reports_host_model(&self) -> bool {
@@ -311,78 +294,10 @@ fn reasoning_item(item: &Obj<'_>) -> CallResult<Vec<Block>> {
     })
 }
 
-/// The Responses object for an answer; `id` is the cursor when the chain is on.
-pub fn response_object(answer: &Answer, model_alias: &str, id: String) -> Value {
-    let message = |text: String| {
-        json!({"type": "message", "role": "assistant",
-               "content": [{"type": "output_text", "text": text}]})
-    };
-    let output: Vec<Value> = match answer {
-        Answer::Text(t) => vec![message(t.clone())],
-        Answer::Json(v) => vec![message(pyjson::dumps(v, Style::SORTED))],
-        Answer::ToolCalls { text, calls } => {
-            let mut items = Vec::with_capacity(calls.len() + 1);
-            if !text.is_empty() {
-                items.push(message(text.clone()));
-            }
-            for c in calls {
-                items.push(json!({
-                    "type": "function_call",
-                    "id": format!("fc_{}", c.id),
-                    "call_id": c.id,
-                    "name": c.name,
-                    "arguments": c.arguments_json(),
-                }));
-            }
-            items
-        }
-    };
-    json!({"id": id, "object": "response", "model": model_alias, "output": output})
-}
-
-/// The tool result text: the object as `json.dumps(indent=2)` writes it.
-pub fn render(object: &Value) -> String {
-    pyjson::dumps(object, Style::PRETTY)
-}
-
-/// What the Responses object has beside its output: `status`, `incomplete_details` and the
-/// `usage` (estimated when the backend did not count).
-pub fn status_fields(out: &Reply<'_>) -> Map<String, Value> {
-    let incomplete = matches!(out.finish, Finish::MaxTokens);
-    let usage = out.usage();
-    let mut m = Map::new();
-    m.insert(
-        "status".into(),
-        json!(if incomplete {
-            "incomplete"
-        } else {
-            "completed"
-        }),
-    );
-    m.insert(
-        "incomplete_details".into(),
-        if incomplete {
-            json!({"reason": "max_output_tokens"})
-        } else {
-            Value::Null
-        },
-    );
-    let mut usage_object = json!({"input_tokens": usage.prompt, "output_tokens": usage.completion,
-                                  "total_tokens": usage.total(), "estimated": usage.estimated});
-    if let (Some(cached), Some(o)) = (usage.cached, usage_object.as_object_mut()) {
-        o.insert(
-            "input_tokens_details".into(),
-            json!({"cached_tokens": cached}),
-        );
-    }
-    m.insert("usage".into(), usage_object);
-    m
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::call::{ToolCall, Turn};
+    use crate::call::Turn;
 
     pub fn call(v: Value) -> CallResult<Call> {
         crate::shapes::common::tests_support::parse(&ResponsesCreate, v)
@@ -520,40 +435,6 @@ mod tests {
             let e = call(args).unwrap_err().to_string();
             assert!(e.contains(want), "{e} does not contain {want}");
         }
-    }
-
-    #[test]
-    fn tool_calls_become_function_call_items() {
-        let mut input = Map::new();
-        input.insert("b".into(), json!(1));
-        input.insert("a".into(), json!("x"));
-        let answer = Answer::ToolCalls {
-            text: String::new(),
-            calls: vec![ToolCall {
-                id: "call_1".into(),
-                name: "f".into(),
-                input,
-            }],
-        };
-        let obj = response_object(&answer, "gpt-4o", "resp_0".into());
-        assert_eq!(obj["output"].as_array().unwrap().len(), 1);
-        assert_eq!(obj["output"][0]["id"], "fc_call_1");
-        assert_eq!(obj["output"][0]["call_id"], "call_1");
-        assert_eq!(obj["output"][0]["arguments"], r#"{"a": "x", "b": 1}"#);
-        let text = render(&obj);
-        assert!(
-            text.starts_with(
-                "{\n  \"id\": \"resp_0\",\n  \"object\": \"response\",\n  \"model\": \"gpt-4o\""
-            ),
-            "{text}"
-        );
-        let id = crate::call::new_id("resp_");
-        assert!(
-            id.len() == 37
-                && id[5..]
-                    .bytes()
-                    .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
-        );
     }
 }
 

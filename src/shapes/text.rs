@@ -4,12 +4,11 @@
 //! embedded model continues without its chat template, and as the one user message other
 //! backends read. This is an HTTP API's request only: no MCP tool has this shape.
 
-use super::common::{Common, Env, Format, Hooks, Spelling, render_text};
-use super::{Placement, Rendered, Shape, params};
+use super::common::{Common, Env, Format, Hooks, Spelling};
+use super::{Placement, Shape, params};
 use crate::args::Obj;
-use crate::call::{Call, Reply, TextPrompt};
+use crate::call::{Call, TextPrompt};
 use crate::error::{CallError, CallResult};
-use crate::wire::openai::finish_reason;
 use serde_json::{Map, Value, json};
 use std::collections::HashSet;
 use std::sync::OnceLock;
@@ -29,13 +28,19 @@ const SPELLING: Spelling = Spelling {
     max_tokens: "max_tokens",
     max_tokens_alias: None,
     format: Format::None,
-    metadata: &["top_p", "seed", "user"],
+    metadata: &[
+        "top_p",
+        "seed",
+        "user",
+        "presence_penalty",
+        "frequency_penalty",
+    ],
     verifies_cursors: false,
     hooks: Hooks::COMMON,
 };
 
 /// The fields read by [`Common`] (the others are this shape's own, or reported as unknown).
-const COMMON_FIELDS: [&str; 8] = [
+const COMMON_FIELDS: [&str; 10] = [
     "model",
     "max_tokens",
     "temperature",
@@ -44,10 +49,9 @@ const COMMON_FIELDS: [&str; 8] = [
     "seed",
     "n",
     "user",
+    "presence_penalty",
+    "frequency_penalty",
 ];
-
-/// Accepted and not applied by any backend here: each is reported when it asks for something.
-const IGNORED: [&str; 2] = ["presence_penalty", "frequency_penalty"];
 
 /// The fields OpenAI's text completions take (`stream` and `stream_options` are read by the
 /// HTTP front).
@@ -95,7 +99,7 @@ impl Shape for TextComplete {
             Some(other) => return Err(CallError::expected("echo", "a boolean", other)),
         };
         refuse_logprobs_and_best_of(o)?;
-        let warnings = set_aside(o);
+        let warnings = params::unknown_arguments(o, known());
         // What the common arguments are read from: the fields they spell, with OpenAI's
         // default token limit.
         let mut common: Map<String, Value> = COMMON_FIELDS
@@ -118,15 +122,6 @@ impl Shape for TextComplete {
         });
         call.warnings.extend(warnings);
         Ok(call)
-    }
-
-    fn render(&self, reply: &Reply<'_>) -> Rendered {
-        let mut object = Map::new();
-        object.insert("finish_reason".into(), json!(finish_reason(reply.finish)));
-        Rendered {
-            text: render_text(reply.completion, reply.cursor),
-            object,
-        }
     }
 
     fn placement(&self) -> Placement {
@@ -186,20 +181,6 @@ fn suffix(o: &Obj<'_>, limits: &crate::limits::Limits) -> CallResult<Option<Stri
     Ok(Some(suffix.clone()))
 }
 
-/// What is set aside, said as warnings: unknown fields, and the penalties and biases no backend
-/// here applies.
-fn set_aside(o: &Obj<'_>) -> Vec<String> {
-    let mut warnings = params::unknown_arguments(o, known());
-    for key in IGNORED {
-        if o.get(key).is_some_and(|v| v.as_f64() != Some(0.0)) {
-            warnings.push(format!(
-                "`{key}` was ignored: no backend of this server applies it"
-            ));
-        }
-    }
-    warnings
-}
-
 /// `logprobs` (null or 0 only: no backend here reports them) and `best_of` (1 only).
 fn refuse_logprobs_and_best_of(o: &Obj<'_>) -> CallResult<()> {
     if let Some(v) = o.get("logprobs")
@@ -257,12 +238,15 @@ mod tests {
         assert_eq!(c.request.max_tokens, 5);
         assert_eq!(c.request.stop, ["\n"]);
         assert_eq!(c.request.tuning.seed, Some(3));
+        // The penalties are the call's, and forwarded to a sampling host as chat's are.
+        assert_eq!(c.request.samplers.presence_penalty, Some(0.5));
+        assert_eq!(c.request.samplers.frequency_penalty, Some(0.0));
+        assert_eq!(c.metadata["presence_penalty"], 0.5);
         assert!(c.persona.is_none());
         let text = c.request.text.unwrap();
         assert_eq!((text.suffix.as_deref(), text.echo), (Some("z"), true));
         let w = c.warnings.join("; ");
-        assert!(w.contains("`presence_penalty` was ignored"), "{w}");
-        assert!(!w.contains("frequency_penalty"), "{w}");
+        assert!(!w.contains("penalty"), "{w}");
         assert!(w.contains("logit_bias"), "{w}");
         assert!(w.contains("unknown argument `persona`"), "{w}");
     }
@@ -281,6 +265,14 @@ mod tests {
             (json!({"prompt": "a", "best_of": 2}), "best_of"),
             (json!({"prompt": "a", "echo": "yes"}), "echo"),
             (json!({"prompt": "a", "suffix": 1}), "suffix"),
+            (
+                json!({"prompt": "a", "presence_penalty": 2.5}),
+                "presence_penalty",
+            ),
+            (
+                json!({"prompt": "a", "frequency_penalty": "1"}),
+                "frequency_penalty",
+            ),
         ] {
             let e = parse(&TextComplete, body.clone()).unwrap_err();
             assert_eq!(path_of(e), field, "{body}");

@@ -341,47 +341,6 @@ fn first_line(text: &str) -> &str {
     text.lines().last().unwrap_or(text)
 }
 
-/// The `output` items of a Responses object as the client declared its tools: a call of a
-/// custom tool becomes a `custom_tool_call` with its raw `input`, a namespaced function's call
-/// keeps its bare name and says its `namespace` (the MCP tool's result; the HTTP API's encoder
-/// writes its items so from the start).
-pub fn declare_output(object: &mut Map<String, Value>, names: &Names) {
-    let Some(Value::Array(items)) = object.get_mut("output") else {
-        return;
-    };
-    for item in items {
-        if item.get("type").and_then(Value::as_str) != Some("function_call") {
-            continue;
-        }
-        let Some(function) = item.get("name").and_then(Value::as_str) else {
-            continue;
-        };
-        let Some(declared) = names.declared(function).cloned() else {
-            continue;
-        };
-        let call_id = item.get("call_id").cloned().unwrap_or_else(|| json!(""));
-        let mut declared_item = if declared.custom {
-            let arguments = item
-                .get("arguments")
-                .and_then(Value::as_str)
-                .unwrap_or("{}");
-            json!({"type": "custom_tool_call", "id": crate::call::new_id("ctc_"),
-                   "call_id": call_id, "name": declared.name,
-                   "input": custom_input(arguments)})
-        } else {
-            let mut plain = item.clone();
-            if let Some(o) = plain.as_object_mut() {
-                o.insert("name".into(), json!(declared.name));
-            }
-            plain
-        };
-        if let (Some(o), Some(namespace)) = (declared_item.as_object_mut(), declared.namespace) {
-            o.insert("namespace".into(), json!(namespace));
-        }
-        *item = declared_item;
-    }
-}
-
 /// A named `tool_choice` of a custom or namespaced tool, as the function the model sees.
 fn plain_choice(choice: &mut Value, names: &Names) {
     let Some(o) = choice.as_object_mut() else {

@@ -49,6 +49,8 @@ def handle(message):
         outside_answer = ask("outside", {
             "messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}],
             "maxTokens": 5})
+        # Said on stderr (the bridge's), so a test sends its first call only after this.
+        print("hostile-downstream: outside answered", file=sys.stderr, flush=True)
         if outside_waiting is not None:
             result(outside_waiting, json.dumps(outside_answer))
     elif method == "tools/list":

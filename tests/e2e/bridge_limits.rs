@@ -38,7 +38,16 @@ fn start_with(env: &[(&str, &str)]) -> Raw {
         .expect("initialize answered");
     assert_eq!(init["result"]["serverInfo"]["name"], "hostile-downstream");
     raw.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-    raw
+    // Its sampling request outside any call is answered before the first call is sent (else
+    // the call would be in flight when it comes).
+    let mut said = String::new();
+    for _ in 0..400 {
+        said.push_str(&raw.stderr());
+        if said.contains("hostile-downstream: outside answered") {
+            return raw;
+        }
+    }
+    panic!("the downstream's first sampling request was not answered: {said}");
 }
 
 /// The text of a tool call's result, through the bridge.

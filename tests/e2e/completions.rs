@@ -150,9 +150,14 @@ async fn a_provider_gets_the_prompt_as_a_user_message_and_what_is_set_aside_is_s
     assert_eq!(v["choices"][0]["finish_reason"], "stop", "{v}");
     let warnings = headers["x-agent-as-model-warnings"].to_str().unwrap();
     assert!(warnings.contains("`wibble`"), "{warnings}");
-    assert!(warnings.contains("`presence_penalty`"), "{warnings}");
-    assert!(!warnings.contains("frequency_penalty"), "{warnings}");
+    assert!(!warnings.contains("penalty"), "{warnings}");
     let sent = &provider.seen()[0].body;
+    // OpenAI's penalties are the provider's to apply.
+    assert_eq!(
+        (&sent["presence_penalty"], &sent["frequency_penalty"]),
+        (&json!(1.0), &json!(0.0)),
+        "{sent}"
+    );
     assert_eq!(
         sent["messages"],
         json!([{"role": "user", "content": "Capital of France?"}]),

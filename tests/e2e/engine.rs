@@ -1,7 +1,8 @@
 //! The embedded engine (llama.cpp) through the real binary over stdio: calls share the slots
 //! of one context, a cancelled call stops and frees its slot, a conversation's next turn
-//! reuses the cached prefix (seen through `list_models`' counters, not through timing), and a
-//! second architecture, Gemma 3, runs from its GGUF file.
+//! reuses the cached prefix (seen through `list_models`' counters, not through timing), a
+//! repeat penalty turns a greedy answer from what it has seen, and a second architecture,
+//! Gemma 3, runs from its GGUF file.
 
 use crate::common::raw::{Raw, tools_call};
 use crate::local::{TURN, first_try};
@@ -347,4 +348,42 @@ fn a_models_runaway_chat_template_fails_the_call_and_the_model_answers_on() {
         assert_eq!(entry["status"], "ready", "{name}: {entry}");
         drop(raw);
     }
+}
+
+/// What Ollama's raw generate answers on the embedded model, greedily, for 24 tokens of
+/// `prompt` with `options` besides; and the response's warnings.
+async fn raw_generate(s: &crate::http::Replica, prompt: &str, options: Value) -> (String, String) {
+    let mut all = json!({"temperature": 0, "num_predict": 24});
+    all.as_object_mut()
+        .unwrap()
+        .extend(options.as_object().unwrap().clone());
+    let body = json!({"model": "qwen2.5-coder-0.5b-instruct", "prompt": prompt, "raw": true,
+                      "stream": false, "options": all});
+    let url = format!("{}/api/generate", s.url);
+    let (status, headers, text) = crate::http_api::post(&url, &[], &body).await;
+    assert_eq!(status, 200, "{text}");
+    let v: Value = serde_json::from_str(&text).unwrap();
+    let warnings = headers
+        .get("x-agent-as-model-warnings")
+        .map(|w| w.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    (v["response"].as_str().unwrap().to_owned(), warnings)
+}
+
+#[tokio::test]
+async fn a_repeat_penalty_keeps_a_greedy_answer_from_repeating_what_it_has_seen() {
+    let (_turn, s) = crate::http_api::embedded(&[]).await;
+    let prompt = "apple, apple, apple, apple, apple, apple, apple, apple,";
+    let apples = |text: &str| text.matches("apple").count();
+    // Greedy, a small model goes on as the prompt did.
+    let (plain, _) = raw_generate(&s, prompt, json!({})).await;
+    assert!(apples(&plain) >= 8, "{plain:?}");
+    // The penalties have seen the prompt: the same greedy pick turns away from it.
+    let penalties = json!({"repeat_penalty": 1.8, "presence_penalty": 1.0, "repeat_last_n": -1});
+    let (penalised, warnings) = raw_generate(&s, prompt, penalties.clone()).await;
+    assert!(apples(&penalised) < 3, "{penalised:?} after {plain:?}");
+    assert!(!warnings.contains("penalty"), "{warnings}");
+    // Greedy stays greedy: the same answer again.
+    let (again, _) = raw_generate(&s, prompt, penalties).await;
+    assert_eq!(again, penalised);
 }

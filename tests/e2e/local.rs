@@ -365,6 +365,7 @@ async fn an_emulated_tool_call_comes_back_from_a_host_that_cannot_take_tools() {
         threads: 2,
         seed: None,
         chat_template: None,
+        prompt_cache: None,
     };
     let model = Local::start(settings).unwrap();
     model.ready().await.unwrap();

@@ -614,13 +614,19 @@ impl Parser {
     }
 
     /// The answer's text, reasoning and calls, with what was held at the end.
-    pub fn finish(mut self) -> Answer {
-        let mut ignored = Vec::new();
+    pub fn finish(self) -> Answer {
+        self.end().1
+    }
+
+    /// The answer is done: what was held is read, and the pieces it makes are told with the
+    /// whole reading (the text, reasoning and calls the fed pieces add up to).
+    pub fn end(mut self) -> (Vec<Piece>, Answer) {
+        let mut pieces = Vec::new();
         loop {
             match std::mem::replace(&mut self.mode, Mode::Text) {
                 Mode::Text => {
                     let pending = std::mem::take(&mut self.pending);
-                    self.show(&pending, &mut ignored);
+                    self.show(&pending, &mut pieces);
                     break;
                 }
                 Mode::Reasoning => {
@@ -631,18 +637,18 @@ impl Parser {
                 Mode::Section(mut open) => {
                     open.buf.push_str(&std::mem::take(&mut self.pending));
                     let section = sections::read(open.kind, open.opened_by, &open.buf, &self.tools);
-                    self.settle(open, section, &mut ignored, true);
+                    self.settle(open, section, &mut pieces, true);
                     // What follows a section that ended is read on.
                     let more = std::mem::take(&mut self.pending);
                     if more.is_empty() && matches!(self.mode, Mode::Text) {
                         break;
                     }
-                    self.feed(&more);
+                    pieces.extend(self.feed(&more));
                     self.fresh = false;
                 }
             }
         }
-        self.answer
+        (pieces, self.answer)
     }
 
     /// Reads a whole answer at once.

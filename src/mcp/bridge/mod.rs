@@ -308,13 +308,17 @@ pub enum BridgeError {
     Serve(Box<dyn std::error::Error>),
 }
 
-/// Runs the bridge until the host disconnects.
-pub async fn run(config: &Config, args: &BridgeArgs) -> Result<(), BridgeError> {
+/// Runs the bridge until the host disconnects; its embedded models run on `engines`.
+pub async fn run(
+    config: &Config,
+    args: &BridgeArgs,
+    engines: &crate::local::pool::Engines,
+) -> Result<(), BridgeError> {
     let shared = Arc::new(Shared {
         host: RwLock::new(None),
-        model: crate::routing::start(config, args.with)?.model(),
+        model: crate::routing::start_with(config, args.with, engines)?.model(),
         models: match &config.models {
-            Some(_) => Some(crate::routing::Backends::from_config(config)?),
+            Some(_) => Some(crate::routing::Backends::with_engines(config, engines)?),
             None => None,
         },
         limits: Arc::new(config.limits.clone()),
