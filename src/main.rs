@@ -18,6 +18,7 @@ use agent_as_model::mcp::stdio::{Framing, serve_stdio};
 use agent_as_model::mcp::streamable;
 use agent_as_model::mcp::try_command::TryError;
 use agent_as_model::routing::{Backends, SetupError};
+use agent_as_model::service::Service;
 use std::process::ExitCode;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -290,6 +291,34 @@ fn exit_code(status: std::process::ExitStatus) -> u8 {
     1
 }
 
+/// The model APIs, answered by `service`: their stored Responses in this process, or in a Redis
+/// the replicas share (connected on first use, inside the runtime, so the server starts while
+/// Redis is down), and one cap on calls in flight with the MCP tools (`mcp`'s).
+fn model_apis(
+    config: &Config,
+    runtime: &tokio::runtime::Runtime,
+    service: std::sync::Arc<Service>,
+    mcp: &streamable::Settings,
+) -> Result<std::sync::Arc<agent_as_model::api::Api>, Unserved> {
+    let store = {
+        let _inside = runtime.enter();
+        let setting = config.responses_store().map_err(Unserved::StoreSetting)?;
+        Store::open(&setting, config.responses_bounds()).map_err(Unserved::Store)
+    }?;
+    let api = agent_as_model::api::Api::new(
+        service,
+        mcp.calls.clone(),
+        mcp.max_calls,
+        Duration::from_secs(config.stream_write_timeout_secs),
+    )
+    .with_store(store)
+    .with_hub(agent_as_model::local::hub::Access {
+        endpoint: config.local.hf_endpoint.clone(),
+        token: config.local.hf_token.clone().filter(|t| !t.is_empty()),
+    });
+    Ok(std::sync::Arc::new(api))
+}
+
 /// The server, its embedded models on `engines`, until it stops (`stopped_by`, else the
 /// terminal's signals or the end of stdin).
 fn serve(
@@ -304,33 +333,19 @@ fn serve(
         sealer,
     };
     let backends = Backends::with_engines(config, engines)?;
-    let server = Server::new(settings, config.limits.clone(), backends)?;
+    // One completion service, which the MCP tools and the model APIs both answer with.
+    let service = std::sync::Arc::new(Service::new(
+        config.limits.clone(),
+        backends,
+        config.sampling_timeout(),
+    ));
+    let server = Server::new(settings, service.clone())?;
     if let Some(mut http) = HttpSettings::from_config(config) {
         // Under `launch`, the launcher stops the server, not the terminal's signals.
         http.signals = stopped_by.is_none();
         let stop = stopped_by.unwrap_or_default();
         let mcp_settings = streamable::Settings::from_config(config);
-        // Stored Responses: in this process, or in a Redis the replicas share (connected on
-        // first use, inside the runtime, so the server starts while Redis is down).
-        let store = {
-            let _inside = runtime.enter();
-            let setting = config.responses_store().map_err(Unserved::StoreSetting)?;
-            Store::open(&setting, config.responses_bounds()).map_err(Unserved::Store)
-        }?;
-        // One cap on calls in flight for the MCP tools and the model APIs alike.
-        let api = std::sync::Arc::new(
-            agent_as_model::api::Api::new(
-                server.service(),
-                mcp_settings.calls.clone(),
-                mcp_settings.max_calls,
-                Duration::from_secs(config.stream_write_timeout_secs),
-            )
-            .with_store(store)
-            .with_hub(agent_as_model::local::hub::Access {
-                endpoint: config.local.hf_endpoint.clone(),
-                token: config.local.hf_token.clone().filter(|t| !t.is_empty()),
-            }),
-        );
+        let api = model_apis(config, runtime, service, &mcp_settings)?;
         let mcp = streamable::service(server, &mcp_settings, stop.child_token());
         let routes = agent_as_model::http::routes::routes(api);
         return runtime

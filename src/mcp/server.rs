@@ -6,7 +6,6 @@
 
 use crate::error::{CallError, FaultKind, StartError, clip};
 use crate::fulfil::live::Events;
-use crate::limits::Limits;
 use crate::mcp::gate::Gate;
 use crate::mcp::progress::Reporter;
 use crate::mcp::result::{Asked, Declared, tool_result};
@@ -67,17 +66,17 @@ fn definition(name: &str, text: &str) -> Result<Tool, StartError> {
 }
 
 impl Server {
-    pub fn new(settings: Settings, limits: Limits, backends: Backends) -> Result<Self, StartError> {
+    /// The MCP tools, answered by `service` (the one the model APIs answer with too).
+    pub fn new(settings: Settings, service: Arc<Service>) -> Result<Self, StartError> {
         let mut tools = Vec::with_capacity(shapes::REGISTRY.len() + 1);
         for shape in shapes::REGISTRY {
             tools.push(definition(shape.name(), shape.definition())?);
         }
         tools.push(definition("list_models", shapes::LIST_MODELS)?);
         tools.push(definition("embeddings_create", shapes::EMBEDDINGS_CREATE)?);
-        let service = Service::new(limits, backends, settings.sampling_timeout);
         Ok(Server {
             settings: Arc::new(settings),
-            service: Arc::new(service),
+            service,
             tools: Arc::new(tools),
             gate: None,
             progress_tokens: Arc::default(),
@@ -104,10 +103,6 @@ impl Server {
         &self.tools
     }
 
-    /// The completion service the tools are answered by, for other fronts.
-    pub fn service(&self) -> Arc<Service> {
-        self.service.clone()
-    }
 
     async fn complete(
         &self,

@@ -50,6 +50,8 @@ struct RawEntry {
     keep_alive: Option<i64>,
     /// A local model's layers on a GPU: `"auto"` or a number.
     gpu_layers: Option<Spanned<toml::Value>>,
+    /// A local model's prompt cache on disk: a folder, or `""` for none.
+    prompt_cache_dir: Option<PathBuf>,
 }
 
 /// How well an entry does on each of MCP's model priorities, 0 to 1 (higher is better: a
@@ -78,21 +80,27 @@ pub struct ProviderSpec {
     pub max_tokens: Option<u32>,
 }
 
+/// A local entry's own settings; absent ones come from the command line.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LocalSpec {
+    pub model_file: Option<PathBuf>,
+    /// Loaded at start (`preload = true`), else on its first call.
+    pub preload: bool,
+    /// Seconds it stays loaded with no call (negative: for good); `None`: the setting's.
+    pub keep_alive: Option<i64>,
+    /// Layers on a GPU; `None`: the setting's.
+    pub gpu_layers: Option<crate::config::GpuLayers>,
+    /// Its prompt cache's folder (empty: none); `None`: the setting's.
+    pub prompt_cache_dir: Option<PathBuf>,
+}
+
 /// What answers an entry.
 #[derive(Clone, PartialEq)]
 pub enum Answer {
     Host {
         hints: Vec<String>,
     },
-    Local {
-        model_file: Option<PathBuf>,
-        /// Loaded at start (`preload = true`), else on its first call.
-        preload: bool,
-        /// Seconds it stays loaded with no call (negative: for good); `None`: the setting's.
-        keep_alive: Option<i64>,
-        /// Layers on a GPU; `None`: the setting's.
-        gpu_layers: Option<crate::config::GpuLayers>,
-    },
+    Local(LocalSpec),
     Provider(ProviderSpec),
 }
 
@@ -100,17 +108,7 @@ impl std::fmt::Debug for Answer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Answer::Host { hints } => f.debug_struct("Host").field("hints", hints).finish(),
-            Answer::Local {
-                model_file,
-                preload,
-                keep_alive,
-                ..
-            } => f
-                .debug_struct("Local")
-                .field("model_file", model_file)
-                .field("preload", preload)
-                .field("keep_alive", keep_alive)
-                .finish(),
+            Answer::Local(local) => local.fmt(f),
             Answer::Provider(p) => f
                 .debug_struct("Provider")
                 .field("model", &p.model)
@@ -344,7 +342,7 @@ fn spec(entry: &Spanned<RawEntry>, env: &impl Fn(&str) -> Option<String>) -> Res
         Backend::Host => Answer::Host {
             hints: e.hints.clone().unwrap_or_default(),
         },
-        Backend::Local => Answer::Local {
+        Backend::Local => Answer::Local(LocalSpec {
             model_file: e.model_file.clone(),
             preload: e.preload.unwrap_or(false),
             keep_alive: e.keep_alive,
@@ -353,7 +351,8 @@ fn spec(entry: &Spanned<RawEntry>, env: &impl Fn(&str) -> Option<String>) -> Res
                 .as_ref()
                 .map(|v| gpu_layers(v, &name))
                 .transpose()?,
-        },
+            prompt_cache_dir: e.prompt_cache_dir.clone(),
+        }),
         Backend::Provider => Answer::Provider(provider(e, &name, env).map_err(|p| match p {
             Problem(0, problem) => Problem::at(entry.span().start, problem),
             located => located,
@@ -424,6 +423,11 @@ fn settings_of_its_backend(e: &RawEntry, name: &str, at: usize) -> Result<(), Pr
         ("preload", e.preload.is_some(), Backend::Local),
         ("keep_alive", e.keep_alive.is_some(), Backend::Local),
         ("gpu_layers", e.gpu_layers.is_some(), Backend::Local),
+        (
+            "prompt_cache_dir",
+            e.prompt_cache_dir.is_some(),
+            Backend::Local,
+        ),
         ("hints", e.hints.is_some(), Backend::Host),
     ];
     match keys
@@ -586,12 +590,7 @@ backend = "local"
         assert!(!format!("{fast:?}").contains("sk-secret"));
         assert_eq!(
             m.entries[1].answer,
-            Answer::Local {
-                model_file: None,
-                preload: false,
-                keep_alive: None,
-                gpu_layers: None
-            }
+            Answer::Local(LocalSpec::default())
         );
     }
 
@@ -613,17 +612,19 @@ backend = "local"
     fn a_local_entry_takes_its_pool_and_gpu_settings() {
         let text = FILE.replace(
             "backend = \"local\"",
-            "backend = \"local\"\npreload = true\nkeep_alive = 600\ngpu_layers = 12\nembeddings = true",
+            "backend = \"local\"\npreload = true\nkeep_alive = 600\ngpu_layers = 12\nembeddings = true\n\
+             prompt_cache_dir = \"/var/cache/prompts\"",
         );
         let m = parse(&text).unwrap();
         assert_eq!(
             m.entries[1].answer,
-            Answer::Local {
-                model_file: None,
+            Answer::Local(LocalSpec {
                 preload: true,
                 keep_alive: Some(600),
                 gpu_layers: Some(crate::config::GpuLayers::Count(12)),
-            }
+                prompt_cache_dir: Some("/var/cache/prompts".into()),
+                ..LocalSpec::default()
+            })
         );
         assert!(m.entries[1].embeddings);
         let auto = FILE.replace(
@@ -632,10 +633,10 @@ backend = "local"
         );
         assert!(matches!(
             parse(&auto).unwrap().entries[1].answer,
-            Answer::Local {
+            Answer::Local(LocalSpec {
                 gpu_layers: Some(crate::config::GpuLayers::Auto),
                 ..
-            }
+            })
         ));
     }
 

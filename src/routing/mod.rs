@@ -246,22 +246,28 @@ const NAMES_SHOWN: usize = 20;
 
 /// The embedded model of a models file's local entry, started on `engines`: the
 /// configuration's settings for it, with the entry's name and its own model file, preload,
-/// keep-alive and GPU layers.
+/// keep-alive, GPU layers and prompt cache.
 fn start_local(
     config: &Config,
     engines: &Engines,
     spec: &file::Spec,
-    model_file: Option<&std::path::Path>,
-    preload: bool,
-    keep_alive: Option<i64>,
-    gpu_layers: Option<crate::config::GpuLayers>,
+    local: &file::LocalSpec,
 ) -> Result<Local, SetupError> {
+    let model_file = local.model_file.as_deref();
     let mut settings = local_settings(config, engines, model_file, spec.embeddings)?;
-    settings.preload = preload;
-    settings.gpu_layers = gpu_layers.unwrap_or(settings.gpu_layers);
+    settings.preload = local.preload;
+    settings.gpu_layers = local.gpu_layers.unwrap_or(settings.gpu_layers);
     settings.label.clone_from(&spec.name);
-    if let Some(secs) = keep_alive {
+    if let Some(secs) = local.keep_alive {
         settings.keep_alive = u64::try_from(secs).ok().map(Duration::from_secs);
+    }
+    if let Some(dir) = &local.prompt_cache_dir {
+        settings.prompt_cache = (!dir.as_os_str().is_empty()).then(|| {
+            crate::local::prompt_cache::Settings {
+                dir: dir.clone(),
+                max_bytes: config.local.prompt_cache_max_bytes,
+            }
+        });
     }
     Ok(Local::start_with(settings, engines)?)
 }
@@ -335,25 +341,13 @@ impl Backends {
                 Answer::Host { hints } => Answerer::Host {
                     hints: hints.clone(),
                 },
-                Answer::Local {
-                    model_file,
-                    preload,
-                    keep_alive,
-                    gpu_layers,
-                } => {
-                    let key = (model_file.clone(), spec.embeddings);
+                Answer::Local(local) => {
+                    let key = (local.model_file.clone(), spec.embeddings);
                     Answerer::Model(match shared.get(&key) {
                         Some(engine) => engine.clone(),
                         None => {
-                            let engine: Arc<dyn Model> = Arc::new(start_local(
-                                config,
-                                engines,
-                                spec,
-                                model_file.as_deref(),
-                                *preload,
-                                *keep_alive,
-                                *gpu_layers,
-                            )?);
+                            let engine: Arc<dyn Model> =
+                                Arc::new(start_local(config, engines, spec, local)?);
                             shared.insert(key, engine.clone());
                             engine
                         }
