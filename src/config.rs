@@ -454,6 +454,14 @@ pub struct LocalArgs {
     #[arg(long, env = "AGENT_AS_MODEL_PROMPT_CACHE_DIR")]
     pub prompt_cache_dir: Option<std::path::PathBuf>,
 
+    /// How the local models draft tokens to decode several a step: `ngram` looks the next
+    /// tokens up where the sequence's last tokens appeared before (an edit or rewrite that
+    /// repeats its input), and every drafted token is checked by the model, so answers do not
+    /// change; `none` decodes one token a step
+    #[arg(long, env = "AGENT_AS_MODEL_SPECULATIVE", value_enum,
+          default_value_t = crate::local::speculate::Speculative::None)]
+    pub speculative: crate::local::speculate::Speculative,
+
     /// The bytes the prompt cache on disk may hold (with a unit: `8G`, `512M`): past it, the
     /// files used longest ago are removed
     #[arg(long, env = "AGENT_AS_MODEL_PROMPT_CACHE_MAX_BYTES", value_parser = byte_size,

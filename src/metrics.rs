@@ -2,18 +2,22 @@
 //! (version 0.0.4). One [`Metrics`] per server, held by the completion service, so every front
 //! records into it: each call's API, model and outcome, its duration and time to first token,
 //! its tokens, and the fallbacks taken. What the models hold now (the embedded model's queue,
-//! slots, memory; a provider's retries) is read from them at each scrape.
+//! slots, memory, cache; a provider's retries) is read from them at each scrape. Each embedded
+//! model's queue, running calls and cache are also written under vLLM's names (`vllm:…`, by
+//! `model_name`): the model server protocol an inference gateway's endpoint picker reads.
 //!
 //! Labels stay bounded: `model` is always the name of one of the server's models (a models
 //! file's entry, or `local`, `provider`, `host` from the flags), or `unknown` for a call
 //! refused before its model was known; never a name a client made up.
 
-use crate::backends::direct::Stats;
+use crate::backends::direct::{EngineStats, Stats};
 use crate::call::Usage;
 use crate::error::{CallError, FaultKind};
 use crate::routing::{Answerer, Backends};
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeCounterValue, EncodeGaugeValue, EncodeMetric,
+};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
@@ -159,56 +163,56 @@ const PREFIX: &str = "agent_as_model";
 
 impl Metrics {
     /// The metrics of a server answering with `backends` (read at each scrape for what its
-    /// models hold now).
+    /// models hold now, written under this server's names, with its prefix, and vLLM's).
     pub fn new(backends: Arc<Backends>) -> Self {
-        let mut registry = Registry::with_prefix(PREFIX);
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(Models(backends)));
+        let own = registry.sub_registry_with_prefix(PREFIX);
         let requests = Family::<Three, Counter>::default();
-        registry.register(
+        own.register(
             "requests",
             "Model calls answered or refused, by API, model and outcome (ok, client_error, \
              server_error, cancelled)",
             requests.clone(),
         );
         let duration = Histograms::<Two>::new_with_constructor(duration_histogram as fn() -> _);
-        registry.register(
+        own.register(
             "request_duration_seconds",
             "Seconds from a call's arrival to its end, by API and model",
             duration.clone(),
         );
-        let first_token =
-            Histograms::<One>::new_with_constructor(first_token_histogram as fn() -> _);
-        registry.register(
+        let first_token = Histograms::new_with_constructor(first_token_histogram as fn() -> _);
+        own.register(
             "time_to_first_token_seconds",
             "Seconds from a streamed call's arrival to the first piece of its answer, by model",
             first_token.clone(),
         );
         let prompt_tokens = Family::<One, Counter>::default();
-        registry.register(
+        own.register(
             "prompt_tokens",
             "Prompt tokens of the answered calls, as their usage reports them, by model",
             prompt_tokens.clone(),
         );
         let cached_tokens = Family::<One, Counter>::default();
-        registry.register(
+        own.register(
             "cached_tokens",
             "Prompt tokens read from a cache rather than processed again (the embedded model's \
              prefix cache, a provider's prompt cache), by model",
             cached_tokens.clone(),
         );
         let generated_tokens = Family::<One, Counter>::default();
-        registry.register(
+        own.register(
             "generated_tokens",
             "Tokens the models wrote in the answered calls, by model",
             generated_tokens.clone(),
         );
         let fallbacks = Family::<Two, Counter>::default();
-        registry.register(
+        own.register(
             "fallbacks",
             "Calls handed from a model that failed (transiently) to its fallback, by the model \
              left and the one tried next",
             fallbacks.clone(),
         );
-        registry.register_collector(Box::new(Models(backends)));
         Metrics {
             registry,
             requests,
@@ -359,7 +363,7 @@ impl Drop for Record {
 }
 
 /// What the models hold now, read at each scrape: the embedded model's queue, slots, memory,
-/// and each provider's retries.
+/// cache, and each provider's retries.
 struct Models(Arc<Backends>);
 
 impl std::fmt::Debug for Models {
@@ -368,20 +372,27 @@ impl std::fmt::Debug for Models {
     }
 }
 
-/// Writes a family with one `model` label (nothing when it has no members).
-fn by_model(
+/// The label vLLM names a model by, on the model server protocol's metrics.
+const MODEL_NAME: &str = "model_name";
+
+/// Writes a family whose one label, `label`, names the model (nothing when it has no members).
+fn by_model<V>(
     encoder: &mut DescriptorEncoder<'_>,
     name: &str,
     help: &str,
     kind: MetricType,
-    values: &[(&str, u64)],
-) -> std::fmt::Result {
+    label: &str,
+    values: &[(&str, V)],
+) -> std::fmt::Result
+where
+    V: EncodeGaugeValue + EncodeCounterValue + Copy,
+{
     if values.is_empty() {
         return Ok(());
     }
     let mut family = encoder.encode_descriptor(name, help, None, kind)?;
     for (model, value) in values {
-        let labels = [("model", *model)];
+        let labels = [(label, *model)];
         let member = family.encode_family(&labels)?;
         match kind {
             MetricType::Counter => ConstCounter::new(*value).encode(member)?,
@@ -396,71 +407,185 @@ fn count(n: usize) -> u64 {
     u64::try_from(n).unwrap_or(u64::MAX)
 }
 
+/// One value of each engine, under its model's name.
+fn each<'a, V>(
+    engines: &[(&'a str, EngineStats)],
+    value: impl Fn(&EngineStats) -> V,
+) -> Vec<(&'a str, V)> {
+    engines.iter().map(|(name, e)| (*name, value(e))).collect()
+}
+
+/// This server's name of the metric `name`.
+fn own(name: &str) -> String {
+    format!("{PREFIX}_{name}")
+}
+
 impl Collector for Models {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> std::fmt::Result {
-        let Sampled {
-            retries,
-            queued,
-            busy,
-            slots,
-            memory,
-            loaded,
-        } = self.sample();
+        let Sampled { retries, engines } = self.sample();
         let e = &mut encoder;
         by_model(
             e,
-            "provider_retries",
+            &own("provider_retries"),
             "Requests sent to a provider again after a failure worth retrying (429, 5xx, a \
              timeout, a refused connection), by model",
             MetricType::Counter,
+            "model",
             &retries,
         )?;
-        by_model(
-            e,
+        engine_gauges(e, &engines)?;
+        protocol(e, &engines)
+    }
+}
+
+/// A gauge of each embedded model's engine: its name, its description, its value.
+type EngineGauge = (&'static str, &'static str, fn(&EngineStats) -> u64);
+
+/// This server's gauges of each embedded model's engine.
+fn engine_gauges(
+    e: &mut DescriptorEncoder<'_>,
+    engines: &[(&str, EngineStats)],
+) -> std::fmt::Result {
+    let gauges: [EngineGauge; 3] = [
+        (
             "local_queue_depth",
             "Calls (and token counts) waiting for the embedded model's worker, by model",
-            MetricType::Gauge,
-            &queued,
-        )?;
-        by_model(
-            e,
+            |s| count(s.queued),
+        ),
+        (
             "local_slots_busy",
             "Slots of the embedded model answering a call now, by model",
-            MetricType::Gauge,
-            &busy,
-        )?;
-        by_model(
-            e,
+            |s| count(s.busy),
+        ),
+        (
             "local_slots",
             "Slots of the embedded model (the calls it answers at once), by model",
-            MetricType::Gauge,
-            &slots,
-        )?;
+            |s| count(s.slots),
+        ),
+    ];
+    for (name, help, value) in gauges {
         by_model(
             e,
-            "local_model_memory_bytes",
-            "Bytes of a loaded embedded model's weights (its context's cache comes on top), by \
-             model",
+            &own(name),
+            help,
             MetricType::Gauge,
-            &memory,
+            "model",
+            &each(engines, value),
         )?;
-        ConstGauge::new(loaded).encode(encoder.encode_descriptor(
-            "local_models_loaded",
-            "Embedded models loaded and answering",
-            None,
-            MetricType::Gauge,
-        )?)
     }
+    let loaded: Vec<(&str, EngineStats)> =
+        engines.iter().filter(|(_, s)| s.loaded).copied().collect();
+    by_model(
+        e,
+        &own("local_model_memory_bytes"),
+        "Bytes of a loaded embedded model's weights (its context's cache comes on top), by \
+         model",
+        MetricType::Gauge,
+        "model",
+        &each(&loaded, |s| s.memory_bytes),
+    )?;
+    ConstGauge::new(count(loaded.len())).encode(e.encode_descriptor(
+        &own("local_models_loaded"),
+        "Embedded models loaded and answering",
+        None,
+        MetricType::Gauge,
+    )?)
+}
+
+/// The model server protocol's metrics under vLLM's names and label, which an inference
+/// gateway's endpoint picker reads to choose a replica: each embedded model's calls waiting
+/// and running, the share of its cache in use, and the cache's size.
+fn protocol(e: &mut DescriptorEncoder<'_>, engines: &[(&str, EngineStats)]) -> std::fmt::Result {
+    let gauge = MetricType::Gauge;
+    by_model(
+        e,
+        "vllm:num_requests_waiting",
+        "Calls waiting for the embedded model, not yet in a slot, by model",
+        gauge,
+        MODEL_NAME,
+        &each(engines, |s| count(s.queued)),
+    )?;
+    by_model(
+        e,
+        "vllm:num_requests_running",
+        "Calls in one of the embedded model's slots, by model",
+        gauge,
+        MODEL_NAME,
+        &each(engines, |s| count(s.busy)),
+    )?;
+    by_model(
+        e,
+        "vllm:kv_cache_usage_perc",
+        "Share of the embedded model's KV cache the calls in its slots hold (their tokens over \
+         the context's cells), 1 being all of it, by model",
+        gauge,
+        MODEL_NAME,
+        &each(engines, usage),
+    )?;
+    let counter = MetricType::Counter;
+    by_model(
+        e,
+        "vllm:spec_decode_num_draft_tokens",
+        "Tokens the embedded model drafted by speculative decoding (--speculative), by model",
+        counter,
+        MODEL_NAME,
+        &each(engines, |s| s.drafted),
+    )?;
+    by_model(
+        e,
+        "vllm:spec_decode_num_accepted_tokens",
+        "Drafted tokens the embedded model's samples kept, by model",
+        counter,
+        MODEL_NAME,
+        &each(engines, |s| s.accepted),
+    )?;
+    cache_config(e, engines)
+}
+
+/// The share of an engine's cache its busy slots hold, from 0 to 1 (0 with no cache).
+fn usage(s: &EngineStats) -> f64 {
+    if s.kv_cells == 0 {
+        return 0.0;
+    }
+    (s.kv_tokens as f64 / s.kv_cells as f64).min(1.0)
+}
+
+/// vLLM's info gauge of each loaded model's cache: `block_size` tokens a block (1: llama.cpp's
+/// cache is per token) and `num_gpu_blocks` blocks in all (the context's cells).
+fn cache_config(
+    e: &mut DescriptorEncoder<'_>,
+    engines: &[(&str, EngineStats)],
+) -> std::fmt::Result {
+    let mut with_cache = engines
+        .iter()
+        .filter(|(_, s)| s.loaded && s.kv_cells > 0)
+        .peekable();
+    if with_cache.peek().is_none() {
+        return Ok(());
+    }
+    let mut family = e.encode_descriptor(
+        "vllm:cache_config_info",
+        "The embedded model's KV cache: block_size tokens a block (1: llama.cpp's cache is per \
+         token), num_gpu_blocks blocks in all, by model",
+        None,
+        MetricType::Gauge,
+    )?;
+    for (name, s) in with_cache {
+        let labels = [
+            (MODEL_NAME, (*name).to_owned()),
+            ("block_size", "1".to_owned()),
+            ("num_gpu_blocks", s.kv_cells.to_string()),
+        ];
+        ConstGauge::new(1u64).encode(family.encode_family(&labels)?)?;
+    }
+    Ok(())
 }
 
 /// The models' state at a scrape, per model name.
 struct Sampled<'a> {
     retries: Vec<(&'a str, u64)>,
-    queued: Vec<(&'a str, u64)>,
-    busy: Vec<(&'a str, u64)>,
-    slots: Vec<(&'a str, u64)>,
-    memory: Vec<(&'a str, u64)>,
-    loaded: u64,
+    /// Each embedded model's engine, under the first name that uses it.
+    engines: Vec<(&'a str, EngineStats)>,
 }
 
 impl Models {
@@ -468,13 +593,9 @@ impl Models {
     fn sample(&self) -> Sampled<'_> {
         // Entries naming one model file share its engine: it is counted once, under the first
         // entry's name.
-        let mut engines: Vec<*const ()> = Vec::new();
+        let mut at: Vec<*const ()> = Vec::new();
         let mut retries = Vec::new();
-        let mut queued = Vec::new();
-        let mut busy = Vec::new();
-        let mut slots = Vec::new();
-        let mut memory = Vec::new();
-        let mut loaded = 0u64;
+        let mut engines = Vec::new();
         for entry in self.0.entries() {
             let Answerer::Model(model) = &entry.answerer else {
                 continue;
@@ -490,27 +611,14 @@ impl Models {
             let Some(engine) = engine else {
                 continue;
             };
-            let at = Arc::as_ptr(model).cast::<()>();
-            if engines.contains(&at) {
+            let this = Arc::as_ptr(model).cast::<()>();
+            if at.contains(&this) {
                 continue;
             }
-            engines.push(at);
-            queued.push((name, count(engine.queued)));
-            busy.push((name, count(engine.busy)));
-            slots.push((name, count(engine.slots)));
-            if engine.loaded {
-                loaded += 1;
-                memory.push((name, engine.memory_bytes));
-            }
+            at.push(this);
+            engines.push((name, engine));
         }
-        Sampled {
-            retries,
-            queued,
-            busy,
-            slots,
-            memory,
-            loaded,
-        }
+        Sampled { retries, engines }
     }
 }
 
@@ -663,5 +771,74 @@ mod tests {
         );
         assert!(!text.contains("provider_retries"), "{text}");
         assert!(!text.contains("local_slots"), "{text}");
+        assert!(!text.contains("vllm:"), "{text}");
+    }
+
+    /// Engines as the protocol's metrics see them, written by themselves.
+    #[derive(Debug)]
+    struct Fixed(Vec<(&'static str, EngineStats)>);
+
+    impl Collector for Fixed {
+        fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> std::fmt::Result {
+            protocol(&mut encoder, &self.0)
+        }
+    }
+
+    #[test]
+    fn the_model_server_protocols_gauges_are_written_under_vllms_names() {
+        let busy = EngineStats {
+            loaded: true,
+            queued: 2,
+            busy: 1,
+            slots: 4,
+            memory_bytes: 1,
+            kv_tokens: 1024,
+            kv_cells: 4096,
+            drafted: 10,
+            accepted: 7,
+        };
+        let unloaded = EngineStats {
+            queued: 1,
+            slots: 4,
+            ..EngineStats::default()
+        };
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(Fixed(vec![("a", busy), ("b\"c", unloaded)])));
+        let mut text = String::new();
+        prometheus_client::encoding::prometheus_text::encode(&mut text, &registry).unwrap();
+        let lines: Vec<&str> = text.lines().filter(|l| !l.starts_with("# HELP")).collect();
+        let expected = [
+            "# TYPE vllm:num_requests_waiting gauge",
+            r#"vllm:num_requests_waiting{model_name="a"} 2"#,
+            r#"vllm:num_requests_waiting{model_name="b\"c"} 1"#,
+            "# TYPE vllm:num_requests_running gauge",
+            r#"vllm:num_requests_running{model_name="a"} 1"#,
+            r#"vllm:num_requests_running{model_name="b\"c"} 0"#,
+            "# TYPE vllm:kv_cache_usage_perc gauge",
+            r#"vllm:kv_cache_usage_perc{model_name="a"} 0.25"#,
+            r#"vllm:kv_cache_usage_perc{model_name="b\"c"} 0.0"#,
+            "# TYPE vllm:spec_decode_num_draft_tokens_total counter",
+            r#"vllm:spec_decode_num_draft_tokens_total{model_name="a"} 10"#,
+            r#"vllm:spec_decode_num_draft_tokens_total{model_name="b\"c"} 0"#,
+            "# TYPE vllm:spec_decode_num_accepted_tokens_total counter",
+            r#"vllm:spec_decode_num_accepted_tokens_total{model_name="a"} 7"#,
+            r#"vllm:spec_decode_num_accepted_tokens_total{model_name="b\"c"} 0"#,
+            "# TYPE vllm:cache_config_info gauge",
+            r#"vllm:cache_config_info{model_name="a",block_size="1",num_gpu_blocks="4096"} 1"#,
+        ];
+        assert_eq!(lines, expected, "{text}");
+        for name in [
+            "num_requests_waiting",
+            "kv_cache_usage_perc",
+            "cache_config_info",
+        ] {
+            assert!(text.contains(&format!("# HELP vllm:{name} ")), "{text}");
+        }
+        // A share is at most 1, whatever the counts say.
+        let over = EngineStats {
+            kv_tokens: 5000,
+            ..busy
+        };
+        assert_eq!(usage(&over), 1.0);
     }
 }

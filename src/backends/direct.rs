@@ -89,6 +89,14 @@ pub struct EngineStats {
     pub slots: usize,
     /// Bytes of the model's weights, once it is loaded.
     pub memory_bytes: u64,
+    /// Tokens the busy slots' caches hold (their calls' prompts and answers so far).
+    pub kv_tokens: usize,
+    /// Cells of the loaded model's cache (each slot's size times the slots; 0 unloaded).
+    pub kv_cells: usize,
+    /// Tokens drafted by speculative decoding since the server started, and of them those the
+    /// model's samples kept.
+    pub drafted: u64,
+    pub accepted: u64,
 }
 
 /// A model this server calls itself.

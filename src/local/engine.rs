@@ -946,6 +946,12 @@ impl Model {
         self.tokenize(text).len()
     }
 
+    /// Whether the model's cache can be cut back to a prefix (a recurrent model's cannot), as
+    /// taking back drafted tokens needs.
+    pub fn cache_cuts(&self) -> bool {
+        !self.model.is_recurrent() && !self.model.is_hybrid()
+    }
+
     /// Whether a token ends the answer (end of turn or of text).
     pub fn is_end(&self, token: LlamaToken) -> bool {
         self.model.vocab().is_eog(token)

@@ -16,6 +16,7 @@ pub mod pool;
 pub mod prompt_cache;
 pub mod queue;
 pub mod slots;
+pub mod speculate;
 pub mod template;
 
 use crate::backends::direct::{self, BoxFuture, Model, ModelRequest, ModelTool};
@@ -83,6 +84,8 @@ pub struct LocalSettings {
     pub gpu_layers: crate::config::GpuLayers,
     /// The prompt cache on disk, when there is one.
     pub prompt_cache: Option<prompt_cache::Settings>,
+    /// How answers draft tokens, if they do.
+    pub speculative: speculate::Speculative,
 }
 
 impl LocalSettings {
@@ -107,6 +110,7 @@ impl LocalSettings {
                 .map(std::time::Duration::from_secs),
             label: "local".into(),
             gpu_layers: config.local.gpu_layers,
+            speculative: config.local.speculative,
             prompt_cache: config
                 .local
                 .prompt_cache_dir
@@ -665,6 +669,13 @@ impl Model for Local {
             State::Unloaded | State::Loading | State::Failed(_) => (false, self.settings.slots),
         };
         let c = &self.counters;
+        // What the slots' caches hold, as of the model loaded last: nothing once it is gone.
+        let (kv_tokens, kv_cells) = if loaded {
+            let cells = c.kv_cells.load(Ordering::Relaxed);
+            (c.kv_tokens.load(Ordering::Relaxed), cells)
+        } else {
+            (0, 0)
+        };
         direct::Stats {
             retries: None,
             engine: Some(direct::EngineStats {
@@ -677,6 +688,10 @@ impl Model for Local {
                 } else {
                     0
                 },
+                drafted: c.drafted.load(Ordering::Relaxed),
+                accepted: c.accepted.load(Ordering::Relaxed),
+                kv_tokens,
+                kv_cells,
             }),
         }
     }
@@ -1160,13 +1175,15 @@ impl Worker {
             Ok(self.serve_embeddings(&model, on_disk.as_ref(), queue, waiting, member))
         } else {
             let disk = self.disk_cache(on_disk.as_ref());
-            Slots::new(&model, self.counters.clone(), disk).map(|mut slots| {
-                let served =
-                    self.serve(&model, on_disk.as_ref(), &mut slots, queue, waiting, member);
-                // What the slots hold outlives the model's memory.
-                slots.keep_on_disk();
-                served
-            })
+            let made = Slots::new(&model, self.counters.clone(), disk);
+            made.map(|slots| slots.speculating(self.settings.speculative))
+                .map(|mut slots| {
+                    let served =
+                        self.serve(&model, on_disk.as_ref(), &mut slots, queue, waiting, member);
+                    // What the slots hold outlives the model's memory.
+                    slots.keep_on_disk();
+                    served
+                })
         };
         drop(model);
         member.release();
@@ -1256,6 +1273,7 @@ impl Worker {
             slots.step();
         }
         self.counters.busy.store(slots.busy(), Ordering::Relaxed);
+        slots.publish();
     }
 
     /// The next job for an idle model: waits for one while the model's keep-alive lasts, and

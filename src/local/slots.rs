@@ -7,6 +7,7 @@
 use super::LocalError;
 use super::engine::{EngineError, Model, Output, Params, Text};
 use super::prompt_cache::DiskCache;
+use super::speculate::{self, Speculative};
 use crate::call::{Finish, Stops};
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_batch::LlamaBatch;
@@ -59,6 +60,14 @@ pub struct Counters {
     pub busy: AtomicUsize,
     /// Bytes of the loaded model's weights.
     pub memory_bytes: AtomicU64,
+    /// Tokens the busy slots' caches hold, as of the worker's last step (a free slot's cache is
+    /// kept only for a later prompt that shares it, and gives way to any call).
+    pub kv_tokens: AtomicUsize,
+    /// Cells of the context's cache: each slot's size times the slots.
+    pub kv_cells: AtomicUsize,
+    /// Tokens drafted (`--speculative`), and those of them the model's samples kept.
+    pub drafted: AtomicU64,
+    pub accepted: AtomicU64,
 }
 
 /// A limit on the reasoning's tokens: once it is reached, the engine writes the family's
@@ -151,6 +160,8 @@ struct Active {
     admitted: std::time::Instant,
     /// Tokens the engine writes next instead of sampling (the close of reasoning).
     forced: VecDeque<LlamaToken>,
+    /// Tokens drafted after `next` in this step, in the cache until a sample is not them.
+    drafts: VecDeque<LlamaToken>,
     /// Prompt tokens in the cache.
     fed: usize,
     reused: usize,
@@ -190,6 +201,8 @@ pub struct Slots<'m> {
     admitted: u64,
     /// The prompt cache on disk, when there is one.
     disk: Option<DiskCache>,
+    /// How answers draft tokens, if they do.
+    speculative: Speculative,
 }
 
 /// A prompt read back from the disk must give a slot at least this many tokens more than its
@@ -217,7 +230,7 @@ impl<'m> Slots<'m> {
                 saved: 0,
             })
             .collect();
-        Ok(Slots {
+        let slots = Slots {
             model,
             ctx,
             slots,
@@ -227,7 +240,28 @@ impl<'m> Slots<'m> {
             per_token: None,
             admitted: 0,
             disk,
-        })
+            speculative: Speculative::None,
+        };
+        slots.publish();
+        Ok(slots)
+    }
+
+    /// `self`, its answers drafting tokens as `speculative` says (when the model's cache can
+    /// take drafts back).
+    pub fn speculating(mut self, speculative: Speculative) -> Self {
+        if self.model.cache_cuts() {
+            self.speculative = speculative;
+        }
+        self
+    }
+
+    /// Tells the counters what the busy slots' caches hold now, and how much the slots could.
+    pub fn publish(&self) {
+        let busy = self.slots.iter().filter(|s| s.active.is_some());
+        let tokens = busy.map(|s| s.cached.len()).sum();
+        let cells = self.size.saturating_mul(self.slots.len());
+        self.counters.kv_tokens.store(tokens, Ordering::Relaxed);
+        self.counters.kv_cells.store(cells, Ordering::Relaxed);
     }
 
     /// Tokens each slot holds now.
@@ -365,12 +399,14 @@ impl<'m> Slots<'m> {
             call,
             admitted: std::time::Instant::now(),
             forced: VecDeque::new(),
+            drafts: VecDeque::new(),
             fed: keep,
             reused: keep,
             next: None,
             generated: 0,
             text,
         });
+        self.publish();
     }
 
     /// Reads into slot `index` the prompt cache on disk's longest saved prefix of `prompt`,
@@ -469,9 +505,15 @@ impl<'m> Slots<'m> {
         if tokens == 0 {
             return;
         }
+        // Drafted tokens are answer tokens: they cost the step little, as its next tokens do.
+        let drafted: usize = (self.slots.iter())
+            .filter_map(|s| s.active.as_ref())
+            .map(|a| a.drafts.len())
+            .sum();
         let started = std::time::Instant::now();
         let decoded = self.ctx.decode(&mut self.batch);
-        self.timed(tokens, started.elapsed().as_secs_f64());
+        let read = tokens.saturating_sub(i32::try_from(drafted).unwrap_or(i32::MAX));
+        self.timed(read, started.elapsed().as_secs_f64());
         if let Err(e) = decoded {
             let why = Arc::new(e);
             // Every sequence in the batch may be half written.
@@ -480,8 +522,15 @@ impl<'m> Slots<'m> {
             }
             return;
         }
+        // A slot's positions in order, while each sample is the token drafted after it.
+        let mut ended = vec![false; self.slots.len()];
         for (index, at) in wanted {
-            self.sample(index, at);
+            if ended.get(index) == Some(&false)
+                && !self.sample(index, at)
+                && let Some(ended) = ended.get_mut(index)
+            {
+                *ended = true;
+            }
         }
     }
 
@@ -527,6 +576,19 @@ impl<'m> Slots<'m> {
                     slot.cached.push(token);
                     wanted.push((index, at));
                     room = room.saturating_sub(1);
+                    let most = draft_room(self.speculative, active, slot.cached.len(), self.size);
+                    for draft in speculate::ngram(&slot.cached, most.min(room)) {
+                        let at = self.batch.n_tokens();
+                        if !add(&mut self.batch, draft, slot.cached.len(), slot.seq, true) {
+                            break;
+                        }
+                        slot.cached.push(draft);
+                        active.drafts.push_back(draft);
+                        wanted.push((index, at));
+                        room = room.saturating_sub(1);
+                    }
+                    let drafted = active.drafts.len() as u64;
+                    self.counters.drafted.fetch_add(drafted, Ordering::Relaxed);
                 }
             }
         }
@@ -570,7 +632,36 @@ impl<'m> Slots<'m> {
     }
 
     /// Samples a slot's next token and decides whether its answer is complete.
-    fn sample(&mut self, index: usize, at: i32) {
+    /// Samples a slot's token at `at` (see [`Slots::sample_one`]); `true` when it is the token
+    /// drafted there, whose cache is written, so the next position's sample follows it.
+    fn sample(&mut self, index: usize, at: i32) -> bool {
+        self.sample_one(index, at);
+        let Slots {
+            slots,
+            ctx,
+            counters,
+            ..
+        } = self;
+        let Some(slot) = slots.get_mut(index) else {
+            return false;
+        };
+        let Some(active) = slot.active.as_mut() else {
+            return false;
+        };
+        if let Some(token) = active.next
+            && active.drafts.front() == Some(&token)
+        {
+            active.drafts.pop_front();
+            active.next = None;
+            counters.accepted.fetch_add(1, Ordering::Relaxed);
+            return true;
+        }
+        take_back_drafts(ctx, slot);
+        false
+    }
+
+    /// Samples a slot's next token and decides whether its answer is complete.
+    fn sample_one(&mut self, index: usize, at: i32) {
         let model = self.model;
         let Some(slot) = self.slots.get_mut(index) else {
             return;
@@ -610,6 +701,9 @@ impl<'m> Slots<'m> {
     }
 
     fn finish(&mut self, index: usize, finish: Finish, cut: Option<usize>) {
+        if let Some(slot) = self.slots.get_mut(index) {
+            take_back_drafts(&mut self.ctx, slot);
+        }
         let Some(active) = self.slots.get_mut(index).and_then(|s| s.active.take()) else {
             return;
         };
@@ -634,6 +728,7 @@ impl<'m> Slots<'m> {
         // The gauge says the slot is free before its caller hears the answer (a client that
         // scrapes right after finds it so).
         self.counters.busy.store(self.busy(), Ordering::Relaxed);
+        self.publish();
         let _ = reply.send(Ok(output));
         // A long prompt is kept on disk once its answer is out.
         self.save(index, SAVE_AFTER);
@@ -655,6 +750,42 @@ impl<'m> Slots<'m> {
             self.counters.busy.store(self.busy(), Ordering::Relaxed);
             let _ = active.call.reply.send(Err(LocalError::Engine(why.clone())));
         }
+    }
+}
+
+/// The tokens an answer may draft after its next one, whose cache is `cached` tokens long: none
+/// without `--speculative`, or while tokens are forced; else at most [`speculate::MAX_DRAFT`],
+/// within what its token budget and its slot of `size` tokens leave.
+fn draft_room(speculative: Speculative, active: &Active, cached: usize, size: usize) -> usize {
+    if speculative == Speculative::None || !active.forced.is_empty() {
+        return 0;
+    }
+    let left = active.call.budget.saturating_sub(active.generated + 1);
+    speculate::MAX_DRAFT
+        .min(left)
+        .min(size.saturating_sub(cached))
+}
+
+/// Takes a slot's drafts that were not kept out of its cache.
+fn take_back_drafts(ctx: &mut LlamaContext<'_>, slot: &mut Slot) {
+    let Some(active) = slot.active.as_mut() else {
+        return;
+    };
+    let drafted = active.drafts.len();
+    if drafted == 0 {
+        return;
+    }
+    active.drafts.clear();
+    let kept = slot.cached.len().saturating_sub(drafted);
+    slot.cached.truncate(kept);
+    let from = u32::try_from(kept).unwrap_or(u32::MAX);
+    if !matches!(
+        ctx.clear_kv_cache_seq(Some(slot.seq as u32), Some(from), None),
+        Ok(true)
+    ) {
+        // Not expected of a model whose cache cuts (drafting is off otherwise): start again.
+        let _ = ctx.clear_kv_cache_seq(Some(slot.seq as u32), None, None);
+        slot.cached.clear();
     }
 }
 

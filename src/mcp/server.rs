@@ -103,7 +103,6 @@ impl Server {
         &self.tools
     }
 
-
     async fn complete(
         &self,
         shape: &'static dyn Shape,

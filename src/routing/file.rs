@@ -52,6 +52,8 @@ struct RawEntry {
     gpu_layers: Option<Spanned<toml::Value>>,
     /// A local model's prompt cache on disk: a folder, or `""` for none.
     prompt_cache_dir: Option<PathBuf>,
+    /// How a local model drafts tokens: `"ngram"` or `"none"`.
+    speculative: Option<crate::local::speculate::Speculative>,
 }
 
 /// How well an entry does on each of MCP's model priorities, 0 to 1 (higher is better: a
@@ -92,14 +94,14 @@ pub struct LocalSpec {
     pub gpu_layers: Option<crate::config::GpuLayers>,
     /// Its prompt cache's folder (empty: none); `None`: the setting's.
     pub prompt_cache_dir: Option<PathBuf>,
+    /// How it drafts tokens; `None`: the setting's.
+    pub speculative: Option<crate::local::speculate::Speculative>,
 }
 
 /// What answers an entry.
 #[derive(Clone, PartialEq)]
 pub enum Answer {
-    Host {
-        hints: Vec<String>,
-    },
+    Host { hints: Vec<String> },
     Local(LocalSpec),
     Provider(ProviderSpec),
 }
@@ -352,6 +354,7 @@ fn spec(entry: &Spanned<RawEntry>, env: &impl Fn(&str) -> Option<String>) -> Res
                 .map(|v| gpu_layers(v, &name))
                 .transpose()?,
             prompt_cache_dir: e.prompt_cache_dir.clone(),
+            speculative: e.speculative,
         }),
         Backend::Provider => Answer::Provider(provider(e, &name, env).map_err(|p| match p {
             Problem(0, problem) => Problem::at(entry.span().start, problem),
@@ -428,6 +431,7 @@ fn settings_of_its_backend(e: &RawEntry, name: &str, at: usize) -> Result<(), Pr
             e.prompt_cache_dir.is_some(),
             Backend::Local,
         ),
+        ("speculative", e.speculative.is_some(), Backend::Local),
         ("hints", e.hints.is_some(), Backend::Host),
     ];
     match keys
@@ -588,10 +592,7 @@ backend = "local"
         };
         assert_eq!(p.key.as_deref(), Some("sk-secret"));
         assert!(!format!("{fast:?}").contains("sk-secret"));
-        assert_eq!(
-            m.entries[1].answer,
-            Answer::Local(LocalSpec::default())
-        );
+        assert_eq!(m.entries[1].answer, Answer::Local(LocalSpec::default()));
     }
 
     #[test]
@@ -613,7 +614,7 @@ backend = "local"
         let text = FILE.replace(
             "backend = \"local\"",
             "backend = \"local\"\npreload = true\nkeep_alive = 600\ngpu_layers = 12\nembeddings = true\n\
-             prompt_cache_dir = \"/var/cache/prompts\"",
+             prompt_cache_dir = \"/var/cache/prompts\"\nspeculative = \"ngram\"",
         );
         let m = parse(&text).unwrap();
         assert_eq!(
@@ -623,6 +624,7 @@ backend = "local"
                 keep_alive: Some(600),
                 gpu_layers: Some(crate::config::GpuLayers::Count(12)),
                 prompt_cache_dir: Some("/var/cache/prompts".into()),
+                speculative: Some(crate::local::speculate::Speculative::Ngram),
                 ..LocalSpec::default()
             })
         );

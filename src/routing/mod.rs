@@ -261,13 +261,13 @@ fn start_local(
     if let Some(secs) = local.keep_alive {
         settings.keep_alive = u64::try_from(secs).ok().map(Duration::from_secs);
     }
+    settings.speculative = local.speculative.unwrap_or(settings.speculative);
     if let Some(dir) = &local.prompt_cache_dir {
-        settings.prompt_cache = (!dir.as_os_str().is_empty()).then(|| {
-            crate::local::prompt_cache::Settings {
+        settings.prompt_cache =
+            (!dir.as_os_str().is_empty()).then(|| crate::local::prompt_cache::Settings {
                 dir: dir.clone(),
                 max_bytes: config.local.prompt_cache_max_bytes,
-            }
-        });
+            });
     }
     Ok(Local::start_with(settings, engines)?)
 }

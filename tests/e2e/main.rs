@@ -77,6 +77,7 @@ mod responses_ws;
 mod rich;
 mod routing;
 mod schema_load;
+mod speculative;
 mod stops;
 mod streaming;
 mod structured;

@@ -1,8 +1,9 @@
 //! `GET /metrics`: the Prometheus exposition behind the server's token, read by Prometheus's own
 //! Python parser (`prometheus_client`), its counters moving by exactly the calls made: requests
 //! by API, model and outcome, tokens as the answers reported them, a provider's retry after a
-//! 503, a fallback, the histograms' counts; and the embedded model's queue, slots and memory as
-//! they are while it answers.
+//! 503, a fallback, the histograms' counts; and the embedded model's queue, slots, memory and
+//! cache as they are while it answers, under this server's names and vLLM's (the model server
+//! protocol an inference gateway reads).
 
 use crate::common::http_client;
 use crate::common::openai::{Reply, Scripted, completion};
@@ -449,6 +450,17 @@ async fn scrape_until(url: &str, what: &str, done: impl Fn(&Scrape) -> bool) -> 
     }
 }
 
+/// The model server protocol's gauges of the model `local`: calls waiting, calls running, and
+/// the share of its cache in use.
+fn protocol(m: &Scrape) -> (f64, f64, f64) {
+    let by = [("model_name", "local")];
+    (
+        m.value("vllm:num_requests_waiting", &by),
+        m.value("vllm:num_requests_running", &by),
+        m.value("vllm:kv_cache_usage_perc", &by),
+    )
+}
+
 #[tokio::test]
 async fn the_embedded_models_queue_slots_and_memory_are_scraped_as_they_are() {
     let (_turn, s) = embedded(&[
@@ -456,16 +468,22 @@ async fn the_embedded_models_queue_slots_and_memory_are_scraped_as_they_are() {
         ("AGENT_AS_MODEL_LOCAL_SLOTS", "1"),
     ])
     .await;
-    let key = [("x-api-key", TOKEN)];
     let url = format!("{}/v1/chat/completions", s.url);
+    answered_then_idle(&s.url, &url).await;
+    busy_then_waiting_then_cancelled(&s.url, &url).await;
+}
+
+/// One short answer, then the idle model as scraped: loaded, its weights' memory, its one slot
+/// free, nothing queued, its cache's size, and the answer's tokens.
+async fn answered_then_idle(base: &str, url: &str) {
     let short = json!({"model": "local", "max_tokens": 4,
                        "messages": [{"role": "user", "content": "Capital of France?"}]});
-    let (status, _, text) = post(&url, &key, &short).await;
+    let (status, _, text) = post(url, &[("x-api-key", TOKEN)], &short).await;
     assert_eq!(status, 200, "{text}");
     let v: Value = serde_json::from_str(&text).unwrap();
     let returned = Tokens::openai(&v["usage"]);
     let by = [("model", "local")];
-    let idle = scrape(&s.url).await;
+    let idle = scrape(base).await;
     assert_eq!(idle.value("agent_as_model_local_models_loaded", &[]), 1.0);
     let memory = idle.value("agent_as_model_local_model_memory_bytes", &by);
     let file = std::fs::metadata(
@@ -484,34 +502,66 @@ async fn the_embedded_models_queue_slots_and_memory_are_scraped_as_they_are() {
     assert_eq!(idle.value("agent_as_model_local_queue_depth", &by), 0.0);
     assert_eq!(Tokens::scraped(&idle, "local"), returned);
     assert_eq!(requests(&idle, "chat", "local", "ok"), 1.0);
+    // The protocol's gauges: nothing waits or runs, and a finished call holds no cache.
+    assert_eq!(protocol(&idle), (0.0, 0.0, 0.0), "{}", idle.text);
+    let info: Vec<&Sample> = idle
+        .samples
+        .iter()
+        .filter(|x| x.name == "vllm:cache_config_info")
+        .collect();
+    assert_eq!(info.len(), 1, "{}", idle.text);
+    assert_eq!(info[0].value, 1.0);
+    assert_eq!(info[0].labels["model_name"], "local");
+    assert_eq!(info[0].labels["block_size"], "1");
+    let cells: u64 = info[0].labels["num_gpu_blocks"].parse().unwrap();
+    assert!(cells >= 512, "{}", idle.text);
+    for family in [
+        "vllm:num_requests_waiting",
+        "vllm:num_requests_running",
+        "vllm:kv_cache_usage_perc",
+        "vllm:cache_config_info",
+    ] {
+        assert_eq!(idle.kind(family), Some("gauge"), "{family}: {}", idle.text);
+    }
+}
 
-    // A long answer holds the one slot; a second call waits in the queue.
+/// A long answer holds the one slot and a second call waits behind it, both seen by this
+/// server's gauges and the protocol's; then both callers go away and every gauge is back to
+/// zero.
+async fn busy_then_waiting_then_cancelled(base: &str, url: &str) {
+    let by = [("model", "local")];
     let long = json!({"model": "local", "max_tokens": 2000, "stream": true, "temperature": 1.0,
                       "messages": [{"role": "user", "content": "Count from 1 to 1000, in words."}]});
-    let mut holding = crate::http_api::open_stream(&url, &long).await;
+    let mut holding = crate::http_api::open_stream(url, &long).await;
     assert_eq!(holding.status(), 200);
     let first = holding.chunk().await.unwrap();
     assert!(first.is_some());
-    let busy = scrape_until(&s.url, "a busy slot", |m| {
+    let busy = scrape_until(base, "a busy slot", |m| {
         m.value("agent_as_model_local_slots_busy", &by) == 1.0
     })
     .await;
     assert_eq!(busy.value("agent_as_model_local_queue_depth", &by), 0.0);
     let waiting = tokio::spawn({
-        let url = url.clone();
+        let url = url.to_owned();
         async move { crate::http_api::open_stream(&url, &long).await }
     });
-    scrape_until(&s.url, "a call in the queue", |m| {
+    let queued = scrape_until(base, "one call waiting, one running", |m| {
+        let (waiting, running, cache) = protocol(m);
         m.value("agent_as_model_local_queue_depth", &by) == 1.0
+            && (waiting, running) == (1.0, 1.0)
+            && cache > 0.0
     })
     .await;
+    let (_, _, cache) = protocol(&queued);
+    assert!(cache <= 1.0, "{}", queued.text);
     // Both callers go away: the queue and the slot are freed, and both calls are cancelled.
     waiting.abort();
     drop(holding);
-    let after = scrape_until(&s.url, "both calls cancelled and the slot free", |m| {
+    let after = scrape_until(base, "both calls cancelled and the slot free", |m| {
         m.value("agent_as_model_local_queue_depth", &by) == 0.0
             && m.value("agent_as_model_local_slots_busy", &by) == 0.0
             && requests(m, "chat", "local", "cancelled") == 2.0
+            && protocol(m) == (0.0, 0.0, 0.0)
     })
     .await;
     let first_token = "agent_as_model_time_to_first_token_seconds_count";

@@ -1,0 +1,84 @@
+//! Speculative decoding by n-gram lookup (`AGENT_AS_MODEL_SPECULATIVE=ngram`): a greedy answer
+//! that rewrites its input is the same with drafts as without, and the drafts and the tokens
+//! kept of them are counted on `/metrics` under vLLM's names.
+
+use crate::common::http_client;
+use crate::common::server::{HttpServer, Server};
+use crate::http_api::post;
+use serde_json::{Value, json};
+
+/// Code the model is asked to write out again with one name changed: most of the answer
+/// repeats the prompt, which is what n-gram drafts find.
+const CODE: &str = "def area(width, height):\n    return width * height\n\n\
+def perimeter(width, height):\n    return 2 * (width + height)\n\n\
+def describe(width, height):\n    a = area(width, height)\n    p = perimeter(width, height)\n    \
+return f\"{width}x{height}: area {a}, perimeter {p}\"\n";
+
+fn rewrite() -> Value {
+    json!({"model": "local", "max_tokens": 96, "temperature": 0,
+           "messages": [{"role": "user", "content": format!(
+               "Write this Python code out again exactly, with `describe` renamed to `summary`. \
+                Answer with the code only.\n\n{CODE}")}]})
+}
+
+async fn server(speculative: &str) -> HttpServer {
+    Server::new()
+        .env("AGENT_AS_MODEL_BACKEND", "local")
+        .env("AGENT_AS_MODEL_SPECULATIVE", speculative)
+        .http()
+        .await
+}
+
+async fn answer(server: &HttpServer) -> String {
+    let url = format!("{}/v1/chat/completions", server.url);
+    let (status, _, body) = post(&url, &[], &rewrite()).await;
+    assert_eq!(status, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    v["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// The value of the metric line starting with `name` (and a label set) on `/metrics`.
+async fn metric(server: &HttpServer, name: &str) -> f64 {
+    let text = http_client()
+        .get(format!("{}/metrics", server.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find(|l| l.starts_with(&format!("{name}{{")))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in:\n{text}"))
+}
+
+#[tokio::test]
+async fn ngram_drafts_keep_a_greedy_rewrite_and_are_counted() {
+    assert!(crate::local::first_try().status.success());
+    let _turn = crate::local::TURN.lock().await;
+    let plain = server("none").await;
+    let expected = answer(&plain).await;
+    assert_eq!(
+        metric(&plain, "vllm:spec_decode_num_draft_tokens_total").await,
+        0.0
+    );
+    drop(plain);
+
+    let drafting = server("ngram").await;
+    let drafted_answer = answer(&drafting).await;
+    assert_eq!(drafted_answer, expected, "drafts changed the answer");
+    let drafted = metric(&drafting, "vllm:spec_decode_num_draft_tokens_total").await;
+    let accepted = metric(&drafting, "vllm:spec_decode_num_accepted_tokens_total").await;
+    assert!(drafted > 0.0, "nothing was drafted");
+    assert!(
+        accepted > 0.0 && accepted <= drafted,
+        "{accepted} of {drafted}"
+    );
+    // The answer repeats the code (what the drafts were looked up in).
+    assert!(expected.contains("perimeter(width, height)"), "{expected}");
+}
