@@ -156,8 +156,9 @@ impl Lazy {
 
 struct Active {
     call: Call,
-    /// When the call took its slot.
+    /// When the call took its slot, and when its first token was sampled.
     admitted: std::time::Instant,
+    answering: Option<std::time::Instant>,
     /// Tokens the engine writes next instead of sampling (the close of reasoning).
     forced: VecDeque<LlamaToken>,
     /// Tokens drafted after `next` in this step, in the cache until a sample is not them.
@@ -398,6 +399,7 @@ impl<'m> Slots<'m> {
         slot.active = Some(Active {
             call,
             admitted: std::time::Instant::now(),
+            answering: None,
             forced: VecDeque::new(),
             drafts: VecDeque::new(),
             fed: keep,
@@ -683,6 +685,7 @@ impl<'m> Slots<'m> {
             return self.finish(index, Finish::EndTurn, None);
         }
         active.generated += 1;
+        active.answering.get_or_insert_with(std::time::Instant::now);
         let (new, stop) = active.text.push(&model.piece(token, &active.call.shown));
         if let Some(think) = active.call.think.as_mut() {
             think.after(&new);
@@ -719,6 +722,7 @@ impl<'m> Slots<'m> {
             cached_tokens = active.reused,
             completion_tokens = active.generated,
             seconds = active.admitted.elapsed().as_secs_f64(),
+            answer_seconds = active.answering.map_or(0.0, |at| at.elapsed().as_secs_f64()),
             "local answer"
         );
         let (output, reply) = answered(active, finish, cut);
