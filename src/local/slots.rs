@@ -722,7 +722,9 @@ impl<'m> Slots<'m> {
             cached_tokens = active.reused,
             completion_tokens = active.generated,
             seconds = active.admitted.elapsed().as_secs_f64(),
-            answer_seconds = active.answering.map_or(0.0, |at| at.elapsed().as_secs_f64()),
+            answer_seconds = active
+                .answering
+                .map_or(0.0, |at| at.elapsed().as_secs_f64()),
             "local answer"
         );
         let (output, reply) = answered(active, finish, cut);
