@@ -39,8 +39,8 @@ fn return_large_blocks() {
 fn return_large_blocks() {}
 
 /// The server's embedded models' engines (see [`Engines`]): their chat templates render in a
-/// child process, this binary re-executed (on Linux through /proc/self/exe, which still opens
-/// if the file was replaced since it started).
+/// child process kept from one prompt to the next, this binary re-executed (on Linux through
+/// /proc/self/exe, which still opens if the file was replaced since it started).
 fn engines_for(config: &Config) -> Engines {
     let program = if cfg!(target_os = "linux") {
         Ok(std::path::PathBuf::from("/proc/self/exe"))

@@ -547,7 +547,7 @@ impl Local {
             keep: keep.clone(),
             known: known.clone(),
             pool: engines.pool().clone(),
-            sandbox: engines.sandbox().cloned(),
+            sandbox: engines.renderer().cloned(),
         };
         let queue = Closing(jobs.clone());
         let thread = std::thread::Builder::new()
@@ -1096,8 +1096,8 @@ struct Worker {
     known: Arc<Known>,
     /// The pool of the engines it was started from.
     pool: Arc<pool::Pool>,
-    /// Where its chat templates render (none: on a thread).
-    sandbox: Option<template::Sandbox>,
+    /// Where its chat templates render (the engines' renderer; none: on a thread).
+    sandbox: Option<template::Renderer>,
 }
 
 /// Why serving stopped: the queue closed (the server is stopping), or the model is to be
@@ -1423,7 +1423,7 @@ impl Worker {
     /// Answers a count with the length of the prompt an answer would read: one over the
     /// context is counted too, unless its text is too long for any context of this size (see
     /// [`prompt`]).
-    fn count(model: &engine::Model, count: Count, sandbox: Option<&template::Sandbox>) {
+    fn count(model: &engine::Model, count: Count, sandbox: Option<&template::Renderer>) {
         if count.reply.is_closed() {
             return;
         }
@@ -1552,7 +1552,7 @@ impl Worker {
         model: &engine::Model,
         request: &ModelRequest,
         seed: Option<u64>,
-        sandbox: Option<&template::Sandbox>,
+        sandbox: Option<&template::Renderer>,
     ) -> Result<Parts, LocalError> {
         let prompt = prompt(model, request, sandbox)?;
         let context = model.info().context;
@@ -1678,7 +1678,7 @@ struct Prompt {
 fn prompt(
     model: &engine::Model,
     request: &ModelRequest,
-    sandbox: Option<&template::Sandbox>,
+    sandbox: Option<&template::Renderer>,
 ) -> Result<Prompt, RequestError> {
     if let Some(text) = &request.base.text {
         return Ok(Prompt {

@@ -12,7 +12,7 @@
 //! `main` makes and hands to the backends it builds, so that two servers in one process (a
 //! library's tests) neither share a budget nor stop each other's models.
 
-use super::template::Sandbox;
+use super::template::{Renderer, Sandbox};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
@@ -27,14 +27,15 @@ pub const STOP_WAIT: Duration = Duration::from_secs(10);
 
 /// The embedded models of one server: the [`Pool`] they share (the memory budget, the CPU's
 /// turns), their workers (stopped together when the server ends, see [`Engines::shutdown`]),
-/// and where their chat templates render (in the [`Sandbox`] `main` sets up, else on a thread).
+/// and where their chat templates render (in the [`Renderer`] of the [`Sandbox`] `main` sets up,
+/// whose process serves every model's renderings, else on a thread).
 /// `main` makes one and hands it down to the backends it builds; cheap to clone (what it holds
 /// is shared). The default has no budget, no sandbox, and workers of its own.
 #[derive(Clone, Default)]
 pub struct Engines {
     pool: Arc<Pool>,
     workers: Arc<Workers>,
-    sandbox: Option<Sandbox>,
+    renderer: Option<Renderer>,
 }
 
 impl std::fmt::Debug for Engines {
@@ -42,7 +43,7 @@ impl std::fmt::Debug for Engines {
         f.debug_struct("Engines")
             .field("budget", &self.pool.budget())
             .field("workers", &self.workers.lock().len())
-            .field("sandbox", &self.sandbox)
+            .field("renderer", &self.renderer)
             .finish()
     }
 }
@@ -52,7 +53,7 @@ impl Engines {
     /// memory; only Linux limits a sandbox's memory, elsewhere templates render on a thread).
     pub fn new(sandbox: Option<Sandbox>) -> Self {
         Engines {
-            sandbox,
+            renderer: sandbox.map(Renderer::new),
             ..Engines::default()
         }
     }
@@ -62,9 +63,10 @@ impl Engines {
         &self.pool
     }
 
-    /// Where chat templates render: in a sandbox, or (`None`) on a thread.
-    pub fn sandbox(&self) -> Option<&Sandbox> {
-        self.sandbox.as_ref()
+    /// Where chat templates render: in the sandbox's renderer (its processes started when first
+    /// needed and kept), or (`None`) on a thread.
+    pub fn renderer(&self) -> Option<&Renderer> {
+        self.renderer.as_ref()
     }
 
     /// The workers, kept while a model started from these engines lives (so that the last of

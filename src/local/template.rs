@@ -8,9 +8,9 @@ use crate::wire::openai::{Message, Tool};
 use serde_json::{Map, Value};
 use std::io;
 use std::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
-use std::sync::{Arc, mpsc};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, mpsc};
+use std::time::{Duration, Instant};
 
 /// ChatML, for a model that carries no template.
 const CHATML: &str = "{% for message in messages %}<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
@@ -40,7 +40,8 @@ const DEADLINE: Duration = Duration::from_secs(10);
 // setting, an allocation past it ends the child alone, and at the deadline it is killed rather
 // than abandoned. Elsewhere, and where no sandbox is given (a library user, unit tests), the
 // template runs on a thread as before. The sandbox is a value, not the process's: `main` sets
-// one up in the server's engines (`pool::Engines`), whose models render in it.
+// one up in the server's engines (`pool::Engines`), whose models render in its `Renderer`,
+// which keeps its process from one rendering to the next.
 
 /// The first argument that makes this binary the chat template's renderer (see
 /// [`helper_main`]).
@@ -56,10 +57,12 @@ pub struct Sandbox {
 }
 
 impl Sandbox {
-    /// Renders the prompt as [`render`] does, in this sandbox (on a thread where the system
-    /// cannot limit a child's memory: only Linux does).
+    /// Renders the prompt as [`render`] does, in this sandbox, in a renderer process started
+    /// for this one rendering (on a thread where the system cannot limit a child's memory:
+    /// only Linux does). A server renders in its engines' [`Renderer`] instead, which keeps
+    /// its process.
     pub fn render(&self, template: Option<&str>, chat: &Chat<'_>) -> Result<String, TemplateError> {
-        render_in(Some(self), template, chat)
+        Renderer::new(self.clone()).render(template, chat)
     }
 }
 
@@ -189,13 +192,14 @@ pub fn render(template: Option<&str>, chat: &Chat<'_>) -> Result<String, Templat
     render_in(None, template, chat)
 }
 
-/// [`render`], in `sandbox` when one is given (and the system limits a child's memory).
+/// [`render`], in `renderer`'s processes when one is given (and the system limits a child's
+/// memory).
 pub fn render_in(
-    sandbox: Option<&Sandbox>,
+    renderer: Option<&Renderer>,
     template: Option<&str>,
     chat: &Chat<'_>,
 ) -> Result<String, TemplateError> {
-    context_in(sandbox, template.unwrap_or(CHATML), chat.context())
+    context_in(renderer, template.unwrap_or(CHATML), chat.context())
 }
 
 /// Renders `template` with `context` as it is (an object of the names the template reads), on a
@@ -204,10 +208,10 @@ pub fn render_context(template: &str, context: Value) -> Result<String, Template
     context_in(None, template, context)
 }
 
-/// [`render_context`], in `sandbox` when one is given and the system limits a child's memory
-/// (only Linux does; elsewhere on a thread).
+/// [`render_context`], in `renderer`'s processes when one is given and the system limits a
+/// child's memory (only Linux does; elsewhere on a thread).
 fn context_in(
-    sandbox: Option<&Sandbox>,
+    renderer: Option<&Renderer>,
     template: &str,
     context: Value,
 ) -> Result<String, TemplateError> {
@@ -219,8 +223,8 @@ fn context_in(
             .map_or(0, Vec::len)
     };
     let limits = Limits::scaled(count("messages").saturating_add(count("tools")), bytes);
-    match sandbox.filter(|_| cfg!(target_os = "linux")) {
-        Some(sandbox) => isolated(sandbox, template, &context, limits),
+    match renderer.filter(|_| cfg!(target_os = "linux")) {
+        Some(renderer) => renderer.isolated(template, &context, limits),
         None => guarded(template, context, limits, &LATE),
     }
 }
@@ -433,53 +437,295 @@ enum Reply {
     Render(String),
 }
 
+impl Reply {
+    /// The renderer's answer to a job, from its rendering.
+    fn of(rendered: Result<String, TemplateError>) -> Self {
+        match rendered {
+            Ok(text) => Reply::Ok(text),
+            Err(TemplateError::Fuel { .. }) => Reply::Fuel,
+            Err(TemplateError::Output { .. }) => Reply::Output,
+            Err(TemplateError::Render(message)) => Reply::Render(message),
+            Err(_) => Reply::Failed,
+        }
+    }
+
+    /// The rendering it answers, under `limits`.
+    fn rendered(self, limits: Limits) -> Result<String, TemplateError> {
+        match self {
+            Reply::Ok(text) => Ok(text),
+            Reply::Fuel => Err(TemplateError::Fuel { fuel: limits.fuel }),
+            Reply::Output => Err(TemplateError::Output { cap: limits.output }),
+            Reply::Failed => Err(TemplateError::Failed),
+            Reply::Render(message) => Err(TemplateError::Render(message)),
+        }
+    }
+}
+
 /// Most bytes read from the renderer's stderr (an allocation failure's one line).
 const STDERR_CAP: u64 = 16 * 1024;
 
-/// Renders in a child process limited to `sandbox.memory`, killed at the deadline.
-fn isolated(
-    sandbox: &Sandbox,
-    template: &str,
-    context: &serde_json::Value,
-    limits: Limits,
-) -> Result<String, TemplateError> {
-    let job = serde_json::to_vec(&Job {
-        template,
-        context,
-        fuel: limits.fuel,
-        output: limits.output,
-    })
-    .map_err(|e| TemplateError::Thread(io::Error::other(e)))?;
-    let (mut child, stdin, stdout, stderr) = spawn_renderer(sandbox)?;
-    // A reply is the output as a JSON string: at most six bytes for each byte, and a little.
-    let reply_cap = u64::try_from(limits.output)
-        .unwrap_or(u64::MAX)
-        .saturating_mul(6)
-        .saturating_add(1024);
-    let rx = match exchange(job, stdin, stdout, stderr, reply_cap) {
-        Ok(rx) => rx,
-        Err(e) => {
+/// The renderer processes a [`Renderer`] keeps between renderings. A rendering takes one (or
+/// starts one when none is kept) and gives it back when it answered; renderings at the same
+/// time each have their own, and those beyond this many end once they answered.
+const KEPT: usize = 1;
+
+// The renderer's process serves one job after another for as long as it runs. Each job and each
+// reply is a frame on its stdin and stdout: its length (8 bytes, little-endian), then the JSON
+// of a `Job` or a `Reply`. The process stays as long as it answers: one that ran past the
+// deadline is killed, and one that ended (an allocation past its memory limit aborts it) is
+// reaped and its stderr read for the reason; the next rendering starts a fresh one. One kept
+// between renderings that is found gone before it read the job (killed from outside) is
+// replaced at once, and the job given to the fresh one.
+
+/// Where a server's chat templates render: renderer processes in a [`Sandbox`], started when
+/// first needed and kept for the renderings after (see [`KEPT`]), so that a prompt pays for a
+/// request and its reply over pipes rather than for starting a process. Cheap to clone (the
+/// processes are shared); the last clone to go kills them.
+#[derive(Clone)]
+pub struct Renderer(Arc<Kept>);
+
+/// A [`Renderer`]'s sandbox, the processes it keeps, and how many it started.
+struct Kept {
+    sandbox: Sandbox,
+    idle: Mutex<Vec<Process>>,
+    spawned: AtomicU64,
+}
+
+impl std::fmt::Debug for Renderer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Renderer")
+            .field("sandbox", &self.0.sandbox)
+            .field("spawned", &self.spawned())
+            .finish()
+    }
+}
+
+impl Renderer {
+    /// A renderer in `sandbox`, with no process yet.
+    pub fn new(sandbox: Sandbox) -> Self {
+        Renderer(Arc::new(Kept {
+            sandbox,
+            idle: Mutex::new(Vec::new()),
+            spawned: AtomicU64::new(0),
+        }))
+    }
+
+    /// Renders the prompt as [`render`] does, in one of its processes (on a thread where the
+    /// system cannot limit a child's memory: only Linux does).
+    pub fn render(&self, template: Option<&str>, chat: &Chat<'_>) -> Result<String, TemplateError> {
+        render_in(Some(self), template, chat)
+    }
+
+    /// How many renderer processes it has started.
+    pub fn spawned(&self) -> u64 {
+        self.0.spawned.load(Ordering::Relaxed)
+    }
+
+    /// The id of the process kept for the next rendering, if one is.
+    pub fn pid(&self) -> Option<u32> {
+        self.idle().first().map(|p| p.child.id())
+    }
+
+    /// The processes kept between renderings.
+    fn idle(&self) -> MutexGuard<'_, Vec<Process>> {
+        self.0.idle.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A process for the next rendering: a kept one (`true`), or one started now.
+    fn take(&self) -> Result<(Process, bool), TemplateError> {
+        if let Some(process) = self.idle().pop() {
+            return Ok((process, true));
+        }
+        let process = Process::start(&self.0.sandbox)?;
+        self.0.spawned.fetch_add(1, Ordering::Relaxed);
+        Ok((process, false))
+    }
+
+    /// Keeps `process` for a later rendering, or ends it when enough are kept.
+    fn keep(&self, process: Process) {
+        let mut idle = self.idle();
+        if idle.len() < KEPT {
+            idle.push(process);
+        }
+    }
+
+    /// Renders in one of its processes, within `limits` (killed at the deadline).
+    fn isolated(
+        &self,
+        template: &str,
+        context: &serde_json::Value,
+        limits: Limits,
+    ) -> Result<String, TemplateError> {
+        let mut job = serde_json::to_vec(&Job {
+            template,
+            context,
+            fuel: limits.fuel,
+            output: limits.output,
+        })
+        .map_err(|e| TemplateError::Thread(io::Error::other(e)))?;
+        // A reply is the output as a JSON string: at most six bytes for each byte, and a little.
+        let cap = u64::try_from(limits.output)
+            .unwrap_or(u64::MAX)
+            .saturating_mul(6)
+            .saturating_add(1024);
+        let started = Instant::now();
+        loop {
+            let (process, kept) = self.take()?;
+            let left = limits.deadline.saturating_sub(started.elapsed());
+            match process.ask(job, cap, left) {
+                // A kept process that was gone before it read the job: the job goes to another.
+                Ok(Heard::Ended(_, Some(unread))) if kept => job = unread,
+                heard => return self.answer(heard, process, started, limits),
+            }
+        }
+    }
+
+    /// What a process's answer to a rendering (`heard`) says: the text, the limit it reached,
+    /// or how it failed. A process that answered is kept; any other ends here.
+    fn answer(
+        &self,
+        heard: Result<Heard, mpsc::RecvTimeoutError>,
+        mut process: Process,
+        started: Instant,
+        limits: Limits,
+    ) -> Result<String, TemplateError> {
+        match heard {
+            Ok(Heard::Reply(out)) => match serde_json::from_slice::<Reply>(&out) {
+                Ok(reply) => {
+                    self.keep(process);
+                    reply.rendered(limits)
+                }
+                Err(_) => Err(TemplateError::Failed),
+            },
+            Ok(Heard::Ended(err, _)) => {
+                // Its pipes are closed: it is ending.
+                let status = exit_within(&mut process.child, started, limits.deadline);
+                Err(ended(&err, status, self.0.sandbox.memory))
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => Err(TemplateError::Deadline {
+                deadline: limits.deadline,
+            }),
+            Err(mpsc::RecvTimeoutError::Disconnected) => Err(TemplateError::Failed),
+        }
+    }
+}
+
+/// What the thread at a renderer's pipes heard: a reply; or that the process is gone, its
+/// stderr, and the job when it never read it.
+enum Heard {
+    Reply(Vec<u8>),
+    Ended(Vec<u8>, Option<Vec<u8>>),
+}
+
+/// A renderer's process and the thread that talks to it: jobs (with the most bytes their reply
+/// may take) go to the thread, what it hears comes back. Dropped, the process is killed.
+struct Process {
+    child: Child,
+    jobs: mpsc::Sender<(Vec<u8>, u64)>,
+    heard: mpsc::Receiver<Heard>,
+}
+
+impl Process {
+    /// Starts a renderer process in `sandbox`, and the thread at its pipes.
+    fn start(sandbox: &Sandbox) -> Result<Self, TemplateError> {
+        let (mut child, stdin, stdout, stderr) = spawn_renderer(sandbox)?;
+        let (jobs, to_write) = mpsc::channel();
+        let (hears, heard) = mpsc::channel();
+        let talking = std::thread::Builder::new()
+            .name("chat-template".into())
+            .spawn(move || converse(stdin, stdout, stderr, &to_write, &hears));
+        if let Err(e) = talking {
             end(&mut child);
             return Err(TemplateError::Thread(e));
         }
-    };
-    let started = std::time::Instant::now();
-    let (out, err) = match rx.recv_timeout(limits.deadline) {
-        Ok(read) => read,
-        Err(mpsc::RecvTimeoutError::Timeout) => {
-            end(&mut child);
-            return Err(TemplateError::Deadline {
-                deadline: limits.deadline,
-            });
+        Ok(Process { child, jobs, heard })
+    }
+
+    /// Hands `job` to the process and waits `deadline` at most for what comes back.
+    fn ask(
+        &self,
+        job: Vec<u8>,
+        cap: u64,
+        deadline: Duration,
+    ) -> Result<Heard, mpsc::RecvTimeoutError> {
+        self.jobs
+            .send((job, cap))
+            .map_err(|_| mpsc::RecvTimeoutError::Disconnected)?;
+        self.heard.recv_timeout(deadline)
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        end(&mut self.child);
+    }
+}
+
+/// The renderer's pipes, on a thread of their own: writes each job it is given and hands on
+/// the reply it reads (at most the bytes given with the job); once the process is gone (a write
+/// fails, its output ends, a reply is too long) reads its stderr and says so. It ends then, or
+/// when its process is dropped.
+fn converse(
+    mut stdin: ChildStdin,
+    stdout: ChildStdout,
+    stderr: ChildStderr,
+    jobs: &mpsc::Receiver<(Vec<u8>, u64)>,
+    heard: &mpsc::Sender<Heard>,
+) {
+    use std::io::Read;
+    let mut stdout = io::BufReader::new(stdout);
+    let mut unread = None;
+    for (job, cap) in jobs {
+        // A process that is gone closed its stdin: the write fails.
+        if write_frame(&mut stdin, &job).is_err() {
+            unread = Some(job);
+            break;
         }
-        Err(mpsc::RecvTimeoutError::Disconnected) => {
-            end(&mut child);
-            return Err(TemplateError::Failed);
+        drop(job);
+        let Ok(Some(reply)) = read_frame(&mut stdout, cap) else {
+            break;
+        };
+        if heard.send(Heard::Reply(reply)).is_err() {
+            break;
         }
-    };
-    // Its pipes are closed: it is ending.
-    let status = exit_within(&mut child, started, limits.deadline);
-    answer(&out, &err, status, sandbox, limits)
+    }
+    // Closed, the pipes end a process that still writes or reads them.
+    drop(stdin);
+    drop(stdout);
+    let mut err = Vec::new();
+    let _ = stderr.take(STDERR_CAP).read_to_end(&mut err);
+    let _ = heard.send(Heard::Ended(err, unread));
+}
+
+/// Writes one frame: the length of `bytes` (8 bytes, little-endian), then the bytes.
+fn write_frame(output: &mut impl io::Write, bytes: &[u8]) -> io::Result<()> {
+    let len = u64::try_from(bytes.len()).map_err(io::Error::other)?;
+    output.write_all(&len.to_le_bytes())?;
+    output.write_all(bytes)?;
+    output.flush()
+}
+
+/// Reads one frame of at most `cap` bytes; `None` where the input ends before one.
+fn read_frame(input: &mut impl io::Read, cap: u64) -> io::Result<Option<Vec<u8>>> {
+    use std::io::Read;
+    let mut len = [0; 8];
+    match input.read_exact(&mut len) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let len = u64::from_le_bytes(len);
+    if len > cap {
+        return Err(io::Error::other(format!(
+            "a frame of {len} bytes, over {cap}"
+        )));
+    }
+    let mut bytes = Vec::new();
+    input.by_ref().take(len).read_to_end(&mut bytes)?;
+    if u64::try_from(bytes.len()) != Ok(len) {
+        return Err(io::ErrorKind::UnexpectedEof.into());
+    }
+    Ok(Some(bytes))
 }
 
 /// The renderer's process, limited to `sandbox.memory`, and its three pipes.
@@ -503,38 +749,11 @@ fn spawn_renderer(
     Ok((child, stdin, stdout, stderr))
 }
 
-/// Writes the job to the renderer and reads its reply (at most `reply_cap` bytes) and its
-/// stderr, on a thread of their own; what they read comes on the channel.
-fn exchange(
-    job: Vec<u8>,
-    mut stdin: ChildStdin,
-    stdout: ChildStdout,
-    stderr: ChildStderr,
-    reply_cap: u64,
-) -> io::Result<mpsc::Receiver<(Vec<u8>, Vec<u8>)>> {
-    use std::io::{Read, Write};
-    let (tx, rx) = mpsc::sync_channel(1);
-    std::thread::Builder::new()
-        .name("chat-template".into())
-        .spawn(move || {
-            // A child that dies early closes the pipe: the write fails and the reads end.
-            let _ = stdin.write_all(&job).and_then(|()| stdin.flush());
-            drop(stdin);
-            drop(job);
-            let mut out = Vec::new();
-            let _ = stdout.take(reply_cap).read_to_end(&mut out);
-            let mut err = Vec::new();
-            let _ = stderr.take(STDERR_CAP).read_to_end(&mut err);
-            let _ = tx.send((out, err));
-        })?;
-    Ok(rx)
-}
-
 /// The renderer's exit status, waited for until `deadline` after `started`; killed then (no
 /// status).
 fn exit_within(
     child: &mut std::process::Child,
-    started: std::time::Instant,
+    started: Instant,
     deadline: Duration,
 ) -> Option<std::process::ExitStatus> {
     loop {
@@ -551,33 +770,16 @@ fn exit_within(
     }
 }
 
-/// What the renderer's reply (`out`), its stderr and its exit `status` say: the text, the
-/// limit it reached, or how it failed.
-fn answer(
-    out: &[u8],
-    err: &[u8],
-    status: Option<std::process::ExitStatus>,
-    sandbox: &Sandbox,
-    limits: Limits,
-) -> Result<String, TemplateError> {
-    if let Ok(reply) = serde_json::from_slice::<Reply>(out) {
-        return match reply {
-            Reply::Ok(text) => Ok(text),
-            Reply::Fuel => Err(TemplateError::Fuel { fuel: limits.fuel }),
-            Reply::Output => Err(TemplateError::Output { cap: limits.output }),
-            Reply::Failed => Err(TemplateError::Failed),
-            Reply::Render(message) => Err(TemplateError::Render(message)),
-        };
-    }
+/// Why a renderer's process ended without a reply, from its stderr (`err`) and its exit
+/// `status`: its memory limit (`memory`), or another reason.
+fn ended(err: &[u8], status: Option<std::process::ExitStatus>, memory: u64) -> TemplateError {
     if String::from_utf8_lossy(err).contains("memory allocation of") {
-        return Err(TemplateError::Memory {
-            limit: sandbox.memory,
-        });
+        return TemplateError::Memory { limit: memory };
     }
-    Err(TemplateError::Crashed(match status {
+    TemplateError::Crashed(match status {
         Some(status) => status.to_string(),
         None => "it did not exit".to_owned(),
-    }))
+    })
 }
 
 /// Kills the renderer's process and reaps it (a killed process ends at once).
@@ -587,8 +789,8 @@ fn end(child: &mut std::process::Child) {
 }
 
 /// When this process was started as the chat template's renderer (`HELPER_ARG MEMORY` as its
-/// arguments), renders the job on its stdin and gives the exit code; otherwise `None`. The
-/// binary calls this first thing.
+/// arguments), serves the jobs on its stdin until it ends and gives the exit code; otherwise
+/// `None`. The binary calls this first thing.
 pub fn helper_main() -> Option<std::process::ExitCode> {
     let mut args = std::env::args_os().skip(1);
     if args.next()? != HELPER_ARG {
@@ -600,9 +802,8 @@ pub fn helper_main() -> Option<std::process::ExitCode> {
     Some(helper(memory))
 }
 
-/// The renderer's process: limits its memory, reads the job, answers it on stdout.
+/// The renderer's process: limits its memory, then answers each job on stdin on stdout.
 fn helper(memory: Option<u64>) -> std::process::ExitCode {
-    use std::io::{Read, Write};
     use std::process::ExitCode;
     // A rendering that cannot be bounded does not run.
     let Some(memory) = memory else {
@@ -613,31 +814,34 @@ fn helper(memory: Option<u64>) -> std::process::ExitCode {
         eprintln!("{HELPER_ARG}: cannot limit memory: {e}");
         return ExitCode::from(2);
     }
-    let mut input = Vec::new();
-    if io::stdin().lock().read_to_end(&mut input).is_err() {
-        return ExitCode::FAILURE;
+    let mut output = io::BufWriter::new(io::stdout().lock());
+    match serve(&mut io::stdin().lock(), &mut output) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(_) => ExitCode::FAILURE,
     }
-    let Ok(job) = serde_json::from_slice::<OwnedJob>(&input) else {
-        return ExitCode::FAILURE;
-    };
-    drop(input);
-    let limits = Limits {
-        fuel: job.fuel,
-        output: job.output,
-        deadline: DEADLINE,
-    };
-    let reply = match run(&job.template, job.context, limits) {
-        Ok(text) => Reply::Ok(text),
-        Err(TemplateError::Fuel { .. }) => Reply::Fuel,
-        Err(TemplateError::Output { .. }) => Reply::Output,
-        Err(TemplateError::Render(message)) => Reply::Render(message),
-        Err(_) => Reply::Failed,
-    };
-    let mut out = io::stdout().lock();
-    match serde_json::to_writer(&mut out, &reply).map(|()| out.flush()) {
-        Ok(Ok(())) => ExitCode::SUCCESS,
-        _ => ExitCode::FAILURE,
+}
+
+/// Answers each job framed on `input` with its reply framed on `output`, until the input ends.
+fn serve(input: &mut impl io::Read, output: &mut impl io::Write) -> io::Result<()> {
+    while let Some(frame) = read_frame(input, u64::MAX)? {
+        let job = serde_json::from_slice::<OwnedJob>(&frame);
+        drop(frame);
+        let reply = match job {
+            Ok(job) => {
+                let limits = Limits {
+                    fuel: job.fuel,
+                    output: job.output,
+                    deadline: DEADLINE,
+                };
+                Reply::of(run(&job.template, job.context, limits))
+            }
+            Err(_) => Reply::Failed,
+        };
+        let bytes = serde_json::to_vec(&reply).map_err(io::Error::other)?;
+        drop(reply);
+        write_frame(output, &bytes)?;
     }
+    Ok(())
 }
 
 /// Limits this process's address space to what it uses now plus `memory` bytes, and its core
@@ -819,6 +1023,55 @@ mod tests {
             std::thread::sleep(Duration::from_millis(50));
         }
         assert_eq!(guarded("hi", json!({}), limits, &LATE).unwrap(), "hi");
+    }
+
+    /// A job for the renderer's process: `template` with `context`, within the base limits.
+    fn job(template: &str, context: &serde_json::Value) -> Vec<u8> {
+        serde_json::to_vec(&Job {
+            template,
+            context,
+            fuel: FUEL,
+            output: OUTPUT,
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn the_renderer_answers_each_job_in_turn_until_its_input_ends() {
+        // Two jobs and something that is not one, framed one after the other …
+        let context = json!({"name": "x"});
+        let mut input = Vec::new();
+        write_frame(&mut input, &job("hi {{ name }}", &context)).unwrap();
+        write_frame(&mut input, &job("{{ nope(", &context)).unwrap();
+        write_frame(&mut input, b"not a job").unwrap();
+        let mut output = Vec::new();
+        serve(&mut input.as_slice(), &mut output).unwrap();
+        // … are answered in order, each reply a frame; the end of the input ends the serving.
+        let mut replies = output.as_slice();
+        let mut next = || {
+            let frame = read_frame(&mut replies, 1 << 20).unwrap().unwrap();
+            serde_json::from_slice::<Reply>(&frame).unwrap()
+        };
+        assert!(matches!(next(), Reply::Ok(text) if text == "hi x"));
+        assert!(matches!(next(), Reply::Render(_)));
+        assert!(matches!(next(), Reply::Failed));
+        assert!(read_frame(&mut replies, 1 << 20).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_frame_over_its_cap_or_cut_short_is_refused() {
+        let mut bytes = Vec::new();
+        write_frame(&mut bytes, &[7; 100]).unwrap();
+        assert_eq!(
+            read_frame(&mut bytes.as_slice(), 100).unwrap(),
+            Some(vec![7; 100])
+        );
+        // Longer than the reader takes: refused before it is read.
+        assert!(read_frame(&mut bytes.as_slice(), 99).is_err());
+        // The body cut short fails; no length at all (or part of one) is the end.
+        assert!(read_frame(&mut &bytes[..50], 100).is_err());
+        assert!(read_frame(&mut &bytes[..3], 100).unwrap().is_none());
+        assert!(read_frame(&mut &bytes[..0], 100).unwrap().is_none());
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! this one, and the next prompt renders.
 
 use agent_as_model::call::{Role, Turn};
-use agent_as_model::local::template::{self, Sandbox};
+use agent_as_model::local::template::{self, Renderer, Sandbox};
 use agent_as_model::wire::openai::{Reader, messages};
 use std::time::Duration;
 
@@ -69,4 +69,94 @@ fn a_hostile_template_ends_its_renderer_not_the_server() {
     });
     assert!(e.contains("chat template ran too long (over 10s)"), "{e}");
     assert_eq!(rendered(&sandbox, None).unwrap(), prompt);
+}
+
+/// `hi` rendered with the template `t` (ChatML without one) by `renderer`.
+fn kept(renderer: &Renderer, t: Option<&str>) -> Result<String, template::TemplateError> {
+    renderer.render(t, &template::Chat::new(&hi(), &[]))
+}
+
+/// The engines' renderer: its process, started for the first prompt, renders every prompt
+/// after it; prompts at the same time each have one, and one is kept.
+#[test]
+fn one_renderer_process_renders_prompt_after_prompt() {
+    let renderer = Renderer::new(sandboxed(256 << 20));
+    assert_eq!(renderer.pid(), None, "started when first needed");
+    let prompt = kept(&renderer, None).unwrap();
+    let pid = renderer.pid().unwrap();
+    for _ in 0..50 {
+        assert_eq!(kept(&renderer, None).unwrap(), prompt);
+        assert_eq!(renderer.pid(), Some(pid));
+    }
+    assert_eq!(renderer.spawned(), 1);
+    let apart = renderer.clone();
+    let all = crate::common::before_blocking(Duration::from_secs(30), "four threads", move || {
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let renderer = apart.clone();
+                std::thread::spawn(move || (0..20).map(|_| kept(&renderer, None)).collect())
+            })
+            .collect();
+        let rendered: Vec<Vec<_>> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        rendered.into_iter().flatten().collect::<Vec<_>>()
+    });
+    assert_eq!(all.len(), 80);
+    assert!(
+        all.iter()
+            .all(|p| p.as_deref().ok() == Some(prompt.as_str()))
+    );
+    assert!(renderer.pid().is_some());
+}
+
+/// Whether the process `pid` is gone: reaped, or killed and not yet reaped.
+fn gone(pid: u32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The state follows the command's name in parentheses.
+    stat.rsplit_once(") ")
+        .is_none_or(|(_, rest)| rest.starts_with('Z') || rest.starts_with('X'))
+}
+
+/// A renderer process that ends (past its memory), that is killed at the deadline, or that is
+/// killed from outside while it waits, is replaced: the next prompt renders in a fresh one.
+#[test]
+fn a_renderer_process_that_ends_is_replaced() {
+    let renderer = Renderer::new(sandboxed(256 << 20));
+    let prompt = kept(&renderer, None).unwrap();
+    let first = renderer.pid().unwrap();
+    let t = "{% set s = ['x' * 1000000] * 4096 %}{{ s | join('') | length }}";
+    let e = kept(&renderer, Some(t)).unwrap_err().to_string();
+    assert!(
+        e.contains("chat template used more than 268435456 bytes"),
+        "{e}"
+    );
+    assert!(renderer.pid().is_none() && gone(first));
+    assert_eq!(kept(&renderer, None).unwrap(), prompt);
+    let second = renderer.pid().unwrap();
+    assert_eq!((renderer.spawned(), second != first), (2, true));
+
+    // Killed while it waits for the next prompt: that prompt goes to a fresh process.
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &second.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let started = std::time::Instant::now();
+    while !gone(second) {
+        assert!(started.elapsed() < Duration::from_secs(10), "never ended");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(kept(&renderer, None).unwrap(), prompt);
+    let third = renderer.pid().unwrap();
+    assert_eq!(renderer.spawned(), 3);
+
+    // Slow steps: killed at the deadline (and reaped), and the next prompt renders.
+    let t = "{% for a in range(100000) %}{% set x = 'x' * (10000000 - a) %}{% endfor %}";
+    let apart = renderer.clone();
+    let e = crate::common::before_blocking(Duration::from_secs(20), "the deadline", move || {
+        kept(&apart, Some(t)).unwrap_err().to_string()
+    });
+    assert!(e.contains("chat template ran too long (over 10s)"), "{e}");
+    assert!(!std::path::Path::new(&format!("/proc/{third}")).exists());
+    assert_eq!(kept(&renderer, None).unwrap(), prompt);
+    assert_eq!(renderer.spawned(), 4);
 }
