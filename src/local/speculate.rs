@@ -21,7 +21,7 @@ pub enum Speculative {
 }
 
 /// The most tokens drafted a step.
-pub const MAX_DRAFT: usize = 8;
+pub const MAX_DRAFT: usize = 16;
 /// The longest and shortest run of last tokens looked up.
 const LONGEST: usize = 4;
 const SHORTEST: usize = 2;
