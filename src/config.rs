@@ -463,7 +463,7 @@ pub struct LocalArgs {
     pub speculative: crate::local::speculate::Speculative,
 
     /// The bytes the prompt cache on disk may hold (with a unit: `8G`, `512M`): past it, the
-    /// files used longest ago are removed
+    /// files used longest ago are removed; 0: no prompt cache on disk
     #[arg(long, env = "AGENT_AS_MODEL_PROMPT_CACHE_MAX_BYTES", value_parser = byte_size,
           default_value = "8G")]
     pub prompt_cache_max_bytes: u64,

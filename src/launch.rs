@@ -82,6 +82,7 @@ pub fn server_config(argv: &[String]) -> Result<(Config, Endpoint, Vec<String>),
     config.auth_token = Some(token.clone());
     config.command = None;
     answered_here(&mut config);
+    keeps_prompts(&mut config);
     let endpoint = Endpoint {
         url: format!("http://{port}"),
         address: port,
@@ -95,6 +96,17 @@ pub fn server_config(argv: &[String]) -> Result<(Config, Endpoint, Vec<String>),
 fn answered_here(config: &mut Config) {
     if config.models.is_none() && config.backend == Backend::Host {
         config.backend = Backend::Local;
+    }
+}
+
+/// A launched CLI's long first prompt is kept on disk (in the models' cache folder) unless
+/// `--prompt-cache-dir` says where (`--prompt-cache-max-bytes 0`: nowhere): the next launch
+/// reads it back instead of the model reading it again.
+fn keeps_prompts(config: &mut Config) {
+    if config.local.prompt_cache_dir.is_none()
+        && let Ok(cache) = crate::local::fetch::cache_dir()
+    {
+        config.local.prompt_cache_dir = Some(cache.join("prompts"));
     }
 }
 
@@ -523,6 +535,29 @@ mod tests {
         assert!(endpoint.address.ip().is_loopback());
         assert_eq!(config.auth_token.as_deref(), Some(endpoint.token.as_str()));
         assert!(config.command.is_none());
+        // Its long prompts are kept on disk, in the models' cache, unless told otherwise.
+        let kept = config.local.prompt_cache_dir.unwrap();
+        assert_eq!(
+            kept,
+            crate::local::fetch::cache_dir().unwrap().join("prompts")
+        );
+        let (config, _, _) = launch(&[
+            "agent-as-model",
+            "launch",
+            "codex",
+            "--prompt-cache-dir",
+            "/p",
+        ]);
+        assert_eq!(config.local.prompt_cache_dir, Some("/p".into()));
+        let (config, _, _) = launch(&[
+            "agent-as-model",
+            "launch",
+            "codex",
+            "--prompt-cache-max-bytes",
+            "0",
+        ]);
+        let settings = crate::local::LocalSettings::from_config(&config).unwrap();
+        assert_eq!(settings.prompt_cache, None);
         // A backend named stays.
         let (config, _, rest) =
             launch(&["agent-as-model", "launch", "codex", "--backend", "provider"]);

@@ -111,10 +111,12 @@ impl LocalSettings {
             label: "local".into(),
             gpu_layers: config.local.gpu_layers,
             speculative: config.local.speculative,
+            // No bytes for it: none.
             prompt_cache: config
                 .local
                 .prompt_cache_dir
                 .clone()
+                .filter(|_| config.local.prompt_cache_max_bytes > 0)
                 .map(|dir| prompt_cache::Settings {
                     dir,
                     max_bytes: config.local.prompt_cache_max_bytes,
