@@ -635,7 +635,7 @@ fn fitted_weights(
             let layers = u32::try_from(placed)
                 .ok()
                 .filter(|&n| n <= model.n_layer())
-                .map_or_else(|| "all".to_owned(), |n| n.to_string());
+                .map_or_else(|| ALL_LAYERS.to_owned(), |n| n.to_string());
             Weights::on(model, layers, context)
         }
         // Where they do not fit, the CPU, and the log says so.
@@ -653,6 +653,9 @@ fn fitted_weights(
         }
     })
 }
+
+/// [`Info::gpu_layers`] of a model whose every layer, the output's too, is on a GPU.
+const ALL_LAYERS: &str = "all";
 
 /// Memory llama.cpp's fit leaves free on each device, as llama-server's `--fit-target` does.
 const FIT_MARGIN_BYTES: usize = 1 << 30;
@@ -944,6 +947,13 @@ impl Model {
     /// Counts the tokens of a text.
     pub fn count(&self, text: &str) -> usize {
         self.tokenize(text).len()
+    }
+
+    /// Whether a step of the model runs on the CPU: it does unless every layer, the output's
+    /// too, is on a GPU (then the CPU only hands the step over, and other models need not wait
+    /// for the pool's CPU turn).
+    pub fn on_cpu(&self) -> bool {
+        self.info.gpu_layers != ALL_LAYERS
     }
 
     /// Whether the model's cache can be cut back to a prefix (a recurrent model's cannot), as

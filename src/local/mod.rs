@@ -911,7 +911,7 @@ impl<'m> Embedding<'m> {
         let Some(embed) = self.current.take().filter(|e| !e.reply.is_closed()) else {
             return false;
         };
-        let _cpu = member.cpu();
+        let _cpu = model.on_cpu().then(|| member.cpu());
         self.current = embed_step(model, &mut self.embedder, embed);
         true
     }
@@ -919,7 +919,7 @@ impl<'m> Embedding<'m> {
     /// Begins `embed` with its first text; the rest follow a step at a time. (One is never
     /// begun while another is in progress; one handed in then is made whole.)
     fn begin(&mut self, model: &'m engine::Model, member: &pool::Member, embed: Embed) {
-        let _cpu = member.cpu();
+        let _cpu = model.on_cpu().then(|| member.cpu());
         let rest = embed_step(model, &mut self.embedder, embed);
         if self.current.is_none() {
             self.current = rest;
@@ -1271,7 +1271,8 @@ impl Worker {
     fn step(&self, slots: &mut Slots, member: &pool::Member) {
         self.counters.busy.store(slots.busy(), Ordering::Relaxed);
         if !slots.is_idle() {
-            let _cpu = member.cpu();
+            // A model whose layers are all on a GPU does not wait for the CPU's turn.
+            let _cpu = slots.on_cpu().then(|| member.cpu());
             slots.step();
         }
         self.counters.busy.store(slots.busy(), Ordering::Relaxed);

@@ -332,6 +332,11 @@ impl<'m> Slots<'m> {
         self.ctx = ctx;
     }
 
+    /// Whether a step runs on the CPU (see [`Model::on_cpu`]), and so takes the pool's turn.
+    pub fn on_cpu(&self) -> bool {
+        self.model.on_cpu()
+    }
+
     pub fn is_idle(&self) -> bool {
         self.slots.iter().all(|s| s.active.is_none())
     }
