@@ -149,14 +149,7 @@ async fn status_line(stream: &mut TcpStream) -> String {
 
 /// The embedded model's queue depth and busy slots, as `/metrics` says.
 async fn queue(url: &str) -> (u64, u64) {
-    let text = http_client()
-        .get(format!("{url}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = crate::common::metrics_text(url).await;
     let gauge = |name: &str| {
         text.lines()
             .find_map(|l| l.strip_prefix(&format!("agent_as_model_{name}{{model=\"local\"}} ")))

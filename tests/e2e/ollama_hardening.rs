@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 const ANSWER: &str = "The capital of France is Paris.";
 
 /// A request with the server's token: status, headers and the body as JSON (null if none).
-async fn send(
+pub async fn send(
     server: &Server,
     method: reqwest::Method,
     path: &str,

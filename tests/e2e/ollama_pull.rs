@@ -5,27 +5,13 @@
 //! scripted Hub's file is none, and a call that reaches it is told so, naming it); the last
 //! pulls the embedded model's file under an `hf:` name and chats with it.
 
-use crate::api_sdks::{Server, TOKEN, folder};
-use crate::common::http_client;
+use crate::api_sdks::{Server, folder};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 
 /// A request with the server's token: its status and JSON body (null if none).
 async fn call(server: &Server, method: reqwest::Method, path: &str, body: &Value) -> (u16, Value) {
-    let r = http_client()
-        .request(method, format!("{}{path}", server.url))
-        .bearer_auth(TOKEN)
-        .json(body)
-        .send()
-        .await
-        .unwrap();
-    let status = r.status().as_u16();
-    let text = r.text().await.unwrap();
-    let json = if text.trim().is_empty() {
-        Value::Null
-    } else {
-        serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
-    };
+    let (status, _, json) = crate::ollama_hardening::send(server, method, path, body).await;
     (status, json)
 }
 

@@ -2,7 +2,7 @@
 //! that rewrites its input is the same with drafts as without, and the drafts and the tokens
 //! kept of them are counted on `/metrics` under vLLM's names.
 
-use crate::common::http_client;
+use crate::common::metrics_text;
 use crate::common::server::{HttpServer, Server};
 use crate::http_api::post;
 use serde_json::{Value, json};
@@ -42,14 +42,7 @@ async fn answer(server: &HttpServer) -> String {
 
 /// The value of the metric line starting with `name` (and a label set) on `/metrics`.
 async fn metric(server: &HttpServer, name: &str) -> f64 {
-    let text = http_client()
-        .get(format!("{}/metrics", server.url))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = metrics_text(&server.url).await;
     text.lines()
         .find(|l| l.starts_with(&format!("{name}{{")))
         .and_then(|l| l.rsplit(' ').next())

@@ -402,6 +402,18 @@ pub fn http_client() -> reqwest::Client {
     reqwest::Client::new()
 }
 
+/// The text of `url`'s `/metrics` (a server started without a token).
+pub async fn metrics_text(url: &str) -> String {
+    http_client()
+        .get(format!("{url}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
 /// A loopback port nobody listens on right now (the benchmarks' helper).
 #[path = "../../../benches/common/port.rs"]
 mod port;
