@@ -459,8 +459,8 @@ pub struct LocalArgs {
     /// repeats its input), and every drafted token is checked by the model, so answers do not
     /// change; `none` decodes one token a step
     #[arg(long, env = "AGENT_AS_MODEL_SPECULATIVE", value_enum,
-          default_value_t = crate::local::speculate::Speculative::None)]
-    pub speculative: crate::local::speculate::Speculative,
+          default_value_t = Speculative::None)]
+    pub speculative: Speculative,
 
     /// The bytes the prompt cache on disk may hold (with a unit: `8G`, `512M`): past it, the
     /// files used longest ago are removed; 0: no prompt cache on disk
@@ -483,6 +483,18 @@ pub struct LocalArgs {
     #[arg(long, env = "AGENT_AS_MODEL_CHAT_TEMPLATE_MEMORY_BYTES", default_value_t = 1 << 30,
           value_parser = clap::value_parser!(u64).range(16 << 20..))]
     pub chat_template_memory_bytes: u64,
+}
+
+/// How a local model drafts tokens to decode several a step (`--speculative`; see
+/// `local::speculate`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Speculative {
+    /// No drafts: one token a step.
+    #[default]
+    None,
+    /// Drafts looked up in the sequence itself (its prompt and answer so far).
+    Ngram,
 }
 
 /// The OpenAI-compatible provider.

@@ -499,6 +499,33 @@ mod tests {
     }
 
     #[test]
+    fn a_launched_clis_long_prompts_are_kept_on_disk_unless_told_otherwise() {
+        let (config, _, _) = launch(&["agent-as-model", "launch", "claude"]);
+        let kept = config.local.prompt_cache_dir.unwrap();
+        assert_eq!(
+            kept,
+            crate::local::fetch::cache_dir().unwrap().join("prompts")
+        );
+        let (config, _, _) = launch(&[
+            "agent-as-model",
+            "launch",
+            "codex",
+            "--prompt-cache-dir",
+            "/p",
+        ]);
+        assert_eq!(config.local.prompt_cache_dir, Some("/p".into()));
+        let (config, _, _) = launch(&[
+            "agent-as-model",
+            "launch",
+            "codex",
+            "--prompt-cache-max-bytes",
+            "0",
+        ]);
+        let settings = crate::local::LocalSettings::from_config(&config).unwrap();
+        assert_eq!(settings.prompt_cache, None);
+    }
+
+    #[test]
     fn server_options_go_before_launch_or_after_the_cli_and_its_arguments_after_the_dashes() {
         let (config, endpoint, rest) = launch(&[
             "agent-as-model",
@@ -535,29 +562,6 @@ mod tests {
         assert!(endpoint.address.ip().is_loopback());
         assert_eq!(config.auth_token.as_deref(), Some(endpoint.token.as_str()));
         assert!(config.command.is_none());
-        // Its long prompts are kept on disk, in the models' cache, unless told otherwise.
-        let kept = config.local.prompt_cache_dir.unwrap();
-        assert_eq!(
-            kept,
-            crate::local::fetch::cache_dir().unwrap().join("prompts")
-        );
-        let (config, _, _) = launch(&[
-            "agent-as-model",
-            "launch",
-            "codex",
-            "--prompt-cache-dir",
-            "/p",
-        ]);
-        assert_eq!(config.local.prompt_cache_dir, Some("/p".into()));
-        let (config, _, _) = launch(&[
-            "agent-as-model",
-            "launch",
-            "codex",
-            "--prompt-cache-max-bytes",
-            "0",
-        ]);
-        let settings = crate::local::LocalSettings::from_config(&config).unwrap();
-        assert_eq!(settings.prompt_cache, None);
         // A backend named stays.
         let (config, _, rest) =
             launch(&["agent-as-model", "launch", "codex", "--backend", "provider"]);

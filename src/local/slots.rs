@@ -377,27 +377,7 @@ impl<'m> Slots<'m> {
         let Some(slot) = self.slots.get_mut(index) else {
             return;
         };
-        let keep = if keep < slot.cached.len() {
-            let cut = u32::try_from(keep).unwrap_or(0);
-            match self
-                .ctx
-                .clear_kv_cache_seq(Some(slot.seq as u32), Some(cut), None)
-            {
-                Ok(true) => keep,
-                // A cache that cannot be cut back (a recurrent model's) starts again.
-                _ => {
-                    let _ = self
-                        .ctx
-                        .clear_kv_cache_seq(Some(slot.seq as u32), None, None);
-                    0
-                }
-            }
-        } else {
-            keep
-        };
-        slot.cached.truncate(keep);
-        slot.prompt = slot.prompt.min(keep);
-        slot.saved = slot.saved.min(keep);
+        let keep = cut_back(&mut self.ctx, slot, keep);
         self.admitted += 1;
         slot.used = self.admitted;
         let text = Text::new(&call.params.stop);
@@ -566,6 +546,39 @@ impl<'m> Slots<'m> {
         ((fits / STEP_QUANTUM).max(1) * STEP_QUANTUM).min(self.model.info().step)
     }
 
+    /// Puts in the batch the token each answer needs next, and the tokens drafted after it,
+    /// within `room`; each one's place is `wanted`.
+    fn next_tokens(&mut self, wanted: &mut Vec<(usize, i32)>, room: &mut usize) {
+        for (index, slot) in self.slots.iter_mut().enumerate() {
+            let Some(active) = slot.active.as_mut() else {
+                continue;
+            };
+            let Some(token) = active.next.take() else {
+                continue;
+            };
+            let at = self.batch.n_tokens();
+            if !add(&mut self.batch, token, slot.cached.len(), slot.seq, true) {
+                continue;
+            }
+            slot.cached.push(token);
+            wanted.push((index, at));
+            *room = room.saturating_sub(1);
+            let most = draft_room(self.speculative, active, slot.cached.len(), self.size);
+            for draft in speculate::ngram(&slot.cached, most.min(*room)) {
+                let at = self.batch.n_tokens();
+                if !add(&mut self.batch, draft, slot.cached.len(), slot.seq, true) {
+                    break;
+                }
+                slot.cached.push(draft);
+                active.drafts.push_back(draft);
+                wanted.push((index, at));
+                *room = room.saturating_sub(1);
+            }
+            let drafted = active.drafts.len() as u64;
+            self.counters.drafted.fetch_add(drafted, Ordering::Relaxed);
+        }
+    }
+
     /// Fills the batch: first the token each answer needs next, then chunks of prompts, the
     /// room shared among them. Returns the slots whose logits are wanted, with their place in
     /// the batch.
@@ -573,32 +586,7 @@ impl<'m> Slots<'m> {
         self.batch.clear();
         let mut wanted = Vec::new();
         let mut room = self.room();
-        for (index, slot) in self.slots.iter_mut().enumerate() {
-            let Some(active) = slot.active.as_mut() else {
-                continue;
-            };
-            if let Some(token) = active.next.take() {
-                let at = self.batch.n_tokens();
-                if add(&mut self.batch, token, slot.cached.len(), slot.seq, true) {
-                    slot.cached.push(token);
-                    wanted.push((index, at));
-                    room = room.saturating_sub(1);
-                    let most = draft_room(self.speculative, active, slot.cached.len(), self.size);
-                    for draft in speculate::ngram(&slot.cached, most.min(room)) {
-                        let at = self.batch.n_tokens();
-                        if !add(&mut self.batch, draft, slot.cached.len(), slot.seq, true) {
-                            break;
-                        }
-                        slot.cached.push(draft);
-                        active.drafts.push_back(draft);
-                        wanted.push((index, at));
-                        room = room.saturating_sub(1);
-                    }
-                    let drafted = active.drafts.len() as u64;
-                    self.counters.drafted.fetch_add(drafted, Ordering::Relaxed);
-                }
-            }
-        }
+        self.next_tokens(&mut wanted, &mut room);
         let mut reading = self
             .slots
             .iter()
@@ -762,6 +750,27 @@ impl<'m> Slots<'m> {
             let _ = active.call.reply.send(Err(LocalError::Engine(why.clone())));
         }
     }
+}
+
+/// Cuts a slot's cache back to its first `keep` tokens (a cache that cannot be cut, a recurrent
+/// model's, starts again); the tokens it keeps.
+fn cut_back(ctx: &mut LlamaContext<'_>, slot: &mut Slot, keep: usize) -> usize {
+    let keep = if keep < slot.cached.len() {
+        let cut = u32::try_from(keep).unwrap_or(0);
+        match ctx.clear_kv_cache_seq(Some(slot.seq as u32), Some(cut), None) {
+            Ok(true) => keep,
+            _ => {
+                let _ = ctx.clear_kv_cache_seq(Some(slot.seq as u32), None, None);
+                0
+            }
+        }
+    } else {
+        keep
+    };
+    slot.cached.truncate(keep);
+    slot.prompt = slot.prompt.min(keep);
+    slot.saved = slot.saved.min(keep);
+    keep
 }
 
 /// The tokens an answer may draft after its next one, whose cache is `cached` tokens long: none

@@ -7,18 +7,8 @@
 //! the answer is still sampled from the model, so the answer is the one decoding without drafts
 //! gives; an agent's edit or rewrite, which repeats its input, is decoded several tokens a step.
 
+pub use crate::config::Speculative;
 use llama_cpp_2::token::LlamaToken;
-
-/// How a model drafts tokens, if it does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Speculative {
-    /// No drafts: one token a step.
-    #[default]
-    None,
-    /// Drafts looked up in the sequence itself (its prompt and answer so far).
-    Ngram,
-}
 
 /// The most tokens drafted a step.
 pub const MAX_DRAFT: usize = 16;

@@ -53,7 +53,7 @@ struct RawEntry {
     /// A local model's prompt cache on disk: a folder, or `""` for none.
     prompt_cache_dir: Option<PathBuf>,
     /// How a local model drafts tokens: `"ngram"` or `"none"`.
-    speculative: Option<crate::local::speculate::Speculative>,
+    speculative: Option<crate::config::Speculative>,
 }
 
 /// How well an entry does on each of MCP's model priorities, 0 to 1 (higher is better: a
@@ -95,7 +95,7 @@ pub struct LocalSpec {
     /// Its prompt cache's folder (empty: none); `None`: the setting's.
     pub prompt_cache_dir: Option<PathBuf>,
     /// How it drafts tokens; `None`: the setting's.
-    pub speculative: Option<crate::local::speculate::Speculative>,
+    pub speculative: Option<crate::config::Speculative>,
 }
 
 /// What answers an entry.
@@ -624,7 +624,7 @@ backend = "local"
                 keep_alive: Some(600),
                 gpu_layers: Some(crate::config::GpuLayers::Count(12)),
                 prompt_cache_dir: Some("/var/cache/prompts".into()),
-                speculative: Some(crate::local::speculate::Speculative::Ngram),
+                speculative: Some(crate::config::Speculative::Ngram),
                 ..LocalSpec::default()
             })
         );
