@@ -1020,10 +1020,13 @@ pub fn body(model: &str, request: &ModelRequest) -> Value {
     if let Some(s) = request.base.tuning.seed {
         body.insert("seed".into(), json!(s));
     }
-    for (name, value) in request.base.samplers.named() {
-        if Samplers::OPENAI.contains(&name) {
-            body.insert(name.into(), value);
-        }
+    // Of the samplers, OpenAI's API takes the two penalties (`Samplers::OPENAI`).
+    let samplers = &request.base.samplers;
+    if let Some(p) = samplers.presence_penalty {
+        body.insert("presence_penalty".into(), json!(p));
+    }
+    if let Some(p) = samplers.frequency_penalty {
+        body.insert("frequency_penalty".into(), json!(p));
     }
     if !request.base.stop.is_empty() {
         body.insert("stop".into(), json!(request.base.stop));

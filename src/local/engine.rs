@@ -606,11 +606,16 @@ fn load_weights(
         );
     }
     Ok(match (asked, gpu) {
-        (GpuLayers::Count(n), Some(_)) => Weights::on(
-            load(&LlamaModelParams::default().with_n_gpu_layers(n))?,
-            n.to_string(),
-            None,
-        ),
+        (GpuLayers::Count(n), Some(_)) => {
+            let model = load(&LlamaModelParams::default().with_n_gpu_layers(n))?;
+            // More than the model's layers: every one, the output's too, as a fit says.
+            let layers = if n > model.n_layer() {
+                ALL_LAYERS.to_owned()
+            } else {
+                n.to_string()
+            };
+            Weights::on(model, layers, None)
+        }
         // No GPU: the CPU, as llama.cpp runs it by default.
         (_, None) => Weights::on(load(&LlamaModelParams::default())?, "0".to_owned(), None),
         (GpuLayers::Auto, Some(gpu)) => fitted_weights(load, path, settings, gpu)?,
@@ -1213,16 +1218,16 @@ impl Text {
     /// The text not handed on yet that can no longer become part of a stop sequence (up to
     /// `end`, where one begins, once it is met), now handed on: the answer's reader never
     /// sees a stop sequence or what follows it.
-    pub fn unread(&mut self, end: Option<usize>) -> String {
+    pub fn unread(&mut self, end: Option<usize>) -> &str {
         let safe = end.unwrap_or_else(|| self.text.len().saturating_sub(self.stops.held()));
-        match self.text.get(self.read..safe) {
+        let from = self.read;
+        match self.text.get(from..safe) {
             Some(part) => {
-                let part = part.to_owned();
                 self.read = safe;
                 part
             }
             // Not a character boundary yet, or nothing new.
-            None => String::new(),
+            None => "",
         }
     }
 

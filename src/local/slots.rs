@@ -358,7 +358,7 @@ impl<'m> Slots<'m> {
             let _ = call.reply.send(Err(LocalError::NoFreeSlot));
             return;
         };
-        let shared = self.restore(index, &call.prompt).unwrap_or(shared);
+        let shared = self.restore(index, &call.prompt, shared).unwrap_or(shared);
         if call.budget == 0 {
             let output = Output {
                 text: String::new(),
@@ -399,12 +399,15 @@ impl<'m> Slots<'m> {
     /// Reads into slot `index` the prompt cache on disk's longest saved prefix of `prompt`,
     /// when it holds [`RESTORE_AT_LEAST`] tokens more than the slot's own cache shares with
     /// it: the tokens the slot then shares with `prompt` (none after a file that failed).
-    fn restore(&mut self, index: usize, prompt: &[LlamaToken]) -> Option<usize> {
+    fn restore(&mut self, index: usize, prompt: &[LlamaToken], shared: usize) -> Option<usize> {
+        // A prompt the disk cannot give enough more of is not looked up (no folder read).
+        if prompt.len() < shared + RESTORE_AT_LEAST {
+            return None;
+        }
         let Slots {
             disk, ctx, slots, ..
         } = self;
         let (disk, slot) = (disk.as_ref()?, slots.get_mut(index)?);
-        let shared = common_prefix(&slot.cached, prompt);
         let saved = disk.find(prompt, shared + RESTORE_AT_LEAST - 1)?;
         let started = std::time::Instant::now();
         slot.cached.clear();
@@ -685,7 +688,7 @@ impl<'m> Slots<'m> {
         }
         start_lazy(model, active, &new);
         let readable = active.text.unread(stop.as_ref().map(|(at, _)| *at));
-        active.call.reader.read(active.generated, &readable);
+        active.call.reader.read(active.generated, readable);
         if let Some((at, stop)) = stop {
             let finish = Finish::StopSequence(Some(stop));
             return self.finish(index, finish, Some(at));

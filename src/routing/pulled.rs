@@ -88,9 +88,10 @@ impl Pulled {
         self.read()
             .iter()
             .map(|e| {
+                // Pulled models are embedded models: never the host's.
                 let mut item = match &e.answerer {
                     Answerer::Model(model) => model.describe(),
-                    Answerer::Host { .. } => json!({}),
+                    Answerer::Host { .. } => Value::Null,
                 };
                 if let Some(o) = item.as_object_mut() {
                     o.insert("id".into(), json!(e.name));
@@ -104,13 +105,15 @@ impl Pulled {
             .collect()
     }
 
-    /// Forgets the pulled model named `name`; whether there was one. Calls it is answering
-    /// finish; its engine stops once they have.
-    fn remove(&self, name: &str) -> bool {
-        let mut entries = self.write();
-        let before = entries.len();
-        entries.retain(|e| e.name != name);
-        entries.len() < before
+    /// Whether a model named `name` was pulled.
+    fn has(&self, name: &str) -> bool {
+        self.read().iter().any(|e| e.name == name)
+    }
+
+    /// Forgets the pulled model named `name`. Calls it is answering finish; its engine stops
+    /// once they have.
+    fn remove(&self, name: &str) {
+        self.write().retain(|e| e.name != name);
     }
 }
 
@@ -252,7 +255,7 @@ impl Backends {
             file: clip(&name).into_owned(),
         };
         let path = file.cached().map_err(|_| not_found())?;
-        let pulled = self.pulled.find(&name).is_some();
+        let pulled = self.pulled.has(&name);
         if !pulled && !path.is_file() {
             return Err(not_found());
         }
