@@ -175,6 +175,32 @@ pub struct CompletionRequest {
     /// Keyword arguments for the model's chat template (`chat_template_kwargs`, as llama-server
     /// and vLLM take them), merged into its context.
     pub template_kwargs: Map<String, Value>,
+    /// Log-probabilities of the answer's tokens, asked for with this many likeliest
+    /// alternatives at each place (`None`: not asked; at most [`MAX_TOP_LOGPROBS`]).
+    pub logprobs: Option<u8>,
+}
+
+/// The most alternatives a caller may ask at each place of the answer (OpenAI's limit).
+pub const MAX_TOP_LOGPROBS: u8 = 20;
+
+/// One answer token's log-probability (natural log, over the model's whole vocabulary, before
+/// any sampler), and the likeliest tokens at its place, as the APIs report them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenLogprob {
+    pub token: String,
+    /// The token's bytes (a token may hold part of a character).
+    pub bytes: Vec<u8>,
+    pub logprob: f64,
+    /// The likeliest tokens at this place, most likely first.
+    pub top: Vec<TopLogprob>,
+}
+
+/// One of the likeliest tokens at a place of the answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TopLogprob {
+    pub token: String,
+    pub bytes: Vec<u8>,
+    pub logprob: f64,
 }
 
 /// The chat template's arguments that transformers sets itself, from the request, which

@@ -132,6 +132,8 @@ pub struct Params {
     pub mirostat: Option<Mirostat>,
     /// Tokens in the model's vocabulary (mirostat 1.0 estimates from it).
     pub vocabulary: usize,
+    /// Each answer token's log-probability is reported, with this many likeliest tokens.
+    pub logprobs: Option<usize>,
 }
 
 /// Penalties on the tokens among the last `last_n` seen, as llama.cpp applies them: such a
@@ -207,6 +209,8 @@ pub struct Output {
     pub finish: Finish,
     /// The prompt left the model inside its reasoning (the answer begins there).
     pub in_reasoning: bool,
+    /// Each answer token's log-probability, when they were asked for (else empty).
+    pub logprobs: Vec<crate::call::TokenLogprob>,
 }
 
 /// What the model says about itself, and where it runs.

@@ -12,6 +12,7 @@ pub mod fetch;
 pub mod format;
 pub mod hub;
 pub mod jinja;
+mod logprobs;
 pub mod pool;
 pub mod prompt_cache;
 pub mod queue;
@@ -1627,6 +1628,7 @@ fn params(
         typical_p: asked.typical_p,
         mirostat: mirostat(asked),
         vocabulary,
+        logprobs: request.base.logprobs.map(usize::from),
     }
 }
 
@@ -2019,6 +2021,7 @@ mod tests {
             completion_tokens: 9,
             finish: Finish::EndTurn,
             in_reasoning: false,
+            logprobs: Vec::new(),
         }
     }
 

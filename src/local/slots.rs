@@ -8,7 +8,7 @@ use super::LocalError;
 use super::engine::{EngineError, Model, Output, Params, Text};
 use super::prompt_cache::DiskCache;
 use super::speculate::{self, Speculative};
-use crate::call::{Finish, Stops};
+use crate::call::{Finish, Stops, TokenLogprob};
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::sampling::LlamaSampler;
@@ -25,6 +25,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 pub trait Reader {
     fn read(&mut self, tokens: usize, text: &str);
     fn end(self: Box<Self>, tokens: usize) -> Option<super::format::Answer>;
+    /// Told each answer token's log-probability, when they were asked for, before its text.
+    fn logprob(&mut self, _logprob: &TokenLogprob) {}
 }
 
 /// One call, ready for a slot.
@@ -170,6 +172,8 @@ struct Active {
     next: Option<LlamaToken>,
     generated: usize,
     text: Text,
+    /// Each answer token's log-probability so far, when they were asked for.
+    logprobs: Vec<TokenLogprob>,
 }
 
 struct Slot {
@@ -368,6 +372,7 @@ impl<'m> Slots<'m> {
                 completion_tokens: 0,
                 finish: Finish::MaxTokens,
                 in_reasoning: call.in_reasoning,
+                logprobs: Vec::new(),
             };
             let _ = call.reply.send(Ok(output));
             return;
@@ -392,6 +397,7 @@ impl<'m> Slots<'m> {
             next: None,
             generated: 0,
             text,
+            logprobs: Vec::new(),
         });
         self.publish();
     }
@@ -680,6 +686,12 @@ impl<'m> Slots<'m> {
         if model.is_end(token) {
             return self.finish(index, Finish::EndTurn, None);
         }
+        if let Some(top) = active.call.params.logprobs {
+            let logits = self.ctx.get_logits_ith(at);
+            let told = super::logprobs::of(model, logits, token, top, &active.call.shown);
+            active.call.reader.logprob(&told);
+            active.logprobs.push(told);
+        }
         active.generated += 1;
         active.answering.get_or_insert_with(std::time::Instant::now);
         let (new, stop) = active.text.push(&model.piece(token, &active.call.shown));
@@ -826,6 +838,7 @@ fn answered(
         text,
         generated,
         reused,
+        logprobs,
         ..
     } = active;
     let (text, rest) = text.end(cut);
@@ -841,6 +854,7 @@ fn answered(
         completion_tokens: generated,
         finish,
         in_reasoning: call.in_reasoning,
+        logprobs,
     };
     (output, call.reply)
 }

@@ -297,6 +297,7 @@ impl<'a> Common<'a> {
                 text: None,
                 reasoning: self.extras.reasoning,
                 template_kwargs: self.extras.template_kwargs,
+                logprobs: None,
             },
             mode,
             persona: self.persona,
