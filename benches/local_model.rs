@@ -18,7 +18,7 @@
 
 use agent_as_model::local::engine::{self, Model, Output, Params};
 use agent_as_model::local::fetch;
-use agent_as_model::local::slots::{self, Call, Counters, Slots};
+use agent_as_model::local::slots::{self, Call, Counters, Llama, Slots};
 use llguidance::api::TopLevelGrammar;
 use std::cell::Cell;
 use std::rc::Rc;
@@ -117,8 +117,13 @@ fn call(
     (call, answer, first)
 }
 
+/// Puts a call in the slots, which have room for it.
+fn admit(slots: &mut Slots<Llama<'_>>, call: Call) {
+    assert!(slots.place(call).is_none(), "no room for the call");
+}
+
 /// Steps the slots until `answer` arrives.
-fn until(slots: &mut Slots, answer: &mut Reply) -> Output {
+fn until(slots: &mut Slots<Llama<'_>>, answer: &mut Reply) -> Output {
     loop {
         if let Ok(out) = answer.try_recv() {
             return out.unwrap();
@@ -128,7 +133,7 @@ fn until(slots: &mut Slots, answer: &mut Reply) -> Output {
 }
 
 fn generate(
-    slots: &mut Slots,
+    slots: &mut Slots<Llama<'_>>,
     model: &Model,
     prompt: &str,
     max: usize,
@@ -136,7 +141,7 @@ fn generate(
 ) -> Run {
     let (c, mut answer, first) = call(model, prompt, max, grammar);
     let started = Instant::now();
-    slots.admit(c);
+    admit(slots, c);
     let out = until(slots, &mut answer);
     let total = started.elapsed().as_secs_f64();
     let ttft = first.get().map_or(total, |t| (t - started).as_secs_f64());
@@ -228,7 +233,11 @@ fn main() {
     }
     let model = model.unwrap();
     let counters = Arc::new(Counters::default());
-    let fresh = || Slots::new(&model, counters.clone(), None).unwrap();
+    let fresh = || {
+        let (layout, first) = Llama::layout(&model);
+        let decoder = Llama::new(&model, first).unwrap();
+        Slots::new(decoder, layout, counters.clone(), None)
+    };
     spread("load (page cache warm)", "s", &loads);
     let system = "You are a helpful assistant. Answer clearly and correctly.";
     let long = chatml(
@@ -347,7 +356,7 @@ struct Row(&'static str, &'static str, f64, bool, &'static str, f64);
 fn basic<'m>(
     model: &'m Model,
     long: &str,
-    fresh: &dyn Fn() -> Slots<'m>,
+    fresh: &dyn Fn() -> Slots<Llama<'m>>,
     [ttft, short, prompt, decode]: [&Vec<f64>; 4],
 ) {
     println!("prompt: {} tokens", model.count(long));
@@ -374,14 +383,14 @@ fn basic<'m>(
 }
 
 /// A 4,000-token prompt, whole, and its longest step.
-fn long_prompt<'m>(model: &'m Model, huge: &str, fresh: &dyn Fn() -> Slots<'m>) -> f64 {
+fn long_prompt<'m>(model: &'m Model, huge: &str, fresh: &dyn Fn() -> Slots<Llama<'m>>) -> f64 {
     let huge_tokens = model.count(huge);
     let (mut whole, mut longest) = (Vec::new(), Vec::new());
     for _ in 0..RUNS {
         let mut slots = fresh();
         let (c, mut answer, _) = call(model, huge, 1, None);
         let started = Instant::now();
-        slots.admit(c);
+        admit(&mut slots, c);
         // A cancellation waits for the step under way at most: the longest step bounds it.
         let mut step_max: f64 = 0.0;
         while answer.try_recv().is_err() {
@@ -402,7 +411,7 @@ fn long_prompt<'m>(model: &'m Model, huge: &str, fresh: &dyn Fn() -> Slots<'m>) 
 }
 
 /// A conversation: the first turn with a 1,500-token history, then the next turn.
-fn conversation<'m>(model: &'m Model, system: &str, fresh: &dyn Fn() -> Slots<'m>) {
+fn conversation<'m>(model: &'m Model, system: &str, fresh: &dyn Fn() -> Slots<Llama<'m>>) {
     let history = filler(1500);
     let (mut first_turn, mut second_turn, mut reused) = (Vec::new(), Vec::new(), 0);
     for _ in 0..RUNS {
@@ -442,11 +451,16 @@ fn conversation<'m>(model: &'m Model, system: &str, fresh: &dyn Fn() -> Slots<'m
 }
 
 /// A cancelled 4,000-token call, and a short call beside a long prompt.
-fn slots_sections<'m>(model: &'m Model, huge: &str, question: &str, fresh: &dyn Fn() -> Slots<'m>) {
+fn slots_sections<'m>(
+    model: &'m Model,
+    huge: &str,
+    question: &str,
+    fresh: &dyn Fn() -> Slots<Llama<'m>>,
+) {
     // A cancelled 4,000-token call: the step after the cancellation frees its slot.
     let mut slots = fresh();
     let (c, answer, _) = call(model, huge, 16, None);
-    slots.admit(c);
+    admit(&mut slots, c);
     for _ in 0..3 {
         slots.step();
     }
@@ -462,13 +476,13 @@ fn slots_sections<'m>(model: &'m Model, huge: &str, question: &str, fresh: &dyn 
     for _ in 0..RUNS {
         let mut slots = fresh();
         let (long_call, _long_answer, _) = call(model, huge, 4, None);
-        slots.admit(long_call);
+        admit(&mut slots, long_call);
         for _ in 0..3 {
             slots.step();
         }
         let (c, mut answer, _) = call(model, question, 3, None);
         let started = Instant::now();
-        slots.admit(c);
+        admit(&mut slots, c);
         until(&mut slots, &mut answer);
         beside.push(started.elapsed().as_secs_f64());
     }

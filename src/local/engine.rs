@@ -54,8 +54,8 @@ pub const STEP_SECONDS: f64 = 0.3;
 /// row at a time, several times slower deep into a long prompt).
 pub const STEP_QUANTUM: usize = 64;
 
-/// Tokens a slot's context holds at first: it grows on demand (see
-/// [`super::slots::Slots::grow`]) up to [`Info::context`].
+/// Tokens a slot's share of the cache holds at first: the cache grows on demand (see
+/// [`super::slots::Slots::place`]) up to [`Info::context`] a slot.
 pub const FIRST_CONTEXT: usize = 4096;
 
 /// Room a call's answer is given when the context grows for it: a context is grown to hold the
@@ -689,7 +689,7 @@ fn fit(
     let mut context = LlamaContextParams::default()
         .with_n_ctx(NonZeroU32::new(asked.saturating_mul(slots)))
         .with_n_seq_max(slots)
-        .with_kv_unified(false)
+        .with_kv_unified(true)
         .with_swa_full(true);
     let mut margins = vec![FIT_MARGIN_BYTES; llama_cpp_2::max_devices()];
     let minimum = match asked {
@@ -826,17 +826,18 @@ impl Model {
         self.model.size()
     }
 
-    /// A shared context: one sequence of `per_slot` tokens per slot.
-    pub fn context(&self, per_slot: usize) -> Result<LlamaContext<'_>, EngineError> {
+    /// A context for the slots: one cache of `cells` tokens that every slot's sequence shares
+    /// (llama.cpp's unified KV cache), each sequence taking the cells it needs.
+    pub fn context(&self, cells: usize) -> Result<LlamaContext<'_>, EngineError> {
         let info = &self.info;
-        let per_slot = u32::try_from(per_slot).unwrap_or(u32::MAX);
+        let cells = u32::try_from(cells).unwrap_or(u32::MAX);
         let slots = u32::try_from(info.slots).unwrap_or(1);
         let threads = i32::try_from(info.threads).unwrap_or(1);
         let step = u32::try_from(info.step).unwrap_or(512);
         let params = LlamaContextParams::default()
-            .with_n_ctx(NonZeroU32::new(per_slot.saturating_mul(slots)))
+            .with_n_ctx(NonZeroU32::new(cells))
             .with_n_seq_max(slots)
-            .with_kv_unified(false)
+            .with_kv_unified(true)
             // A model with sliding-window attention keeps its whole window, so a slot's cache
             // can be cut back to a shared prefix.
             .with_swa_full(true)

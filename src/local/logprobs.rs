@@ -1,22 +1,20 @@
 //! Log-probabilities of an answer's tokens, from the logits the model gave at each place, as
 //! llama-server reports them: over the whole vocabulary, before any sampler.
 
-use super::engine::Model;
 use crate::call::{TokenLogprob, TopLogprob};
 use llama_cpp_2::token::LlamaToken;
 
 /// `token`'s log-probability among `logits` (the model's at its place), with the `top`
-/// likeliest tokens there; `shown`: the control tokens the answer's text shows.
+/// likeliest tokens there; `piece` gives a token's bytes in the answer.
 pub fn of(
-    model: &Model,
+    piece: impl Fn(LlamaToken) -> Vec<u8>,
     logits: &[f32],
     token: LlamaToken,
     top: usize,
-    shown: &[LlamaToken],
 ) -> TokenLogprob {
     let total = log_sum_exp(logits);
     let described = |t: LlamaToken| {
-        let bytes = model.piece(t, shown);
+        let bytes = piece(t);
         let logit = usize::try_from(t.0).ok().and_then(|i| logits.get(i));
         TopLogprob {
             token: String::from_utf8_lossy(&bytes).into_owned(),

@@ -868,29 +868,6 @@ impl Drop for Closing {
     }
 }
 
-/// Puts a call in a slot, the context grown first when its prompt and the room its answer is
-/// given ([`engine::ANSWER_ROOM`] at most) do not fit: that waits for every slot to be idle, so
-/// until then the call is returned. The answer's limit is cut to what the slot holds.
-fn place(slots: &mut Slots, mut call: Call) -> Option<Call> {
-    let prompt = call.prompt.len();
-    let wanted = prompt + call.budget.min(engine::ANSWER_ROOM);
-    if wanted > slots.size() {
-        if !slots.is_idle() {
-            return Some(call);
-        }
-        if let Err(source) = slots.grow(wanted, prompt + 1) {
-            let _ = call.reply.send(Err(LocalError::Grow {
-                tokens: wanted,
-                source,
-            }));
-            return None;
-        }
-    }
-    call.budget = call.budget.min(slots.size().saturating_sub(prompt));
-    slots.admit(call);
-    None
-}
-
 /// A worker's embeddings: the context that makes them (made on the first request, and kept) and
 /// the request in progress, one text a step between the answers' steps, as a count is.
 struct Embedding<'m> {
@@ -1178,8 +1155,10 @@ impl Worker {
             Ok(self.serve_embeddings(&model, on_disk.as_ref(), queue, waiting, member))
         } else {
             let disk = self.disk_cache(on_disk.as_ref());
-            let made = Slots::new(&model, self.counters.clone(), disk);
-            made.map(|slots| slots.speculating(self.settings.speculative))
+            let (layout, first) = slots::Llama::layout(&model);
+            let made = slots::Llama::new(&model, first);
+            made.map(|decoder| Slots::new(decoder, layout, self.counters.clone(), disk))
+                .map(|slots| slots.speculating(self.settings.speculative))
                 .map(|mut slots| {
                     let served =
                         self.serve(&model, on_disk.as_ref(), &mut slots, queue, waiting, member);
@@ -1216,7 +1195,7 @@ impl Worker {
         &self,
         model: &engine::Model,
         on_disk: Option<&OnDisk>,
-        slots: &mut Slots,
+        slots: &mut Slots<slots::Llama<'_>>,
         queue: &Queue<Job>,
         mut waiting: Option<Job>,
         member: &pool::Member,
@@ -1228,7 +1207,7 @@ impl Worker {
             if let Some(call) = held.take()
                 && !call.reply.is_closed()
             {
-                held = place(slots, call);
+                held = slots.place(call);
             }
             // Counts share the worker with answers: one count (or one text of the embeddings
             // in progress) a step at most, and answers waiting behind counts take the free
@@ -1269,7 +1248,7 @@ impl Worker {
     }
 
     /// One step of the busy slots, the busy count told before and after.
-    fn step(&self, slots: &mut Slots, member: &pool::Member) {
+    fn step(&self, slots: &mut Slots<slots::Llama<'_>>, member: &pool::Member) {
         self.counters.busy.store(slots.busy(), Ordering::Relaxed);
         if !slots.is_idle() {
             // A model whose layers are all on a GPU does not wait for the CPU's turn.
@@ -1360,7 +1339,7 @@ impl Worker {
         &self,
         model: &'m engine::Model,
         on_disk: Option<&OnDisk>,
-        slots: &mut Slots,
+        slots: &mut Slots<slots::Llama<'_>>,
         embedding: &mut Embedding<'m>,
         member: &pool::Member,
         job: Job,
@@ -1400,7 +1379,7 @@ impl Worker {
     fn begin<'m>(
         &self,
         model: &'m engine::Model,
-        slots: &mut Slots,
+        slots: &mut Slots<slots::Llama<'_>>,
         embedding: &mut Embedding<'m>,
         member: &pool::Member,
         job: Job,
@@ -1416,7 +1395,7 @@ impl Worker {
             }
             Job::Answer(answer) => self
                 .prepare(model, answer)
-                .and_then(|call| place(slots, call)),
+                .and_then(|call| slots.place(call)),
             Job::Count(count) => {
                 Self::count(model, count, self.sandbox.as_ref());
                 None

@@ -1,24 +1,35 @@
-//! The slots: several calls share one llama.cpp context, each in its own sequence, and every
-//! step feeds one batch holding the next token of each answer being written and a chunk of
-//! each prompt being read. A short call is not stuck behind a long prompt, and a cancelled
-//! call stops within one step. A slot keeps its tokens (and their cache) after a call: the
-//! next call whose prompt starts with them processes only the rest.
+//! The slots: several calls share one model, each in its own sequence of one cache the
+//! sequences share (llama.cpp's unified KV cache), and every step feeds one batch holding the
+//! next token of each answer being written (and the tokens drafted after it) and a chunk of each
+//! prompt being read. Calls join and leave between steps; a short call is not stuck behind a
+//! long prompt, and a cancelled call stops within one step. A slot keeps its tokens (and their
+//! cache) after a call: the next call whose prompt starts with them processes only the rest,
+//! until the cells are wanted by a call in progress.
+//!
+//! The scheduler reaches the model only through a [`Decoder`] (llama.cpp's in [`llama`]), so
+//! admission, batching, drafts and their rollback are tested with a fake model.
+
+mod decoder;
+mod gates;
+mod llama;
+#[cfg(test)]
+mod tests;
+
+pub use decoder::{Decoder, Layout, Place};
+pub use gates::{Lazy, Think};
+pub use llama::Llama;
 
 use super::LocalError;
-use super::engine::{EngineError, Model, Output, Params, Text};
+use super::engine::{ANSWER_ROOM, EngineError, Output, Params, Text};
 use super::prompt_cache::DiskCache;
 use super::speculate::{self, Speculative};
-use crate::call::{Finish, Stops, TokenLogprob};
-use llama_cpp_2::context::LlamaContext;
-use llama_cpp_2::llama_batch::LlamaBatch;
+use crate::call::{Finish, TokenLogprob};
 use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
-use llguidance::api::TopLevelGrammar;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-/// Told, as an answer is written, how many tokens it has and the text they added.
 /// What reads an answer as it is made: its text, none of which can still become a stop
 /// sequence, with the answer's length in tokens so far; once the answer is done it says what it
 /// read (`None`: the text is the answer as it is).
@@ -29,13 +40,13 @@ pub trait Reader {
     fn logprob(&mut self, _logprob: &TokenLogprob) {}
 }
 
-/// One call, ready for a slot.
-pub struct Call {
+/// One call, ready for a slot; `S` picks its tokens (llama.cpp's sampler chain).
+pub struct Call<S = LlamaSampler> {
     pub prompt: Vec<LlamaToken>,
     pub params: Params,
     /// Tokens the answer may have (the limit asked for, cut to what the context leaves).
     pub budget: usize,
-    pub sampler: LlamaSampler,
+    pub sampler: S,
     pub reader: Box<dyn Reader>,
     /// Control tokens shown in the answer's text (the markers its format reads).
     pub shown: Vec<LlamaToken>,
@@ -65,102 +76,22 @@ pub struct Counters {
     /// Tokens the busy slots' caches hold, as of the worker's last step (a free slot's cache is
     /// kept only for a later prompt that shares it, and gives way to any call).
     pub kv_tokens: AtomicUsize,
-    /// Cells of the context's cache: each slot's size times the slots.
+    /// Cells of the shared cache.
     pub kv_cells: AtomicUsize,
     /// Tokens drafted (`--speculative`), and those of them the model's samples kept.
     pub drafted: AtomicU64,
     pub accepted: AtomicU64,
 }
 
-/// A limit on the reasoning's tokens: once it is reached, the engine writes the family's
-/// close of reasoning itself (as llama.cpp's `--reasoning-budget` does) and the answer follows.
-pub struct Think {
-    left: usize,
-    inside: bool,
-    open: Stops,
-    close: Stops,
-    /// What closes reasoning cut short, as tokens; empty once written.
-    end: Vec<LlamaToken>,
-}
-
-impl Think {
-    /// A limit of `budget` tokens on reasoning between `open` and `close`; `inside` when the
-    /// prompt opened it; `end` the tokens that close it.
-    pub fn new(budget: usize, inside: bool, open: &str, close: &str, end: Vec<LlamaToken>) -> Self {
-        Think {
-            left: budget,
-            inside,
-            open: Stops::new(&[open.to_owned()]),
-            close: Stops::new(&[close.to_owned()]),
-            end,
-        }
-    }
-
-    /// The tokens to write now, when the reasoning is open and its budget spent.
-    fn due(&mut self) -> Option<Vec<LlamaToken>> {
-        (self.inside && self.left == 0 && !self.end.is_empty()).then(|| {
-            self.inside = false;
-            std::mem::take(&mut self.end)
-        })
-    }
-
-    /// Follows the answer: `new` is one token's text.
-    fn after(&mut self, new: &str) {
-        if self.inside {
-            if self.close.feed(new).is_some() {
-                self.inside = false;
-                self.end.clear();
-            } else {
-                self.left = self.left.saturating_sub(1);
-            }
-        } else if !self.end.is_empty() && self.open.feed(new).is_some() {
-            self.inside = true;
-        }
-    }
-}
-
-/// A grammar that holds the answer from the moment its trigger is written (calls the model
-/// may make): before, the answer is free.
-pub struct Lazy {
-    trigger: Stops,
-    /// A trigger that counts only at the answer's start (blanks, and a code fence opening,
-    /// before it aside).
-    bare: Option<Stops>,
-    grammar: Option<TopLevelGrammar>,
-}
-
-impl Lazy {
-    pub fn new(trigger: &str, bare: Option<&str>, grammar: TopLevelGrammar) -> Self {
-        Lazy {
-            trigger: Stops::new(&[trigger.to_owned()]),
-            bare: bare.map(|b| Stops::new(&[b.to_owned()])),
-            grammar: Some(grammar),
-        }
-    }
-
-    /// How many bytes back the trigger just written begins, when `new` (the newest text of
-    /// `text`) wrote one.
-    fn fired(&mut self, new: &str, text: &str) -> Option<usize> {
-        let tagged = self.trigger.feed(new).map(|(back, _)| back);
-        let bare = self.bare.as_mut().and_then(|bare| {
-            let (back, _) = bare.feed(new)?;
-            let before = text.get(..text.len().saturating_sub(back))?.trim();
-            // Small models often open a code fence before the object.
-            let before = match before.strip_prefix("```") {
-                Some(fence) => fence.trim_start_matches("json").trim(),
-                None => before,
-            };
-            before.is_empty().then_some(back)
-        });
-        tagged.or(bare)
-    }
-}
-
-struct Active {
-    call: Call,
+struct Active<S> {
+    call: Call<S>,
     /// When the call took its slot, and when its first token was sampled.
     admitted: std::time::Instant,
     answering: Option<std::time::Instant>,
+    /// Cells the call was given room for when it was admitted: its prompt and
+    /// [`ANSWER_ROOM`] of its answer at most (an answer past that takes free cells, and ends
+    /// when there are none).
+    reserved: usize,
     /// Tokens the engine writes next instead of sampling (the close of reasoning).
     forced: VecDeque<LlamaToken>,
     /// Tokens drafted after `next` in this step, in the cache until a sample is not them.
@@ -176,29 +107,36 @@ struct Active {
     logprobs: Vec<TokenLogprob>,
 }
 
-struct Slot {
+struct Slot<S> {
     seq: i32,
     /// The tokens in this sequence's cache, from position 0.
     cached: Vec<LlamaToken>,
     /// When the slot last took a call (a count of calls; 0: never): among slots sharing as
     /// much with a prompt, the one used longest ago takes it, so a cache just written (an
-    /// agent's conversation, between its turns) outlives an older one.
+    /// agent's conversation, between its turns) outlives an older one; a free slot's cache
+    /// that must give way is the one used longest ago.
     used: u64,
-    active: Option<Active>,
+    active: Option<Active<S>>,
     /// Of `cached`, the tokens of the last prompt answered here (an answer's tokens follow).
     prompt: usize,
     /// Of `cached`, the tokens a file of the prompt cache on disk holds already.
     saved: usize,
 }
 
-pub struct Slots<'m> {
-    model: &'m Model,
-    ctx: LlamaContext<'m>,
-    slots: Vec<Slot>,
-    batch: LlamaBatch<'static>,
+impl<S> Slot<S> {
+    /// Cells the slot holds for its call: what it has written, or the room it was given.
+    fn held(&self) -> usize {
+        (self.active.as_ref()).map_or(0, |a| a.reserved.max(self.cached.len()))
+    }
+}
+
+/// The slots of one model, stepped by its worker.
+pub struct Slots<D: Decoder> {
+    decoder: D,
+    layout: Layout,
+    slots: Vec<Slot<D::Sampler>>,
+    batch: Vec<Place>,
     counters: Arc<Counters>,
-    /// Tokens each slot's sequence holds now: grown on demand up to the model's context.
-    size: usize,
     /// Seconds a token of the last big steps took, which sizes the next (see
     /// [`super::engine::STEP_SECONDS`]).
     per_token: Option<f64>,
@@ -216,16 +154,16 @@ const RESTORE_AT_LEAST: usize = 256;
 /// A call that read at least this many prompt tokens not on disk yet has its prompt saved.
 const SAVE_AFTER: usize = 1024;
 
-impl<'m> Slots<'m> {
+impl<D: Decoder> Slots<D> {
+    /// The slots of `layout` over `decoder`, their answers counted in `counters`, their long
+    /// prompts kept on `disk` when there is one.
     pub fn new(
-        model: &'m Model,
+        decoder: D,
+        layout: Layout,
         counters: Arc<Counters>,
         disk: Option<DiskCache>,
-    ) -> Result<Slots<'m>, EngineError> {
-        let size = super::engine::FIRST_CONTEXT.min(model.info().context);
-        let ctx = model.context(size)?;
-        let n = model.info().slots;
-        let slots = (0..n)
+    ) -> Slots<D> {
+        let slots = (0..layout.slots.max(1))
             .map(|i| Slot {
                 seq: i32::try_from(i).unwrap_or(0),
                 cached: Vec::new(),
@@ -236,109 +174,40 @@ impl<'m> Slots<'m> {
             })
             .collect();
         let slots = Slots {
-            model,
-            ctx,
+            decoder,
+            layout,
             slots,
-            batch: LlamaBatch::new(model.info().step, i32::try_from(n).unwrap_or(1)),
+            batch: Vec::with_capacity(layout.step),
             counters,
-            size,
             per_token: None,
             admitted: 0,
             disk,
             speculative: Speculative::None,
         };
         slots.publish();
-        Ok(slots)
+        slots
     }
 
     /// `self`, its answers drafting tokens as `speculative` says (when the model's cache can
     /// take drafts back).
     pub fn speculating(mut self, speculative: Speculative) -> Self {
-        if self.model.cache_cuts() {
+        if self.layout.cuts {
             self.speculative = speculative;
         }
         self
     }
 
-    /// Tells the counters what the busy slots' caches hold now, and how much the slots could.
+    /// Tells the counters what the busy slots' caches hold now, and the cache's cells.
     pub fn publish(&self) {
         let busy = self.slots.iter().filter(|s| s.active.is_some());
         let tokens = busy.map(|s| s.cached.len()).sum();
-        let cells = self.size.saturating_mul(self.slots.len());
         self.counters.kv_tokens.store(tokens, Ordering::Relaxed);
-        self.counters.kv_cells.store(cells, Ordering::Relaxed);
+        (self.counters.kv_cells).store(self.decoder.cells(), Ordering::Relaxed);
     }
 
-    /// Tokens each slot holds now.
-    pub fn size(&self) -> usize {
-        self.size
-    }
-
-    /// Grows the context, when every slot is idle, so that each slot holds `wanted` tokens:
-    /// to the next power of two, at least twice today's size, at most the model's context.
-    /// Without the memory for that, halves are tried down to `least` tokens. Each slot's cache
-    /// is carried into the grown context (a conversation that outgrows the context keeps its
-    /// prefix); one that cannot be is dropped. Returns the size each slot has now.
-    pub fn grow(&mut self, wanted: usize, least: usize) -> Result<usize, EngineError> {
-        let most = self.model.info().context;
-        if wanted <= self.size || !self.is_idle() {
-            return Ok(self.size);
-        }
-        let mut size = wanted
-            .next_power_of_two()
-            .max(self.size.saturating_mul(2))
-            .min(most);
-        // At the model's context already: nothing to grow (making it again would only cost).
-        if size <= self.size {
-            return Ok(self.size);
-        }
-        loop {
-            let started = std::time::Instant::now();
-            match self.model.context(size) {
-                Ok(ctx) => {
-                    self.carry(ctx);
-                    tracing::info!(
-                        from = self.size,
-                        to = size,
-                        slots = self.slots.len(),
-                        seconds = started.elapsed().as_secs_f64(),
-                        "local context grown"
-                    );
-                    self.size = size;
-                    return Ok(size);
-                }
-                Err(e) if size / 2 >= least && size / 2 > self.size => {
-                    tracing::warn!(tokens = size, problem = %e, "cannot grow the local context this far");
-                    size /= 2;
-                }
-                Err(e) => return Err(e),
-            }
-        }
-    }
-
-    /// Makes `ctx` the slots' context, each slot's cache copied into it from the old one.
-    fn carry(&mut self, mut ctx: LlamaContext<'m>) {
-        let flags = llama_cpp_2::context::session::LlamaStateSeqFlags::empty();
-        for slot in &mut self.slots {
-            if slot.cached.is_empty() {
-                continue;
-            }
-            let carried = self
-                .ctx
-                .state_seq_get(slot.seq, flags)
-                .and_then(|state| ctx.state_seq_set(&state, slot.seq));
-            if let Err(e) = carried {
-                tracing::debug!(slot = slot.seq, problem = %e, "a slot's cache was not carried");
-                let _ = ctx.clear_kv_cache_seq(Some(slot.seq as u32), None, None);
-                slot.cached.clear();
-            }
-        }
-        self.ctx = ctx;
-    }
-
-    /// Whether a step runs on the CPU (see [`Model::on_cpu`]), and so takes the pool's turn.
+    /// Whether a step runs on the CPU, and so takes the pool's turn.
     pub fn on_cpu(&self) -> bool {
-        self.model.on_cpu()
+        self.layout.on_cpu
     }
 
     pub fn is_idle(&self) -> bool {
@@ -354,10 +223,97 @@ impl<'m> Slots<'m> {
         self.slots.iter().filter(|s| s.active.is_some()).count()
     }
 
+    /// Puts a call in a free slot when the cache has room for its prompt and its answer (its
+    /// limit, [`ANSWER_ROOM`] at most) beside the calls in progress, the cache grown first when
+    /// it can be; else the call is returned, to wait for a call in progress to end. A call no
+    /// cache could take is answered with the error. The answer's limit is cut to what a
+    /// sequence holds.
+    pub fn place(&mut self, mut call: Call<D::Sampler>) -> Option<Call<D::Sampler>> {
+        let prompt = call.prompt.len();
+        let wanted = (prompt + call.budget.min(ANSWER_ROOM)).min(self.layout.context);
+        let held: usize = self.slots.iter().map(Slot::held).sum();
+        if held + wanted > self.decoder.cells()
+            && let Err(source) = self.grow(held + wanted, held + prompt + 1)
+        {
+            if !self.is_idle() {
+                return Some(call);
+            }
+            let tokens = wanted;
+            let _ = call.reply.send(Err(LocalError::Grow { tokens, source }));
+            return None;
+        }
+        let room = self.decoder.cells().saturating_sub(held);
+        if room <= prompt {
+            return Some(call);
+        }
+        call.budget = call.budget.min(self.layout.context.saturating_sub(prompt));
+        self.admit(call, wanted.min(room));
+        None
+    }
+
+    /// Grows the cache to hold `wanted` cells: to the next power of two, at least twice
+    /// today's size, within the layout's most. Without the memory for that, halves are tried
+    /// down to `least` cells. Every sequence's cache is carried into the grown one (a running
+    /// call whose cache could not be is failed).
+    fn grow(&mut self, wanted: usize, least: usize) -> Result<(), EngineError> {
+        let now = self.decoder.cells();
+        let mut cells = (wanted.next_power_of_two())
+            .max(now.saturating_mul(2))
+            .min(self.layout.most_cells);
+        // At its most already: nothing to grow (making it again would only cost).
+        if wanted <= now || cells <= now {
+            return Ok(());
+        }
+        let keep: Vec<i32> = (self.slots.iter())
+            .filter(|s| !s.cached.is_empty())
+            .map(|s| s.seq)
+            .collect();
+        loop {
+            let started = std::time::Instant::now();
+            match self.decoder.resize(cells, &keep) {
+                Ok(lost) => {
+                    tracing::info!(
+                        from = now,
+                        to = cells,
+                        slots = self.slots.len(),
+                        seconds = started.elapsed().as_secs_f64(),
+                        "local context grown"
+                    );
+                    self.forget(&lost);
+                    self.publish();
+                    return Ok(());
+                }
+                Err(e) if cells / 2 >= least && cells / 2 > now => {
+                    tracing::warn!(tokens = cells, problem = %e, "cannot grow the local context this far");
+                    cells /= 2;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Forgets the caches of sequences `lost` (not carried into a grown cache); their calls,
+    /// if any, fail.
+    fn forget(&mut self, lost: &[i32]) {
+        let why = Arc::new(llama_cpp_2::DecodeError::NoKvCacheSlot);
+        for index in 0..self.slots.len() {
+            let Some(slot) = self.slots.get_mut(index) else {
+                continue;
+            };
+            if lost.contains(&slot.seq) {
+                (slot.prompt, slot.saved) = (0, 0);
+                self.fail(index, &why);
+                if let Some(slot) = self.slots.get_mut(index) {
+                    slot.cached.clear();
+                }
+            }
+        }
+    }
+
     /// Puts a call in the free slot whose cache shares the longest prefix with its prompt, of
-    /// those the one used longest ago (callers look for a free slot first; without one the
-    /// call is refused).
-    pub fn admit(&mut self, call: Call) {
+    /// those the one used longest ago, with `reserved` cells of room (callers look for a free
+    /// slot first; without one the call is refused).
+    fn admit(&mut self, call: Call<D::Sampler>, reserved: usize) {
         let Some((index, shared)) = self.choose(&call.prompt) else {
             let _ = call.reply.send(Err(LocalError::NoFreeSlot));
             return;
@@ -382,7 +338,7 @@ impl<'m> Slots<'m> {
         let Some(slot) = self.slots.get_mut(index) else {
             return;
         };
-        let keep = cut_back(&mut self.ctx, slot, keep);
+        let keep = cut_back(&mut self.decoder, slot, keep);
         self.admitted += 1;
         slot.used = self.admitted;
         let text = Text::new(&call.params.stop);
@@ -390,6 +346,7 @@ impl<'m> Slots<'m> {
             call,
             admitted: std::time::Instant::now(),
             answering: None,
+            reserved,
             forced: VecDeque::new(),
             drafts: VecDeque::new(),
             fed: keep,
@@ -410,19 +367,29 @@ impl<'m> Slots<'m> {
         if prompt.len() < shared + RESTORE_AT_LEAST {
             return None;
         }
+        let saved = self
+            .disk
+            .as_ref()?
+            .find(prompt, shared + RESTORE_AT_LEAST - 1)?;
+        let seq = self.slots.get(index)?.seq;
+        self.decoder.cut(seq, 0);
+        let slot = self.slots.get_mut(index)?;
+        slot.cached.clear();
+        (slot.prompt, slot.saved) = (0, 0);
+        self.make_room(saved.tokens);
         let Slots {
-            disk, ctx, slots, ..
+            disk,
+            decoder,
+            slots,
+            ..
         } = self;
         let (disk, slot) = (disk.as_ref()?, slots.get_mut(index)?);
-        let saved = disk.find(prompt, shared + RESTORE_AT_LEAST - 1)?;
         let started = std::time::Instant::now();
-        slot.cached.clear();
-        let restored = match disk.restore(ctx, slot.seq, &saved, prompt) {
+        let restored = match decoder.restore(disk, slot.seq, &saved, prompt) {
             Ok(tokens) => tokens,
             Err(e) => {
                 tracing::warn!(file = %saved.path.display(), problem = %e,
                     "a saved prompt was not read back");
-                (slot.prompt, slot.saved) = (0, 0);
                 return Some(0);
             }
         };
@@ -441,7 +408,10 @@ impl<'m> Slots<'m> {
     /// least `least` tokens no file holds yet.
     fn save(&mut self, index: usize, least: usize) {
         let Slots {
-            disk, ctx, slots, ..
+            disk,
+            decoder,
+            slots,
+            ..
         } = self;
         let (Some(disk), Some(slot)) = (disk.as_ref(), slots.get_mut(index)) else {
             return;
@@ -450,7 +420,7 @@ impl<'m> Slots<'m> {
             return;
         }
         let started = std::time::Instant::now();
-        match disk.save(ctx, slot.seq, &slot.cached, slot.prompt) {
+        match decoder.save(disk, slot.seq, &slot.cached, slot.prompt) {
             Ok(bytes) => {
                 slot.saved = slot.prompt;
                 tracing::info!(
@@ -484,20 +454,39 @@ impl<'m> Slots<'m> {
             .map(|(i, n, _)| (i, n))
     }
 
+    /// Frees cells for `need` more tokens: free slots' caches give way, the one used longest
+    /// ago first. Returns the cells free then.
+    fn make_room(&mut self, need: usize) -> usize {
+        loop {
+            let used: usize = self.slots.iter().map(|s| s.cached.len()).sum();
+            let free = self.decoder.cells().saturating_sub(used);
+            let idle = (self.slots.iter_mut())
+                .filter(|s| s.active.is_none() && !s.cached.is_empty())
+                .min_by_key(|s| s.used);
+            let Some(slot) = idle.filter(|_| free < need) else {
+                return free;
+            };
+            tracing::debug!(
+                slot = slot.seq,
+                tokens = slot.cached.len(),
+                "a free slot's cache gives way"
+            );
+            self.decoder.cut(slot.seq, 0);
+            slot.cached.clear();
+            (slot.prompt, slot.saved) = (0, 0);
+        }
+    }
+
     /// One step: stops cancelled calls, feeds one batch, samples the next token of every
     /// sequence that reached its end, and answers the calls that are complete.
     pub fn step(&mut self) {
         for slot in &mut self.slots {
-            if slot
-                .active
-                .as_ref()
-                .is_some_and(|a| a.call.reply.is_closed())
-            {
+            if (slot.active.as_ref()).is_some_and(|a| a.call.reply.is_closed()) {
                 slot.active = None;
             }
         }
         let wanted = self.fill();
-        let tokens = self.batch.n_tokens();
+        let tokens = self.batch.len();
         if tokens == 0 {
             return;
         }
@@ -507,9 +496,11 @@ impl<'m> Slots<'m> {
             .map(|a| a.drafts.len())
             .sum();
         let started = std::time::Instant::now();
-        let decoded = self.ctx.decode(&mut self.batch);
-        let read = tokens.saturating_sub(i32::try_from(drafted).unwrap_or(i32::MAX));
-        self.timed(read, started.elapsed().as_secs_f64());
+        let decoded = self.decoder.decode(&self.batch);
+        self.timed(
+            tokens.saturating_sub(drafted),
+            started.elapsed().as_secs_f64(),
+        );
         if let Err(e) = decoded {
             let why = Arc::new(e);
             // Every sequence in the batch may be half written.
@@ -533,11 +524,11 @@ impl<'m> Slots<'m> {
     /// Learns from a step how long a token takes. Only steps that read a prompt count: a step
     /// of a few answer tokens costs mostly the one read of the weights, not its tokens. The
     /// estimate follows the last steps, so it grows as a long prompt gets deeper.
-    fn timed(&mut self, tokens: i32, seconds: f64) {
+    fn timed(&mut self, tokens: usize, seconds: f64) {
         if tokens < 8 {
             return;
         }
-        let now = seconds / f64::from(tokens);
+        let now = seconds / tokens as f64;
         self.per_token = Some(
             self.per_token
                 .map_or(now, |before| 0.5 * before + 0.5 * now),
@@ -552,58 +543,77 @@ impl<'m> Slots<'m> {
             .per_token
             .filter(|t| *t > 0.0)
             .map_or(STEP_QUANTUM, |t| (STEP_SECONDS / t) as usize);
-        ((fits / STEP_QUANTUM).max(1) * STEP_QUANTUM).min(self.model.info().step)
+        ((fits / STEP_QUANTUM).max(1) * STEP_QUANTUM).min(self.layout.step)
+    }
+
+    /// Fills the batch: first the token each answer needs next (and its drafts), then chunks
+    /// of prompts, the step's room and the free cells shared among them. Returns the places
+    /// whose logits are wanted, with their slot.
+    fn fill(&mut self) -> Vec<(usize, usize)> {
+        self.batch.clear();
+        let answers = (self.slots.iter())
+            .filter(|s| s.active.as_ref().is_some_and(|a| a.next.is_some()))
+            .count();
+        let reading: usize = (self.slots.iter())
+            .filter_map(|s| s.active.as_ref())
+            .map(|a| a.call.prompt.len() - a.fed)
+            .sum();
+        let mut room = Room {
+            batch: self.room(),
+            cells: 0,
+        };
+        room.cells = self.make_room(answers + reading.min(room.batch));
+        let mut wanted = Vec::new();
+        self.next_tokens(&mut wanted, &mut room);
+        self.prompt_chunks(&mut wanted, &mut room);
+        wanted
     }
 
     /// Puts in the batch the token each answer needs next, and the tokens drafted after it,
-    /// within `room`; each one's place is `wanted`.
-    fn next_tokens(&mut self, wanted: &mut Vec<(usize, i32)>, room: &mut usize) {
+    /// within `room`. An answer with no cell left for its next token (its sequence full, or
+    /// the cache) ends there, as one that reached its limit.
+    fn next_tokens(&mut self, wanted: &mut Vec<(usize, usize)>, room: &mut Room) {
+        let mut full = Vec::new();
         for (index, slot) in self.slots.iter_mut().enumerate() {
             let Some(active) = slot.active.as_mut() else {
                 continue;
             };
-            let Some(token) = active.next.take() else {
+            let Some(token) = active.next else {
                 continue;
             };
-            let at = self.batch.n_tokens();
-            if !add(&mut self.batch, token, slot.cached.len(), slot.seq, true) {
+            if room.batch == 0 {
                 continue;
             }
-            slot.cached.push(token);
-            wanted.push((index, at));
-            *room = room.saturating_sub(1);
-            let most = draft_room(self.speculative, active, slot.cached.len(), self.size);
-            for draft in speculate::ngram(&slot.cached, most.min(*room)) {
-                let at = self.batch.n_tokens();
-                if !add(&mut self.batch, draft, slot.cached.len(), slot.seq, true) {
-                    break;
-                }
-                slot.cached.push(draft);
+            if room.cells == 0 || slot.cached.len() >= self.layout.context {
+                full.push(index);
+                continue;
+            }
+            active.next = None;
+            wanted.push((index, self.batch.len()));
+            room.put(&mut self.batch, (slot.seq, &mut slot.cached), token, true);
+            let most = draft_room(
+                self.speculative,
+                active,
+                slot.cached.len(),
+                self.layout.context,
+            );
+            for draft in speculate::ngram(&slot.cached, most.min(room.batch).min(room.cells)) {
+                wanted.push((index, self.batch.len()));
+                room.put(&mut self.batch, (slot.seq, &mut slot.cached), draft, true);
                 active.drafts.push_back(draft);
-                wanted.push((index, at));
-                *room = room.saturating_sub(1);
             }
             let drafted = active.drafts.len() as u64;
             self.counters.drafted.fetch_add(drafted, Ordering::Relaxed);
         }
+        for index in full {
+            self.finish(index, Finish::MaxTokens, None);
+        }
     }
 
-    /// Fills the batch: first the token each answer needs next, then chunks of prompts, the
-    /// room shared among them. Returns the slots whose logits are wanted, with their place in
-    /// the batch.
-    fn fill(&mut self) -> Vec<(usize, i32)> {
-        self.batch.clear();
-        let mut wanted = Vec::new();
-        let mut room = self.room();
-        self.next_tokens(&mut wanted, &mut room);
-        let mut reading = self
-            .slots
-            .iter()
-            .filter(|s| {
-                s.active
-                    .as_ref()
-                    .is_some_and(|a| a.fed < a.call.prompt.len())
-            })
+    /// Puts in the batch chunks of the prompts being read, `room` shared among them.
+    fn prompt_chunks(&mut self, wanted: &mut Vec<(usize, usize)>, room: &mut Room) {
+        let mut reading = (self.slots.iter())
+            .filter(|s| (s.active.as_ref()).is_some_and(|a| a.fed < a.call.prompt.len()))
             .count();
         for (index, slot) in self.slots.iter_mut().enumerate() {
             let Some(active) = slot.active.as_mut() else {
@@ -613,36 +623,29 @@ impl<'m> Slots<'m> {
             if left == 0 || reading == 0 {
                 continue;
             }
-            let share = (room / reading).max(1).min(left).min(room);
+            let share = (room.batch / reading).max(1).min(left).min(room.left());
             reading -= 1;
             for _ in 0..share {
                 let Some(&token) = active.call.prompt.get(active.fed) else {
                     break;
                 };
                 let last = active.fed + 1 == active.call.prompt.len();
-                let at = self.batch.n_tokens();
-                if !add(&mut self.batch, token, slot.cached.len(), slot.seq, last) {
-                    break;
-                }
-                slot.cached.push(token);
-                active.fed += 1;
-                room -= 1;
                 if last {
-                    wanted.push((index, at));
+                    wanted.push((index, self.batch.len()));
                 }
+                room.put(&mut self.batch, (slot.seq, &mut slot.cached), token, last);
+                active.fed += 1;
             }
         }
-        wanted
     }
 
-    /// Samples a slot's next token and decides whether its answer is complete.
-    /// Samples a slot's token at `at` (see [`Slots::sample_one`]); `true` when it is the token
-    /// drafted there, whose cache is written, so the next position's sample follows it.
-    fn sample(&mut self, index: usize, at: i32) -> bool {
+    /// Samples a slot's token at place `at` (see [`Slots::sample_one`]); `true` when it is the
+    /// token drafted there, whose cache is written, so the next place's sample follows it.
+    fn sample(&mut self, index: usize, at: usize) -> bool {
         self.sample_one(index, at);
         let Slots {
             slots,
-            ctx,
+            decoder,
             counters,
             ..
         } = self;
@@ -660,17 +663,14 @@ impl<'m> Slots<'m> {
             counters.accepted.fetch_add(1, Ordering::Relaxed);
             return true;
         }
-        take_back_drafts(ctx, slot);
+        take_back_drafts(decoder, slot);
         false
     }
 
     /// Samples a slot's next token and decides whether its answer is complete.
-    fn sample_one(&mut self, index: usize, at: i32) {
-        let model = self.model;
-        let Some(slot) = self.slots.get_mut(index) else {
-            return;
-        };
-        let Some(active) = slot.active.as_mut() else {
+    fn sample_one(&mut self, index: usize, at: usize) {
+        let Slots { decoder, slots, .. } = self;
+        let Some(active) = slots.get_mut(index).and_then(|s| s.active.as_mut()) else {
             return;
         };
         if let Some(end) = active.call.think.as_mut().and_then(Think::due) {
@@ -678,27 +678,29 @@ impl<'m> Slots<'m> {
         }
         let token = match active.forced.pop_front() {
             Some(token) => {
-                active.call.sampler.accept(token);
+                decoder.accept(&mut active.call.sampler, token);
                 token
             }
-            None => active.call.sampler.sample(&self.ctx, at),
+            None => decoder.sample(&mut active.call.sampler, at),
         };
-        if model.is_end(token) {
+        if decoder.is_end(token) {
             return self.finish(index, Finish::EndTurn, None);
         }
         if let Some(top) = active.call.params.logprobs {
-            let logits = self.ctx.get_logits_ith(at);
-            let told = super::logprobs::of(model, logits, token, top, &active.call.shown);
+            let shown = &active.call.shown;
+            let piece = |t| decoder.piece(t, shown);
+            let told = super::logprobs::of(piece, decoder.logits(at), token, top);
             active.call.reader.logprob(&told);
             active.logprobs.push(told);
         }
         active.generated += 1;
         active.answering.get_or_insert_with(std::time::Instant::now);
-        let (new, stop) = active.text.push(&model.piece(token, &active.call.shown));
+        let piece = decoder.piece(token, &active.call.shown);
+        let (new, stop) = active.text.push(&piece);
         if let Some(think) = active.call.think.as_mut() {
             think.after(&new);
         }
-        start_lazy(model, active, &new);
+        start_lazy(decoder, active, &new);
         let readable = active.text.unread(stop.as_ref().map(|(at, _)| *at));
         active.call.reader.read(active.generated, readable);
         if let Some((at, stop)) = stop {
@@ -713,7 +715,7 @@ impl<'m> Slots<'m> {
 
     fn finish(&mut self, index: usize, finish: Finish, cut: Option<usize>) {
         if let Some(slot) = self.slots.get_mut(index) {
-            take_back_drafts(&mut self.ctx, slot);
+            take_back_drafts(&mut self.decoder, slot);
         }
         let Some(active) = self.slots.get_mut(index).and_then(|s| s.active.take()) else {
             return;
@@ -722,17 +724,14 @@ impl<'m> Slots<'m> {
         let c = &self.counters;
         c.calls.fetch_add(1, Ordering::Relaxed);
         c.prompt_tokens.fetch_add(prompt as u64, Ordering::Relaxed);
-        c.reused_tokens
-            .fetch_add(active.reused as u64, Ordering::Relaxed);
+        (c.reused_tokens).fetch_add(active.reused as u64, Ordering::Relaxed);
         tracing::info!(
             slot = index,
             prompt_tokens = prompt,
             cached_tokens = active.reused,
             completion_tokens = active.generated,
             seconds = active.admitted.elapsed().as_secs_f64(),
-            answer_seconds = active
-                .answering
-                .map_or(0.0, |at| at.elapsed().as_secs_f64()),
+            answer_seconds = (active.answering).map_or(0.0, |at| at.elapsed().as_secs_f64()),
             "local answer"
         );
         let (output, reply) = answered(active, finish, cut);
@@ -756,9 +755,7 @@ impl<'m> Slots<'m> {
         if slot.active.is_none() {
             return;
         }
-        let _ = self
-            .ctx
-            .clear_kv_cache_seq(Some(slot.seq as u32), None, None);
+        self.decoder.cut(slot.seq, 0);
         slot.cached.clear();
         if let Some(active) = slot.active.take() {
             self.counters.busy.store(self.busy(), Ordering::Relaxed);
@@ -767,18 +764,45 @@ impl<'m> Slots<'m> {
     }
 }
 
+/// What a step may still take: tokens in its batch, and free cells of the cache.
+struct Room {
+    batch: usize,
+    cells: usize,
+}
+
+impl Room {
+    /// Tokens that may still go in.
+    fn left(&self) -> usize {
+        self.batch.min(self.cells)
+    }
+
+    /// Puts `token` in `batch` at the end of sequence `seq`, which holds `cached`, taking its
+    /// room.
+    fn put(
+        &mut self,
+        batch: &mut Vec<Place>,
+        (seq, cached): (i32, &mut Vec<LlamaToken>),
+        token: LlamaToken,
+        logits: bool,
+    ) {
+        batch.push(Place {
+            token,
+            position: cached.len(),
+            seq,
+            logits,
+        });
+        cached.push(token);
+        self.batch = self.batch.saturating_sub(1);
+        self.cells = self.cells.saturating_sub(1);
+    }
+}
+
 /// Cuts a slot's cache back to its first `keep` tokens (a cache that cannot be cut, a recurrent
 /// model's, starts again); the tokens it keeps.
-fn cut_back(ctx: &mut LlamaContext<'_>, slot: &mut Slot, keep: usize) -> usize {
-    let keep = if keep < slot.cached.len() {
-        let cut = u32::try_from(keep).unwrap_or(0);
-        match ctx.clear_kv_cache_seq(Some(slot.seq as u32), Some(cut), None) {
-            Ok(true) => keep,
-            _ => {
-                let _ = ctx.clear_kv_cache_seq(Some(slot.seq as u32), None, None);
-                0
-            }
-        }
+fn cut_back<D: Decoder>(decoder: &mut D, slot: &mut Slot<D::Sampler>, keep: usize) -> usize {
+    let keep = if keep < slot.cached.len() && !decoder.cut(slot.seq, keep) {
+        decoder.cut(slot.seq, 0);
+        0
     } else {
         keep
     };
@@ -788,21 +812,26 @@ fn cut_back(ctx: &mut LlamaContext<'_>, slot: &mut Slot, keep: usize) -> usize {
     keep
 }
 
-/// The tokens an answer may draft after its next one, whose cache is `cached` tokens long: none
-/// without `--speculative`, or while tokens are forced; else at most [`speculate::MAX_DRAFT`],
-/// within what its token budget and its slot of `size` tokens leave.
-fn draft_room(speculative: Speculative, active: &Active, cached: usize, size: usize) -> usize {
+/// The tokens an answer may draft after its next one, whose sequence is `cached` tokens long:
+/// none without `--speculative`, or while tokens are forced; else at most
+/// [`speculate::MAX_DRAFT`], within what its token budget and a sequence's `context` leave.
+fn draft_room<S>(
+    speculative: Speculative,
+    active: &Active<S>,
+    cached: usize,
+    context: usize,
+) -> usize {
     if speculative == Speculative::None || !active.forced.is_empty() {
         return 0;
     }
     let left = active.call.budget.saturating_sub(active.generated + 1);
     speculate::MAX_DRAFT
         .min(left)
-        .min(size.saturating_sub(cached))
+        .min(context.saturating_sub(cached))
 }
 
 /// Takes a slot's drafts that were not kept out of its cache.
-fn take_back_drafts(ctx: &mut LlamaContext<'_>, slot: &mut Slot) {
+fn take_back_drafts<D: Decoder>(decoder: &mut D, slot: &mut Slot<D::Sampler>) {
     let Some(active) = slot.active.as_mut() else {
         return;
     };
@@ -813,20 +842,16 @@ fn take_back_drafts(ctx: &mut LlamaContext<'_>, slot: &mut Slot) {
     active.drafts.clear();
     let kept = slot.cached.len().saturating_sub(drafted);
     slot.cached.truncate(kept);
-    let from = u32::try_from(kept).unwrap_or(u32::MAX);
-    if !matches!(
-        ctx.clear_kv_cache_seq(Some(slot.seq as u32), Some(from), None),
-        Ok(true)
-    ) {
+    if !decoder.cut(slot.seq, kept) {
         // Not expected of a model whose cache cuts (drafting is off otherwise): start again.
-        let _ = ctx.clear_kv_cache_seq(Some(slot.seq as u32), None, None);
+        decoder.cut(slot.seq, 0);
         slot.cached.clear();
     }
 }
 
 /// A finished call's output, its text cut at `cut` and read to the end, and where it goes.
-fn answered(
-    active: Active,
+fn answered<S>(
+    active: Active<S>,
     finish: Finish,
     cut: Option<usize>,
 ) -> (
@@ -864,7 +889,7 @@ fn answered(
 /// these tokens need not be the ones sampled), then holds the rest of the answer. A grammar
 /// that cannot start, or refuses what was written, leaves the answer free (it is still read
 /// and checked).
-fn start_lazy(model: &Model, active: &mut Active, new: &str) {
+fn start_lazy<D: Decoder>(decoder: &D, active: &mut Active<D::Sampler>, new: &str) {
     let Some(lazy) = active.call.lazy.as_mut() else {
         return;
     };
@@ -876,101 +901,17 @@ fn start_lazy(model: &Model, active: &mut Active, new: &str) {
         return;
     };
     let written = text.get(text.len().saturating_sub(back)..).unwrap_or("");
-    let tokens: Vec<u32> = model
-        .tokens_of(written)
-        .iter()
-        .filter_map(|t| u32::try_from(t.0).ok())
-        .collect();
-    let started = model.matcher(grammar).and_then(|mut matcher| {
-        matcher
-            .consume_tokens(&tokens)
-            .map_err(|e| EngineError::Schema {
-                reason: super::engine::brief(&e),
-            })?;
-        Ok(matcher)
-    });
-    match started {
-        Ok(matcher) => {
-            let params = &active.call.params;
-            let reseeded = Params {
-                seed: params.seed ^ active.generated as u64,
-                ..params.clone()
-            };
-            active.call.sampler =
-                super::engine::sampler(&reseeded, Some(LlamaSampler::from(matcher)));
-        }
+    let params = &active.call.params;
+    let reseeded = Params {
+        seed: params.seed ^ active.generated as u64,
+        ..params.clone()
+    };
+    match decoder.constrained(grammar, written, &reseeded) {
+        Ok(sampler) => active.call.sampler = sampler,
         Err(e) => tracing::warn!(problem = %e, "the calls' grammar did not start"),
     }
 }
 
-/// Adds a token to the batch; false when the batch is full.
-fn add(batch: &mut LlamaBatch, token: LlamaToken, position: usize, seq: i32, logits: bool) -> bool {
-    let position = i32::try_from(position).unwrap_or(i32::MAX);
-    batch.add(token, position, &[seq], logits).is_ok()
-}
-
 fn common_prefix(a: &[LlamaToken], b: &[LlamaToken]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Feeds `pieces` one by one; where the trigger fired (the piece's index, bytes back).
-    fn fired_at(pieces: &[&str]) -> Option<(usize, usize)> {
-        let grammar = TopLevelGrammar::from_lark("start: \"x\"".into());
-        let mut lazy = Lazy::new("<tool_call>", Some("{"), grammar);
-        let mut text = String::new();
-        pieces.iter().enumerate().find_map(|(i, piece)| {
-            text.push_str(piece);
-            lazy.fired(piece, &text).map(|back| (i, back))
-        })
-    }
-
-    #[test]
-    fn the_bare_trigger_fires_at_the_answers_start_or_after_a_code_fence_only() {
-        assert_eq!(fired_at(&["{\"name\""]), Some((0, 7)));
-        assert_eq!(fired_at(&["\n  ", "{"]), Some((1, 1)));
-        // Qwen's small models open a fence before a call (Codex's first turn).
-        assert_eq!(fired_at(&["```", "json\n", "{\"na"]), Some((2, 4)));
-        assert_eq!(fired_at(&["```\n", "{"]), Some((1, 1)));
-        assert_eq!(fired_at(&["Here: ", "{"]), None);
-        assert_eq!(fired_at(&["```python\n", "{"]), None);
-        // The tag counts anywhere.
-        assert_eq!(
-            fired_at(&["I will call it. ", "<tool_call>"]),
-            Some((1, 11))
-        );
-    }
-
-    #[test]
-    fn a_reasoning_budget_closes_the_reasoning_once_spent_and_only_then() {
-        let end = vec![LlamaToken(7), LlamaToken(8)];
-        // Opened by the prompt: two tokens of reasoning, then the close is due.
-        let mut think = Think::new(2, true, "<think>", "</think>", end.clone());
-        assert_eq!(think.due(), None);
-        think.after("Hmm");
-        assert_eq!(think.due(), None);
-        think.after(", four");
-        assert_eq!(think.due(), Some(end.clone()));
-        // Written once: the answer that follows is free.
-        think.after("</think>");
-        think.after("<think>");
-        assert_eq!(think.due(), None);
-        // Opened by the model, closed by it within the budget: nothing is written.
-        let mut think = Think::new(3, false, "<think>", "</think>", end.clone());
-        think.after("<th");
-        think.after("ink>");
-        think.after("Four.");
-        think.after("</think>");
-        think.after("4");
-        think.after(" and more");
-        assert_eq!(think.due(), None);
-        // A budget of none closes reasoning the prompt opened at once.
-        assert_eq!(
-            Think::new(0, true, "[THINK]", "[/THINK]", end.clone()).due(),
-            Some(end)
-        );
-    }
 }

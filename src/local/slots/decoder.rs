@@ -1,0 +1,90 @@
+//! What the scheduler asks of a model: the one place the slots touch llama.cpp, so that
+//! admission, batching, drafts and their rollback are tested with a fake model.
+
+use super::super::engine::{EngineError, Params};
+use super::super::prompt_cache::{DiskCache, RestoreError, SaveError, Saved};
+use llama_cpp_2::DecodeError;
+use llama_cpp_2::token::LlamaToken;
+use llguidance::api::TopLevelGrammar;
+
+/// One token of a step's batch: read into sequence `seq`'s cache at `position`, its logits
+/// made when `logits`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Place {
+    pub token: LlamaToken,
+    pub position: usize,
+    pub seq: i32,
+    pub logits: bool,
+}
+
+/// What the scheduler knows of the model it steps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    /// Sequences at once (the slots).
+    pub slots: usize,
+    /// Tokens one step takes at most.
+    pub step: usize,
+    /// Tokens one sequence holds at most (a call's prompt and answer).
+    pub context: usize,
+    /// Cells the shared cache may grow to.
+    pub most_cells: usize,
+    /// Whether a sequence's cache can be cut back to a prefix (a recurrent model's cannot),
+    /// as taking drafts back needs.
+    pub cuts: bool,
+    /// Whether a step runs on the CPU, and so takes the pool's CPU turn.
+    pub on_cpu: bool,
+}
+
+/// A model with one cache shared by its sequences (llama.cpp's unified KV cache): any
+/// sequence may take any free cell.
+pub trait Decoder {
+    /// What picks an answer's next token (llama.cpp's sampler chain, or a test's own).
+    type Sampler;
+
+    /// Reads `batch` into the cache, making the logits of the places that want them.
+    fn decode(&mut self, batch: &[Place]) -> Result<(), DecodeError>;
+    /// Removes sequence `seq`'s cache from position `from` on; `false` when it cannot be cut
+    /// there (from 0 it always can).
+    fn cut(&mut self, seq: i32, from: usize) -> bool;
+    /// The token `sampler` picks at place `at` of the last batch (whose logits were made).
+    fn sample(&mut self, sampler: &mut Self::Sampler, at: usize) -> LlamaToken;
+    /// Tells `sampler` of a token written without it (one the engine forced).
+    fn accept(&mut self, sampler: &mut Self::Sampler, token: LlamaToken);
+    /// The logits at place `at` of the last batch, one per token of the vocabulary.
+    fn logits(&self, at: usize) -> &[f32];
+    /// Whether a token ends the answer.
+    fn is_end(&self, token: LlamaToken) -> bool;
+    /// The bytes a token stands for in an answer (control tokens only when `shown`).
+    fn piece(&self, token: LlamaToken, shown: &[LlamaToken]) -> Vec<u8>;
+    /// A sampler for `params` held by `grammar` from now on, the grammar having read
+    /// `written` (the answer's text since its trigger).
+    fn constrained(
+        &self,
+        grammar: TopLevelGrammar,
+        written: &str,
+        params: &Params,
+    ) -> Result<Self::Sampler, EngineError>;
+    /// Cells of the cache now.
+    fn cells(&self) -> usize;
+    /// Makes the cache `cells` big, each sequence of `keep` carried into it: the sequences
+    /// whose caches could not be (their cache is empty now).
+    fn resize(&mut self, cells: usize, keep: &[i32]) -> Result<Vec<i32>, EngineError>;
+    /// Saves sequence `seq`, which holds `cached`, the first `prompt` of them its prompt, to
+    /// the prompt cache on disk: the bytes written.
+    fn save(
+        &mut self,
+        disk: &DiskCache,
+        seq: i32,
+        cached: &[llama_cpp_2::token::LlamaToken],
+        prompt: usize,
+    ) -> Result<u64, SaveError>;
+    /// Reads `saved` from the prompt cache on disk into sequence `seq`, checked against
+    /// `prompt`: the tokens the sequence holds then.
+    fn restore(
+        &mut self,
+        disk: &DiskCache,
+        seq: i32,
+        saved: &Saved,
+        prompt: &[LlamaToken],
+    ) -> Result<Vec<LlamaToken>, RestoreError>;
+}
