@@ -6,6 +6,8 @@
 //! model's queue, running calls and cache are also written under vLLM's names (`vllm:…`, by
 //! `model_name`): the model server protocol an inference gateway's endpoint picker reads.
 //!
+//! The calls of the last minutes are kept too ([`recent`]), for the engine view's charts.
+//!
 //! Labels stay bounded: `model` is always the name of one of the server's models (a models
 //! file's entry, or `local`, `provider`, `host` from the flags), or `unknown` for a call
 //! refused before its model was known; never a name a client made up.
@@ -25,7 +27,11 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use std::sync::{Arc, OnceLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+mod recent;
+
+pub use recent::Point;
 
 /// The `Content-Type` of the exposition.
 pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
@@ -157,6 +163,7 @@ pub struct Metrics {
     cached_tokens: Family<One, Counter>,
     generated_tokens: Family<One, Counter>,
     fallbacks: Family<Two, Counter>,
+    recent: recent::Recent,
 }
 
 const PREFIX: &str = "agent_as_model";
@@ -222,7 +229,21 @@ impl Metrics {
             cached_tokens,
             generated_tokens,
             fallbacks,
+            recent: recent::Recent::default(),
         }
+    }
+
+    /// The calls that ended in the last `window` (at most [`recent::KEPT`]), in buckets of
+    /// `bucket`, oldest first: how many, how fast their tokens came, how soon the first, and
+    /// how much of their prompts a cache served.
+    pub fn recent(&self, window: Duration, bucket: Duration) -> Vec<Point> {
+        self.recent
+            .points(Instant::now(), window.min(recent::KEPT), bucket)
+    }
+
+    /// When the last call to the model `name` (one of the server's names) ended.
+    pub fn last_call(&self, name: &str) -> Option<Instant> {
+        self.recent.last(name)
     }
 
     /// The metrics in Prometheus's text format (version 0.0.4).
@@ -277,6 +298,7 @@ impl Metrics {
                 .get_or_create(&[("model", model.clone())])
                 .observe(seconds);
         }
+        self.remember(&model, open.started, open.first.get().copied(), open.usage);
         if let Some(usage) = open.usage {
             let by_model: One = [("model", model)];
             self.prompt_tokens
@@ -289,6 +311,41 @@ impl Metrics {
                 .get_or_create(&by_model)
                 .inc_by(count(usage.completion));
         }
+    }
+}
+
+impl Metrics {
+    /// A call to `model` that arrived at `started` and ended now, kept for the charts when it
+    /// made something (a first piece, usage).
+    fn remember(
+        &self,
+        model: &str,
+        started: Instant,
+        first: Option<Instant>,
+        usage: Option<Usage>,
+    ) {
+        if first.is_none() && usage.is_none() {
+            return;
+        }
+        let at = Instant::now();
+        let (generated, prompt, cached) = usage.map_or((0, 0, 0), |u| {
+            (
+                count(u.completion),
+                count(u.prompt),
+                count(u.cached.unwrap_or(0)),
+            )
+        });
+        self.recent.push(
+            model,
+            recent::Ended {
+                at,
+                generated,
+                generating: at.saturating_duration_since(first.unwrap_or(started)),
+                first_token: first.map(|f| f.saturating_duration_since(started)),
+                prompt,
+                cached,
+            },
+        );
     }
 }
 
@@ -676,6 +733,35 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("# TYPE agent_as_model_request_duration_seconds histogram"));
+    }
+
+    #[test]
+    fn a_call_that_made_something_is_kept_for_the_charts_and_a_refusal_is_not() {
+        let metrics = metrics();
+        let mut refused = metrics.record(Api::Chat);
+        refused.model(Some("m"));
+        refused.status(400);
+        drop(refused);
+        assert_eq!(metrics.last_call("m"), None);
+        let mut record = metrics.record(Api::Chat);
+        record.first_token();
+        let usage = Usage {
+            prompt: 8,
+            completion: 2,
+            estimated: false,
+            cached: Some(6),
+        };
+        record.answered("m", usage);
+        drop(record);
+        assert!(metrics.last_call("m").is_some());
+        let points = metrics.recent(Duration::from_secs(60), Duration::from_secs(10));
+        let now = points.last().unwrap();
+        assert_eq!((now.ago_secs, now.calls), (0, 1));
+        assert_eq!(now.cached_share, Some(0.75));
+        assert!(now.first_token_seconds.is_some() && now.tokens_per_second.is_some());
+        // A window past what is kept is cut to it.
+        let all = metrics.recent(Duration::from_secs(86_400), Duration::from_secs(60));
+        assert_eq!(all.len() as u64, recent::KEPT.as_secs() / 60);
     }
 
     #[test]

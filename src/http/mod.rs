@@ -6,6 +6,8 @@
 //!   token ([`bearer`]).
 //! - further route groups (the model APIs, and `/metrics` with them), each with its own
 //!   credential check: a [`Routes`] passed to [`serve_http`], merged beside `/mcp`.
+//! - `/ui`: the server's own web page (`ui`), with the model APIs: a chat and a view of the
+//!   engine, whose files are served without the token and whose calls carry it.
 //! - anything else: 404.
 //!
 //! Every route but `/healthz` is behind the same checks, in this order: `Host` and `Origin`
@@ -35,6 +37,7 @@ mod responses_ws;
 pub mod routes;
 mod settings;
 mod threads;
+pub mod ui;
 mod whole;
 
 pub use checks::{Auth, Token, bearer, bearer_credentials};
@@ -66,6 +69,8 @@ pub struct Routes {
     /// model APIs answer an unknown `/v1/…` in their JSON envelope); `None` leaves it to the
     /// server's 404.
     pub unknown: Option<fn(&Request) -> Option<Response>>,
+    /// The path of a web page the group serves, which the start log names.
+    pub page: Option<&'static str>,
 }
 
 /// Why HTTP could not be served.
@@ -101,6 +106,7 @@ where
     B::Error: Into<BoxError>,
 {
     let mcp = BoxCloneSyncService::new(mcp.map_response(|r| r.map(Body::new)));
+    let page = api.as_ref().and_then(|a| a.page);
     let app = app(&settings, mcp, api);
     let listener = tokio::net::TcpListener::bind(settings.bind)
         .await
@@ -109,6 +115,10 @@ where
             source,
         })?;
     tracing::warn!(address = %settings.bind, auth = settings.auth_token.is_some(), "serving MCP over HTTP at /mcp");
+    if let Some(path) = page {
+        let url = ui::address(settings.bind, path);
+        tracing::warn!(url = %url, "a chat page and a view of the engine: open {url} in a browser");
+    }
     let limits = listen::Listen {
         max_connections: settings.max_connections,
         header_timeout: settings.header_timeout,
@@ -143,6 +153,7 @@ fn app(settings: &HttpSettings, mcp: Mcp, api: Option<Routes>) -> Router {
         router: mcp,
         auth: bearer,
         unknown: None,
+        page: None,
     });
     let mut unknown = None;
     if let Some(api) = api {
@@ -319,6 +330,7 @@ mod tests {
             router: Router::new().route("/v1/models", any(|| async { "models" })),
             auth: api_key,
             unknown: None,
+            page: None,
         }
     }
 

@@ -1,8 +1,8 @@
 //! The routes of the model APIs beside `/mcp`, behind the APIs' token: every route each API of
 //! the registry ([`crate::api::registry::ALL`]) declares, answered by the handler its endpoint
 //! names (the ones every API shares in [`super::api`]; an API's own in its file:
-//! [`super::ollama`], the Responses WebSocket and `/compact`), with the embeddings and
-//! `/metrics`.
+//! [`super::ollama`], the Responses WebSocket and `/compact`), with the embeddings,
+//! `/metrics` and the web page ([`super::ui`], whose own files need no token).
 
 use super::Routes;
 use super::api::{self, Share};
@@ -20,13 +20,14 @@ use std::sync::Arc;
 pub fn routes(state: Arc<Api>) -> Routes {
     Routes {
         router: router(state, registry::ALL),
-        auth: api::api_key,
+        auth: super::ui::page_or_api_key,
         unknown: Some(api::unknown_route),
+        page: Some("/ui"),
     }
 }
 
-/// The routes of every API in `registry`, then the embeddings and `/metrics`; a method a route
-/// does not take is a 405 in the envelope of the API the path is `registry`'s.
+/// The routes of every API in `registry`, then the embeddings, `/metrics` and the page; a
+/// method a route does not take is a 405 in the envelope of the API the path is `registry`'s.
 pub fn router(state: Arc<Api>, registry: &'static [Dialect]) -> Router {
     let mut router = Router::new();
     for dialect in registry {
@@ -37,6 +38,7 @@ pub fn router(state: Arc<Api>, registry: &'static [Dialect]) -> Router {
     router
         .route("/metrics", get(api::metrics))
         .merge(super::embeddings::routes())
+        .merge(super::ui::routes())
         .method_not_allowed_fallback(move |method, uri: Uri, headers: HeaderMap| {
             api::wrong_method(registry, method, uri, headers)
         })

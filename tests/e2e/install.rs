@@ -182,6 +182,7 @@ fn the_crate_carries_what_cargo_install_needs() {
         "CHANGELOG.md",
         "src/main.rs",
         "src/shapes/tools/chat_complete.json",
+        "src/http/ui/index.html",
     ] {
         assert!(files.contains(&needed), "{needed} missing from {files:?}");
     }
