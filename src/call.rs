@@ -357,6 +357,9 @@ pub struct Completion {
     /// What the backend could not honour as asked, for the result (e.g. a local model whose
     /// tool-call format is not recognised).
     pub warnings: Vec<String>,
+    /// Each answer token's log-probability, in order, when they were asked for
+    /// ([`CompletionRequest::logprobs`]) and the backend reports them; `None` otherwise.
+    pub logprobs: Option<Vec<TokenLogprob>>,
 }
 
 impl Completion {
@@ -368,6 +371,7 @@ impl Completion {
             finish: Finish::EndTurn,
             usage: None,
             warnings: Vec::new(),
+            logprobs: None,
         }
     }
 
@@ -852,6 +856,7 @@ mod tests {
             finish: Finish::EndTurn,
             usage: None,
             warnings: Vec::new(),
+            logprobs: None,
         };
         c.enforce_stop(&["STOP".into()]);
         assert_eq!(c.text(), "a ");

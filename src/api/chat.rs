@@ -4,6 +4,7 @@
 
 use super::dialect::{self, Dialect, Endpoint, Opening, Route, Wire};
 use super::gate::TextGate;
+use super::logprobs::{self, Pending};
 use super::sse::{frame, now, text_and_calls};
 use super::{ApiError, Encode, ErrorKind};
 use crate::call::{Answer, Finish};
@@ -54,7 +55,9 @@ pub struct Choice {
     pub message: Option<Message>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub delta: Option<Message>,
-    pub logprobs: Option<Value>,
+    /// The tokens' log-probabilities, when asked for (`logprobs: true`) and reported; in a
+    /// chunk, those of the text it carries.
+    pub logprobs: Option<logprobs::Choice>,
     pub finish_reason: Option<&'static str>,
 }
 
@@ -123,6 +126,8 @@ pub struct Encoder {
     calls: Vec<String>,
     /// Reasoning was shown as it was made.
     reasoned: bool,
+    /// The log-probabilities told and not written yet, when asked for.
+    logprobs: Pending,
 }
 
 impl Encoder {
@@ -137,7 +142,14 @@ impl Encoder {
             gate: TextGate::new(stop),
             calls: Vec::new(),
             reasoned: false,
+            logprobs: Pending::default(),
         }
+    }
+
+    /// `self` writing the log-probabilities of the text each chunk carries, when `asked`.
+    pub fn with_logprobs(mut self, asked: bool) -> Self {
+        self.logprobs = Pending::new(asked);
+        self
     }
 
     /// `self` with the id `id` when one is given.
@@ -182,7 +194,7 @@ impl Encoder {
                     tool_calls,
                 }),
                 delta: None,
-                logprobs: None,
+                logprobs: finished.logprobs.as_deref().map(logprobs::Choice::of),
                 finish_reason: Some(finish_reason(finished)),
             }],
             usage: Some(finished.usage.into()),
@@ -190,6 +202,15 @@ impl Encoder {
     }
 
     fn chunk(&self, delta: Message, finish_reason: Option<&'static str>) -> String {
+        self.chunk_with(delta, None, finish_reason)
+    }
+
+    fn chunk_with(
+        &self,
+        delta: Message,
+        logprobs: Option<logprobs::Choice>,
+        finish_reason: Option<&'static str>,
+    ) -> String {
         frame(
             None,
             &Completion {
@@ -201,7 +222,7 @@ impl Encoder {
                     index: 0,
                     message: None,
                     delta: Some(delta),
-                    logprobs: None,
+                    logprobs,
                     finish_reason,
                 }],
                 usage: None,
@@ -209,15 +230,18 @@ impl Encoder {
         )
     }
 
-    fn text(&self, text: String) -> Vec<String> {
+    /// A chunk of `text`, with the log-probabilities held (when asked for).
+    fn text(&mut self, text: String) -> Vec<String> {
         if text.is_empty() {
             return Vec::new();
         }
-        vec![self.chunk(
+        let logprobs = (self.logprobs.asked()).then(|| logprobs::Choice::of(&self.logprobs.take()));
+        vec![self.chunk_with(
             Message {
                 content: Some(Some(text)),
                 ..Message::default()
             },
+            logprobs,
             None,
         )]
     }
@@ -287,6 +311,10 @@ impl Encode for Encoder {
                 vec![self.call_chunk(index, None, &fragment)]
             }
             Piece::CallArgs { .. } => Vec::new(),
+            Piece::Logprobs(told) => {
+                self.logprobs.hold(told);
+                Vec::new()
+            }
         }
     }
 
@@ -294,6 +322,7 @@ impl Encode for Encoder {
         let finished = &answered.finished;
         let (text, calls) = text_and_calls(&finished.answer);
         let rest = self.gate.rest(&text);
+        self.logprobs.finish(finished.logprobs.as_deref());
         let mut out = Vec::new();
         // Reasoning not shown while it was made (an attempt that was not the answer's own).
         if let Some(reasoning) = finished.reasoning.clone().filter(|_| !self.reasoned) {
@@ -305,7 +334,10 @@ impl Encode for Encoder {
             out.push(self.call_chunk(index, Some((&call.id, &call.name)), ""));
             out.push(self.call_chunk(index, None, &call.arguments_json()));
         }
-        out.push(self.chunk(Message::default(), Some(finish_reason(finished))));
+        // What no text carried (a tool call's tokens) goes with the last chunk.
+        let left = self.logprobs.take();
+        let left = (!left.is_empty()).then(|| logprobs::Choice::of(&left));
+        out.push(self.chunk_with(Message::default(), left, Some(finish_reason(finished))));
         if self.include_usage {
             out.push(frame(
                 None,
@@ -366,7 +398,10 @@ impl Wire for Chat {
     }
 
     fn encoder(&self, o: &Opening<'_>) -> Box<dyn Encode> {
-        Box::new(Encoder::new(o.model, &o.call.request.stop, o.include_usage))
+        Box::new(
+            Encoder::new(o.model, &o.call.request.stop, o.include_usage)
+                .with_logprobs(o.call.request.logprobs.is_some()),
+        )
     }
 
     fn whole(&self, o: &Opening<'_>, answered: &Answered) -> Value {
@@ -503,5 +538,68 @@ mod tests {
             events[1]["choices"][0]["delta"]["reasoning_content"],
             "Think."
         );
+    }
+
+    /// The tokens of the chunks' `logprobs.content`, joined, and each chunk's own.
+    fn streamed_tokens(events: &[Value]) -> (String, Vec<Value>) {
+        let mut joined = String::new();
+        let mut each = Vec::new();
+        for e in events {
+            let logprobs = &e["choices"][0]["logprobs"];
+            for entry in logprobs["content"].as_array().into_iter().flatten() {
+                joined.push_str(entry["token"].as_str().unwrap());
+            }
+            each.push(logprobs.clone());
+        }
+        (joined, each)
+    }
+
+    #[test]
+    fn logprobs_come_whole_and_with_the_chunk_whose_text_their_tokens_made() {
+        let plain = answered(Answer::Text("Hello Ex".into()), Finish::EndTurn);
+        let (pieces, answered) = told_pieces(super::super::sse::tests_support::answered(
+            Answer::Text(String::new()),
+            Finish::EndTurn,
+        ));
+        let whole =
+            serde_json::to_value(Encoder::new("m", &[], false).whole(&answered.finished)).unwrap();
+        let logprobs = &whole["choices"][0]["logprobs"];
+        assert_eq!(logprobs["refusal"], Value::Null);
+        assert_eq!(
+            logprobs["content"][0],
+            json!({"token": "Hello", "logprob": -0.5, "bytes": [72, 101, 108, 108, 111],
+                   "top_logprobs": [
+                       {"token": "Hello", "logprob": -0.5, "bytes": [72, 101, 108, 108, 111]},
+                       {"token": "x", "logprob": -1.5, "bytes": [120]}]})
+        );
+        // Streamed, the "E" held for the stop sequence `END` comes with the text after it.
+        let mut e = Encoder::new("m", &["END".into()], false).with_logprobs(true);
+        let events = run(&mut e, pieces, &answered);
+        let (joined, each) = streamed_tokens(&events);
+        assert_eq!(
+            (joined.as_str(), fold(&events).0.as_str()),
+            ("Hello Ex", "Hello Ex")
+        );
+        let texts: Vec<&str> = events
+            .iter()
+            .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+            .collect();
+        assert_eq!(texts, ["", "Hello", " ", "Ex"]);
+        // The role chunk and the last have none; the text chunks theirs.
+        assert_eq!(each[0], Value::Null);
+        assert_eq!(each[2]["content"][0]["token"], " E");
+        assert_eq!(each[3]["content"][0]["token"], "x");
+        assert_eq!(each[4], Value::Null);
+        // An attempt not shown while made (or a call's tokens): all at the end.
+        let mut e = Encoder::new("m", &[], false).with_logprobs(true);
+        let (joined, _) = streamed_tokens(&run(&mut e, Vec::new(), &answered));
+        assert_eq!(joined, "Hello Ex");
+        // Not asked for: `null` throughout.
+        let whole =
+            serde_json::to_value(Encoder::new("m", &[], false).whole(&plain.finished)).unwrap();
+        assert_eq!(whole["choices"][0]["logprobs"], Value::Null);
+        let mut e = Encoder::new("m", &[], false);
+        let events = run(&mut e, vec![Piece::Text("Hello Ex".into())], &plain);
+        assert!(streamed_tokens(&events).1.iter().all(Value::is_null));
     }
 }

@@ -6,6 +6,7 @@
 use super::chat::Usage;
 use super::dialect::{self, Dialect, Endpoint, Opening, Route, Wire};
 use super::gate::TextGate;
+use super::logprobs::{Legacy, Pending};
 use super::sse::{frame, now, text_and_calls};
 use super::{ApiError, Encode, ErrorKind};
 use crate::call::{Finish, TextPrompt};
@@ -19,7 +20,9 @@ use serde_json::Value;
 pub struct Choice {
     pub text: String,
     pub index: usize,
-    pub logprobs: Option<Value>,
+    /// The tokens' log-probabilities, when asked for (`logprobs`) and reported; in a chunk,
+    /// those of the text it carries.
+    pub logprobs: Option<Legacy>,
     pub finish_reason: Option<&'static str>,
 }
 
@@ -52,6 +55,11 @@ pub struct Encoder {
     /// `echo`: the prompt, shown before the answer.
     echo: Option<String>,
     gate: TextGate,
+    /// The log-probabilities told and not written yet, when asked for.
+    logprobs: Pending,
+    /// Where the next token's text begins in the choice's text, in characters (after an
+    /// echoed prompt, whose tokens have none here).
+    offset: usize,
 }
 
 impl Encoder {
@@ -71,7 +79,17 @@ impl Encoder {
             include_usage,
             echo: text.filter(|t| t.echo).map(|t| t.prompt.clone()),
             gate: TextGate::new(stop),
+            logprobs: Pending::default(),
+            offset: text
+                .filter(|t| t.echo)
+                .map_or(0, |t| t.prompt.chars().count()),
         }
+    }
+
+    /// `self` writing the log-probabilities of the text each chunk carries, when `asked`.
+    pub fn with_logprobs(mut self, asked: bool) -> Self {
+        self.logprobs = Pending::new(asked);
+        self
     }
 
     /// The whole `text_completion` for an answer.
@@ -81,6 +99,8 @@ impl Encoder {
             Some(prompt) => format!("{prompt}{answer}"),
             None => answer,
         };
+        let mut offset = self.offset;
+        let logprobs = (finished.logprobs.as_deref()).map(|told| Legacy::of(told, &mut offset));
         Completion {
             id: self.id.clone(),
             object: "text_completion",
@@ -89,7 +109,7 @@ impl Encoder {
             choices: vec![Choice {
                 text,
                 index: 0,
-                logprobs: None,
+                logprobs,
                 finish_reason: Some(finish_reason(finished)),
             }],
             usage: Some(finished.usage.into()),
@@ -111,28 +131,46 @@ impl Encoder {
         )
     }
 
-    fn chunk(&self, text: String, finish_reason: Option<&'static str>) -> String {
+    fn chunk(
+        &self,
+        text: String,
+        logprobs: Option<Legacy>,
+        finish_reason: Option<&'static str>,
+    ) -> String {
         let choice = Choice {
             text,
             index: 0,
-            logprobs: None,
+            logprobs,
             finish_reason,
         };
         self.event(vec![choice], None)
     }
 
-    fn text(&self, text: String) -> Vec<String> {
+    /// The log-probabilities held, taken (when asked for).
+    fn held(&mut self) -> Option<Legacy> {
+        let asked = self.logprobs.asked();
+        asked.then(|| Legacy::of(&self.logprobs.take(), &mut self.offset))
+    }
+
+    /// A chunk of the answer's `text`, with the log-probabilities held.
+    fn text(&mut self, text: String) -> Vec<String> {
         if text.is_empty() {
             return Vec::new();
         }
-        vec![self.chunk(text, None)]
+        let logprobs = self.held();
+        vec![self.chunk(text, logprobs, None)]
     }
 }
 
 impl Encode for Encoder {
     fn start(&mut self) -> Vec<String> {
+        // The echoed prompt: its tokens have no log-probabilities here.
         let echo = self.echo.clone().unwrap_or_default();
-        self.text(echo)
+        if echo.is_empty() {
+            return Vec::new();
+        }
+        let none = self.logprobs.asked().then(Legacy::default);
+        vec![self.chunk(echo, none, None)]
     }
 
     fn piece(&mut self, piece: Piece) -> Vec<String> {
@@ -140,6 +178,10 @@ impl Encode for Encoder {
             Piece::Text(text) => {
                 let show = self.gate.feed(&text);
                 self.text(show)
+            }
+            Piece::Logprobs(told) => {
+                self.logprobs.hold(told);
+                Vec::new()
             }
             // A text completion offers no tools.
             Piece::CallStart { .. } | Piece::CallArgs { .. } | Piece::Reasoning(_) => Vec::new(),
@@ -150,8 +192,11 @@ impl Encode for Encoder {
         let finished = &answered.finished;
         let (text, _) = text_and_calls(&finished.answer);
         let rest = self.gate.rest(&text);
+        self.logprobs.finish(finished.logprobs.as_deref());
         let mut out = self.text(rest);
-        out.push(self.chunk(String::new(), Some(finish_reason(finished))));
+        // What no text carried goes with the last chunk.
+        let left = self.held().filter(|l| !l.tokens.is_empty());
+        out.push(self.chunk(String::new(), left, Some(finish_reason(finished))));
         if self.include_usage {
             out.push(self.event(Vec::new(), Some(finished.usage.into())));
         }
@@ -201,7 +246,10 @@ impl Wire for Completions {
 
     fn encoder(&self, o: &Opening<'_>) -> Box<dyn Encode> {
         let (stop, text) = (&o.call.request.stop, o.call.request.text.as_ref());
-        Box::new(Encoder::new(o.model, stop, text, o.include_usage))
+        Box::new(
+            Encoder::new(o.model, stop, text, o.include_usage)
+                .with_logprobs(o.call.request.logprobs.is_some()),
+        )
     }
 
     fn whole(&self, o: &Opening<'_>, answered: &Answered) -> Value {
@@ -292,6 +340,39 @@ mod tests {
         assert_eq!(text, whole["choices"][0]["text"]);
         assert_eq!(finish, "stop");
         assert!(events.iter().all(|c| c.get("usage").is_none()));
+    }
+
+    #[test]
+    fn logprobs_are_parallel_lists_whose_offsets_run_on_from_the_echoed_prompt() {
+        let (pieces, answered) =
+            told_pieces(answered(Answer::Text(String::new()), Finish::EndTurn));
+        let echoed = prompt(true);
+        let at = echoed.prompt.chars().count();
+        let whole = Encoder::new("m", &[], Some(&echoed), false).whole(&answered.finished);
+        let whole = serde_json::to_value(whole).unwrap();
+        let logprobs = &whole["choices"][0]["logprobs"];
+        assert_eq!(logprobs["tokens"], json!(["Hello", " E", "x"]));
+        assert_eq!(logprobs["token_logprobs"], json!([-0.5, -0.5, -0.5]));
+        assert_eq!(logprobs["top_logprobs"][1], json!({" E": -0.5, "x": -1.5}));
+        assert_eq!(logprobs["text_offset"], json!([at, at + 5, at + 7]));
+        // Streamed: each chunk its text's tokens, the offsets running on across chunks.
+        let mut e = Encoder::new("m", &["END".into()], Some(&echoed), false).with_logprobs(true);
+        let events = run(&mut e, pieces, &answered);
+        let mut tokens = Vec::new();
+        let mut offsets = Vec::new();
+        for chunk in &events {
+            let l = &chunk["choices"][0]["logprobs"];
+            tokens.extend(l["tokens"].as_array().into_iter().flatten().cloned());
+            offsets.extend(l["text_offset"].as_array().into_iter().flatten().cloned());
+        }
+        assert_eq!(json!(tokens), logprobs["tokens"]);
+        assert_eq!(json!(offsets), logprobs["text_offset"]);
+        // The echo has none of its own; the last chunk has none left.
+        assert_eq!(events[0]["choices"][0]["logprobs"]["tokens"], json!([]));
+        assert_eq!(
+            events.last().unwrap()["choices"][0]["logprobs"],
+            Value::Null
+        );
     }
 
     #[test]

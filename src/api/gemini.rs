@@ -5,9 +5,10 @@
 
 use super::dialect::{self, Dialect, Endpoint, Opening, Route, Wire};
 use super::gate::TextGate;
+use super::logprobs::{Pending, finite};
 use super::sse::{frame, text_and_calls};
 use super::{ApiError, Encode, ErrorKind, Prepared};
-use crate::call::{Block, Finish};
+use crate::call::{Block, Finish, TokenLogprob};
 use crate::fulfil::written::Piece;
 use crate::service::{Answered, Finished};
 use serde::Serialize;
@@ -69,6 +70,68 @@ pub struct Candidate {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub finish_reason: Option<&'static str>,
     pub index: usize,
+    /// The log-probabilities of the tokens of this response's text (`responseLogprobs`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub logprobs_result: Option<LogprobsResult>,
+    /// The mean log-probability of the whole answer's tokens (the last response's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub avg_logprobs: Option<f64>,
+}
+
+/// A token and its log-probability (Gemini has the token's id too: this server does not say
+/// it).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LogprobsCandidate {
+    pub token: String,
+    pub log_probability: f64,
+}
+
+/// The likeliest tokens at one place, most likely first.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TopCandidates {
+    pub candidates: Vec<LogprobsCandidate>,
+}
+
+/// Gemini's `logprobsResult`: the chosen token at each place and the likeliest there.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LogprobsResult {
+    pub top_candidates: Vec<TopCandidates>,
+    pub chosen_candidates: Vec<LogprobsCandidate>,
+    pub log_probability_sum: f64,
+}
+
+impl LogprobsResult {
+    /// The result of `told`.
+    fn of(told: &[TokenLogprob]) -> Self {
+        let candidate = |token: &str, logprob: f64| LogprobsCandidate {
+            token: token.to_owned(),
+            log_probability: finite(logprob),
+        };
+        LogprobsResult {
+            top_candidates: (told.iter())
+                .map(|t| TopCandidates {
+                    candidates: t
+                        .top
+                        .iter()
+                        .map(|c| candidate(&c.token, c.logprob))
+                        .collect(),
+                })
+                .collect(),
+            chosen_candidates: told
+                .iter()
+                .map(|t| candidate(&t.token, t.logprob))
+                .collect(),
+            log_probability_sum: told.iter().map(|t| finite(t.logprob)).sum(),
+        }
+    }
+}
+
+/// The mean log-probability of `told`'s tokens (none: 0).
+fn average(told: &[TokenLogprob]) -> f64 {
+    let sum: f64 = told.iter().map(|t| finite(t.logprob)).sum();
+    sum / told.len().max(1) as f64
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -113,6 +176,9 @@ pub struct Encoder {
     gate: TextGate,
     /// Thoughts were shown as they were made.
     thought: bool,
+    /// The log-probabilities told and not written yet (only a call that asked for them is
+    /// told any).
+    logprobs: Pending,
 }
 
 impl Encoder {
@@ -123,10 +189,19 @@ impl Encoder {
             model: model.to_owned(),
             gate: TextGate::new(stop),
             thought: false,
+            logprobs: Pending::new(true),
         }
     }
 
-    fn response(&self, parts: Vec<Part>, end: Option<&Finished>) -> Response {
+    /// A response of `parts` with the log-probabilities `told` of their text's tokens; the
+    /// last (`end`) with the finish reason, the usage and the whole answer's mean.
+    fn response(
+        &self,
+        parts: Vec<Part>,
+        end: Option<&Finished>,
+        told: &[TokenLogprob],
+    ) -> Response {
+        let whole = end.and_then(|f| f.logprobs.as_deref());
         Response {
             candidates: vec![Candidate {
                 content: Content {
@@ -138,6 +213,9 @@ impl Encoder {
                     _ => "STOP",
                 }),
                 index: 0,
+                logprobs_result: (!told.is_empty() || whole.is_some())
+                    .then(|| LogprobsResult::of(told)),
+                avg_logprobs: whole.map(average),
             }],
             usage_metadata: end.map(|f| f.usage.into()),
             // The model the backend says answered, once the answer is done.
@@ -185,7 +263,8 @@ impl Encoder {
             parts.push(Part::Text(text));
         }
         parts.extend(Self::other_parts(answered));
-        self.response(parts, Some(finished))
+        let told = finished.logprobs.as_deref().unwrap_or_default();
+        self.response(parts, Some(finished), told)
     }
 
     /// `self` with the response id `id` when one is given.
@@ -207,10 +286,12 @@ impl Encode for Encoder {
             Piece::Text(text) => text,
             Piece::Reasoning(thought) if !thought.is_empty() => {
                 self.thought = true;
-                return vec![frame(
-                    None,
-                    &self.response(vec![Part::thought(thought)], None),
-                )];
+                let parts = vec![Part::thought(thought)];
+                return vec![frame(None, &self.response(parts, None, &[]))];
+            }
+            Piece::Logprobs(told) => {
+                self.logprobs.hold(told);
+                return Vec::new();
             }
             // Gemini sends a call whole, at the end.
             _ => return Vec::new(),
@@ -219,13 +300,18 @@ impl Encode for Encoder {
         if show.is_empty() {
             return Vec::new();
         }
-        vec![frame(None, &self.response(vec![Part::Text(show)], None))]
+        let told = self.logprobs.take();
+        vec![frame(
+            None,
+            &self.response(vec![Part::Text(show)], None, &told),
+        )]
     }
 
     fn finish(&mut self, answered: &Answered) -> Vec<String> {
         let finished = &answered.finished;
         let (text, _) = text_and_calls(&finished.answer);
         let rest = self.gate.rest(&text);
+        self.logprobs.finish(finished.logprobs.as_deref());
         let mut parts = Vec::new();
         // Thoughts not shown while they were made (an attempt that was not the answer's own).
         if let Some(thought) = finished.reasoning.clone().filter(|_| !self.thought) {
@@ -235,7 +321,9 @@ impl Encode for Encoder {
             parts.push(Part::Text(rest));
         }
         parts.extend(Self::other_parts(answered));
-        vec![frame(None, &self.response(parts, Some(finished)))]
+        // The rest of the text's tokens, and those no text carried.
+        let told = self.logprobs.take();
+        vec![frame(None, &self.response(parts, Some(finished), &told))]
     }
 
     fn error(&mut self, e: &ApiError) -> Vec<String> {
@@ -383,5 +471,48 @@ mod tests {
             serde_json::json!({"text": "Think.", "thought": true})
         );
         assert_eq!(parts[1], serde_json::json!({"text": "Sure."}));
+    }
+
+    #[test]
+    fn logprobs_results_come_with_their_text_and_the_last_response_has_the_mean() {
+        let (pieces, answered) = told_pieces(answered(
+            crate::call::Answer::Text(String::new()),
+            Finish::EndTurn,
+        ));
+        let whole = serde_json::to_value(Encoder::new("m", &[]).whole(&answered)).unwrap();
+        let candidate = &whole["candidates"][0];
+        assert_eq!(candidate["avgLogprobs"], -0.5);
+        let result = &candidate["logprobsResult"];
+        assert_eq!(
+            result["chosenCandidates"][0],
+            json!({"token": "Hello", "logProbability": -0.5})
+        );
+        assert_eq!(
+            result["topCandidates"][0]["candidates"],
+            json!([{"token": "Hello", "logProbability": -0.5},
+                   {"token": "x", "logProbability": -1.5}])
+        );
+        assert_eq!(result["logProbabilitySum"], -1.5);
+        let mut e = Encoder::new("m", &["END".into()]);
+        let events = run(&mut e, pieces, &answered);
+        let chosen: Vec<Value> = (events.iter())
+            .flat_map(|e| {
+                let result = &e["candidates"][0]["logprobsResult"]["chosenCandidates"];
+                result.as_array().cloned().unwrap_or_default()
+            })
+            .map(|c| c["token"].clone())
+            .collect();
+        assert_eq!(json!(chosen), json!(["Hello", " E", "x"]));
+        assert_eq!(events.last().unwrap()["candidates"][0]["avgLogprobs"], -0.5);
+        // Not asked for: none.
+        let plain = super::super::sse::tests_support::answered(
+            crate::call::Answer::Text("Hi".into()),
+            Finish::EndTurn,
+        );
+        let whole = serde_json::to_value(Encoder::new("m", &[]).whole(&plain)).unwrap();
+        assert!(
+            whole["candidates"][0].get("logprobsResult").is_none(),
+            "{whole}"
+        );
     }
 }

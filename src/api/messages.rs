@@ -361,7 +361,8 @@ impl Encode for Encoder {
                 out
             }
             Piece::Reasoning(text) if !text.is_empty() => self.think(&text),
-            Piece::CallStart { .. } | Piece::Reasoning(_) => Vec::new(),
+            // Anthropic's messages have no log-probabilities (a call cannot ask for them).
+            Piece::CallStart { .. } | Piece::Reasoning(_) | Piece::Logprobs(_) => Vec::new(),
             Piece::CallArgs { index, fragment } => {
                 // Arguments go to the open block of the call shown last only.
                 match self.call_block {

@@ -19,6 +19,7 @@ pub mod dialect;
 pub mod embeddings;
 pub mod gate;
 pub mod gemini;
+pub mod logprobs;
 pub mod messages;
 pub mod ollama;
 pub mod registry;

@@ -24,8 +24,8 @@ use crate::call::{Call, Finish, Samplers, TextPrompt};
 use crate::fulfil::written::Piece;
 use crate::service::{Answered, Finished};
 use crate::shapes::ollama::{
-    APPLIED_OPTIONS, ChatResponse, Function, GenerateResponse, Message, Timings, ToolCall,
-    timestamp,
+    APPLIED_OPTIONS, ChatResponse, Function, GenerateResponse, Logprob, Message, Timings,
+    TokenLogprob, ToolCall, timestamp,
 };
 use base64::Engine as _;
 use serde_json::{Map, Value, json};
@@ -282,26 +282,6 @@ fn refuse(body: &Map<String, Value>) -> Result<(), ApiError> {
              renders the prompt; send `raw: true` with the whole prompt written out instead",
         ));
     }
-    // No backend here reports log probabilities (and `/v1` refuses them too).
-    let none = "log probabilities are not available: no backend here reports them";
-    if body
-        .get("logprobs")
-        .is_some_and(|v| !v.is_null() && v != &Value::Bool(false))
-    {
-        return Err(invalid(
-            "logprobs",
-            format!("{none}; leave `logprobs` out (or false)"),
-        ));
-    }
-    if body
-        .get("top_logprobs")
-        .is_some_and(|v| !v.is_null() && v.as_u64() != Some(0))
-    {
-        return Err(invalid(
-            "top_logprobs",
-            format!("{none}; leave `top_logprobs` out (or 0)"),
-        ));
-    }
     if body.get("context").is_some_and(|c| !c.is_null()) {
         return Err(invalid(
             "context",
@@ -354,6 +334,7 @@ pub fn translate(
     }
     options(body.get("options"), &mut args, &mut out, &mut warnings)?;
     think(body.get("think"), &mut args, &mut out)?;
+    logprobs(body, &mut args, &mut warnings)?;
     let stream = opt_bool(body, "stream")?.unwrap_or(true);
     out.prepared = Prepared {
         arguments: args,
@@ -382,6 +363,41 @@ fn ignored(dialect: Dialect, body: &Map<String, Value>) -> Vec<String> {
         warnings.push("`truncate` was ignored: a prompt over the context is refused".into());
     }
     warnings
+}
+
+/// `logprobs` (a boolean) and `top_logprobs` (0 to 20, as Ollama checks it), as chat
+/// completions' `logprobs` and `top_logprobs`. Ollama reports none without `logprobs: true`,
+/// whatever `top_logprobs` says: then it is ignored, and the warnings say so.
+fn logprobs(
+    body: &Map<String, Value>,
+    args: &mut Map<String, Value>,
+    warnings: &mut Vec<String>,
+) -> Result<(), ApiError> {
+    let asked = opt_bool(body, "logprobs")?.unwrap_or(false);
+    let top = match body.get("top_logprobs") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(
+            (v.as_u64())
+                .filter(|n| *n <= u64::from(crate::call::MAX_TOP_LOGPROBS))
+                .ok_or_else(|| {
+                    invalid(
+                        "top_logprobs",
+                        format!(
+                            "must be between 0 and {}, got {}",
+                            crate::call::MAX_TOP_LOGPROBS,
+                            crate::error::clip(&v.to_string())
+                        ),
+                    )
+                })?,
+        ),
+    };
+    if asked {
+        args.insert("logprobs".into(), json!(true));
+        args.insert("top_logprobs".into(), json!(top.unwrap_or(0)));
+    } else if top.is_some_and(|n| n > 0) {
+        warnings.push("`top_logprobs` was ignored: it takes `logprobs: true`".into());
+    }
+    Ok(())
 }
 
 /// `think`: `true` asks for the reasoning back as `thinking`; `false` or a level is the
@@ -910,6 +926,9 @@ pub struct Encoder {
     gate: TextGate,
     /// Reasoning was shown as it was made.
     reasoned: bool,
+    /// The log-probabilities told and not written yet (only a call that asked for them is
+    /// told any).
+    logprobs: super::logprobs::Pending,
 }
 
 impl Encoder {
@@ -922,6 +941,7 @@ impl Encoder {
             first: None,
             gate: TextGate::new(stop),
             reasoned: false,
+            logprobs: super::logprobs::Pending::new(true),
         }
     }
 
@@ -960,14 +980,17 @@ impl Encoder {
         }
     }
 
-    /// An object of this answer: a piece (`done` false, no reason) or the last.
+    /// An object of this answer: a piece (`done` false, no reason) or the last, with the
+    /// log-probabilities of its text's tokens when there are any.
     fn object(
         &self,
         content: String,
         thinking: Option<String>,
         calls: Vec<ToolCall>,
         last: Option<(&'static str, Timings)>,
+        logprobs: &[crate::call::TokenLogprob],
     ) -> Value {
+        let logprobs = (!logprobs.is_empty()).then(|| logprobs.iter().map(logprob).collect());
         let created_at = timestamp(SystemTime::now());
         let (done_reason, timings) = match last {
             Some((reason, timings)) => (Some(reason), Some(timings)),
@@ -980,6 +1003,7 @@ impl Encoder {
                 message: Self::message(content, thinking, calls),
                 done: last.is_some(),
                 done_reason,
+                logprobs,
                 timings,
             })
         } else {
@@ -990,6 +1014,7 @@ impl Encoder {
                 thinking,
                 done: last.is_some(),
                 done_reason,
+                logprobs,
                 timings,
             })
         };
@@ -1001,7 +1026,14 @@ impl Encoder {
         let (text, calls) = text_and_calls(&finished.answer);
         let calls = calls.iter().map(tool_call).collect();
         let last = (done_reason(finished), self.timings(finished));
-        self.object(text, finished.reasoning.clone(), calls, Some(last))
+        let logprobs = finished.logprobs.as_deref().unwrap_or_default();
+        self.object(
+            text,
+            finished.reasoning.clone(),
+            calls,
+            Some(last),
+            logprobs,
+        )
     }
 
     /// The object answering a request that only loads (or unloads) the model.
@@ -1010,7 +1042,13 @@ impl Encoder {
             total_duration: nanos(self.started.elapsed()),
             ..Timings::default()
         };
-        self.object(String::new(), None, Vec::new(), Some((reason, timings)))
+        self.object(
+            String::new(),
+            None,
+            Vec::new(),
+            Some((reason, timings)),
+            &[],
+        )
     }
 
     fn line(object: &Value) -> String {
@@ -1019,15 +1057,40 @@ impl Encoder {
         line
     }
 
-    fn text(&self, text: String) -> Vec<String> {
+    /// A line of `text`, with the log-probabilities held.
+    fn text(&mut self, text: String) -> Vec<String> {
         if text.is_empty() {
             return Vec::new();
         }
-        vec![Self::line(&self.object(text, None, Vec::new(), None))]
+        let logprobs = self.logprobs.take();
+        vec![Self::line(&self.object(
+            text,
+            None,
+            Vec::new(),
+            None,
+            &logprobs,
+        ))]
     }
 
     fn thinking(&self, text: String) -> String {
-        Self::line(&self.object(String::new(), Some(text), Vec::new(), None))
+        Self::line(&self.object(String::new(), Some(text), Vec::new(), None, &[]))
+    }
+}
+
+/// A token's log-probability as Ollama writes it.
+fn logprob(t: &crate::call::TokenLogprob) -> Logprob {
+    let finite = super::logprobs::finite;
+    Logprob {
+        token: t.token.clone(),
+        logprob: finite(t.logprob),
+        bytes: t.bytes.clone(),
+        top_logprobs: (t.top.iter())
+            .map(|top| TokenLogprob {
+                token: top.token.clone(),
+                logprob: finite(top.logprob),
+                bytes: top.bytes.clone(),
+            })
+            .collect(),
     }
 }
 
@@ -1057,6 +1120,10 @@ impl Encode for Encoder {
                 self.reasoned = true;
                 vec![self.thinking(text)]
             }
+            Piece::Logprobs(told) => {
+                self.logprobs.hold(told);
+                Vec::new()
+            }
             // Ollama sends each call whole, at the end.
             Piece::Reasoning(_) | Piece::CallStart { .. } | Piece::CallArgs { .. } => Vec::new(),
         }
@@ -1066,6 +1133,7 @@ impl Encode for Encoder {
         let finished = &answered.finished;
         let (text, calls) = text_and_calls(&finished.answer);
         let rest = self.gate.rest(&text);
+        self.logprobs.finish(finished.logprobs.as_deref());
         let mut out = Vec::new();
         // Reasoning not shown while it was made (an attempt that was not the answer's own).
         if let Some(reasoning) = finished.reasoning.clone().filter(|_| !self.reasoned) {
@@ -1074,14 +1142,23 @@ impl Encode for Encoder {
         out.extend(self.text(rest));
         let calls: Vec<ToolCall> = calls.iter().map(tool_call).collect();
         if !calls.is_empty() {
-            out.push(Self::line(&self.object(String::new(), None, calls, None)));
+            out.push(Self::line(&self.object(
+                String::new(),
+                None,
+                calls,
+                None,
+                &[],
+            )));
         }
         let last = (done_reason(finished), self.timings(finished));
+        // What no text carried (a tool call's tokens) goes with the last line.
+        let left = self.logprobs.take();
         out.push(Self::line(&self.object(
             String::new(),
             None,
             Vec::new(),
             Some(last),
+            &left,
         )));
         out
     }
@@ -1416,10 +1493,15 @@ mod tests {
             ),
             (Dialect::OllamaChat, json!({"think": "very"}), "think"),
             (Dialect::OllamaChat, json!({"stream": "yes"}), "stream"),
-            (Dialect::OllamaChat, json!({"logprobs": true}), "logprobs"),
+            (Dialect::OllamaChat, json!({"logprobs": "yes"}), "logprobs"),
             (
                 Dialect::OllamaGenerate,
-                json!({"prompt": "a", "top_logprobs": 3}),
+                json!({"prompt": "a", "logprobs": true, "top_logprobs": 21}),
+                "top_logprobs",
+            ),
+            (
+                Dialect::OllamaChat,
+                json!({"logprobs": true, "top_logprobs": -1}),
                 "top_logprobs",
             ),
         ] {
@@ -1438,6 +1520,81 @@ mod tests {
         )
         .unwrap();
         assert!(t.prepared.warnings.is_empty(), "{:?}", t.prepared.warnings);
+        assert!(!t.prepared.arguments.contains_key("logprobs"));
+    }
+
+    #[test]
+    fn logprobs_become_chat_completions_and_top_logprobs_alone_is_ignored() {
+        let read = |b: Value| translate(Dialect::OllamaGenerate, &body(b), "m").unwrap();
+        let t = read(json!({"prompt": "a", "logprobs": true, "top_logprobs": 3}));
+        assert_eq!(t.prepared.arguments["logprobs"], true);
+        assert_eq!(t.prepared.arguments["top_logprobs"], 3);
+        let t = read(json!({"prompt": "a", "logprobs": true}));
+        assert_eq!(t.prepared.arguments["top_logprobs"], 0);
+        let t = read(json!({"prompt": "a", "top_logprobs": 3}));
+        assert!(!t.prepared.arguments.contains_key("logprobs"));
+        assert!(
+            t.prepared.warnings[0].contains("top_logprobs"),
+            "{:?}",
+            t.prepared.warnings
+        );
+    }
+
+    #[test]
+    fn each_line_carries_the_logprobs_of_its_text_and_the_whole_answer_all() {
+        use crate::call::{TokenLogprob, TopLogprob};
+        let told = |token: &str| TokenLogprob {
+            token: token.into(),
+            bytes: token.as_bytes().to_vec(),
+            logprob: -0.5,
+            top: vec![TopLogprob {
+                token: token.into(),
+                bytes: token.as_bytes().to_vec(),
+                logprob: -0.5,
+            }],
+        };
+        let mut done = answered(Answer::Text("Hi there".into()), Finish::EndTurn);
+        done.finished.logprobs = Some(vec![told("Hi"), told(" there")]);
+        let started = Instant::now();
+        let whole = Encoder::new(CHAT, "m", &[], started).whole(&done.finished);
+        assert_eq!(
+            whole["logprobs"],
+            json!([{"token": "Hi", "logprob": -0.5, "bytes": [72, 105],
+                    "top_logprobs": [{"token": "Hi", "logprob": -0.5, "bytes": [72, 105]}]},
+                   {"token": " there", "logprob": -0.5, "bytes": [32, 116, 104, 101, 114, 101],
+                    "top_logprobs": [{"token": " there", "logprob": -0.5,
+                                      "bytes": [32, 116, 104, 101, 114, 101]}]}])
+        );
+        let mut e = Encoder::new(GENERATE, "m", &[], started);
+        let mut lines = Vec::new();
+        for piece in [
+            Piece::Logprobs(vec![told("Hi")]),
+            Piece::Text("Hi".into()),
+            Piece::Logprobs(vec![told(" there")]),
+        ] {
+            lines.extend(e.piece(piece));
+        }
+        lines.extend(e.finish(&done));
+        let lines: Vec<Value> = lines
+            .iter()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let tokens = |line: &Value| -> Vec<String> {
+            line["logprobs"].as_array().map_or_else(Vec::new, |l| {
+                l.iter()
+                    .map(|e| e["token"].as_str().unwrap().to_owned())
+                    .collect()
+            })
+        };
+        assert_eq!(lines[0]["response"], "Hi");
+        assert_eq!(tokens(&lines[0]), ["Hi"]);
+        assert_eq!(lines[1]["response"], " there");
+        assert_eq!(tokens(&lines[1]), [" there"]);
+        assert!(lines.last().unwrap().get("logprobs").is_none());
+        // Not asked for: no line says anything of them.
+        let plain = answered(Answer::Text("Hi".into()), Finish::EndTurn);
+        let whole = Encoder::new(CHAT, "m", &[], started).whole(&plain.finished);
+        assert!(whole.get("logprobs").is_none(), "{whole}");
     }
 
     #[test]

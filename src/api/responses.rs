@@ -7,6 +7,7 @@
 
 use super::dialect::{self, Dialect, Endpoint, Method, Opening, Route, Wire};
 use super::gate::TextGate;
+use super::logprobs::{Entry, Pending, entries};
 use super::{ApiError, Encode, ErrorKind, Prepared};
 use crate::call::Finish;
 use crate::fulfil::written::Piece;
@@ -45,7 +46,10 @@ pub struct OutputText {
     pub kind: String,
     pub text: String,
     pub annotations: Vec<Value>,
-    pub logprobs: Vec<Value>,
+    /// The text's tokens' log-probabilities, when asked for (`include:
+    /// ["message.output_text.logprobs"]`) and reported.
+    #[serde(default)]
+    pub logprobs: Vec<Entry>,
 }
 
 impl OutputText {
@@ -572,7 +576,7 @@ enum Event<'a> {
         output_index: usize,
         content_index: usize,
         delta: &'a str,
-        logprobs: [Value; 0],
+        logprobs: Vec<Entry>,
     },
     #[serde(rename = "response.output_text.done")]
     TextDone {
@@ -581,7 +585,7 @@ enum Event<'a> {
         output_index: usize,
         content_index: usize,
         text: &'a str,
-        logprobs: [Value; 0],
+        logprobs: &'a [Entry],
     },
     #[serde(rename = "response.reasoning_text.delta")]
     ReasoningDelta {
@@ -705,6 +709,9 @@ pub struct Encoder {
     live_calls: bool,
     /// How the tools the model called were declared (namespaces, custom tools).
     names: super::tool_names::Names,
+    /// The log-probabilities told and not written yet (only a call that asked for them is
+    /// told any, and only its answer has them).
+    logprobs: Pending,
 }
 
 impl Encoder {
@@ -732,6 +739,7 @@ impl Encoder {
             calls: Vec::new(),
             live_calls: true,
             names: super::tool_names::Names::default(),
+            logprobs: Pending::new(true),
         }
     }
 
@@ -819,6 +827,10 @@ impl Encoder {
             Piece::CallStart { index, id, name } => self.call_start(index, &id, &name),
             Piece::CallArgs { index, fragment } => self.call_args(index, &fragment),
             Piece::Reasoning(text) => self.think(&text),
+            Piece::Logprobs(told) => {
+                self.logprobs.hold(told);
+                Vec::new()
+            }
         }
     }
 
@@ -916,9 +928,11 @@ impl Encoder {
         self.close_reasoning(&mut out);
         let slot = self.open_text(&mut out);
         let n = self.next();
+        let logprobs = entries(&self.logprobs.take());
         if let Some(Item::Message { id, content, .. }) = self.resource.output.get_mut(slot) {
             if let Some(part) = content.first_mut() {
                 part.text.push_str(text);
+                part.logprobs.extend(logprobs.iter().cloned());
             }
             out.push(
                 Event::TextDelta {
@@ -927,12 +941,27 @@ impl Encoder {
                     output_index: slot,
                     content_index: 0,
                     delta: text,
-                    logprobs: [],
+                    logprobs,
                 }
                 .frame(),
             );
         }
         out
+    }
+
+    /// The log-probabilities no text carried (a tool call's tokens, or the last ones of the
+    /// text held for a stop sequence) join the open message's text part, for its `.done`
+    /// events.
+    fn keep_left(&mut self) {
+        let left = entries(&self.logprobs.take());
+        let slot = self
+            .text_slot
+            .and_then(|slot| self.resource.output.get_mut(slot));
+        if let Some(Item::Message { content, .. }) = slot
+            && let Some(part) = content.first_mut()
+        {
+            part.logprobs.extend(left);
+        }
     }
 
     /// The open message item's place, opened (with its text part) when none is.
@@ -987,7 +1016,7 @@ impl Encoder {
                     output_index: slot,
                     content_index: 0,
                     text: &part.text,
-                    logprobs: [],
+                    logprobs: &part.logprobs,
                 }
                 .frame(),
             );
@@ -1110,6 +1139,7 @@ impl Encoder {
         }
         self.close_reasoning(&mut out);
         let rest = self.gate.rest(&text);
+        self.logprobs.finish(finished.logprobs.as_deref());
         out.extend(self.show(&rest));
         // A text answer always has its message, if empty.
         let no_message = !self
@@ -1120,6 +1150,7 @@ impl Encoder {
         if calls.is_empty() && no_message {
             self.open_text(&mut out);
         }
+        self.keep_left();
         let text_status = if cut && calls.is_empty() {
             Status::Incomplete
         } else {
@@ -1581,5 +1612,70 @@ mod tests {
         );
         assert_eq!(whole["output"][1]["type"], "message");
         assert_eq!(whole["output"][2]["type"], "function_call");
+    }
+
+    #[test]
+    fn logprobs_ride_the_text_deltas_and_the_text_part_holds_them_all() {
+        let (pieces, answered) =
+            told_pieces(answered(Answer::Text(String::new()), Finish::EndTurn));
+        let mut s = Streamed::new(
+            Encoder::new(Echo::read(&Map::new()), "m", &["END".into()]),
+            None,
+        );
+        let events = run(&mut s, pieces, &answered);
+        let of =
+            |kind: &str| -> Vec<&Value> { events.iter().filter(|e| e["type"] == kind).collect() };
+        let tokens = |list: &Value| -> String {
+            (list.as_array().into_iter().flatten())
+                .map(|e| e["token"].as_str().unwrap())
+                .collect()
+        };
+        let deltas = of("response.output_text.delta");
+        let shown: Vec<(&str, String)> = deltas
+            .iter()
+            .map(|d| (d["delta"].as_str().unwrap(), tokens(&d["logprobs"])))
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                ("Hello", "Hello".into()),
+                (" ", " E".into()),
+                ("Ex", "x".into())
+            ]
+        );
+        assert_eq!(
+            tokens(&of("response.output_text.done")[0]["logprobs"]),
+            "Hello Ex"
+        );
+        assert_eq!(
+            tokens(&of("response.content_part.done")[0]["part"]["logprobs"]),
+            "Hello Ex"
+        );
+        let last = &events.last().unwrap()["response"];
+        let part = &last["output"][0]["content"][0];
+        assert_eq!(
+            part["logprobs"][0],
+            json!({"token": "Hello", "logprob": -0.5, "bytes": [72, 101, 108, 108, 111],
+                   "top_logprobs": [
+                       {"token": "Hello", "logprob": -0.5, "bytes": [72, 101, 108, 108, 111]},
+                       {"token": "x", "logprob": -1.5, "bytes": [120]}]})
+        );
+        let whole = Encoder::new(Echo::read(&Map::new()), "m", &[]).whole(&answered.finished);
+        let whole = serde_json::to_value(whole).unwrap();
+        assert_eq!(
+            whole["output"][0]["content"][0]["logprobs"],
+            part["logprobs"]
+        );
+        // Stored, and read back; a next request's input has none.
+        let response: Resource = serde_json::from_value(whole).unwrap();
+        let stored = Stored {
+            response,
+            input: Vec::new(),
+            asked_model: None,
+        };
+        assert_eq!(
+            stored.response.output[0].as_input()["content"][0].get("logprobs"),
+            None
+        );
     }
 }

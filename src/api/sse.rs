@@ -54,6 +54,7 @@ pub mod tests_support {
                 },
                 model: "backend-model".into(),
                 reasoning: None,
+                logprobs: None,
             },
         }
     }
@@ -103,6 +104,35 @@ pub mod tests_support {
         ];
         p.extend(pieces());
         (p, answered)
+    }
+
+    /// A token's log-probability as a backend tells it: -0.5, with itself and `"x"` as the
+    /// likeliest at its place.
+    pub fn told(token: &str) -> crate::call::TokenLogprob {
+        let top = |t: &str, logprob: f64| crate::call::TopLogprob {
+            token: t.into(),
+            bytes: t.as_bytes().to_vec(),
+            logprob,
+        };
+        crate::call::TokenLogprob {
+            token: token.into(),
+            bytes: token.as_bytes().to_vec(),
+            logprob: -0.5,
+            top: vec![top(token, -0.5), top("x", -1.5)],
+        }
+    }
+
+    /// "Hello Ex" as three tokens told and streamed, a stop sequence `END` holding the "E"
+    /// back for a while; the answer with their log-probabilities.
+    pub fn told_pieces(mut answered: Answered) -> (Vec<Piece>, Answered) {
+        let tokens = ["Hello", " E", "x"];
+        answered.finished.answer = Answer::Text(tokens.concat());
+        answered.finished.logprobs = Some(tokens.iter().map(|t| told(t)).collect());
+        let pieces = tokens
+            .iter()
+            .flat_map(|t| [Piece::Logprobs(vec![told(t)]), Piece::Text((*t).into())])
+            .collect();
+        (pieces, answered)
     }
 
     /// The `data:` payloads of frames.

@@ -29,6 +29,12 @@ impl Shape for String {
 impl Shape for u64 {
     const OBJECT: bool = false;
 }
+impl Shape for f64 {
+    const OBJECT: bool = false;
+}
+impl Shape for u8 {
+    const OBJECT: bool = false;
+}
 impl Shape for Value {
     const OBJECT: bool = false;
 }
@@ -104,6 +110,74 @@ pub(super) struct ChatCompletion {
 pub(super) struct Choice {
     pub(super) message: Field<AnswerMessage>,
     pub(super) finish_reason: Field<String>,
+    pub(super) logprobs: Field<ChoiceLogprobs>,
+}
+
+/// A choice's `logprobs` (asked for with `logprobs: true`): its content's tokens.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub(super) struct ChoiceLogprobs {
+    pub(super) content: Field<Vec<Field<TokenEntry>>>,
+}
+
+/// One token of `logprobs.content`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub(super) struct TokenEntry {
+    pub(super) token: Field<String>,
+    pub(super) logprob: Field<f64>,
+    pub(super) bytes: Field<Vec<u8>>,
+    pub(super) top_logprobs: Field<Vec<Field<TokenEntry>>>,
+}
+
+impl ChoiceLogprobs {
+    /// The tokens, when the choice has a list of them (entries that are not objects are
+    /// skipped; a token without a log-probability reads as impossible, without bytes as its
+    /// text's).
+    pub(super) fn tokens(self) -> Option<Vec<crate::call::TokenLogprob>> {
+        let content = self.content.into_option()?;
+        Some(
+            (content.into_iter())
+                .filter_map(Field::into_option)
+                .map(TokenEntry::told)
+                .collect(),
+        )
+    }
+
+    /// The tokens of a choice's `logprobs` as the provider wrote them.
+    pub(super) fn of(value: &Value) -> Option<Vec<crate::call::TokenLogprob>> {
+        Field::<ChoiceLogprobs>::read(value).and_then(ChoiceLogprobs::tokens)
+    }
+}
+
+impl TokenEntry {
+    fn parts(self) -> (String, Vec<u8>, f64) {
+        let token = self.token.into_option().unwrap_or_default();
+        let bytes = (self.bytes.into_option()).unwrap_or_else(|| token.as_bytes().to_vec());
+        let logprob = self.logprob.into_option().unwrap_or(f64::NEG_INFINITY);
+        (token, bytes, logprob)
+    }
+
+    fn told(mut self) -> crate::call::TokenLogprob {
+        let top = std::mem::take(&mut self.top_logprobs);
+        let (token, bytes, logprob) = self.parts();
+        crate::call::TokenLogprob {
+            token,
+            bytes,
+            logprob,
+            top: (top.into_option().unwrap_or_default().into_iter())
+                .filter_map(Field::into_option)
+                .map(|t| {
+                    let (token, bytes, logprob) = t.parts();
+                    crate::call::TopLogprob {
+                        token,
+                        bytes,
+                        logprob,
+                    }
+                })
+                .collect(),
+        }
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -194,6 +268,8 @@ impl ErrorObject {
 
 impl Shape for ChatCompletion {}
 impl Shape for Choice {}
+impl Shape for ChoiceLogprobs {}
+impl Shape for TokenEntry {}
 impl Shape for AnswerMessage {}
 impl Shape for AnswerCall {}
 impl Shape for AnswerFunction {}

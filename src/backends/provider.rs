@@ -570,6 +570,11 @@ impl Provider {
                         name: &self.scrub(name),
                     });
                 }
+                // Before the text they made (which may wait in `held`), as they came.
+                Piece::Logprobs(logprobs) => live.event(Event::Logprobs {
+                    tokens,
+                    logprobs: &logprobs,
+                }),
                 Piece::CallArgs { index, fragment } => {
                     if held.args.as_ref().is_some_and(|(i, _)| *i != index) {
                         self.flush_args(live, tokens, held);
@@ -1031,6 +1036,11 @@ pub fn body(model: &str, request: &ModelRequest) -> Value {
     if !request.base.stop.is_empty() {
         body.insert("stop".into(), json!(request.base.stop));
     }
+    // Passed on as OpenAI takes them; what comes back is read into the answer.
+    if let Some(top) = request.base.logprobs {
+        body.insert("logprobs".into(), json!(true));
+        body.insert("top_logprobs".into(), json!(top));
+    }
     reasoning_controls(&request.base, &mut body);
     if !request.tools.is_empty() {
         let tools: Vec<openai::Tool> = request.tools.iter().map(ModelTool::openai).collect();
@@ -1149,6 +1159,7 @@ pub fn completion(answer: &Value, model: &str, max_tool_calls: usize) -> CallRes
         finish,
         usage: usage(read.usage.get()),
         warnings: Vec::new(),
+        logprobs: (choice.logprobs.into_option()).and_then(super::answer::ChoiceLogprobs::tokens),
     })
 }
 
@@ -1357,6 +1368,44 @@ mod tests {
             assert_eq!(c.blocks[0], Block::Reasoning("The capital.".into()));
             assert_eq!(c.blocks[1], Block::Text("Paris.".into()));
         }
+    }
+
+    #[test]
+    fn logprobs_are_asked_of_the_provider_and_read_from_its_answer() {
+        let mut request = ModelRequest::default();
+        let b = body("m", &request);
+        assert!(b.get("logprobs").is_none() && b.get("top_logprobs").is_none());
+        request.base.logprobs = Some(3);
+        let b = body("m", &request);
+        assert_eq!(
+            (&b["logprobs"], &b["top_logprobs"]),
+            (&json!(true), &json!(3))
+        );
+        let answer = json!({"choices": [{"finish_reason": "stop",
+            "message": {"content": "Hi"},
+            "logprobs": {"content": [
+                {"token": "Hi", "logprob": -0.25, "bytes": [72, 105],
+                 "top_logprobs": [{"token": "Hi", "logprob": -0.25, "bytes": [72, 105]},
+                                  {"token": "Hey", "logprob": -2.0, "bytes": null}]},
+                {"token": "!", "logprob": null, "top_logprobs": "odd"},
+                "not a token"],
+                "refusal": null}}]});
+        let c = completion(&answer, "m", 8).unwrap();
+        let logprobs = c.logprobs.unwrap();
+        assert_eq!(logprobs.len(), 2);
+        assert_eq!(
+            (logprobs[0].token.as_str(), logprobs[0].logprob),
+            ("Hi", -0.25)
+        );
+        assert_eq!(logprobs[0].top[1].bytes, b"Hey");
+        // Read leniently: no log-probability is an impossible token, no bytes its text's.
+        assert_eq!(logprobs[1].logprob, f64::NEG_INFINITY);
+        assert_eq!(
+            (logprobs[1].bytes.as_slice(), logprobs[1].top.len()),
+            (&b"!"[..], 0)
+        );
+        let none = json!({"choices": [{"message": {"content": "Hi"}, "logprobs": null}]});
+        assert_eq!(completion(&none, "m", 8).unwrap().logprobs, None);
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //! reads only what it is given, so the provider bounds what is buffered (the answer's byte
 //! limit covers a line or event that never ends) before anything reaches the parser.
 
-use super::answer::{ErrorObject, Field, Shape, UsageCounts};
+use super::answer::{ChoiceLogprobs, ErrorObject, Field, Shape, UsageCounts};
 use crate::fulfil::written::Piece;
 use crate::wire::openai::{Message, Speaker, ToolCall};
 use bytes::Bytes;
@@ -86,6 +86,8 @@ pub struct Assembly {
     finish: Option<String>,
     model: Option<String>,
     usage: Option<UsageCounts>,
+    /// The tokens of `logprobs.content` as the chunks carried them (when asked for).
+    logprobs: Option<Vec<Value>>,
     /// `[DONE]` was seen.
     done: bool,
     /// Deltas that carried text or a tool call's part (about one token each).
@@ -161,6 +163,7 @@ impl Assembly {
             finish: None,
             model: None,
             usage: None,
+            logprobs: None,
             done: false,
             deltas: 0,
         }
@@ -231,6 +234,7 @@ impl Assembly {
             Field::Present(Some(r)) => Field::Present(Some(r)),
             _ => delta.reasoning,
         };
+        self.logprobs_delta(choice.logprobs.into_option(), added);
         self.reasoning_delta(reasoning, added);
         self.text_delta(delta.content, added);
         for call in delta.tool_calls.into_option().unwrap_or_default() {
@@ -239,6 +243,22 @@ impl Assembly {
             self.deltas += 1;
         }
         Ok(())
+    }
+
+    /// The log-probabilities of the tokens of the text that follows in the chunk, kept for the
+    /// answer and told before that text.
+    fn logprobs_delta(&mut self, logprobs: Option<Value>, added: &mut Added) {
+        let Some(logprobs) = logprobs else {
+            return;
+        };
+        if let Some(Value::Array(content)) = logprobs.get("content") {
+            let kept = self.logprobs.get_or_insert_with(Vec::new);
+            kept.extend(content.iter().cloned());
+        }
+        if let Some(told) = ChoiceLogprobs::of(&logprobs).filter(|t| !t.is_empty()) {
+            added.pieces.push(Piece::Logprobs(told));
+            added.any = true;
+        }
     }
 
     /// A part of the model's reasoning (before its text).
@@ -340,10 +360,12 @@ impl Assembly {
             .into_iter()
             .map(|c| ToolCall::api(c.id, c.name, c.arguments))
             .collect();
+        let logprobs = (self.logprobs).map(|content| json!({"content": content, "refusal": null}));
         Ok(json!({
             "object": "chat.completion",
             "model": self.model,
-            "choices": [{"index": 0, "message": message, "finish_reason": self.finish}],
+            "choices": [{"index": 0, "message": message, "finish_reason": self.finish,
+                         "logprobs": logprobs}],
             "usage": self.usage,
         }))
     }
@@ -366,6 +388,7 @@ struct Chunk {
 struct ChunkChoice {
     finish_reason: Field<String>,
     delta: Field<Delta>,
+    logprobs: Field<Value>,
 }
 
 #[derive(Default, Deserialize)]
@@ -438,6 +461,48 @@ mod tests {
 
     fn event(v: Value) -> String {
         format!("data: {v}\n\n")
+    }
+
+    #[test]
+    fn logprobs_are_told_before_their_text_and_kept_for_the_answer() {
+        let token = |t: &str| {
+            json!({"token": t, "logprob": -0.5, "bytes": t.as_bytes(),
+                                     "top_logprobs": []})
+        };
+        let stream = [
+            event(json!({"choices": [{"delta": {"content": "Hel"},
+                                      "logprobs": {"content": [token("Hel")]}}]})),
+            event(json!({"choices": [{"delta": {"content": "lo"},
+                                      "logprobs": {"content": [token("lo")]}}]})),
+            event(json!({"choices": [{"delta": {}, "finish_reason": "stop"}]})),
+            "data: [DONE]\n\n".to_owned(),
+        ]
+        .concat();
+        let mut assembly = Assembly::new(8);
+        let added = assembly.feed(stream.as_bytes()).unwrap();
+        let told: Vec<String> = (added.pieces.iter())
+            .map(|p| match p {
+                Piece::Logprobs(l) => format!("logprobs {}", l[0].token),
+                Piece::Text(t) => format!("text {t}"),
+                other => format!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(told, ["logprobs Hel", "text Hel", "logprobs lo", "text lo"]);
+        let done = assembly.finish().unwrap();
+        let logprobs = &done["choices"][0]["logprobs"]["content"];
+        assert_eq!(logprobs[1], token("lo"));
+        // Without them, the answer has none.
+        let mut plain = Assembly::new(8);
+        let stream = [
+            event(json!({"choices": [{"delta": {"content": "Hi"}, "finish_reason": "stop"}]})),
+            "data: [DONE]\n\n".to_owned(),
+        ]
+        .concat();
+        plain.feed(stream.as_bytes()).unwrap();
+        assert_eq!(
+            plain.finish().unwrap()["choices"][0]["logprobs"],
+            Value::Null
+        );
     }
 
     #[test]

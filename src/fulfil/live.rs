@@ -26,6 +26,14 @@ pub enum Event<'a> {
     },
     /// The answer has `tokens` tokens now, `text` the newest of them.
     Delta { tokens: usize, text: &'a str },
+    /// The log-probabilities of answer tokens (asked for by the call), told just before the
+    /// [`Event::Delta`] whose text they made. A backend tells each token once, in order; one
+    /// whose text is not the answer's (reasoning, a tool call's markup) comes before the next
+    /// text, or last of all with none.
+    Logprobs {
+        tokens: usize,
+        logprobs: &'a [crate::call::TokenLogprob],
+    },
     /// More of the answer's reasoning (the model's thinking, apart from its text).
     Reasoning { tokens: usize, text: &'a str },
     /// The model began its call numbered `index` (from 0, in the answer's order), of the tool
@@ -177,6 +185,8 @@ impl Live {
                 push_tail(&mut s.tail, text);
             }),
             Event::Reasoning { tokens, .. } => self.update(|s| s.tokens = tokens),
+            // The text that follows them updates the view.
+            Event::Logprobs { .. } => {}
             Event::ToolCall { tokens, name, .. } => self.update(|s| {
                 s.tokens = tokens;
                 push_tail(&mut s.tail, &format!("[calling {name}] "));

@@ -245,6 +245,8 @@ pub struct Fulfilled {
     pub reasoning: Option<String>,
     /// Token counts the backend measured, summed over the attempts' last answer.
     pub usage: Option<crate::call::Usage>,
+    /// The answer's tokens' log-probabilities, when asked for and reported.
+    pub logprobs: Option<Vec<crate::call::TokenLogprob>>,
 }
 
 /// What to do next.
@@ -313,13 +315,19 @@ impl<'a> Machine<'a> {
             Verdict::Accepted(answer) => Ok(Step::Done(Fulfilled {
                 answer,
                 strategy: self.strategy,
-                warnings: [self.warnings(), completion.warnings.clone()].concat(),
+                warnings: [
+                    self.warnings(),
+                    completion.warnings.clone(),
+                    self.logprobs_warning(&completion),
+                ]
+                .concat(),
                 attempts,
                 media: completion.media(),
                 reasoning: completion
                     .reasoning()
                     .filter(|_| self.call.request.reasoning.shown != Some(false)),
                 usage: completion.usage,
+                logprobs: completion.logprobs,
                 host_model: completion.model,
                 finish: completion.finish,
             })),
@@ -353,6 +361,27 @@ impl<'a> Machine<'a> {
             },
             None => verdict,
         }
+    }
+
+    /// Log-probabilities asked for that the answer came without: the answer is given without
+    /// them (`logprobs: null`) and the result says so, rather than refused, as OpenAI-compatible
+    /// servers that cannot compute them answer: the text is what a client came for, and an
+    /// MCP host, which never reports them, could otherwise never answer such a call.
+    fn logprobs_warning(&self, completion: &Completion) -> Vec<String> {
+        if self.call.request.logprobs.is_none() || completion.logprobs.is_some() {
+            return Vec::new();
+        }
+        vec![match self.blame {
+            Blame::Host => {
+                "log probabilities (`logprobs`) were not returned: MCP sampling reports none, so \
+                            the answer carries none"
+                    .to_owned()
+            }
+            Blame::Backend(backend) => format!(
+                "log probabilities (`logprobs`) were not returned: the {backend} backend \
+                 reported none for this answer"
+            ),
+        }]
     }
 
     /// What the result reports of how the call was honoured on this backend.
@@ -576,6 +605,60 @@ mod tests {
         };
         assert_eq!(done.answer, Answer::Json(json!({"a": 2})));
         assert_eq!(done.strategy.structured_via(), Some("native"));
+    }
+
+    #[test]
+    fn logprobs_asked_and_not_reported_are_said_and_reported_ones_kept() {
+        let call = parse(
+            &ChatComplete,
+            json!({"messages": [{"role": "user", "content": "x"}], "logprobs": true,
+                   "top_logprobs": 2}),
+        )
+        .unwrap();
+        assert_eq!(call.request.logprobs, Some(2));
+        let done = |blame: Blame, answer: Completion| {
+            let m = Machine::new(&call, Capabilities::sampling(false), blame);
+            let Step::Done(done) = m.step(&mut Progress::default(), Some(answer)).unwrap() else {
+                panic!("a text answer is done")
+            };
+            done
+        };
+        let host = done(Blame::Host, Completion::text_answer("Hi"));
+        assert_eq!(host.logprobs, None);
+        assert!(
+            host.warnings
+                .iter()
+                .any(|w| w.contains("MCP sampling reports none")),
+            "{:?}",
+            host.warnings
+        );
+        let provider = done(
+            Blame::Backend(crate::error::Backend::Provider),
+            Completion::text_answer("Hi"),
+        );
+        assert!(
+            provider
+                .warnings
+                .iter()
+                .any(|w| w.contains("the provider backend reported none"))
+        );
+        let told = vec![crate::call::TokenLogprob {
+            token: "Hi".into(),
+            bytes: b"Hi".to_vec(),
+            logprob: -0.1,
+            top: Vec::new(),
+        }];
+        let reported = Completion {
+            logprobs: Some(told.clone()),
+            ..Completion::text_answer("Hi")
+        };
+        let local = done(Blame::Backend(crate::error::Backend::Local), reported);
+        assert_eq!(local.logprobs, Some(told));
+        assert!(
+            !local.warnings.iter().any(|w| w.contains("logprobs")),
+            "{:?}",
+            local.warnings
+        );
     }
 
     #[test]

@@ -71,6 +71,9 @@ pub enum Piece {
         index: usize,
         fragment: String,
     },
+    /// The log-probabilities of the tokens that made the text that follows (see
+    /// [`Event::Logprobs`]), when the call asked for them.
+    Logprobs(Vec<crate::call::TokenLogprob>),
 }
 
 impl Piece {
@@ -90,6 +93,7 @@ impl Piece {
                 index: *index,
                 fragment,
             },
+            Piece::Logprobs(logprobs) => Event::Logprobs { tokens, logprobs },
         }
     }
 }

@@ -966,6 +966,9 @@ impl Sink for Deltas {
             Event::Reasoning { text, .. } if self.reasoning && !text.is_empty() => {
                 self.hand_on(Piece::Reasoning(text.to_owned()));
             }
+            Event::Logprobs { logprobs, .. } if !logprobs.is_empty() => {
+                self.hand_on(Piece::Logprobs(logprobs.to_vec()));
+            }
             Event::ToolCall { .. } | Event::ToolArgs { .. } if !self.calls => {}
             Event::ToolCall {
                 index, id, name, ..

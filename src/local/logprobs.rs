@@ -3,6 +3,7 @@
 
 use crate::call::{TokenLogprob, TopLogprob};
 use llama_cpp_2::token::LlamaToken;
+use std::collections::VecDeque;
 
 /// `token`'s log-probability among `logits` (the model's at its place), with the `top`
 /// likeliest tokens there; `piece` gives a token's bytes in the answer.
@@ -62,9 +63,104 @@ fn likeliest(logits: &[f32], n: usize) -> Vec<LlamaToken> {
         .collect()
 }
 
+/// The log-probabilities of a streamed answer's tokens, told by the slots before each token's
+/// text, held until that text has been read (the slots hold text back while it could still be
+/// a stop sequence): each is handed on with the text it made, and a token whose text a stop
+/// sequence cut is never read, so never handed on, as the whole answer leaves it out
+/// ([`within`]).
+#[derive(Debug, Default)]
+pub struct Told {
+    /// Tokens told and not handed on yet, each with where its bytes end in the answer.
+    pending: VecDeque<(usize, TokenLogprob)>,
+    /// Bytes of the answer's tokens told so far.
+    told: usize,
+    /// Bytes of the answer's text read so far.
+    read: usize,
+}
+
+impl Told {
+    /// One more token of the answer.
+    pub fn token(&mut self, logprob: &TokenLogprob) {
+        self.told += logprob.bytes.len();
+        self.pending.push_back((self.told, logprob.clone()));
+    }
+
+    /// More of the answer's text was read.
+    pub fn read(&mut self, text: &str) {
+        self.read += text.len();
+    }
+
+    /// Tells `live` the tokens whose text has been read, if any, taken.
+    pub fn tell(&mut self, live: &dyn crate::fulfil::live::Sink, tokens: usize) {
+        let ready = self.ready();
+        if !ready.is_empty() {
+            live.event(crate::fulfil::live::Event::Logprobs {
+                tokens,
+                logprobs: &ready,
+            });
+        }
+    }
+
+    /// The tokens whose text has been read, in order, taken.
+    pub fn ready(&mut self) -> Vec<TokenLogprob> {
+        let read = self.read;
+        let n = self
+            .pending
+            .iter()
+            .take_while(|(end, _)| *end <= read)
+            .count();
+        self.pending.drain(..n).map(|(_, told)| told).collect()
+    }
+}
+
+/// The answer's tokens whose bytes lie within its `text_len` bytes of text, in order: those a
+/// stop sequence cut off (the sequence's own tokens, and one it begins inside of) are left
+/// out, as llama-server leaves them out.
+pub fn within(logprobs: Vec<TokenLogprob>, text_len: usize) -> Vec<TokenLogprob> {
+    let mut end = 0;
+    (logprobs.into_iter())
+        .take_while(|told| {
+            end += told.bytes.len();
+            end <= text_len
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn told(token: &str) -> TokenLogprob {
+        TokenLogprob {
+            token: token.into(),
+            bytes: token.as_bytes().to_vec(),
+            logprob: -0.5,
+            top: Vec::new(),
+        }
+    }
+
+    fn tokens(logprobs: &[TokenLogprob]) -> Vec<&str> {
+        logprobs.iter().map(|t| t.token.as_str()).collect()
+    }
+
+    #[test]
+    fn a_tokens_logprob_is_ready_once_its_text_is_read_and_a_cut_one_never() {
+        let mut t = Told::default();
+        t.token(&told("Hel"));
+        assert!(t.ready().is_empty(), "nothing read yet");
+        t.token(&told("lo"));
+        t.read("He");
+        assert!(t.ready().is_empty(), "`Hel` is not all read");
+        t.read("llo");
+        assert_eq!(tokens(&t.ready()), ["Hel", "lo"]);
+        // " EN" and "D" make the stop sequence "END" after " ": only " " is read.
+        t.token(&told(" EN"));
+        t.token(&told("D"));
+        t.read(" ");
+        assert!(t.ready().is_empty());
+        let all = vec![told("Hel"), told("lo"), told(" EN"), told("D")];
+        assert_eq!(tokens(&within(all, "Hello ".len())), ["Hel", "lo"]);
+    }
 
     #[test]
     fn the_likeliest_tokens_come_most_likely_first_and_no_more_than_asked() {

@@ -792,6 +792,7 @@ impl Model for Local {
             direct::text_only(&request, KIND)?;
             // The tools offered, for the warning on a format read leniently.
             let tools = offered(&request).to_vec();
+            let logprobs = request.base.logprobs.is_some();
             let (reply, answer) = oneshot::channel();
             // The call holds its place while this future lives: dropped (the caller went away)
             // before the worker took it, the call leaves the queue.
@@ -805,7 +806,7 @@ impl Model for Local {
                 .await
                 .map_err(|_| LocalError::StoppedBeforeAnswering)??;
             let name = self.name();
-            let mut done = completion(output, &name);
+            let mut done = completion(output, &name, logprobs);
             done.warnings
                 .extend(format_warning(self.format(), &tools, &name));
             Ok(done)
@@ -1518,7 +1519,7 @@ impl Worker {
                     params: parts.params,
                     budget: parts.budget,
                     sampler: parts.sampler,
-                    reader: Box::new(AnswerReader { parser, live }),
+                    reader: Box::new(AnswerReader::new(parser, live)),
                     reply,
                 })
             }
@@ -1872,40 +1873,74 @@ pub(crate) fn closed(schema: &Value) -> Value {
 /// `live` as they come when someone follows the call; what it has read when the answer ends is
 /// the answer (no second reading). Without a parser (a text completion) the text is told as
 /// it is.
+///
+/// When the call asked for log-probabilities, each token's is held ([`logprobs::Told`]) and
+/// told just before the next text the answer shows once its own text has been read: a
+/// token of reasoning or of a tool call's markup goes with the text after it, and what no text
+/// follows is told last, on its own. A token a stop sequence cut is never told.
 struct AnswerReader {
     parser: Option<Parser>,
     live: Option<Events>,
+    told: logprobs::Told,
 }
 
 impl AnswerReader {
-    fn tell(&self, pieces: Vec<crate::fulfil::written::Piece>, tokens: usize) {
-        if let Some(live) = &self.live {
-            for piece in pieces {
+    fn new(parser: Option<Parser>, live: Option<Events>) -> Self {
+        AnswerReader {
+            parser,
+            live,
+            told: logprobs::Told::default(),
+        }
+    }
+
+    fn tell(&mut self, pieces: Vec<crate::fulfil::written::Piece>, tokens: usize) {
+        for piece in pieces {
+            if let crate::fulfil::written::Piece::Text(text) = &piece {
+                self.text(tokens, text);
+            } else if let Some(live) = &self.live {
                 live.event(piece.event(tokens));
             }
+        }
+    }
+
+    /// Tells `text`, after the log-probabilities of the tokens read so far.
+    fn text(&mut self, tokens: usize, text: &str) {
+        if let Some(live) = &self.live {
+            self.told.tell(live.as_ref(), tokens);
+            live.event(Event::Delta { tokens, text });
         }
     }
 }
 
 impl slots::Reader for AnswerReader {
     fn read(&mut self, tokens: usize, text: &str) {
+        self.told.read(text);
         match &mut self.parser {
             Some(parser) => {
                 let pieces = parser.feed(text);
                 self.tell(pieces, tokens);
             }
-            None => {
-                if let Some(live) = &self.live {
-                    live.event(Event::Delta { tokens, text });
-                }
-            }
+            None => self.text(tokens, text),
+        }
+    }
+
+    fn logprob(&mut self, logprob: &crate::call::TokenLogprob) {
+        // Held only for whoever follows the call: the whole answer has them all.
+        if self.live.is_some() {
+            self.told.token(logprob);
         }
     }
 
     fn end(mut self: Box<Self>, tokens: usize) -> Option<format::Answer> {
-        let (pieces, answer) = self.parser.take()?.end();
-        self.tell(pieces, tokens);
-        Some(answer)
+        let answer = self.parser.take().map(|parser| {
+            let (pieces, answer) = parser.end();
+            self.tell(pieces, tokens);
+            answer
+        });
+        if let Some(live) = &self.live {
+            self.told.tell(live.as_ref(), tokens);
+        }
+        answer
     }
 }
 
@@ -1939,8 +1974,11 @@ fn format_warning(format: Format, tools: &[ModelTool], name: &str) -> Option<Str
 }
 
 /// The model's output as a completion: its reasoning first, then its text, then the tool
-/// calls its reader found in it (in the model's own format).
-fn completion(output: Output, name: &str) -> Completion {
+/// calls its reader found in it (in the model's own format); with its tokens'
+/// log-probabilities when they were `asked` for (every token the answer's text has, reasoning
+/// and calls' markup included).
+fn completion(output: Output, name: &str, asked: bool) -> Completion {
+    let logprobs = asked.then(|| logprobs::within(output.logprobs, output.text.len()));
     let read = output.read.unwrap_or_else(|| format::Answer {
         text: output.text,
         ..format::Answer::default()
@@ -1976,6 +2014,7 @@ fn completion(output: Output, name: &str) -> Completion {
             cached: Some(output.cached_tokens),
         }),
         warnings: Vec::new(),
+        logprobs,
     }
 }
 
@@ -2006,10 +2045,10 @@ mod tests {
 
     /// The completion of `output` as the slots make it: its text read by `parser` as it comes.
     fn completion(mut output: Output, parser: Option<Parser>, name: &str) -> Completion {
-        let mut reader: Box<dyn slots::Reader> = Box::new(AnswerReader { parser, live: None });
+        let mut reader: Box<dyn slots::Reader> = Box::new(AnswerReader::new(parser, None));
         reader.read(1, &output.text);
         output.read = reader.end(1);
-        super::completion(output, name)
+        super::completion(output, name, false)
     }
 
     /// The reader of an answer in `format` to `request`.
@@ -2094,6 +2133,92 @@ mod tests {
             "{:?}",
             done.blocks
         );
+    }
+
+    /// What a stream is told, each event as a line.
+    #[derive(Default)]
+    struct Heard(std::sync::Mutex<Vec<String>>);
+
+    impl crate::fulfil::live::Sink for Heard {
+        fn event(&self, event: Event<'_>) {
+            let line = match event {
+                Event::Logprobs { logprobs, .. } => {
+                    let tokens: Vec<&str> = logprobs.iter().map(|t| t.token.as_str()).collect();
+                    format!("logprobs {tokens:?}")
+                }
+                Event::Delta { text, .. } => format!("text {text:?}"),
+                Event::Reasoning { text, .. } => format!("reasoning {text:?}"),
+                other => format!("{other:?}"),
+            };
+            self.0.lock().unwrap().push(line);
+        }
+    }
+
+    fn token(text: &str) -> crate::call::TokenLogprob {
+        crate::call::TokenLogprob {
+            token: text.into(),
+            bytes: text.as_bytes().to_vec(),
+            logprob: -1.0,
+            top: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_streamed_tokens_logprob_comes_before_the_text_it_made_and_a_cut_one_never() {
+        let heard = Arc::new(Heard::default());
+        let live: Events = heard.clone();
+        // A text completion: " E" is held for the stop sequence "END", which then comes.
+        let mut r: Box<dyn slots::Reader> = Box::new(AnswerReader::new(None, Some(live)));
+        r.logprob(&token("Hel"));
+        r.read(1, "Hel");
+        r.logprob(&token("lo"));
+        r.logprob(&token(" E"));
+        r.read(2, "lo");
+        r.logprob(&token("ND"));
+        assert!(r.end(4).is_none());
+        let heard = std::mem::take(&mut *heard.0.lock().unwrap());
+        assert_eq!(
+            heard,
+            [
+                "logprobs [\"Hel\"]",
+                "text \"Hel\"",
+                "logprobs [\"lo\"]",
+                "text \"lo\""
+            ]
+        );
+        // Reasoning's tokens go with the text after it; the whole answer has every token.
+        let qwen3 = Format::detect(Some("<tool_call> <think>"));
+        let heard = Arc::new(Heard::default());
+        let live: Events = heard.clone();
+        let parser = reader(qwen3, &ModelRequest::default(), "c", true);
+        let mut r: Box<dyn slots::Reader> = Box::new(AnswerReader::new(parser, Some(live)));
+        let tokens = ["Two", "</think>", "\n\n", "4"];
+        for (i, t) in tokens.iter().enumerate() {
+            r.logprob(&token(t));
+            r.read(i + 1, t);
+        }
+        r.end(4);
+        let heard = std::mem::take(&mut *heard.0.lock().unwrap());
+        let told: Vec<&String> = heard.iter().filter(|l| l.starts_with("logprobs")).collect();
+        let first_text = heard.iter().position(|l| l.starts_with("text")).unwrap();
+        assert!(heard[first_text - 1].starts_with("logprobs"), "{heard:?}");
+        assert!(heard[0].starts_with("reasoning"), "{heard:?}");
+        let all: String = told.iter().map(|l| l.as_str()).collect();
+        for t in tokens {
+            assert_eq!(all.matches(&format!("{t:?}")).count(), 1, "{heard:?}");
+        }
+        let mut whole = output("Two</think>\n\n4 END");
+        whole.text = "Two</think>\n\n4".into();
+        whole.logprobs = ["Two", "</think>", "\n\n", "4", " END"].map(token).to_vec();
+        let done = super::completion(whole, "m", true);
+        let kept: Vec<String> = done
+            .logprobs
+            .unwrap()
+            .into_iter()
+            .map(|t| t.token)
+            .collect();
+        assert_eq!(kept, tokens);
+        assert_eq!(super::completion(output("4"), "m", false).logprobs, None);
     }
 
     #[test]

@@ -252,6 +252,8 @@ pub fn to_completion(result: CreateMessageResult, limits: &Limits) -> CallResult
         finish: finish(result.stop_reason.as_deref()),
         usage: None,
         warnings: Vec::new(),
+        // MCP sampling's result has no log-probabilities.
+        logprobs: None,
     })
 }
 

@@ -282,6 +282,7 @@ mod tests {
                     finish: crate::call::Finish::ToolUse,
                     usage: None,
                     warnings: Vec::new(),
+                    logprobs: None,
                 })
             })
         }

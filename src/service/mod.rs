@@ -73,6 +73,9 @@ pub struct Finished {
     pub model: String,
     /// The model's reasoning before the answer, when it is shown.
     pub reasoning: Option<String>,
+    /// Each answer token's log-probability, in order, when the call asked for them and the
+    /// backend reported them (`None` otherwise).
+    pub logprobs: Option<Vec<crate::call::TokenLogprob>>,
 }
 
 /// What a front reports beside the API object.
@@ -395,6 +398,7 @@ fn finish(call: &Call, done: Fulfilled, route: &Route<'_>) -> Answered {
             usage,
             model: done.host_model,
             reasoning: done.reasoning,
+            logprobs: done.logprobs,
         },
     }
 }

@@ -274,12 +274,11 @@ impl<'a> Common<'a> {
             &transcript,
             self.verifies_cursors,
         )?;
-        let choice = self.effective_choice();
         let mode = match (self.output_schema, self.tools) {
             (Some(s), _) => Mode::Structured(s.schema),
             (None, Some(defs)) => Mode::Tools {
                 defs,
-                choice: choice.unwrap_or(ToolChoice::Auto),
+                choice: self.tool_choice.unwrap_or(ToolChoice::Auto),
             },
             (None, None) => Mode::Text,
         };
@@ -297,7 +296,7 @@ impl<'a> Common<'a> {
                 text: None,
                 reasoning: self.extras.reasoning,
                 template_kwargs: self.extras.template_kwargs,
-                logprobs: None,
+                logprobs: self.extras.logprobs,
             },
             mode,
             persona: self.persona,

@@ -5,7 +5,8 @@
 //! `systemInstruction` (a Content or a string); `generationConfig` (`temperature`,
 //! `maxOutputTokens`, `stopSequences`, `responseMimeType` with `responseSchema` (OpenAPI style)
 //! or `responseJsonSchema`, `candidateCount` 1, `topP`/`topK`/`seed` and the
-//! `presencePenalty`/`frequencyPenalty` typed and forwarded as metadata);
+//! `presencePenalty`/`frequencyPenalty` typed and forwarded as metadata, `responseLogprobs`
+//! with `logprobs` alternatives);
 //! `tools[].functionDeclarations` and `toolConfig.functionCallingConfig` (`AUTO`/`ANY`/`NONE`,
 //! `allowedFunctionNames`). The result is a `GenerateContentResponse`.
 //!
@@ -40,7 +41,9 @@ const METADATA: [&str; 5] = [
     "frequencyPenalty",
 ];
 /// `generationConfig` keys this shape reads itself.
-const READ: [&str; 9] = [
+const READ: [&str; 11] = [
+    "responseLogprobs",
+    "logprobs",
     "temperature",
     "thinkingConfig",
     "maxOutputTokens",
@@ -167,16 +170,8 @@ fn extras(o: &Obj<'_>, config: &Obj<'_>, env: &Env<'_>) -> CallResult<params::Ex
             n,
         ));
     }
-    if config
-        .get("responseLogprobs")
-        .is_some_and(|v| v != &Value::Bool(false))
-    {
-        return Err(CallError::at(
-            &config.path("responseLogprobs"),
-            "log probabilities are not available: MCP sampling does not report them",
-        ));
-    }
     let mut extras = params::Extras {
+        logprobs: logprobs(config)?,
         tuning: params::TuningKeys {
             top_p: Some("topP"),
             top_k: Some("topK"),
@@ -213,6 +208,39 @@ fn extras(o: &Obj<'_>, config: &Obj<'_>, env: &Env<'_>) -> CallResult<params::Ex
         .warnings
         .extend(params::unknown_arguments(o, env.known));
     Ok(extras)
+}
+
+/// `responseLogprobs` (a boolean) asks for the answer's tokens' log-probabilities, `logprobs`
+/// (0 to 20, only with it, as Gemini takes it) for that many likeliest alternatives each.
+fn logprobs(config: &Obj<'_>) -> CallResult<Option<u8>> {
+    let asked = match config.get("responseLogprobs") {
+        None => false,
+        Some(Value::Bool(asked)) => *asked,
+        Some(other) => {
+            let path = config.path("responseLogprobs");
+            return Err(CallError::expected(&path, "a boolean", other));
+        }
+    };
+    let top = match config.get("logprobs") {
+        None => None,
+        Some(v) => Some(
+            (v.as_u64())
+                .and_then(|n| u8::try_from(n).ok())
+                .filter(|n| *n <= crate::call::MAX_TOP_LOGPROBS)
+                .ok_or_else(|| {
+                    let path = config.path("logprobs");
+                    CallError::expected(&path, "an integer from 0 to 20", v)
+                })?,
+        ),
+    };
+    if top.is_some() && !asked {
+        return Err(CallError::at(
+            &config.path("logprobs"),
+            "needs `responseLogprobs: true`: the likeliest alternatives come with each token's \
+             own log-probability",
+        ));
+    }
+    Ok(asked.then(|| top.unwrap_or(0)))
 }
 
 /// Structured output: `responseMimeType: "application/json"` with `responseJsonSchema`,
@@ -711,6 +739,12 @@ mod tests {
         assert!(e.contains("generationConfig.presencePenalty"), "{e}");
         assert_eq!(c.transcript[0], Entry::new("system", "Be brief."));
         assert_eq!(c.transcript[2], Entry::new("assistant", "Hello"));
+        assert_eq!(c.request.logprobs, None);
+        let c = call(json!({"contents": [{"parts": [{"text": "x"}]}],
+                            "generationConfig": {"responseLogprobs": true, "logprobs": 4}}))
+        .unwrap();
+        assert_eq!(c.request.logprobs, Some(4));
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
     }
 
     #[test]
@@ -835,6 +869,21 @@ mod tests {
                 json!({"contents": [{"parts": [{"text": "x"}]}],
                        "generationConfig": {"candidateCount": 2}}),
                 "`generationConfig.candidateCount`: expected 1",
+            ),
+            (
+                json!({"contents": [{"parts": [{"text": "x"}]}],
+                       "generationConfig": {"logprobs": 3}}),
+                "`generationConfig.logprobs`: needs `responseLogprobs: true`",
+            ),
+            (
+                json!({"contents": [{"parts": [{"text": "x"}]}],
+                       "generationConfig": {"responseLogprobs": true, "logprobs": 21}}),
+                "`generationConfig.logprobs`: expected an integer from 0 to 20",
+            ),
+            (
+                json!({"contents": [{"parts": [{"text": "x"}]}],
+                       "generationConfig": {"responseLogprobs": "yes"}}),
+                "`generationConfig.responseLogprobs`: expected a boolean",
             ),
             (
                 json!({"contents": [{"parts": [{"text": "x"}]}],

@@ -69,6 +69,28 @@ pub struct Timings {
     pub eval_duration: u64,
 }
 
+/// One of the likeliest tokens at a place of the answer, as Ollama writes it (`bytes` left
+/// out when empty).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TokenLogprob {
+    pub token: String,
+    pub logprob: f64,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub bytes: Vec<u8>,
+}
+
+/// One answer token's log-probability and the likeliest tokens at its place (`logprobs:
+/// true`, `top_logprobs`), as Ollama's `logprobs` list has it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Logprob {
+    pub token: String,
+    pub logprob: f64,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub bytes: Vec<u8>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub top_logprobs: Vec<TokenLogprob>,
+}
+
 /// A line of `/api/chat`'s stream, or its whole answer.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ChatResponse {
@@ -78,6 +100,10 @@ pub struct ChatResponse {
     pub done: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub done_reason: Option<&'static str>,
+    /// The log-probabilities of the tokens of this line's text (of the whole answer's), when
+    /// asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub logprobs: Option<Vec<Logprob>>,
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub timings: Option<Timings>,
 }
@@ -93,6 +119,9 @@ pub struct GenerateResponse {
     pub done: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub done_reason: Option<&'static str>,
+    /// As [`ChatResponse::logprobs`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub logprobs: Option<Vec<Logprob>>,
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub timings: Option<Timings>,
 }
@@ -257,6 +286,7 @@ mod tests {
             },
             done: true,
             done_reason: Some("stop"),
+            logprobs: None,
             timings: Some(Timings {
                 eval_count: 3,
                 ..Timings::default()
@@ -273,9 +303,11 @@ mod tests {
             thinking: None,
             done: false,
             done_reason: None,
+            logprobs: None,
             timings: None,
         };
         let v = serde_json::to_value(piece).unwrap();
         assert!(v.get("eval_count").is_none() && v.get("done_reason").is_none());
+        assert!(v.get("logprobs").is_none());
     }
 }

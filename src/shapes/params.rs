@@ -4,22 +4,25 @@
 //! an argument nobody knows). The original ignored unknown arguments silently.
 
 use crate::args::Obj;
-use crate::call::{RESERVED_TEMPLATE_KWARGS, Samplers, Tuning};
+use crate::call::{MAX_TOP_LOGPROBS, RESERVED_TEMPLATE_KWARGS, Samplers, Tuning};
 use crate::error::{CallError, CallResult};
 use serde_json::{Map, Value};
 use std::collections::HashSet;
 
 /// Parameters accepted for compatibility that have no equivalent in sampling.
-const NO_EQUIVALENT: [&str; 8] = [
+const NO_EQUIVALENT: [&str; 7] = [
     "parallel_tool_calls",
     "store",
     "service_tier",
     "logit_bias",
     "truncation",
-    "include",
     "prediction",
     "stream_options",
 ];
+
+/// What the Responses API's `include` names to have the answer's text carry its tokens'
+/// log-probabilities.
+pub const INCLUDE_LOGPROBS: &str = "message.output_text.logprobs";
 
 /// The argument names a tool definition declares in its input schema.
 pub fn declared_arguments(definition: &Value) -> HashSet<String> {
@@ -46,6 +49,8 @@ pub struct Extras {
     pub reasoning: crate::call::Reasoning,
     /// `chat_template_kwargs`, for a model's chat template.
     pub template_kwargs: Map<String, Value>,
+    /// The answer's tokens' log-probabilities were asked for, with this many alternatives.
+    pub logprobs: Option<u8>,
 }
 
 /// How a shape spells the [`Tuning`] parameters, where it has them.
@@ -169,20 +174,7 @@ pub fn handle(o: &Obj<'_>, metadata_keys: &[&str], known: &HashSet<String>) -> C
             n,
         ));
     }
-    if o.get("logprobs").is_some_and(|v| v != &Value::Bool(false)) {
-        return Err(CallError::at(
-            "logprobs",
-            "log probabilities are not available: MCP sampling does not report them, and this \
-             server returns none from its own backends either",
-        ));
-    }
-    if o.get("top_logprobs").is_some() {
-        return Err(CallError::at(
-            "top_logprobs",
-            "log probabilities are not available: MCP sampling does not report them, and this \
-             server returns none from its own backends either",
-        ));
-    }
+    extras.logprobs = logprobs(o, known, &mut extras.warnings)?;
     let audio_out = o
         .get("modalities")
         .and_then(Value::as_array)
@@ -214,6 +206,93 @@ pub fn handle(o: &Obj<'_>, metadata_keys: &[&str], known: &HashSet<String>) -> C
     }
     extras.warnings.extend(unknown_arguments(o, known));
     Ok(extras)
+}
+
+/// The log-probabilities asked for, as the shape's tool spells the ask: chat completions'
+/// `logprobs` and `top_logprobs`, or the Responses API's `include` and `top_logprobs`. A shape
+/// that declares neither asks for none (the keys are unknown arguments there).
+fn logprobs(
+    o: &Obj<'_>,
+    known: &HashSet<String>,
+    warnings: &mut Vec<String>,
+) -> CallResult<Option<u8>> {
+    if known.contains("logprobs") {
+        chat_logprobs(o)
+    } else if known.contains("include") && known.contains("top_logprobs") {
+        responses_logprobs(o, warnings)
+    } else {
+        Ok(None)
+    }
+}
+
+/// Chat completions: `logprobs` (a boolean) asks; `top_logprobs` (0 to 20, only with
+/// `logprobs: true`, as OpenAI takes it) says how many alternatives each token comes with.
+fn chat_logprobs(o: &Obj<'_>) -> CallResult<Option<u8>> {
+    let asked = match o.get("logprobs") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(asked)) => *asked,
+        Some(other) => return Err(CallError::expected(&o.path("logprobs"), "a boolean", other)),
+    };
+    let top = top_logprobs(o)?;
+    if top.is_some() && !asked {
+        return Err(CallError::at(
+            &o.path("top_logprobs"),
+            "needs `logprobs: true`: the likeliest alternatives come with each token's own \
+             log-probability",
+        ));
+    }
+    Ok(asked.then(|| top.unwrap_or(0)))
+}
+
+/// `top_logprobs`, when given: an integer from 0 to [`MAX_TOP_LOGPROBS`].
+pub fn top_logprobs(o: &Obj<'_>) -> CallResult<Option<u8>> {
+    match o.get("top_logprobs") {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => (v.as_u64())
+            .and_then(|n| u8::try_from(n).ok())
+            .filter(|n| *n <= MAX_TOP_LOGPROBS)
+            .map(Some)
+            .ok_or_else(|| {
+                CallError::expected(
+                    &o.path("top_logprobs"),
+                    &format!("an integer from 0 to {MAX_TOP_LOGPROBS}"),
+                    v,
+                )
+            }),
+    }
+}
+
+/// The Responses API: `include` naming [`INCLUDE_LOGPROBS`] asks, `top_logprobs` says how many
+/// alternatives; what else `include` names has nothing here to include, and `top_logprobs`
+/// without the ask is ignored (as OpenAI ignores it): both are said in `warnings`.
+fn responses_logprobs(o: &Obj<'_>, warnings: &mut Vec<String>) -> CallResult<Option<u8>> {
+    let include = match o.get("include") {
+        None | Some(Value::Null) => &[][..],
+        Some(Value::Array(items)) => items.as_slice(),
+        Some(other) => return Err(CallError::expected(&o.path("include"), "a list", other)),
+    };
+    let mut asked = false;
+    for (i, item) in include.iter().enumerate() {
+        match item.as_str() {
+            Some(INCLUDE_LOGPROBS) => asked = true,
+            Some(other) => warnings.push(format!(
+                "`include` {:?} was ignored: this server has nothing of it to include",
+                crate::error::clip(other)
+            )),
+            None => {
+                let path = format!("{}[{i}]", o.path("include"));
+                return Err(CallError::expected(&path, "a string", item));
+            }
+        }
+    }
+    let top = top_logprobs(o)?;
+    if !asked && top.is_some_and(|n| n > 0) {
+        warnings.push(format!(
+            "`top_logprobs` was ignored: log-probabilities are returned when `include` names \
+             {INCLUDE_LOGPROBS:?}"
+        ));
+    }
+    Ok(asked.then(|| top.unwrap_or(0)))
 }
 
 /// `chat_template_kwargs`: an object of keyword arguments for the model's chat template (as
@@ -364,8 +443,6 @@ mod tests {
         assert_eq!(e.warnings.len(), 2, "{:?}", e.warnings);
         for (args, field) in [
             (json!({"n": 2}), "`n`"),
-            (json!({"logprobs": true}), "`logprobs`"),
-            (json!({"top_logprobs": 3}), "`top_logprobs`"),
             (json!({"modalities": ["text", "audio"]}), "`modalities`"),
             (json!({"stream": "yes"}), "`stream`"),
             (json!({"top_p": 1.5}), "`top_p`"),
@@ -375,6 +452,93 @@ mod tests {
             assert!(err.contains(field), "{err}");
         }
         assert!(run(&CHAT_KEYS, chat, json!({"n": 1, "logprobs": false})).is_ok());
+    }
+
+    #[test]
+    fn chat_logprobs_ask_with_their_alternatives_and_bad_ones_are_named() {
+        let chat = &shapes::openai_chat::ChatComplete;
+        let asked = |v: Value| run(&CHAT_KEYS, chat, v).map(|e| e.logprobs);
+        assert_eq!(asked(json!({})).unwrap(), None);
+        assert_eq!(asked(json!({"logprobs": false})).unwrap(), None);
+        assert_eq!(asked(json!({"logprobs": true})).unwrap(), Some(0));
+        let top = json!({"logprobs": true, "top_logprobs": 20});
+        assert_eq!(asked(top).unwrap(), Some(20));
+        let e = run(
+            &CHAT_KEYS,
+            chat,
+            json!({"logprobs": true, "top_logprobs": 3}),
+        )
+        .unwrap();
+        assert!(e.warnings.is_empty(), "{:?}", e.warnings);
+        for (args, field, expected) in [
+            (json!({"logprobs": "yes"}), "`logprobs`", "a boolean"),
+            (json!({"logprobs": 1}), "`logprobs`", "a boolean"),
+            (
+                json!({"top_logprobs": 3}),
+                "`top_logprobs`",
+                "needs `logprobs: true`",
+            ),
+            (
+                json!({"logprobs": false, "top_logprobs": 0}),
+                "`top_logprobs`",
+                "needs `logprobs: true`",
+            ),
+            (
+                json!({"logprobs": true, "top_logprobs": 21}),
+                "`top_logprobs`",
+                "an integer from 0 to 20",
+            ),
+            (
+                json!({"logprobs": true, "top_logprobs": -1}),
+                "`top_logprobs`",
+                "an integer from 0 to 20",
+            ),
+        ] {
+            let err = run(&CHAT_KEYS, chat, args).unwrap_err().to_string();
+            assert!(err.contains(field) && err.contains(expected), "{err}");
+        }
+        // A shape without them (Anthropic's) asks for none: they are unknown there.
+        let messages = &shapes::anthropic::MessagesCreate;
+        let e = run(&[], messages, json!({"logprobs": true})).unwrap();
+        assert_eq!(e.logprobs, None);
+        assert!(
+            e.warnings[0].contains("unknown argument `logprobs`"),
+            "{:?}",
+            e.warnings
+        );
+    }
+
+    #[test]
+    fn responses_logprobs_are_asked_by_include_with_top_logprobs_alternatives() {
+        let responses = &shapes::responses::ResponsesCreate;
+        let read = |v: Value| run(&[], responses, v).unwrap();
+        let include = json!(["message.output_text.logprobs"]);
+        let e = read(json!({"include": include, "top_logprobs": 2}));
+        assert_eq!(e.logprobs, Some(2));
+        assert!(e.warnings.is_empty(), "{:?}", e.warnings);
+        assert_eq!(read(json!({"include": include})).logprobs, Some(0));
+        // Other values, and alternatives without the ask, are said to be ignored.
+        let e = read(json!({"include": ["reasoning.encrypted_content"], "top_logprobs": 2}));
+        assert_eq!(e.logprobs, None);
+        let w = e.warnings.join("; ");
+        assert!(
+            w.contains("reasoning.encrypted_content") && w.contains("`top_logprobs`"),
+            "{w}"
+        );
+        for (args, field) in [
+            (
+                json!({"include": "message.output_text.logprobs"}),
+                "`include`",
+            ),
+            (json!({"include": [1]}), "`include[0]`"),
+            (
+                json!({"include": include, "top_logprobs": 30}),
+                "`top_logprobs`",
+            ),
+        ] {
+            let err = run(&[], responses, args).unwrap_err().to_string();
+            assert!(err.contains(field), "{err}");
+        }
     }
 
     #[test]

@@ -98,7 +98,8 @@ impl Shape for TextComplete {
             Some(Value::Bool(b)) => *b,
             Some(other) => return Err(CallError::expected("echo", "a boolean", other)),
         };
-        refuse_logprobs_and_best_of(o)?;
+        let logprobs = logprobs(o)?;
+        refuse_best_of(o)?;
         let warnings = params::unknown_arguments(o, known());
         // What the common arguments are read from: the fields they spell, with OpenAI's
         // default token limit.
@@ -115,6 +116,7 @@ impl Shape for TextComplete {
         };
         let read = Common::read(&Obj::new(&common, o.here()), &SPELLING, &env)?;
         let mut call = read.into_call(super::prompt::one_user_turn(&prompt), env.limits)?;
+        call.request.logprobs = logprobs;
         call.request.text = Some(TextPrompt {
             prompt,
             suffix,
@@ -181,17 +183,30 @@ fn suffix(o: &Obj<'_>, limits: &crate::limits::Limits) -> CallResult<Option<Stri
     Ok(Some(suffix.clone()))
 }
 
-/// `logprobs` (null or 0 only: no backend here reports them) and `best_of` (1 only).
-fn refuse_logprobs_and_best_of(o: &Obj<'_>) -> CallResult<()> {
-    if let Some(v) = o.get("logprobs")
-        && v.as_u64() != Some(0)
-    {
-        return Err(CallError::at(
-            "logprobs",
-            "log probabilities are not available: this server's backends return none; leave \
-             `logprobs` out (or 0)",
-        ));
+/// The most alternatives legacy completions' `logprobs` asks for (OpenAI's limit).
+pub const MAX_LOGPROBS: u8 = 5;
+
+/// `logprobs`: the answer's tokens' log-probabilities, with this many likeliest alternatives
+/// (0 to [`MAX_LOGPROBS`]; 0: the chosen token's own only); absent or null asks for none.
+fn logprobs(o: &Obj<'_>) -> CallResult<Option<u8>> {
+    match o.get("logprobs") {
+        None => Ok(None),
+        Some(v) => (v.as_u64())
+            .and_then(|n| u8::try_from(n).ok())
+            .filter(|n| *n <= MAX_LOGPROBS)
+            .map(Some)
+            .ok_or_else(|| {
+                CallError::expected(
+                    "logprobs",
+                    &format!("an integer from 0 to {MAX_LOGPROBS} (the alternatives per token)"),
+                    v,
+                )
+            }),
     }
+}
+
+/// `best_of`: 1 only.
+fn refuse_best_of(o: &Obj<'_>) -> CallResult<()> {
     if let Some(v) = o.get("best_of")
         && v.as_u64() != Some(1)
     {
@@ -222,6 +237,11 @@ mod tests {
         let c = parse(&TextComplete, json!({"model": "m", "prompt": ["Once"]})).unwrap();
         assert_eq!(c.request.turns, vec![Turn::text(Role::User, "Once")]);
         assert_eq!(c.request.max_tokens, DEFAULT_MAX_TOKENS);
+        assert_eq!(c.request.logprobs, None);
+        let asked = parse(&TextComplete, json!({"prompt": "a", "logprobs": 5})).unwrap();
+        assert_eq!(asked.request.logprobs, Some(5));
+        let null = parse(&TextComplete, json!({"prompt": "a", "logprobs": null})).unwrap();
+        assert_eq!(null.request.logprobs, None);
         let text = c.request.text.unwrap();
         assert_eq!(
             (text.prompt.as_str(), text.suffix, text.echo),
@@ -243,6 +263,8 @@ mod tests {
         assert_eq!(c.request.samplers.frequency_penalty, Some(0.0));
         assert_eq!(c.metadata["presence_penalty"], 0.5);
         assert!(c.persona.is_none());
+        // `logprobs: 0` asks for the chosen tokens' own; null for none.
+        assert_eq!(c.request.logprobs, Some(0));
         let text = c.request.text.unwrap();
         assert_eq!((text.suffix.as_deref(), text.echo), (Some("z"), true));
         let w = c.warnings.join("; ");
@@ -261,7 +283,8 @@ mod tests {
             (json!({"prompt": ""}), "prompt"),
             (json!({}), "prompt"),
             (json!({"prompt": "a", "n": 2}), "n"),
-            (json!({"prompt": "a", "logprobs": 5}), "logprobs"),
+            (json!({"prompt": "a", "logprobs": 6}), "logprobs"),
+            (json!({"prompt": "a", "logprobs": true}), "logprobs"),
             (json!({"prompt": "a", "best_of": 2}), "best_of"),
             (json!({"prompt": "a", "echo": "yes"}), "echo"),
             (json!({"prompt": "a", "suffix": 1}), "suffix"),

@@ -1,7 +1,8 @@
 //! OpenAI's legacy text completions (`POST /v1/completions`): the official openai SDK's
 //! `completions.create`, whole and streamed, against scripted providers (the prompt reaches a
-//! provider as one user message); what one completion cannot be (n=2, several prompts, token
-//! arrays, log probabilities, a suffix for a provider) refused with a 400 naming the field,
+//! provider as one user message, with `logprobs` asked of it and its answer's read back); what
+//! one completion cannot be (n=2, several prompts, token arrays, more than 5 log-probability
+//! alternatives, a suffix for a provider) refused with a 400 naming the field,
 //! before anything is sent and before any stream; and on the embedded model, the prompt
 //! continued as raw text (no chat template), with `echo`, `stop`, a stream that adds up to the
 //! whole answer, and fill-in-the-middle with `suffix` (a 400 naming it on a model without the
@@ -87,7 +88,7 @@ async fn what_one_completion_cannot_be_is_a_400_naming_the_field_before_anything
         (json!({"prompt": ["one", "two"]}), "prompt"),
         (json!({"prompt": [1, 2, 3]}), "prompt"),
         (json!({"prompt": [[1, 2], [3]]}), "prompt"),
-        (json!({"logprobs": 5}), "logprobs"),
+        (json!({"logprobs": 6}), "logprobs"),
         (json!({"best_of": 3}), "best_of"),
         (json!({"suffix": " world"}), "suffix"),
         (json!({"suffix": " world", "stream": true}), "suffix"),
@@ -112,8 +113,8 @@ async fn what_one_completion_cannot_be_is_a_400_naming_the_field_before_anything
     };
     let suffix = message(json!({"suffix": "x"})).await;
     assert!(suffix.contains("fill-in-the-middle"), "{suffix}");
-    let logprobs = message(json!({"logprobs": 5})).await;
-    assert!(logprobs.contains("not available"), "{logprobs}");
+    let logprobs = message(json!({"logprobs": 6})).await;
+    assert!(logprobs.contains("an integer from 0 to 5"), "{logprobs}");
     assert!(provider.seen().is_empty(), "{:#?}", provider.seen());
 }
 
@@ -121,6 +122,13 @@ async fn what_one_completion_cannot_be_is_a_400_naming_the_field_before_anything
 async fn a_provider_gets_the_prompt_as_a_user_message_and_what_is_set_aside_is_said() {
     let mut whole = completion("Paris.");
     whole["model"] = json!("upstream");
+    // The provider's log-probabilities (`logprobs: 0` asks for the chosen tokens' own).
+    let token = |t: &str, logprob: f64| {
+        let bytes = t.as_bytes();
+        json!({"token": t, "logprob": logprob, "bytes": bytes, "top_logprobs": []})
+    };
+    whole["choices"][0]["logprobs"] =
+        json!({"content": [token("Par", -0.5), token("is.", -0.25)], "refusal": null});
     let stream = Reply::Events(
         vec![
             json!({"id": "c", "object": "chat.completion.chunk", "model": "upstream",
@@ -148,6 +156,13 @@ async fn a_provider_gets_the_prompt_as_a_user_message_and_what_is_set_aside_is_s
     assert_eq!(v["model"], "upstream", "{v}");
     assert_eq!(v["choices"][0]["text"], "Capital of France?Paris.", "{v}");
     assert_eq!(v["choices"][0]["finish_reason"], "stop", "{v}");
+    // In the legacy form, their offsets after the echoed prompt.
+    assert_eq!(
+        v["choices"][0]["logprobs"],
+        json!({"tokens": ["Par", "is."], "token_logprobs": [-0.5, -0.25],
+               "top_logprobs": [{"Par": -0.5}, {"is.": -0.25}], "text_offset": [18, 21]}),
+        "{v}"
+    );
     let warnings = headers["x-agent-as-model-warnings"].to_str().unwrap();
     assert!(warnings.contains("`wibble`"), "{warnings}");
     assert!(!warnings.contains("penalty"), "{warnings}");
@@ -165,6 +180,11 @@ async fn a_provider_gets_the_prompt_as_a_user_message_and_what_is_set_aside_is_s
     );
     // OpenAI's default token limit for a text completion.
     assert_eq!(sent["max_tokens"], 16, "{sent}");
+    assert_eq!(
+        (&sent["logprobs"], &sent["top_logprobs"]),
+        (&json!(true), &json!(0)),
+        "{sent}"
+    );
     assert_eq!(sent["stop"], json!(["\n"]), "{sent}");
 
     let body = request(

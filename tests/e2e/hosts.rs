@@ -196,7 +196,7 @@ async fn every_parameter_has_a_defined_outcome() {
             json!({
             "messages": [user("x")], "max_completion_tokens": 321, "top_p": 0.5, "seed": 42,
             "user": "u-1", "metadata": {"team": "a"}, "stream": true, "parallel_tool_calls": true,
-            "frobnicate": true, "n": 1}),
+            "frobnicate": true, "n": 1, "logprobs": true, "top_logprobs": 2}),
         )
         .await;
         assert!(!is_error(&r), "{}", text(&r));
@@ -209,7 +209,14 @@ async fn every_parameter_has_a_defined_outcome() {
         );
         let warnings: Vec<String> =
             serde_json::from_value(structured(&r)["warnings"].clone()).unwrap();
-        assert_eq!(warnings.len(), 3, "{warnings:?}");
+        assert_eq!(warnings.len(), 4, "{warnings:?}");
+        // The host has no log-probabilities: the answer comes without them, and says so.
+        assert!(
+            warnings
+                .iter()
+                .any(|w| w.contains("`logprobs`") && w.contains("MCP sampling reports none")),
+            "{warnings:?}"
+        );
         assert!(
             warnings
                 .iter()
@@ -237,8 +244,8 @@ async fn every_parameter_has_a_defined_outcome() {
         for (args, want) in [
             (json!({"messages": [user("x")], "n": 3}), "`n`: expected 1"),
             (
-                json!({"messages": [user("x")], "logprobs": true}),
-                "`logprobs`",
+                json!({"messages": [user("x")], "top_logprobs": 3}),
+                "`top_logprobs`: needs `logprobs: true`",
             ),
             (
                 json!({"messages": [user("x")], "modalities": ["text", "audio"]}),

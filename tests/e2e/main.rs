@@ -59,6 +59,7 @@ mod litellm;
 mod local;
 mod local_pool_vi;
 mod local_queue;
+mod logprobs;
 mod metrics;
 mod ollama;
 mod ollama_hardening;
@@ -83,6 +84,7 @@ mod streaming;
 mod structured;
 mod templates;
 mod tools;
+mod ui;
 // Built with `--features vulkan` only (scripts/test runs it on Mesa's lavapipe).
 #[cfg(feature = "vulkan")]
 mod vulkan;

@@ -2,7 +2,8 @@
 //! file a configured model answers from (by its `hf:` name, or through a link) and still
 //! deletes a fetched file no model uses; `--request-keep-alive ignore` keeps a client's
 //! `keep_alive` (an unload request's `0`) from changing how long a model stays loaded for
-//! everyone; `logprobs` and `top_logprobs` are refused naming the field, as `/v1` refuses them;
+//! everyone; `logprobs` and `top_logprobs` reach a provider as chat completions' (a bad one is
+//! refused naming the field, as Ollama refuses it);
 //! `think` asked of a model that does not reason is refused as Ollama refuses it (the embedded
 //! model, which says so once loaded), while `think: false` or none keeps working.
 //!
@@ -205,7 +206,7 @@ async fn an_operator_may_have_a_requests_keep_alive_ignored() {
 }
 
 #[tokio::test]
-async fn logprobs_are_refused_naming_the_field_and_think_still_reaches_a_provider() {
+async fn logprobs_reach_a_provider_bad_ones_are_named_and_think_still_reaches_it() {
     let provider = Scripted::start(vec![Reply::json(200, &completion(ANSWER))]).await;
     let dir = folder("ollama-logprobs");
     let models = dir.join("models.toml");
@@ -223,23 +224,18 @@ async fn logprobs_are_refused_naming_the_field_and_think_still_reaches_a_provide
     for (path, body, field) in [
         (
             "/api/chat",
-            json!({"model": "paris", "messages": question, "logprobs": true}),
+            json!({"model": "paris", "messages": question, "logprobs": "yes"}),
             "logprobs",
         ),
         (
             "/api/chat",
-            json!({"model": "paris", "messages": question, "top_logprobs": 3}),
+            json!({"model": "paris", "messages": question, "logprobs": true, "top_logprobs": 21}),
             "top_logprobs",
         ),
         (
             "/api/generate",
             json!({"model": "paris", "prompt": "Capital of France?", "logprobs": true,
-                   "top_logprobs": 5}),
-            "logprobs",
-        ),
-        (
-            "/api/generate",
-            json!({"model": "paris", "prompt": "Capital of France?", "top_logprobs": 5}),
+                   "top_logprobs": -1}),
             "top_logprobs",
         ),
     ] {
@@ -252,6 +248,23 @@ async fn logprobs_are_refused_naming_the_field_and_think_still_reaches_a_provide
         assert_eq!(answer.as_object().unwrap().len(), 1, "{answer}");
     }
     assert!(provider.seen().is_empty(), "a refused request reached it");
+    // Asked for, they are asked of the provider; this one returns none, and the answer says so.
+    let (status, headers, answer) = post(
+        &server,
+        "/api/generate",
+        &json!({"model": "paris", "prompt": "Capital of France?", "stream": false,
+                "logprobs": true, "top_logprobs": 2}),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(answer.get("logprobs").is_none(), "{answer}");
+    let warnings = headers["x-agent-as-model-warnings"].to_str().unwrap();
+    assert!(warnings.contains("reported none"), "{warnings}");
+    let sent = &provider.seen()[0].body;
+    assert_eq!(
+        (&sent["logprobs"], &sent["top_logprobs"]),
+        (&json!(true), &json!(2))
+    );
     // Turned off, they ask for nothing; a provider, which does not say whether it reasons, is
     // asked to think, and `think: false` (or none) works as before.
     for think in [json!(true), json!(false), Value::Null] {
@@ -269,7 +282,7 @@ async fn logprobs_are_refused_naming_the_field_and_think_still_reaches_a_provide
             "{headers:?}"
         );
     }
-    assert_eq!(provider.seen().len(), 3);
+    assert_eq!(provider.seen().len(), 4);
 }
 
 /// The loaded models, as `/api/ps` lists them.

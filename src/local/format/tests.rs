@@ -100,6 +100,7 @@ fn read(format: Format, in_reasoning: bool, text: &str) -> Answer {
             Piece::CallArgs { index, fragment } => {
                 args.entry(*index).or_default().push_str(fragment);
             }
+            Piece::Logprobs(_) => panic!("a parser tells no log-probabilities"),
         }
     }
     for (index, joined) in args {
