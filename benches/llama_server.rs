@@ -4,10 +4,15 @@
 //! over a long answer, plus each server's start-up and peak memory. The two servers run one
 //! after the other, never at once.
 //!
+//! Then concurrent streams: each server started again with as many slots as streams (and
+//! llama-server's cache unified, as ours is), `n` long answers at once, each its own
+//! conversation: aggregate decode tokens/s and the time to first token, at each `n` of
+//! `BENCH_STREAMS` (default `1,4,8`; `none` skips them).
+//!
 //! `BENCH_LLAMA_SERVER=path/to/llama-server cargo bench --bench llama_server` (BENCHMARKS.md
 //! says how that binary was built). The default model must be cached (run `try` once), or
-//! `BENCH_MODEL=FILE`. `BENCH_RUNS` (default 5) conversations per server, alternating;
-//! `BENCH_SERVER` another agent-as-model binary.
+//! `BENCH_MODEL=FILE`. `BENCH_RUNS` (default 5) conversations (and rounds of streams) per
+//! server, alternating; `BENCH_SERVER` another agent-as-model binary.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -101,7 +106,12 @@ async fn start(
 
 /// What one streamed turn showed: the time to its first token, its tokens, when it ended.
 struct Turn {
+    /// When the request was sent, and its first and last tokens came (after sending).
+    sent: Instant,
     first: Duration,
+    last: Duration,
+    /// Content chunks streamed (a token each).
+    chunks: u32,
     decode_tps: f64,
     text: String,
     /// The prompt's tokens, and how many of them the server found cached (its usage).
@@ -204,7 +214,10 @@ async fn turn(client: &reqwest::Client, url: &str, body: &Value) -> Option<Turn>
     // does not, as OpenAI's does not), and free of what follows the last token.
     let decoding = (last - first).as_secs_f64();
     Some(Turn {
+        sent,
         first,
+        last,
+        chunks,
         decode_tps: f64::from(chunks.saturating_sub(1)) / decoding,
         text,
         prompt,
@@ -261,10 +274,10 @@ fn show((m, lo, hi): (f64, f64, f64)) -> String {
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     agent_as_model::install_tls();
-    let Some(llama_server) = std::env::var_os("BENCH_LLAMA_SERVER") else {
+    if std::env::var_os("BENCH_LLAMA_SERVER").is_none() {
         eprintln!("set BENCH_LLAMA_SERVER to a llama-server binary (BENCHMARKS.md)");
         std::process::exit(2);
-    };
+    }
     let model = std::env::var_os("BENCH_MODEL")
         .map(std::path::PathBuf::from)
         .or_else(fetch::cached_default)
@@ -291,48 +304,39 @@ async fn main() {
         .pool_max_idle_per_host(0)
         .build()
         .unwrap();
+    let bench = Bench {
+        client,
+        model,
+        threads,
+        gpu_layers,
+        ours: ours_binary,
+    };
+    if std::env::var_os("BENCH_ONLY_STREAMS").is_none() {
+        conversations(&bench, runs).await;
+    }
+    let streams = std::env::var("BENCH_STREAMS").unwrap_or_else(|_| "1,4,8".to_owned());
+    let levels: Vec<u32> = streams
+        .split(',')
+        .filter_map(|n| n.trim().parse().ok())
+        .collect();
+    if !levels.is_empty() {
+        streams_table(&bench, &levels, runs).await;
+    }
+}
+
+/// The conversations' table (`BENCH_ONLY_STREAMS` skips it).
+async fn conversations(bench: &Bench, runs: usize) {
     // Both are started (one at a time), then their conversations alternate, so a machine
     // that drifts (other load, clock) drifts for both; only one of them works at any time.
-    let mut servers = Vec::new();
-    for name in ["agent-as-model", "llama-server"] {
-        let port = free_port();
-        let mut command;
-        let health = if name == "agent-as-model" {
-            command = Command::new(&ours_binary);
-            command
-                .args(["--http", &format!("127.0.0.1:{port}"), "--backend", "local"])
-                .arg("--model-file")
-                .arg(&model)
-                .env("AGENT_AS_MODEL_LOCAL_THREADS", &threads)
-                .env("AGENT_AS_MODEL_LOCAL_SLOTS", SLOTS.to_string())
-                .env("AGENT_AS_MODEL_LOCAL_CONTEXT", CONTEXT.to_string())
-                .env("RUST_LOG", "error");
-            if let Some(layers) = &gpu_layers {
-                command.env("AGENT_AS_MODEL_GPU_LAYERS", layers);
-            }
-            "/healthz"
-        } else {
-            command = Command::new(&llama_server);
-            command
-                .arg("-m")
-                .arg(&model)
-                .args(["--host", "127.0.0.1", "--port", &port.to_string()])
-                .args(["-t", &threads, "-np", &SLOTS.to_string()])
-                .args(["-c", &(CONTEXT * SLOTS).to_string(), "--no-webui"]);
-            if let Some(layers) = gpu_layers.as_deref().filter(|l| *l != "auto") {
-                command.args(["-ngl", layers]);
-            }
-            "/health"
-        };
-        servers.push(start(&client, name, &mut command, port, health).await);
-    }
+    let servers = bench.start_both(SLOTS).await;
+    let client = &bench.client;
     let mut rows = vec![Vec::new(), Vec::new()];
     for run in 0..runs {
         for (server, rows) in servers.iter().zip(rows.iter_mut()) {
             // llama.cpp's threads spin a while after a call (ggml's polling): the other
             // server's threads must be asleep before a conversation is timed.
             tokio::time::sleep(SETTLE).await;
-            rows.push(conversation_row(&client, server, run).await);
+            rows.push(conversation_row(client, server, run).await);
         }
     }
     let results: Vec<_> = servers
@@ -344,6 +348,134 @@ async fn main() {
         })
         .collect();
     print_table(&results);
+}
+
+/// What both servers are started with.
+struct Bench {
+    client: reqwest::Client,
+    model: std::path::PathBuf,
+    threads: String,
+    gpu_layers: Option<String>,
+    ours: std::path::PathBuf,
+}
+
+impl Bench {
+    /// Starts ours, then llama-server, each with `slots` slots of [`CONTEXT`] tokens (one
+    /// cache the slots share: ours always, llama-server's asked for).
+    async fn start_both(&self, slots: u32) -> Vec<Server> {
+        let mut servers = Vec::new();
+        for name in ["agent-as-model", "llama-server"] {
+            let port = free_port();
+            let (mut command, health) = if name == "agent-as-model" {
+                (self.ours_command(port, slots), "/healthz")
+            } else {
+                (self.theirs_command(port, slots), "/health")
+            };
+            servers.push(start(&self.client, name, &mut command, port, health).await);
+        }
+        servers
+    }
+
+    fn ours_command(&self, port: u16, slots: u32) -> Command {
+        let mut command = Command::new(&self.ours);
+        command
+            .args(["--http", &format!("127.0.0.1:{port}"), "--backend", "local"])
+            .arg("--model-file")
+            .arg(&self.model)
+            .env("AGENT_AS_MODEL_LOCAL_THREADS", &self.threads)
+            .env("AGENT_AS_MODEL_LOCAL_SLOTS", slots.to_string())
+            .env("AGENT_AS_MODEL_LOCAL_CONTEXT", CONTEXT.to_string())
+            .env("RUST_LOG", "error");
+        if let Some(layers) = &self.gpu_layers {
+            command.env("AGENT_AS_MODEL_GPU_LAYERS", layers);
+        }
+        command
+    }
+
+    fn theirs_command(&self, port: u16, slots: u32) -> Command {
+        let llama_server = std::env::var_os("BENCH_LLAMA_SERVER").unwrap_or_default();
+        let mut command = Command::new(llama_server);
+        command
+            .arg("-m")
+            .arg(&self.model)
+            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+            .args([
+                "-t",
+                &self.threads,
+                "-np",
+                &slots.to_string(),
+                "--kv-unified",
+            ])
+            .args(["-c", &(CONTEXT * slots).to_string(), "--no-webui"]);
+        if let Some(layers) = self.gpu_layers.as_deref().filter(|l| *l != "auto") {
+            command.args(["-ngl", layers]);
+        }
+        command
+    }
+}
+
+/// `n` long answers at once on `server`, each its own conversation: the aggregate decode
+/// tokens/s (every stream's tokens after its first, over the time from the first stream's
+/// first token to the last stream's last) and the median time to first token (ms).
+async fn streams_row(client: &reqwest::Client, server: &Server, n: u32, run: usize) -> [f64; 2] {
+    let mut set = tokio::task::JoinSet::new();
+    for i in 0..n {
+        let (client, url) = (client.clone(), server.url.clone());
+        let tag = format!("{}-{n}-{run}-{i}-{}", &server.name[..1], std::process::id());
+        set.spawn(async move { turn(&client, &url, &long_answer(&tag)).await });
+    }
+    let turns: Vec<Turn> = set
+        .join_all()
+        .await
+        .into_iter()
+        .map(|t| t.unwrap_or_else(|| panic!("{}: a stream failed", server.name)))
+        .collect();
+    let begun = turns.iter().map(|t| t.sent + t.first).min().unwrap();
+    let ended = turns.iter().map(|t| t.sent + t.last).max().unwrap();
+    let tokens: u32 = turns.iter().map(|t| t.chunks.saturating_sub(1)).sum();
+    let firsts: Vec<f64> = turns.iter().map(|t| t.first.as_secs_f64() * 1e3).collect();
+    let tps = f64::from(tokens) / (ended - begun).as_secs_f64();
+    let ttft = median(firsts).0;
+    println!(
+        "{:<15} {n} streams, round {run}: {tps:.1} tokens/s, first token {ttft:.0} ms",
+        server.name
+    );
+    [tps, ttft]
+}
+
+/// The streams' table: at each level, both servers started with that many slots, their
+/// rounds alternating.
+async fn streams_table(bench: &Bench, levels: &[u32], runs: usize) {
+    let mut table = Vec::new();
+    for &n in levels {
+        let servers = bench.start_both(n).await;
+        let mut rows = vec![Vec::new(), Vec::new()];
+        for run in 0..runs {
+            for (server, rows) in servers.iter().zip(rows.iter_mut()) {
+                tokio::time::sleep(SETTLE).await;
+                rows.push(streams_row(&bench.client, server, n, run).await);
+            }
+        }
+        table.push((n, rows));
+    }
+    println!(
+        "\n| streams | decode, all streams (tokens/s): ours | llama-server | against | first token (ms): ours | llama-server | against |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- | --- |");
+    for (n, rows) in table {
+        let col = |r: &[[f64; 2]], i: usize| median(r.iter().map(|row| row[i]).collect());
+        let (tps, theirs_tps) = (col(&rows[0], 0), col(&rows[1], 0));
+        let (ttft, theirs_ttft) = (col(&rows[0], 1), col(&rows[1], 1));
+        println!(
+            "| {n} | {} | {} | {:.2}x | {} | {} | {:.2}x |",
+            show(tps),
+            show(theirs_tps),
+            tps.0 / theirs_tps.0,
+            show(ttft),
+            show(theirs_ttft),
+            theirs_ttft.0 / ttft.0
+        );
+    }
 }
 
 type Results<'a> = [(&'a str, f64, Vec<[f64; 4]>, f64)];

@@ -462,6 +462,13 @@ pub struct LocalArgs {
           default_value_t = Speculative::None)]
     pub speculative: Speculative,
 
+    /// A small model of the local model's vocabulary that drafts its next tokens (a GGUF file,
+    /// or `hf:OWNER/REPO/FILE.gguf` fetched from the Hub as `--model` is): the model checks
+    /// every drafted token, so answers do not change; it takes the place of `--speculative`'s
+    /// drafts
+    #[arg(long, env = "AGENT_AS_MODEL_DRAFT_MODEL")]
+    pub draft_model: Option<std::path::PathBuf>,
+
     /// The bytes the prompt cache on disk may hold (with a unit: `8G`, `512M`): past it, the
     /// files used longest ago are removed; 0: no prompt cache on disk
     #[arg(long, env = "AGENT_AS_MODEL_PROMPT_CACHE_MAX_BYTES", value_parser = byte_size,

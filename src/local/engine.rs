@@ -17,7 +17,6 @@ use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
 use llguidance::api::TopLevelGrammar;
 use llguidance::{Matcher, ParserFactory};
-use std::cell::OnceCell;
 use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -504,7 +503,9 @@ pub struct Model {
     /// bytes over this times the context are more tokens than the context holds.
     longest_token: usize,
     /// Built on the first constrained answer (a walk over the whole vocabulary).
-    guidance: OnceCell<Result<ParserFactory, GuidanceError>>,
+    guidance: OnceLock<Result<ParserFactory, GuidanceError>>,
+    /// A small model of the same vocabulary that drafts this one's tokens (`--draft-model`).
+    draft: Option<Box<Model>>,
 }
 
 /// The vocabulary's fill-in-the-middle tokens (prefix, suffix, middle), when it has all three.
@@ -799,7 +800,8 @@ impl Model {
             template,
             special,
             longest_token,
-            guidance: OnceCell::new(),
+            guidance: OnceLock::new(),
+            draft: None,
         })
     }
 
@@ -823,7 +825,7 @@ impl Model {
 
     /// Bytes of the model's weights.
     pub fn size(&self) -> u64 {
-        self.model.size()
+        self.model.size() + self.draft.as_ref().map_or(0, |d| d.size())
     }
 
     /// A context for the slots: one cache of `cells` tokens that every slot's sequence shares
@@ -886,6 +888,35 @@ impl Model {
     }
 
     /// Tokens in the model's vocabulary.
+    /// Has `draft` draft this model's tokens; `Err` says why it cannot (its vocabulary is not
+    /// this one's).
+    pub fn set_draft(&mut self, draft: Model) -> Result<(), String> {
+        let (ours, theirs) = (self.model.vocab(), draft.model.vocab());
+        let size = self.vocabulary();
+        // The same size, and the same bytes for tokens spread over the whole vocabulary.
+        let step = (size / 257).max(1);
+        let differs = (0..size).step_by(step).find(|&id| {
+            let token = LlamaToken(i32::try_from(id).unwrap_or(0));
+            ours.token_to_piece(token, true, None) != theirs.token_to_piece(token, true, None)
+        });
+        match (draft.vocabulary() == size, differs) {
+            (true, None) => {
+                self.draft = Some(Box::new(draft));
+                Ok(())
+            }
+            (false, _) => Err(format!(
+                "its vocabulary has {} tokens, the model's {size}",
+                draft.vocabulary()
+            )),
+            (true, Some(id)) => Err(format!("its token {id} is not the model's")),
+        }
+    }
+
+    /// The model that drafts this one's tokens, when there is one.
+    pub fn draft(&self) -> Option<&Model> {
+        self.draft.as_deref()
+    }
+
     pub fn vocabulary(&self) -> usize {
         usize::try_from(self.model.n_vocab()).unwrap_or(0)
     }

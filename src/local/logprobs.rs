@@ -36,6 +36,13 @@ pub fn of(
     }
 }
 
+/// The likeliest token among `logits`, with its probability.
+pub fn likeliest_one(logits: &[f32]) -> Option<(LlamaToken, f64)> {
+    let token = *likeliest(logits, 1).first()?;
+    let logit = logits.get(usize::try_from(token.0).ok()?)?;
+    Some((token, (f64::from(*logit) - log_sum_exp(logits)).exp()))
+}
+
 /// The log of the sum of the logits' exponentials (the softmax's denominator), kept finite.
 fn log_sum_exp(logits: &[f32]) -> f64 {
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);

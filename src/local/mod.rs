@@ -87,6 +87,8 @@ pub struct LocalSettings {
     pub prompt_cache: Option<prompt_cache::Settings>,
     /// How answers draft tokens, if they do.
     pub speculative: speculate::Speculative,
+    /// The model that drafts the answers' tokens, when there is one.
+    pub draft: Option<Source>,
 }
 
 impl LocalSettings {
@@ -112,6 +114,9 @@ impl LocalSettings {
             label: "local".into(),
             gpu_layers: config.local.gpu_layers,
             speculative: config.local.speculative,
+            draft: (config.local.draft_model.as_deref())
+                .map(|file| file_source(config, file))
+                .transpose()?,
             // No bytes for it: none.
             prompt_cache: config
                 .local
@@ -128,12 +133,17 @@ impl LocalSettings {
     /// These settings for a models file's `model_file`: a path, or `hf:OWNER/REPO/FILE.gguf`
     /// fetched from the Hub as `--model` is.
     pub fn with_model_file(mut self, config: &Config, file: &Path) -> Result<Self, SettingsError> {
-        self.source = match file.to_str().filter(|f| f.starts_with(hub::PREFIX)) {
-            Some(hf) => Source::Hub(hf.parse().map_err(SettingsError::Model)?, access(config)),
-            None => Source::File(file.to_owned()),
-        };
+        self.source = file_source(config, file)?;
         Ok(self)
     }
+}
+
+/// A model file the settings name: a path, or `hf:OWNER/REPO/FILE.gguf` fetched from the Hub.
+pub fn file_source(config: &Config, file: &Path) -> Result<Source, SettingsError> {
+    Ok(match file.to_str().filter(|f| f.starts_with(hub::PREFIX)) {
+        Some(hf) => Source::Hub(hf.parse().map_err(SettingsError::Model)?, access(config)),
+        None => Source::File(file.to_owned()),
+    })
 }
 
 /// How the Hub is reached (`--hf-endpoint`, `HF_TOKEN`).
@@ -364,6 +374,58 @@ struct Answer {
     /// What the ids of the answer's tool calls begin with.
     id_base: String,
     reply: oneshot::Sender<Result<Output, LocalError>>,
+    /// Its prompt and sampler, made before it was queued (by the model then loaded).
+    prepared: Option<Box<Prepared>>,
+}
+
+/// A call's parts, made before it was queued by the model loaded then: the worker takes them
+/// while that model is still the one it serves, and makes them again otherwise.
+struct Prepared {
+    generation: u64,
+    parts: Parts,
+}
+
+/// The model the worker serves, shared with the callers, who render and tokenize their prompts
+/// (and make their samplers) with it on blocking threads before their calls are queued, so the
+/// worker, which steps every answer, does not; `None` while no model is loaded. Each load is a
+/// new generation.
+#[derive(Default)]
+struct Loaded(std::sync::Mutex<(u64, Option<Arc<engine::Model>>)>);
+
+impl Loaded {
+    fn get(&self) -> Option<(u64, Arc<engine::Model>)> {
+        let held = self.0.lock().ok()?;
+        held.1.clone().map(|model| (held.0, model))
+    }
+
+    /// Shares `model`, a new generation's: the generation.
+    fn publish(&self, model: &Arc<engine::Model>) -> u64 {
+        let Ok(mut held) = self.0.lock() else {
+            return 0;
+        };
+        held.0 += 1;
+        held.1 = Some(model.clone());
+        held.0
+    }
+
+    /// Stops sharing the model, and waits (a render's deadline at most) for the callers still
+    /// using it, so its memory is given back before the pool is told.
+    fn withdraw(&self, model: Arc<engine::Model>) {
+        if let Ok(mut held) = self.0.lock() {
+            held.1 = None;
+        }
+        let deadline =
+            std::time::Instant::now() + template::DEADLINE + std::time::Duration::from_secs(1);
+        let mut model = model;
+        while let Err(shared) = Arc::try_unwrap(model) {
+            if std::time::Instant::now() > deadline {
+                tracing::warn!("a caller still holds the unloaded model");
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            model = shared;
+        }
+    }
 }
 
 /// The tokens of the prompt the model would read for `request`.
@@ -461,6 +523,10 @@ pub struct Local {
     settings: LocalSettings,
     keep: Arc<Keep>,
     known: Arc<Known>,
+    /// The model the worker serves, for the work done before the queue.
+    loaded: Arc<Loaded>,
+    /// Where chat templates render (the engines' renderer; none: on a thread).
+    sandbox: Option<template::Renderer>,
     /// The workers of the engines it was started from, kept while it lives: the last model (or
     /// server) to let them go stops and waits for them (see [`pool::Workers`]).
     _workers: Arc<pool::Workers>,
@@ -543,7 +609,10 @@ impl Local {
         let keep = Arc::new(Keep::default());
         keep.set(settings.keep_alive);
         let known = Arc::new(Known::default());
+        let loaded = Arc::new(Loaded::default());
         let worker = Worker {
+            loaded: loaded.clone(),
+            generation: std::cell::Cell::new(0),
             settings: settings.clone(),
             state: state_tx,
             counters: counters.clone(),
@@ -570,6 +639,8 @@ impl Local {
             settings,
             keep,
             known,
+            loaded,
+            sandbox: engines.renderer().cloned(),
             _workers: engines.workers().clone(),
         })
     }
@@ -618,6 +689,19 @@ impl Local {
     }
 
     /// The model's format, once it is loaded.
+    /// A call's parts (its prompt rendered and tokenized, its sampler), made on a blocking
+    /// thread with the loaded model; `None` while none is (the worker makes them once it is).
+    async fn prepare(&self, request: &ModelRequest) -> Option<Result<Box<Prepared>, LocalError>> {
+        let (generation, model) = self.loaded.get()?;
+        let (request, seed) = (request.clone(), self.settings.seed);
+        let sandbox = self.sandbox.clone();
+        let made = tokio::task::spawn_blocking(move || {
+            Worker::parts(&model, &request, seed, sandbox.as_ref())
+        });
+        let parts = made.await.ok()?;
+        Some(parts.map(|parts| Box::new(Prepared { generation, parts })))
+    }
+
     fn format(&self) -> Format {
         match self.state() {
             State::Ready(info) => info.format,
@@ -793,6 +877,10 @@ impl Model for Local {
             // The tools offered, for the warning on a format read leniently.
             let tools = offered(&request).to_vec();
             let logprobs = request.base.logprobs.is_some();
+            let prepared = match self.prepare(&request).await {
+                Some(made) => Some(made?),
+                None => None,
+            };
             let (reply, answer) = oneshot::channel();
             // The call holds its place while this future lives: dropped (the caller went away)
             // before the worker took it, the call leaves the queue.
@@ -801,6 +889,7 @@ impl Model for Local {
                 live,
                 id_base: new_id("call_"),
                 reply,
+                prepared,
             }))?;
             let output = answer
                 .await
@@ -836,12 +925,22 @@ impl Model for Local {
         })
     }
 
-    /// The prompt's tokens as the worker renders and tokenizes them for an answer, counted
-    /// there: the count waits in the queue like a call (while the model loads too), but takes
-    /// no slot, and it is answered between steps even while every slot is busy.
+    /// The prompt's tokens as an answer's are rendered and tokenized: on a blocking thread
+    /// with the loaded model; while none is, the count waits in the queue like a call (while
+    /// the model loads too), but takes no slot, and it is answered between steps even while
+    /// every slot is busy.
     fn count_tokens(&self, request: ModelRequest) -> BoxFuture<'_, CallResult<Option<usize>>> {
         Box::pin(async move {
             direct::text_only(&request, KIND)?;
+            if let Some((_, model)) = self.loaded.get() {
+                let sandbox = self.sandbox.clone();
+                let counted = tokio::task::spawn_blocking(move || {
+                    prompt(&model, &request, sandbox.as_ref()).map(|p| p.tokens.len())
+                })
+                .await
+                .map_err(|_| LocalError::StoppedBeforeAnswering)?;
+                return Ok(Some(counted.map_err(LocalError::from)?));
+            }
             let (reply, counted) = oneshot::channel();
             let _place = self.queue(Job::Count(Count { request, reply }))?;
             let tokens = counted
@@ -1079,6 +1178,9 @@ struct Worker {
     pool: Arc<pool::Pool>,
     /// Where its chat templates render (the engines' renderer; none: on a thread).
     sandbox: Option<template::Renderer>,
+    /// The model it serves, shared with its callers, and its generation.
+    loaded: Arc<Loaded>,
+    generation: std::cell::Cell<u64>,
 }
 
 /// Why serving stopped: the queue closed (the server is stopping), or the model is to be
@@ -1152,6 +1254,8 @@ impl Worker {
         waiting: Option<Job>,
         member: &pool::Member,
     ) -> Result<Served, EngineError> {
+        let model = Arc::new(model);
+        self.generation.set(self.loaded.publish(&model));
         let served = if self.settings.embeddings_only {
             Ok(self.serve_embeddings(&model, on_disk.as_ref(), queue, waiting, member))
         } else {
@@ -1168,7 +1272,7 @@ impl Worker {
                     served
                 })
         };
-        drop(model);
+        self.loaded.withdraw(model);
         member.release();
         self.counters.memory_bytes.store(0, Ordering::Relaxed);
         served
@@ -1418,10 +1522,14 @@ impl Worker {
     }
 
     fn load(&self, member: &pool::Member) -> Result<(engine::Model, Option<OnDisk>), LoadError> {
-        let path = self.locate()?;
+        let path = Self::locate(&self.settings.source)?;
+        let draft = (self.settings.draft.as_ref())
+            .map(Self::locate)
+            .transpose()?;
         // Room in the memory budget for the weights (mapped) and a tenth more for the
-        // context, before they are loaded.
-        let bytes = OnDisk::stat(&path).map_or(0, |(len, _)| pool::footprint(len));
+        // context, the draft model's too, before they are loaded.
+        let room = |path: &Path| OnDisk::stat(path).map_or(0, |(len, _)| pool::footprint(len));
+        let bytes = room(&path) + draft.as_deref().map_or(0, room);
         member.reserve(bytes, pool::ROOM_WAIT)?;
         let started = std::time::Instant::now();
         let settings = engine::Settings {
@@ -1460,6 +1568,10 @@ impl Worker {
                 return Err(e.naming(ModelFile::Removed(what)).into());
             }
         };
+        let model = match draft {
+            Some(draft) => self.with_draft(model, &draft, &settings),
+            None => model,
+        };
         let on_disk = on_disk.map(|(len, modified)| OnDisk {
             path,
             len,
@@ -1474,15 +1586,46 @@ impl Worker {
         Ok((model, on_disk))
     }
 
-    /// The model file: given, or fetched into the cache (once).
-    fn locate(&self) -> Result<PathBuf, LoadError> {
+    /// `model` with the draft model in `path` drafting its tokens; without it (a warning says
+    /// why) when it does not load or its vocabulary is not the model's: answers are the same
+    /// either way, only slower.
+    fn with_draft(
+        &self,
+        mut model: engine::Model,
+        path: &Path,
+        settings: &engine::Settings,
+    ) -> engine::Model {
+        let label = &self.settings.label;
+        let draft = match engine::Model::load(path, settings) {
+            Ok(draft) => draft,
+            Err(e) => {
+                tracing::warn!(model = %label, path = %path.display(), problem = %e,
+                    "the draft model did not load: answering without it");
+                return model;
+            }
+        };
+        let name = draft.info().name.clone();
+        match model.set_draft(draft) {
+            Ok(()) => {
+                tracing::info!(model = %label, draft = %name, "a draft model drafts the answers' tokens");
+            }
+            Err(why) => {
+                tracing::warn!(model = %label, draft = %name, problem = %why,
+                    "the draft model cannot draft for this model: answering without it");
+            }
+        }
+        model
+    }
+
+    /// A model file: given, or fetched into the cache (once).
+    fn locate(source: &Source) -> Result<PathBuf, LoadError> {
         let download = || {
             tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .map_err(LoadError::Runtime)
         };
-        match &self.settings.source {
+        match source {
             Source::File(path) => Ok(path.clone()),
             Source::Default => download()?
                 .block_on(fetch::default_model(&mut fetch::Progress::new()))
@@ -1503,17 +1646,22 @@ impl Worker {
             live,
             id_base,
             reply,
+            prepared,
         } = answer;
-        match Self::parts(model, &request, self.settings.seed, self.sandbox.as_ref()) {
+        let parts = match prepared {
+            Some(made) if made.generation == self.generation.get() => Ok(made.parts),
+            _ => Self::parts(model, &request, self.settings.seed, self.sandbox.as_ref()),
+        };
+        match parts {
             Ok(parts) => {
                 let format = model.info().format;
                 let raw = request.base.text.is_some();
                 let tools = offered(&request);
                 let parser = parser(format, tools, raw, &id_base, parts.prompt.in_reasoning);
                 Some(Call {
-                    think: think(model, &request, &parts.prompt),
-                    lazy: lazy(model, &request),
-                    shown: shown(model),
+                    think: parts.think,
+                    lazy: parts.lazy,
+                    shown: parts.shown,
                     in_reasoning: parts.prompt.in_reasoning,
                     prompt: parts.prompt.tokens,
                     params: parts.params,
@@ -1564,6 +1712,9 @@ impl Worker {
         });
         Ok(Parts {
             sampler: engine::sampler(&params, constraint),
+            think: think(model, request, &prompt),
+            lazy: lazy(model, request),
+            shown: shown(model),
             prompt,
             params,
             budget,
@@ -1577,6 +1728,9 @@ struct Parts {
     sampler: LlamaSampler,
     params: Params,
     budget: usize,
+    think: Option<slots::Think>,
+    lazy: Option<slots::Lazy>,
+    shown: Vec<LlamaToken>,
 }
 
 /// How to sample the answer: the request's parameters, its seed or the server's (or a new

@@ -30,7 +30,7 @@ const OUTPUT: usize = 1 << 20;
 const OUTPUT_PER_BYTE: usize = 4;
 /// How long a template may run: fuel counts steps, but a single step can take long (a
 /// string repeated to 100 MB), so the clock bounds them too.
-const DEADLINE: Duration = Duration::from_secs(10);
+pub const DEADLINE: Duration = Duration::from_secs(10);
 
 // Fuel and the output cap bound steps and what is written, not the values a template builds:
 // `{% set s = s ~ s %}` doubles a string in one step, and twelve of them on a 10 MB string ask

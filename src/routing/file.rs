@@ -54,6 +54,8 @@ struct RawEntry {
     prompt_cache_dir: Option<PathBuf>,
     /// How a local model drafts tokens: `"ngram"` or `"none"`.
     speculative: Option<crate::config::Speculative>,
+    /// A local model's draft model: a GGUF file or `hf:OWNER/REPO/FILE.gguf`.
+    draft_model: Option<PathBuf>,
 }
 
 /// How well an entry does on each of MCP's model priorities, 0 to 1 (higher is better: a
@@ -96,6 +98,8 @@ pub struct LocalSpec {
     pub prompt_cache_dir: Option<PathBuf>,
     /// How it drafts tokens; `None`: the setting's.
     pub speculative: Option<crate::config::Speculative>,
+    /// Its draft model; `None`: the setting's.
+    pub draft_model: Option<PathBuf>,
 }
 
 /// What answers an entry.
@@ -355,6 +359,7 @@ fn spec(entry: &Spanned<RawEntry>, env: &impl Fn(&str) -> Option<String>) -> Res
                 .transpose()?,
             prompt_cache_dir: e.prompt_cache_dir.clone(),
             speculative: e.speculative,
+            draft_model: e.draft_model.clone(),
         }),
         Backend::Provider => Answer::Provider(provider(e, &name, env).map_err(|p| match p {
             Problem(0, problem) => Problem::at(entry.span().start, problem),
@@ -432,6 +437,7 @@ fn settings_of_its_backend(e: &RawEntry, name: &str, at: usize) -> Result<(), Pr
             Backend::Local,
         ),
         ("speculative", e.speculative.is_some(), Backend::Local),
+        ("draft_model", e.draft_model.is_some(), Backend::Local),
         ("hints", e.hints.is_some(), Backend::Host),
     ];
     match keys

@@ -262,6 +262,9 @@ fn start_local(
         settings.keep_alive = u64::try_from(secs).ok().map(Duration::from_secs);
     }
     settings.speculative = local.speculative.unwrap_or(settings.speculative);
+    if let Some(draft) = &local.draft_model {
+        settings.draft = Some(crate::local::file_source(config, draft)?);
+    }
     if let Some(dir) = &local.prompt_cache_dir {
         settings.prompt_cache =
             (!dir.as_os_str().is_empty()).then(|| crate::local::prompt_cache::Settings {

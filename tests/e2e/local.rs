@@ -367,6 +367,7 @@ async fn an_emulated_tool_call_comes_back_from_a_host_that_cannot_take_tools() {
         chat_template: None,
         prompt_cache: None,
         speculative: Default::default(),
+        draft: None,
     };
     let model = Local::start(settings).unwrap();
     model.ready().await.unwrap();

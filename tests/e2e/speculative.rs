@@ -1,6 +1,7 @@
-//! Speculative decoding by n-gram lookup (`AGENT_AS_MODEL_SPECULATIVE=ngram`): a greedy answer
-//! that rewrites its input is the same with drafts as without, and the drafts and the tokens
-//! kept of them are counted on `/metrics` under vLLM's names.
+//! Speculative decoding, by n-gram lookup (`AGENT_AS_MODEL_SPECULATIVE=ngram`) and by a draft
+//! model (`AGENT_AS_MODEL_DRAFT_MODEL`): a greedy answer that rewrites its input is the same
+//! with drafts as without, and the drafts and the tokens kept of them are counted on
+//! `/metrics` under vLLM's names.
 
 use crate::common::metrics_text;
 use crate::common::server::{HttpServer, Server};
@@ -25,6 +26,17 @@ async fn server(speculative: &str) -> HttpServer {
     Server::new()
         .env("AGENT_AS_MODEL_BACKEND", "local")
         .env("AGENT_AS_MODEL_SPECULATIVE", speculative)
+        .http()
+        .await
+}
+
+/// The embedded model with a draft model, the file `draft`, its log in `log`.
+async fn drafted_by(draft: &std::path::Path, log: &std::path::Path) -> HttpServer {
+    Server::new()
+        .log_level("agent_as_model=info")
+        .env("AGENT_AS_MODEL_BACKEND", "local")
+        .env("AGENT_AS_MODEL_DRAFT_MODEL", draft)
+        .log_file(log)
         .http()
         .await
 }
@@ -74,4 +86,48 @@ async fn ngram_drafts_keep_a_greedy_rewrite_and_are_counted() {
     );
     // The answer repeats the code (what the drafts were looked up in).
     assert!(expected.contains("perimeter(width, height)"), "{expected}");
+}
+
+/// A draft model of the same vocabulary (here the model itself, the one small model of its
+/// vocabulary this machine has) drafts the tokens: the greedy answer is the same, its drafts
+/// are counted, and a draft model is sure of them, so nearly all are kept. A draft model of
+/// another vocabulary (Gemma 3's) is refused by name, and the model answers alone.
+#[tokio::test]
+async fn a_draft_models_drafts_keep_a_greedy_rewrite_and_are_counted() {
+    assert!(crate::local::first_try().status.success());
+    let _turn = crate::local::TURN.lock().await;
+    let plain = server("none").await;
+    let expected = answer(&plain).await;
+    drop(plain);
+
+    let logs = std::env::temp_dir().join(format!("draft-model-{}", std::process::id()));
+    std::fs::create_dir_all(&logs).unwrap();
+    let model = crate::local::cached_model();
+    let drafting = drafted_by(&model, &logs.join("drafted.log")).await;
+    assert_eq!(
+        answer(&drafting).await,
+        expected,
+        "drafts changed the answer"
+    );
+    let drafted = metric(&drafting, "vllm:spec_decode_num_draft_tokens_total").await;
+    let accepted = metric(&drafting, "vllm:spec_decode_num_accepted_tokens_total").await;
+    assert!(drafted >= 32.0, "{drafted} drafted");
+    assert!(
+        accepted >= 0.9 * drafted && accepted <= drafted,
+        "{accepted} of {drafted}"
+    );
+    drop(drafting);
+
+    let gemma = std::path::PathBuf::from(crate::engine::gemma());
+    let mismatched = drafted_by(&gemma, &logs.join("mismatched.log")).await;
+    assert_eq!(answer(&mismatched).await, expected);
+    let drafted = metric(&mismatched, "vllm:spec_decode_num_draft_tokens_total").await;
+    assert_eq!(drafted, 0.0);
+    let log = mismatched.log();
+    assert!(
+        log.contains("the draft model cannot draft for this model") && log.contains("vocabulary"),
+        "{log}"
+    );
+    drop(mismatched);
+    let _ = std::fs::remove_dir_all(&logs);
 }

@@ -64,6 +64,15 @@ pub trait Decoder {
         written: &str,
         params: &Params,
     ) -> Result<Self::Sampler, EngineError>;
+    /// Whether a draft model drafts the answers' tokens (`--draft-model`).
+    fn has_drafter(&self) -> bool {
+        false
+    }
+    /// Up to `most` tokens the draft model writes after sequence `seq`'s `tokens` (none
+    /// without one).
+    fn draft(&mut self, _seq: i32, _tokens: &[LlamaToken], _most: usize) -> Vec<LlamaToken> {
+        Vec::new()
+    }
     /// Cells of the cache now.
     fn cells(&self) -> usize;
     /// Makes the cache `cells` big, each sequence of `keep` carried into it: the sequences

@@ -1,6 +1,7 @@
 //! The slots' decoder over llama.cpp: one context whose KV cache the sequences share.
 
 use super::decoder::{Decoder, Layout, Place};
+use super::draft::Drafter;
 use crate::local::engine::{self, EngineError, Model, Params};
 use crate::local::prompt_cache::{DiskCache, RestoreError, SaveError, Saved};
 use llama_cpp_2::DecodeError;
@@ -16,6 +17,8 @@ pub struct Llama<'m> {
     ctx: LlamaContext<'m>,
     batch: LlamaBatch<'static>,
     cells: usize,
+    /// The model's draft model, following the sequences, when it has one.
+    drafter: Option<Drafter<'m>>,
 }
 
 impl<'m> Llama<'m> {
@@ -23,11 +26,15 @@ impl<'m> Llama<'m> {
     pub fn new(model: &'m Model, cells: usize) -> Result<Llama<'m>, EngineError> {
         let info = model.info();
         let sequences = i32::try_from(info.slots).unwrap_or(1);
+        let drafter = (model.draft())
+            .map(|draft| Drafter::new(draft, cells, info.slots.max(1)))
+            .transpose()?;
         Ok(Llama {
             model,
             ctx: model.context(cells)?,
             batch: LlamaBatch::new(info.step, sequences),
             cells,
+            drafter,
         })
     }
 
@@ -69,6 +76,9 @@ impl Decoder for Llama<'_> {
     }
 
     fn cut(&mut self, seq: i32, from: usize) -> bool {
+        if let Some(drafter) = self.drafter.as_mut().filter(|_| from == 0) {
+            drafter.forget(seq);
+        }
         let seq = u32::try_from(seq).ok();
         let from = (from > 0).then(|| u32::try_from(from).unwrap_or(u32::MAX));
         matches!(self.ctx.clear_kv_cache_seq(seq, from, None), Ok(true))
@@ -113,6 +123,14 @@ impl Decoder for Llama<'_> {
         Ok(engine::sampler(params, Some(LlamaSampler::from(matcher))))
     }
 
+    fn has_drafter(&self) -> bool {
+        self.drafter.is_some()
+    }
+
+    fn draft(&mut self, seq: i32, tokens: &[LlamaToken], most: usize) -> Vec<LlamaToken> {
+        (self.drafter.as_mut()).map_or_else(Vec::new, |d| d.draft(seq, tokens, most))
+    }
+
     fn cells(&self) -> usize {
         self.cells
     }
@@ -132,6 +150,9 @@ impl Decoder for Llama<'_> {
         }
         self.ctx = ctx;
         self.cells = cells;
+        if let Some(drafter) = self.drafter.as_mut() {
+            drafter.resize(cells)?;
+        }
         Ok(lost)
     }
 

@@ -10,6 +10,7 @@
 //! admission, batching, drafts and their rollback are tested with a fake model.
 
 mod decoder;
+mod draft;
 mod gates;
 mod llama;
 #[cfg(test)]
@@ -146,6 +147,8 @@ pub struct Slots<D: Decoder> {
     disk: Option<DiskCache>,
     /// How answers draft tokens, if they do.
     speculative: Speculative,
+    /// A draft model drafts the answers' tokens (in the place of `speculative`'s).
+    by_model: bool,
 }
 
 /// A prompt read back from the disk must give a slot at least this many tokens more than its
@@ -183,6 +186,7 @@ impl<D: Decoder> Slots<D> {
             admitted: 0,
             disk,
             speculative: Speculative::None,
+            by_model: false,
         };
         slots.publish();
         slots
@@ -193,6 +197,7 @@ impl<D: Decoder> Slots<D> {
     pub fn speculating(mut self, speculative: Speculative) -> Self {
         if self.layout.cuts {
             self.speculative = speculative;
+            self.by_model = self.decoder.has_drafter();
         }
         self
     }
@@ -591,13 +596,14 @@ impl<D: Decoder> Slots<D> {
             active.next = None;
             wanted.push((index, self.batch.len()));
             room.put(&mut self.batch, (slot.seq, &mut slot.cached), token, true);
-            let most = draft_room(
-                self.speculative,
-                active,
-                slot.cached.len(),
-                self.layout.context,
-            );
-            for draft in speculate::ngram(&slot.cached, most.min(room.batch).min(room.cells)) {
+            let drafting = self.speculative != Speculative::None || self.by_model;
+            let most = draft_room(drafting, active, slot.cached.len(), self.layout.context);
+            let most = most.min(room.batch).min(room.cells);
+            let drafts = match self.by_model {
+                true => self.decoder.draft(slot.seq, &slot.cached, most),
+                false => speculate::ngram(&slot.cached, most),
+            };
+            for draft in drafts {
                 wanted.push((index, self.batch.len()));
                 room.put(&mut self.batch, (slot.seq, &mut slot.cached), draft, true);
                 active.drafts.push_back(draft);
@@ -813,15 +819,10 @@ fn cut_back<D: Decoder>(decoder: &mut D, slot: &mut Slot<D::Sampler>, keep: usiz
 }
 
 /// The tokens an answer may draft after its next one, whose sequence is `cached` tokens long:
-/// none without `--speculative`, or while tokens are forced; else at most
+/// none without `drafting`, or while tokens are forced; else at most
 /// [`speculate::MAX_DRAFT`], within what its token budget and a sequence's `context` leave.
-fn draft_room<S>(
-    speculative: Speculative,
-    active: &Active<S>,
-    cached: usize,
-    context: usize,
-) -> usize {
-    if speculative == Speculative::None || !active.forced.is_empty() {
+fn draft_room<S>(drafting: bool, active: &Active<S>, cached: usize, context: usize) -> usize {
+    if !drafting || !active.forced.is_empty() {
         return 0;
     }
     let left = active.call.budget.saturating_sub(active.generated + 1);

@@ -39,6 +39,8 @@ struct Fake {
     resized: Vec<usize>,
     /// The next decode fails (as a backend's might).
     failing: bool,
+    /// A draft model's rule, when the fake has one.
+    drafter: Option<fn(&[LlamaToken]) -> LlamaToken>,
 }
 
 impl Fake {
@@ -52,6 +54,7 @@ impl Fake {
             batches: Vec::new(),
             resized: Vec::new(),
             failing: false,
+            drafter: None,
         }
     }
 }
@@ -110,6 +113,22 @@ impl Decoder for Fake {
 
     fn constrained(&self, _: TopLevelGrammar, _: &str, _: &Params) -> Result<Greedy, EngineError> {
         Ok(Greedy)
+    }
+
+    fn has_drafter(&self) -> bool {
+        self.drafter.is_some()
+    }
+
+    fn draft(&mut self, _: i32, tokens: &[LlamaToken], most: usize) -> Vec<LlamaToken> {
+        let Some(rule) = self.drafter else {
+            return Vec::new();
+        };
+        let mut seq = tokens.to_vec();
+        for _ in 0..most {
+            let next = rule(&seq);
+            seq.push(next);
+        }
+        seq.split_off(tokens.len())
     }
 
     fn cells(&self) -> usize {
@@ -298,7 +317,17 @@ struct Drafted {
 }
 
 fn drafted_answer(prompt: &[i32], speculative: Speculative) -> Drafted {
-    let slots = slots(layout(1, 512, 512), Fake::new(512, counting_with_a_twist));
+    drafted_by(prompt, speculative, None)
+}
+
+fn drafted_by(
+    prompt: &[i32],
+    speculative: Speculative,
+    drafter: Option<fn(&[LlamaToken]) -> LlamaToken>,
+) -> Drafted {
+    let mut fake = Fake::new(512, counting_with_a_twist);
+    fake.drafter = drafter;
+    let slots = slots(layout(1, 512, 512), fake);
     let mut slots = slots.speculating(speculative);
     let reply = admit(&mut slots, prompt, 60);
     run(&mut slots);
@@ -323,6 +352,26 @@ fn drafts_keep_the_greedy_answer_and_are_taken_back_when_not_kept() {
     let (kept, of) = (drafted.accepted, drafted.drafted);
     assert!(kept > 0 && kept < of, "{kept} of {of}");
     // 60 tokens in fewer steps than one a step.
+    assert!(
+        drafted.steps < plain.steps / 2,
+        "{} against {}",
+        drafted.steps,
+        plain.steps
+    );
+}
+
+#[test]
+fn a_draft_models_drafts_keep_the_greedy_answer_in_the_place_of_ngrams() {
+    let prompt = [3, 1, 4];
+    let plain = drafted_answer(&prompt, Speculative::None);
+    // A draft model that counts on where the model writes a 5 at every seventh token (and
+    // drafts with or without `--speculative ngram`).
+    let drafted = drafted_by(&prompt, Speculative::None, Some(counting));
+    let asked_ngrams_too = drafted_by(&prompt, Speculative::Ngram, Some(counting));
+    assert_eq!(asked_ngrams_too.drafted, drafted.drafted);
+    assert_eq!(drafted.text, plain.text);
+    let (kept, of) = (drafted.accepted, drafted.drafted);
+    assert!(kept > 0 && kept < of, "{kept} of {of}");
     assert!(
         drafted.steps < plain.steps / 2,
         "{} against {}",
