@@ -175,6 +175,9 @@ pub struct CompletionRequest {
     /// Keyword arguments for the model's chat template (`chat_template_kwargs`, as llama-server
     /// and vLLM take them), merged into its context.
     pub template_kwargs: Map<String, Value>,
+    /// The most tokens the call's prompt and answer may take together (Ollama's `num_ctx`),
+    /// within the model's own context; `None`: the model's.
+    pub context: Option<u32>,
     /// Log-probabilities of the answer's tokens, asked for with this many likeliest
     /// alternatives at each place (`None`: not asked; at most [`MAX_TOP_LOGPROBS`]).
     pub logprobs: Option<u8>,

@@ -33,8 +33,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant, SystemTime};
 
 /// Options Ollama takes that no backend here applies: accepted, and said in the warnings.
-const UNAPPLIED_OPTIONS: [&str; 13] = [
-    "num_ctx",
+const UNAPPLIED_OPTIONS: [&str; 12] = [
     "num_keep",
     "tfs_z",
     "penalize_newline",
@@ -93,6 +92,8 @@ pub struct Ollama {
     pub prepared: Prepared,
     /// `options.top_k`.
     pub top_k: Option<u32>,
+    /// `options.num_ctx`: the call's prompt and answer in tokens at most.
+    pub num_ctx: Option<u32>,
     /// llama.cpp's other samplers in `options`.
     pub samplers: Samplers,
     /// `think: true`: reasoning asked for, at the model's own effort.
@@ -141,6 +142,7 @@ impl Ollama {
         if self.top_k.is_some() {
             call.request.tuning.top_k = self.top_k;
         }
+        call.request.context = self.num_ctx;
         // The embedded model applies them; an MCP host is sent them in the sampling request's
         // metadata, as chat completions' penalties are.
         call.request.samplers = self.samplers;
@@ -503,6 +505,12 @@ fn option(
                 .as_u64()
                 .ok_or_else(|| invalid("options.top_k", "expected a non-negative integer"))?;
             out.top_k = Some(u32::try_from(k).unwrap_or(u32::MAX));
+        }
+        "num_ctx" => {
+            let n = (v.as_u64())
+                .filter(|n| *n > 0)
+                .ok_or_else(|| invalid("options.num_ctx", "expected a positive integer"))?;
+            out.num_ctx = Some(u32::try_from(n).unwrap_or(u32::MAX));
         }
         "num_predict" => {
             let n = v
@@ -1322,8 +1330,9 @@ mod tests {
         assert_eq!(m[4]["tool_call_id"], "call_2_0");
         assert_eq!(t.samplers.repeat_penalty, Some(1.1));
         let w = t.prepared.warnings.join("; ");
+        assert_eq!(t.num_ctx, Some(4096));
         assert!(
-            w.contains("options.num_ctx") && !w.contains("options.repeat_penalty"),
+            !w.contains("options.num_ctx") && !w.contains("options.repeat_penalty"),
             "{w}"
         );
     }

@@ -297,6 +297,12 @@ pub enum RequestError {
          (AGENT_AS_MODEL_LOCAL_CONTEXT); send a shorter conversation"
     )]
     OverContext { tokens: usize, context: usize },
+    /// Over the context the call asked for (Ollama's `num_ctx`).
+    #[error(
+        "the prompt is {tokens} tokens, over the {context} tokens the call asked for \
+         (options.num_ctx); send a shorter conversation or a larger num_ctx"
+    )]
+    OverCallContext { tokens: usize, context: usize },
     /// Too long to be worth tokenizing: even at the vocabulary's longest token the text is more
     /// tokens than the context holds.
     #[error(
@@ -324,6 +330,7 @@ impl From<LocalError> for CallError {
         match e {
             LocalError::Request(
                 RequestError::OverContext { tokens, context }
+                | RequestError::OverCallContext { tokens, context }
                 | RequestError::OverContextBytes {
                     tokens, context, ..
                 },
@@ -702,6 +709,21 @@ impl Local {
         Some(parts.map(|parts| Box::new(Prepared { generation, parts })))
     }
 
+    /// The warning for a call that asked for more context than the model has.
+    fn context_warning(&self, asked: Option<u32>) -> Option<String> {
+        let asked = usize::try_from(asked?).ok()?;
+        let State::Ready(info) = self.state() else {
+            return None;
+        };
+        (asked > info.context).then(|| {
+            format!(
+                "`num_ctx` {asked} is over the local model's context of {} tokens: the call \
+                 had {} (AGENT_AS_MODEL_LOCAL_CONTEXT)",
+                info.context, info.context
+            )
+        })
+    }
+
     fn format(&self) -> Format {
         match self.state() {
             State::Ready(info) => info.format,
@@ -877,6 +899,7 @@ impl Model for Local {
             // The tools offered, for the warning on a format read leniently.
             let tools = offered(&request).to_vec();
             let logprobs = request.base.logprobs.is_some();
+            let asked_context = request.base.context;
             let prepared = match self.prepare(&request).await {
                 Some(made) => Some(made?),
                 None => None,
@@ -898,6 +921,7 @@ impl Model for Local {
             let mut done = completion(output, &name, logprobs);
             done.warnings
                 .extend(format_warning(self.format(), &tools, &name));
+            done.warnings.extend(self.context_warning(asked_context));
             Ok(done)
         })
     }
@@ -1691,13 +1715,23 @@ impl Worker {
         if prompt.tokens.is_empty() {
             return Err(RequestError::EmptyPrompt.into());
         }
-        if prompt.tokens.len() >= context {
-            return Err(RequestError::OverContext {
-                tokens: prompt.tokens.len(),
-                context,
-            }
-            .into());
+        let tokens = prompt.tokens.len();
+        if tokens >= context {
+            return Err(RequestError::OverContext { tokens, context }.into());
         }
+        // The call's own context, within the model's.
+        let asked = (request.base.context).map(|c| usize::try_from(c).unwrap_or(usize::MAX));
+        let context = match asked {
+            Some(asked) if asked <= tokens => {
+                return Err(RequestError::OverCallContext {
+                    tokens,
+                    context: asked,
+                }
+                .into());
+            }
+            Some(asked) => asked.min(context),
+            None => context,
+        };
         let params = params(request, seed, &prompt.tokens, context, model.vocabulary());
         let budget = params.max_tokens.min(context - prompt.tokens.len());
         let constraint = grammar(model, request, start(model, request, &prompt)).and_then(|g| {

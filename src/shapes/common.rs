@@ -297,6 +297,7 @@ impl<'a> Common<'a> {
                 reasoning: self.extras.reasoning,
                 template_kwargs: self.extras.template_kwargs,
                 logprobs: self.extras.logprobs,
+                context: None,
             },
             mode,
             persona: self.persona,

@@ -13,7 +13,8 @@ pub const VERSION: &str = "0.12.0";
 
 /// The `options` applied to the answer (llama.cpp's samplers from `repeat_penalty` on by the
 /// embedded model; a provider's result says which it was not sent).
-pub const APPLIED_OPTIONS: [&str; 15] = [
+pub const APPLIED_OPTIONS: [&str; 16] = [
+    "num_ctx",
     "temperature",
     "top_p",
     "top_k",

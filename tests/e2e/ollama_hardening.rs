@@ -362,6 +362,27 @@ async fn the_embedded_model_refuses_think_and_stays_loaded_when_keep_alive_is_ig
         .await;
         assert_eq!(status, 200, "{think}: {answer}");
     }
+    // `options.num_ctx` is the call's own context, within the model's: a prompt over it is
+    // refused by name, and an answer ends where the context does.
+    let count = json!([{"role": "user", "content": "Count from one to fifty in words."}]);
+    let ask = |options: Value| json!({"model": "coder", "messages": count, "stream": false, "options": options});
+    let (status, _, answer) = post(&server, "/api/chat", &ask(json!({"num_ctx": 8}))).await;
+    assert_eq!(status, 400, "{answer}");
+    assert!(
+        answer["error"].as_str().unwrap().contains("num_ctx"),
+        "{answer}"
+    );
+    let (status, _, whole) = post(&server, "/api/chat", &ask(json!({"num_predict": 40}))).await;
+    assert_eq!(status, 200, "{whole}");
+    let prompt = whole["prompt_eval_count"].as_u64().unwrap();
+    assert!(whole["eval_count"].as_u64().unwrap() > 6, "{whole}");
+    let (status, _, cut) = post(&server, "/api/chat", &ask(json!({"num_ctx": prompt + 6}))).await;
+    assert_eq!(status, 200, "{cut}");
+    assert_eq!(
+        (cut["eval_count"].as_u64(), cut["done_reason"].as_str()),
+        (Some(6), Some("length")),
+        "{cut}"
+    );
     assert_eq!(running(&server).await, ["coder:latest"]);
     // Ollama's unload request, ignored: the model stays loaded.
     let (status, _, answer) = post(
