@@ -838,6 +838,7 @@ impl Model for Provider {
             top_k: false,
             streams: true,
             reasoning: true,
+            context: false,
         }
     }
 

@@ -46,6 +46,8 @@ pub struct Capabilities {
     pub streams: bool,
     /// The reasoning controls (effort, budget, on or off) reach the model.
     pub reasoning: bool,
+    /// A call's own context (Ollama's `num_ctx`) bounds its prompt and answer.
+    pub context: bool,
 }
 
 impl Capabilities {
@@ -58,6 +60,7 @@ impl Capabilities {
             top_k: true,
             streams: false,
             reasoning: false,
+            context: false,
         }
     }
 
@@ -67,6 +70,13 @@ impl Capabilities {
         if call.request.tuning.top_k.is_some() && !self.top_k {
             warnings
                 .push("`top_k` was not sent: this backend's API has no such parameter".to_owned());
+        }
+        if call.request.context.is_some() && !self.context {
+            warnings.push(
+                "`options.num_ctx` was accepted and not applied: this backend's model has a \
+                 context of its own"
+                    .to_owned(),
+            );
         }
         let asked = call.request.reasoning;
         if !self.reasoning && (asked.enabled.is_some() || asked.budget.is_some()) {
@@ -582,6 +592,7 @@ mod tests {
             top_k: true,
             streams: true,
             reasoning: true,
+            context: false,
         };
         let m = Machine::new(&call, caps, Blame::Host);
         assert_eq!(m.strategy(), Strategy::StructuredNative);

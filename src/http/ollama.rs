@@ -539,6 +539,12 @@ async fn respond(
     let encoder = Encoder::new(dialect, &asked, &call.request.stop, started);
     if stream {
         prepared.warnings.extend(call.warnings.iter().cloned());
+        // What the backend cannot honour is known before the answer: a stream's header says it.
+        if let Some(model) = &model {
+            prepared
+                .warnings
+                .extend(model.capabilities().warnings(&call));
+        }
         let record = record.hand_on();
         return streamed(
             api,

@@ -765,6 +765,7 @@ impl Model for Local {
             top_k: true,
             streams: true,
             reasoning: true,
+            context: true,
         }
     }
 

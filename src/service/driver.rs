@@ -197,6 +197,7 @@ mod tests {
             top_k: false,
             streams: false,
             reasoning: false,
+            context: false,
         }
     }
 
