@@ -149,6 +149,13 @@ fn first_token_histogram() -> Histogram {
 }
 
 type One = [(&'static str, String); 1];
+
+/// A counter of calls' tokens by model, registered in `own` as `name` with `help`.
+fn counter(own: &mut Registry, name: &str, help: &str) -> Family<One, Counter> {
+    let family = Family::<One, Counter>::default();
+    own.register(name, help, family.clone());
+    family
+}
 type Two = [(&'static str, String); 2];
 type Three = [(&'static str, String); 3];
 type Histograms<S> = Family<S, Histogram, fn() -> Histogram>;
@@ -194,24 +201,21 @@ impl Metrics {
             "Seconds from a streamed call's arrival to the first piece of its answer, by model",
             first_token.clone(),
         );
-        let prompt_tokens = Family::<One, Counter>::default();
-        own.register(
+        let prompt_tokens = counter(
+            own,
             "prompt_tokens",
             "Prompt tokens of the answered calls, as their usage reports them, by model",
-            prompt_tokens.clone(),
         );
-        let cached_tokens = Family::<One, Counter>::default();
-        own.register(
+        let cached_tokens = counter(
+            own,
             "cached_tokens",
             "Prompt tokens read from a cache rather than processed again (the embedded model's \
              prefix cache, a provider's prompt cache), by model",
-            cached_tokens.clone(),
         );
-        let generated_tokens = Family::<One, Counter>::default();
-        own.register(
+        let generated_tokens = counter(
+            own,
             "generated_tokens",
             "Tokens the models wrote in the answered calls, by model",
-            generated_tokens.clone(),
         );
         let fallbacks = Family::<Two, Counter>::default();
         own.register(

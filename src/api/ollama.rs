@@ -500,18 +500,8 @@ fn option(
                 .ok_or_else(|| invalid("options.seed", "expected an integer"))?;
             args.insert("seed".into(), json!(seed));
         }
-        "top_k" => {
-            let k = v
-                .as_u64()
-                .ok_or_else(|| invalid("options.top_k", "expected a non-negative integer"))?;
-            out.top_k = Some(u32::try_from(k).unwrap_or(u32::MAX));
-        }
-        "num_ctx" => {
-            let n = (v.as_u64())
-                .filter(|n| *n > 0)
-                .ok_or_else(|| invalid("options.num_ctx", "expected a positive integer"))?;
-            out.num_ctx = Some(u32::try_from(n).unwrap_or(u32::MAX));
-        }
+        "top_k" => out.top_k = Some(count(key, v, 0)?),
+        "num_ctx" => out.num_ctx = Some(count(key, v, 1)?),
         "num_predict" => {
             let n = v
                 .as_i64()
@@ -542,6 +532,18 @@ fn option(
         )),
     }
     Ok(())
+}
+
+/// `options.{key}`, an integer of at least `least`.
+fn count(key: &str, v: &Value, least: u64) -> Result<u32, ApiError> {
+    let n = (v.as_u64()).filter(|n| *n >= least).ok_or_else(|| {
+        let expected = match least {
+            0 => "expected a non-negative integer",
+            _ => "expected a positive integer",
+        };
+        invalid(&format!("options.{key}"), expected)
+    })?;
+    Ok(u32::try_from(n).unwrap_or(u32::MAX))
 }
 
 /// One of llama.cpp's samplers in `options` (not null), checked and kept in `samplers`; `false`

@@ -1567,32 +1567,7 @@ impl Worker {
         };
         // What the file is as it is mapped: checked before each call uses the map.
         let on_disk = OnDisk::stat(&path);
-        let model = match engine::Model::load(&path, &settings) {
-            Ok(model) => model,
-            // The cache is ours: a default model that will not load is damaged; it is fetched
-            // again on the next call, and its path (this user's cache) is not shown.
-            Err(e) => {
-                let removed = match &self.settings.source {
-                    Source::Default => Some("default model".to_owned()),
-                    // Likewise an `hf:` file that passed the Hub's checks but will not load:
-                    // it is removed, so "download it again" is what the next call does.
-                    Source::Hub(file, _) => Some(file.to_string()),
-                    Source::File(_) => None,
-                };
-                let Some(what) = removed else {
-                    // The operator's own file: its path goes to the log, not to callers.
-                    tracing::warn!(
-                        model = %self.settings.label, path = %path.display(), error = %e,
-                        "the local model's file did not load"
-                    );
-                    return Err(e
-                        .naming(ModelFile::Named(self.settings.label.clone()))
-                        .into());
-                };
-                fetch::forget(&path);
-                return Err(e.naming(ModelFile::Removed(what)).into());
-            }
-        };
+        let model = engine::Model::load(&path, &settings).map_err(|e| self.not_loaded(e, &path))?;
         let model = match draft {
             Some(draft) => self.with_draft(model, &draft, &settings),
             None => model,
@@ -1609,6 +1584,31 @@ impl Worker {
             "local model loaded"
         );
         Ok((model, on_disk))
+    }
+
+    /// Why the model's file at `path` did not load. The cache is ours: a default model that
+    /// will not load is damaged; it is fetched again on the next call, and its path (this
+    /// user's cache) is not shown.
+    fn not_loaded(&self, e: EngineError, path: &Path) -> LoadError {
+        let removed = match &self.settings.source {
+            Source::Default => Some("default model".to_owned()),
+            // Likewise an `hf:` file that passed the Hub's checks but will not load: it is
+            // removed, so "download it again" is what the next call does.
+            Source::Hub(file, _) => Some(file.to_string()),
+            Source::File(_) => None,
+        };
+        let Some(what) = removed else {
+            // The operator's own file: its path goes to the log, not to callers.
+            tracing::warn!(
+                model = %self.settings.label, path = %path.display(), error = %e,
+                "the local model's file did not load"
+            );
+            return e
+                .naming(ModelFile::Named(self.settings.label.clone()))
+                .into();
+        };
+        fetch::forget(path);
+        e.naming(ModelFile::Removed(what)).into()
     }
 
     /// `model` with the draft model in `path` drafting its tokens; without it (a warning says

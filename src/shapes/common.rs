@@ -248,8 +248,20 @@ impl<'a> Common<'a> {
         view.insert("previous_response_id".into(), json!(self.previous));
     }
 
+    /// What the answer is: structured output, tool calls, or text.
+    fn mode(&mut self) -> Mode {
+        match (self.output_schema.take(), self.tools.take()) {
+            (Some(s), _) => Mode::Structured(s.schema),
+            (None, Some(defs)) => Mode::Tools {
+                defs,
+                choice: self.tool_choice.unwrap_or(ToolChoice::Auto),
+            },
+            (None, None) => Mode::Text,
+        }
+    }
+
     /// Runs the pre-send checks (persona input, cursor) and assembles the call.
-    pub fn into_call(self, parts: Parts, limits: &Limits) -> CallResult<Call> {
+    pub fn into_call(mut self, parts: Parts, limits: &Limits) -> CallResult<Call> {
         let Parts {
             list_key,
             system,
@@ -274,14 +286,7 @@ impl<'a> Common<'a> {
             &transcript,
             self.verifies_cursors,
         )?;
-        let mode = match (self.output_schema, self.tools) {
-            (Some(s), _) => Mode::Structured(s.schema),
-            (None, Some(defs)) => Mode::Tools {
-                defs,
-                choice: self.tool_choice.unwrap_or(ToolChoice::Auto),
-            },
-            (None, None) => Mode::Text,
-        };
+        let mode = self.mode();
         Ok(Call {
             tool: self.tool,
             request: CompletionRequest {

@@ -567,7 +567,14 @@ impl<D: Decoder> Slots<D> {
             batch: self.room(),
             cells: 0,
         };
-        room.cells = self.make_room(answers + reading.min(room.batch));
+        let need = answers + reading.min(room.batch);
+        room.cells = self.make_room(need);
+        // Answers past the room they were given take free cells; with none left, the cache
+        // grows (when it can) rather than end them.
+        let cells = self.decoder.cells();
+        if room.cells < answers && self.grow(cells + answers, cells + answers).is_ok() {
+            room.cells = self.make_room(need);
+        }
         let mut wanted = Vec::new();
         self.next_tokens(&mut wanted, &mut room);
         self.prompt_chunks(&mut wanted, &mut room);
