@@ -468,7 +468,10 @@ fn an_answer_past_its_room_grows_the_cache_rather_than_end() {
         slots.step();
     }
     let output = answer(reply);
-    assert_eq!((output.completion_tokens, output.finish), (6000, Finish::MaxTokens));
+    assert_eq!(
+        (output.completion_tokens, output.finish),
+        (6000, Finish::MaxTokens)
+    );
     assert_eq!(slots.decoder.resized, [8400]);
 }
 
