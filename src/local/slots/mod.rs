@@ -500,12 +500,12 @@ impl<D: Decoder> Slots<D> {
             .filter_map(|s| s.active.as_ref())
             .map(|a| a.drafts.len())
             .sum();
+        // Prompt tokens, but a prompt's last (whose logits start the answer).
+        let reading = self.batch.iter().filter(|p| !p.logits).count();
         let started = std::time::Instant::now();
         let decoded = self.decoder.decode(&self.batch);
-        self.timed(
-            tokens.saturating_sub(drafted),
-            started.elapsed().as_secs_f64(),
-        );
+        let read = tokens.saturating_sub(drafted);
+        self.timed(reading, read, started.elapsed().as_secs_f64());
         if let Err(e) = decoded {
             let why = Arc::new(e);
             // Every sequence in the batch may be half written.
@@ -526,11 +526,13 @@ impl<D: Decoder> Slots<D> {
         }
     }
 
-    /// Learns from a step how long a token takes. Only steps that read a prompt count: a step
-    /// of a few answer tokens costs mostly the one read of the weights, not its tokens. The
-    /// estimate follows the last steps, so it grows as a long prompt gets deeper.
-    fn timed(&mut self, tokens: usize, seconds: f64) {
-        if tokens < 8 {
+    /// Learns from a step of `tokens` (drafts aside), `reading` of them a prompt's, how long a
+    /// token takes. Only steps that read a prompt count: a step of answer tokens alone, even
+    /// one of many answers, costs mostly the one read of the weights, not its tokens (counted,
+    /// eight answers' steps made prompts read 64 tokens a step). The estimate follows the last
+    /// steps, so it grows as a long prompt gets deeper.
+    fn timed(&mut self, reading: usize, tokens: usize, seconds: f64) {
+        if reading < 8 {
             return;
         }
         let now = seconds / tokens as f64;

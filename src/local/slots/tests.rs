@@ -373,6 +373,23 @@ fn a_draft_models_drafts_keep_the_greedy_answer_in_the_place_of_ngrams() {
 }
 
 #[test]
+fn only_steps_that_read_a_prompt_size_the_next_one() {
+    let wide = Layout {
+        step: 512,
+        ..layout(8, 256, 2048)
+    };
+    let mut slots = slots(wide, Fake::new(2048, counting));
+    assert_eq!(slots.room(), 64);
+    // Eight answers' next tokens, 10 ms each on the clock: the weights read once, which says
+    // nothing of how fast a prompt is read.
+    slots.timed(0, 8, 0.08);
+    assert_eq!(slots.room(), 64);
+    // 56 prompt tokens beside them at 1 ms a token: 0.3 s holds 300, in tiles of 64.
+    slots.timed(56, 64, 0.064);
+    assert_eq!(slots.room(), 256);
+}
+
+#[test]
 fn a_cancelled_call_frees_its_slot_within_a_step() {
     let mut slots = slots(layout(1, 256, 256), Fake::new(256, counting));
     let cancelled = admit(&mut slots, &[1, 2], 200);
