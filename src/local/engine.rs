@@ -1433,16 +1433,26 @@ mod tests {
             ..params.clone()
         };
         for version in [None, Some(MirostatVersion::V1), Some(MirostatVersion::V2)] {
-            let params = Params {
-                mirostat: version.map(|version| Mirostat {
-                    version,
-                    tau: Mirostat::TAU,
-                    eta: Mirostat::ETA,
-                }),
-                ..every.clone()
-            };
-            let token = pick(&mut sampler(&params, None), &logits);
-            assert!((0..4).contains(&token.0), "{version:?}: {token:?}");
+            let picks: std::collections::BTreeSet<i32> = (0..64u64)
+                .map(|seed| {
+                    let params = Params {
+                        seed,
+                        mirostat: version.map(|version| Mirostat {
+                            version,
+                            tau: Mirostat::TAU,
+                            eta: Mirostat::ETA,
+                        }),
+                        ..every.clone()
+                    };
+                    pick(&mut sampler(&params, None), &logits).0
+                })
+                .collect();
+            // A draw (seeds differ in what they pick), not a greedy choice.
+            assert!(picks.len() > 1, "{version:?}: {picks:?}");
+            // Without mirostat, top-k 3 (and top-p 0.9) leave the least likely token out.
+            if version.is_none() {
+                assert!(!picks.contains(&3), "{picks:?}");
+            }
         }
     }
 
