@@ -274,10 +274,10 @@ fn show((m, lo, hi): (f64, f64, f64)) -> String {
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     agent_as_model::install_tls();
-    if std::env::var_os("BENCH_LLAMA_SERVER").is_none() {
+    let Some(theirs) = std::env::var_os("BENCH_LLAMA_SERVER") else {
         eprintln!("set BENCH_LLAMA_SERVER to a llama-server binary (BENCHMARKS.md)");
         std::process::exit(2);
-    }
+    };
     let model = std::env::var_os("BENCH_MODEL")
         .map(std::path::PathBuf::from)
         .or_else(fetch::cached_default)
@@ -310,6 +310,7 @@ async fn main() {
         threads,
         gpu_layers,
         ours: ours_binary,
+        theirs: theirs.into(),
     };
     if std::env::var_os("BENCH_ONLY_STREAMS").is_none() {
         conversations(&bench, runs).await;
@@ -357,6 +358,7 @@ struct Bench {
     threads: String,
     gpu_layers: Option<String>,
     ours: std::path::PathBuf,
+    theirs: std::path::PathBuf,
 }
 
 impl Bench {
@@ -393,8 +395,7 @@ impl Bench {
     }
 
     fn theirs_command(&self, port: u16, slots: u32) -> Command {
-        let llama_server = std::env::var_os("BENCH_LLAMA_SERVER").unwrap_or_default();
-        let mut command = Command::new(llama_server);
+        let mut command = Command::new(&self.theirs);
         command
             .arg("-m")
             .arg(&self.model)

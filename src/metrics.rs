@@ -149,6 +149,9 @@ fn first_token_histogram() -> Histogram {
 }
 
 type One = [(&'static str, String); 1];
+type Two = [(&'static str, String); 2];
+type Three = [(&'static str, String); 3];
+type Histograms<S> = Family<S, Histogram, fn() -> Histogram>;
 
 /// A counter of calls' tokens by model, registered in `own` as `name` with `help`.
 fn counter(own: &mut Registry, name: &str, help: &str) -> Family<One, Counter> {
@@ -156,9 +159,6 @@ fn counter(own: &mut Registry, name: &str, help: &str) -> Family<One, Counter> {
     own.register(name, help, family.clone());
     family
 }
-type Two = [(&'static str, String); 2];
-type Three = [(&'static str, String); 3];
-type Histograms<S> = Family<S, Histogram, fn() -> Histogram>;
 
 /// The server's metrics: its registry, and the families the fronts and the service record in.
 pub struct Metrics {
@@ -283,6 +283,7 @@ impl Metrics {
     }
 
     fn end(&self, open: Open) {
+        let ended = Instant::now();
         let model = open.model.unwrap_or_else(|| UNKNOWN.to_owned());
         let outcome = open.outcome.unwrap_or(Outcome::Cancelled);
         let api = open.api.label();
@@ -295,14 +296,15 @@ impl Metrics {
             .inc();
         self.duration
             .get_or_create(&[("api", api.to_owned()), ("model", model.clone())])
-            .observe(open.started.elapsed().as_secs_f64());
-        if let Some(first) = open.first.get() {
+            .observe(ended.saturating_duration_since(open.started).as_secs_f64());
+        let first = open.first.get().copied();
+        if let Some(first) = first {
             let seconds = first.saturating_duration_since(open.started).as_secs_f64();
             self.first_token
                 .get_or_create(&[("model", model.clone())])
                 .observe(seconds);
         }
-        self.remember(&model, open.started, open.first.get().copied(), open.usage);
+        self.remember(&model, open.started, ended, first, open.usage);
         if let Some(usage) = open.usage {
             let by_model: One = [("model", model)];
             self.prompt_tokens
@@ -316,22 +318,20 @@ impl Metrics {
                 .inc_by(count(usage.completion));
         }
     }
-}
 
-impl Metrics {
-    /// A call to `model` that arrived at `started` and ended now, kept for the charts when it
-    /// made something (a first piece, usage).
+    /// A call to `model` that arrived at `started` and ended at `ended`, kept for the charts
+    /// when it made something (a first piece, usage).
     fn remember(
         &self,
         model: &str,
         started: Instant,
+        ended: Instant,
         first: Option<Instant>,
         usage: Option<Usage>,
     ) {
         if first.is_none() && usage.is_none() {
             return;
         }
-        let at = Instant::now();
         let (generated, prompt, cached) = usage.map_or((0, 0, 0), |u| {
             (
                 count(u.completion),
@@ -342,9 +342,9 @@ impl Metrics {
         self.recent.push(
             model,
             recent::Ended {
-                at,
+                at: ended,
                 generated,
-                generating: at.saturating_duration_since(first.unwrap_or(started)),
+                generating: ended.saturating_duration_since(first.unwrap_or(started)),
                 first_token: first.map(|f| f.saturating_duration_since(started)),
                 prompt,
                 cached,

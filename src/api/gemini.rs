@@ -123,15 +123,19 @@ impl LogprobsResult {
                 .iter()
                 .map(|t| candidate(&t.token, t.logprob))
                 .collect(),
-            log_probability_sum: told.iter().map(|t| finite(t.logprob)).sum(),
+            log_probability_sum: sum(told),
         }
     }
 }
 
+/// The sum of `told`'s tokens' log-probabilities.
+fn sum(told: &[TokenLogprob]) -> f64 {
+    told.iter().map(|t| finite(t.logprob)).sum()
+}
+
 /// The mean log-probability of `told`'s tokens (none: 0).
 fn average(told: &[TokenLogprob]) -> f64 {
-    let sum: f64 = told.iter().map(|t| finite(t.logprob)).sum();
-    sum / told.len().max(1) as f64
+    sum(told) / told.len().max(1) as f64
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]

@@ -248,16 +248,15 @@ impl Assembly {
     /// The log-probabilities of the tokens of the text that follows in the chunk, kept for the
     /// answer and told before that text.
     fn logprobs_delta(&mut self, logprobs: Option<Value>, added: &mut Added) {
-        let Some(logprobs) = logprobs else {
+        let Some(mut logprobs) = logprobs else {
             return;
         };
-        if let Some(Value::Array(content)) = logprobs.get("content") {
-            let kept = self.logprobs.get_or_insert_with(Vec::new);
-            kept.extend(content.iter().cloned());
-        }
         if let Some(told) = ChoiceLogprobs::of(&logprobs).filter(|t| !t.is_empty()) {
             added.pieces.push(Piece::Logprobs(told));
             added.any = true;
+        }
+        if let Some(Value::Array(content)) = logprobs.get_mut("content").map(Value::take) {
+            self.logprobs.get_or_insert_with(Vec::new).extend(content);
         }
     }
 

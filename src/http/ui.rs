@@ -40,50 +40,26 @@ struct Asset {
     text: &'static str,
 }
 
+impl Asset {
+    const fn new(name: &'static str, kind: &'static str, text: &'static str) -> Asset {
+        Asset { name, kind, text }
+    }
+}
+
+const HTML: &str = "text/html; charset=utf-8";
+const CSS: &str = "text/css; charset=utf-8";
 const JS: &str = "text/javascript; charset=utf-8";
 
 /// The page's files.
 const ASSETS: [Asset; 8] = [
-    Asset {
-        name: "",
-        kind: "text/html; charset=utf-8",
-        text: include_str!("ui/index.html"),
-    },
-    Asset {
-        name: "style.css",
-        kind: "text/css; charset=utf-8",
-        text: include_str!("ui/style.css"),
-    },
-    Asset {
-        name: "app.js",
-        kind: JS,
-        text: include_str!("ui/app.js"),
-    },
-    Asset {
-        name: "api.js",
-        kind: JS,
-        text: include_str!("ui/api.js"),
-    },
-    Asset {
-        name: "chat.js",
-        kind: JS,
-        text: include_str!("ui/chat.js"),
-    },
-    Asset {
-        name: "markdown.js",
-        kind: JS,
-        text: include_str!("ui/markdown.js"),
-    },
-    Asset {
-        name: "engine.js",
-        kind: JS,
-        text: include_str!("ui/engine.js"),
-    },
-    Asset {
-        name: "chart.js",
-        kind: JS,
-        text: include_str!("ui/chart.js"),
-    },
+    Asset::new("", HTML, include_str!("ui/index.html")),
+    Asset::new("style.css", CSS, include_str!("ui/style.css")),
+    Asset::new("app.js", JS, include_str!("ui/app.js")),
+    Asset::new("api.js", JS, include_str!("ui/api.js")),
+    Asset::new("chat.js", JS, include_str!("ui/chat.js")),
+    Asset::new("markdown.js", JS, include_str!("ui/markdown.js")),
+    Asset::new("engine.js", JS, include_str!("ui/engine.js")),
+    Asset::new("chart.js", JS, include_str!("ui/chart.js")),
 ];
 
 /// The page's size: every file's bytes.

@@ -696,17 +696,29 @@ impl Local {
     }
 
     /// The model's format, once it is loaded.
-    /// A call's parts (its prompt rendered and tokenized, its sampler), made on a blocking
-    /// thread with the loaded model; `None` while none is (the worker makes them once it is).
-    async fn prepare(&self, request: &ModelRequest) -> Option<Result<Box<Prepared>, LocalError>> {
-        let (generation, model) = self.loaded.get()?;
-        let (request, seed) = (request.clone(), self.settings.seed);
-        let sandbox = self.sandbox.clone();
+    /// `request` with its parts (its prompt rendered and tokenized, its sampler), made on a
+    /// blocking thread with the loaded model (the request goes there and back, not copied);
+    /// no parts while no model is loaded (the worker makes them once it is).
+    async fn prepare(
+        &self,
+        request: ModelRequest,
+    ) -> Result<(ModelRequest, Option<Box<Prepared>>), LocalError> {
+        let Some((generation, model)) = self.loaded.get() else {
+            return Ok((request, None));
+        };
+        let (seed, sandbox) = (self.settings.seed, self.sandbox.clone());
         let made = tokio::task::spawn_blocking(move || {
-            Worker::parts(&model, &request, seed, sandbox.as_ref())
+            let parts = Worker::parts(&model, &request, seed, sandbox.as_ref());
+            (request, parts)
         });
-        let parts = made.await.ok()?;
-        Some(parts.map(|parts| Box::new(Prepared { generation, parts })))
+        let (request, parts) = made.await.map_err(|_| LocalError::StoppedBeforeAnswering)?;
+        Ok((
+            request,
+            Some(Box::new(Prepared {
+                generation,
+                parts: parts?,
+            })),
+        ))
     }
 
     /// The warning for a call that asked for more context than the model has.
@@ -901,10 +913,7 @@ impl Model for Local {
             let tools = offered(&request).to_vec();
             let logprobs = request.base.logprobs.is_some();
             let asked_context = request.base.context;
-            let prepared = match self.prepare(&request).await {
-                Some(made) => Some(made?),
-                None => None,
-            };
+            let (request, prepared) = self.prepare(request).await?;
             let (reply, answer) = oneshot::channel();
             // The call holds its place while this future lives: dropped (the caller went away)
             // before the worker took it, the call leaves the queue.
@@ -960,11 +969,11 @@ impl Model for Local {
             if let Some((_, model)) = self.loaded.get() {
                 let sandbox = self.sandbox.clone();
                 let counted = tokio::task::spawn_blocking(move || {
-                    prompt(&model, &request, sandbox.as_ref()).map(|p| p.tokens.len())
+                    counted(&model, &request, sandbox.as_ref())
                 })
                 .await
                 .map_err(|_| LocalError::StoppedBeforeAnswering)?;
-                return Ok(Some(counted.map_err(LocalError::from)?));
+                return Ok(Some(counted?));
             }
             let (reply, counted) = oneshot::channel();
             let _place = self.queue(Job::Count(Count { request, reply }))?;
@@ -1377,15 +1386,14 @@ impl Worker {
         }
     }
 
-    /// One step of the busy slots, the busy count told before and after.
+    /// One step of the busy slots, what they hold told before and after.
     fn step(&self, slots: &mut Slots<slots::Llama<'_>>, member: &pool::Member) {
-        self.counters.busy.store(slots.busy(), Ordering::Relaxed);
+        slots.publish();
         if !slots.is_idle() {
             // A model whose layers are all on a GPU does not wait for the CPU's turn.
             let _cpu = slots.on_cpu().then(|| member.cpu());
             slots.step();
         }
-        self.counters.busy.store(slots.busy(), Ordering::Relaxed);
         slots.publish();
     }
 
@@ -1540,10 +1548,7 @@ impl Worker {
         if count.reply.is_closed() {
             return;
         }
-        let counted = prompt(model, &count.request, sandbox)
-            .map(|prompt| prompt.tokens.len())
-            .map_err(LocalError::from);
-        let _ = count.reply.send(counted);
+        let _ = (count.reply).send(counted(model, &count.request, sandbox));
     }
 
     fn load(&self, member: &pool::Member) -> Result<(engine::Model, Option<OnDisk>), LoadError> {
@@ -1884,6 +1889,15 @@ fn prompt(
         in_reasoning: format.opens_reasoning(&text),
         tokens: model.tokenize(&text),
     })
+}
+
+/// The tokens of the prompt an answer to `request` would read.
+fn counted(
+    model: &engine::Model,
+    request: &ModelRequest,
+    sandbox: Option<&template::Renderer>,
+) -> Result<usize, LocalError> {
+    Ok(prompt(model, request, sandbox)?.tokens.len())
 }
 
 /// A text no context of this size could take is refused by its length, untokenized.

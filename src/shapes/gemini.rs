@@ -171,7 +171,7 @@ fn extras(o: &Obj<'_>, config: &Obj<'_>, env: &Env<'_>) -> CallResult<params::Ex
         ));
     }
     let mut extras = params::Extras {
-        logprobs: logprobs(config)?,
+        logprobs: params::asked_logprobs(config, "responseLogprobs", "logprobs")?,
         tuning: params::TuningKeys {
             top_p: Some("topP"),
             top_k: Some("topK"),
@@ -208,39 +208,6 @@ fn extras(o: &Obj<'_>, config: &Obj<'_>, env: &Env<'_>) -> CallResult<params::Ex
         .warnings
         .extend(params::unknown_arguments(o, env.known));
     Ok(extras)
-}
-
-/// `responseLogprobs` (a boolean) asks for the answer's tokens' log-probabilities, `logprobs`
-/// (0 to 20, only with it, as Gemini takes it) for that many likeliest alternatives each.
-fn logprobs(config: &Obj<'_>) -> CallResult<Option<u8>> {
-    let asked = match config.get("responseLogprobs") {
-        None => false,
-        Some(Value::Bool(asked)) => *asked,
-        Some(other) => {
-            let path = config.path("responseLogprobs");
-            return Err(CallError::expected(&path, "a boolean", other));
-        }
-    };
-    let top = match config.get("logprobs") {
-        None => None,
-        Some(v) => Some(
-            (v.as_u64())
-                .and_then(|n| u8::try_from(n).ok())
-                .filter(|n| *n <= crate::call::MAX_TOP_LOGPROBS)
-                .ok_or_else(|| {
-                    let path = config.path("logprobs");
-                    CallError::expected(&path, "an integer from 0 to 20", v)
-                })?,
-        ),
-    };
-    if top.is_some() && !asked {
-        return Err(CallError::at(
-            &config.path("logprobs"),
-            "needs `responseLogprobs: true`: the likeliest alternatives come with each token's \
-             own log-probability",
-        ));
-    }
-    Ok(asked.then(|| top.unwrap_or(0)))
 }
 
 /// Structured output: `responseMimeType: "application/json"` with `responseJsonSchema`,

@@ -217,7 +217,7 @@ fn logprobs(
     warnings: &mut Vec<String>,
 ) -> CallResult<Option<u8>> {
     if known.contains("logprobs") {
-        chat_logprobs(o)
+        asked_logprobs(o, "logprobs", "top_logprobs")
     } else if known.contains("include") && known.contains("top_logprobs") {
         responses_logprobs(o, warnings)
     } else {
@@ -225,41 +225,46 @@ fn logprobs(
     }
 }
 
-/// Chat completions: `logprobs` (a boolean) asks; `top_logprobs` (0 to 20, only with
-/// `logprobs: true`, as OpenAI takes it) says how many alternatives each token comes with.
-fn chat_logprobs(o: &Obj<'_>) -> CallResult<Option<u8>> {
-    let asked = match o.get("logprobs") {
-        None | Some(Value::Null) => false,
+/// `ask` (a boolean) asks for the answer's tokens' log-probabilities; `top` (0 to
+/// [`MAX_TOP_LOGPROBS`], only with `ask: true`) says how many likeliest alternatives each token
+/// comes with: chat completions' `logprobs` and `top_logprobs` (as OpenAI takes them), Gemini's
+/// `responseLogprobs` and `logprobs`.
+pub fn asked_logprobs(o: &Obj<'_>, ask: &str, top: &str) -> CallResult<Option<u8>> {
+    let asked = match o.get(ask) {
+        None => false,
         Some(Value::Bool(asked)) => *asked,
-        Some(other) => return Err(CallError::expected(&o.path("logprobs"), "a boolean", other)),
+        Some(other) => return Err(CallError::expected(&o.path(ask), "a boolean", other)),
     };
-    let top = top_logprobs(o)?;
-    if top.is_some() && !asked {
+    let alternatives = alternatives(o, top)?;
+    if alternatives.is_some() && !asked {
         return Err(CallError::at(
-            &o.path("top_logprobs"),
-            "needs `logprobs: true`: the likeliest alternatives come with each token's own \
-             log-probability",
+            &o.path(top),
+            format!(
+                "needs `{ask}: true`: the likeliest alternatives come with each token's own \
+                 log-probability"
+            ),
         ));
     }
-    Ok(asked.then(|| top.unwrap_or(0)))
+    Ok(asked.then(|| alternatives.unwrap_or(0)))
 }
 
-/// `top_logprobs`, when given: an integer from 0 to [`MAX_TOP_LOGPROBS`].
-pub fn top_logprobs(o: &Obj<'_>) -> CallResult<Option<u8>> {
-    match o.get("top_logprobs") {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => (v.as_u64())
-            .and_then(|n| u8::try_from(n).ok())
-            .filter(|n| *n <= MAX_TOP_LOGPROBS)
-            .map(Some)
-            .ok_or_else(|| {
-                CallError::expected(
-                    &o.path("top_logprobs"),
-                    &format!("an integer from 0 to {MAX_TOP_LOGPROBS}"),
-                    v,
-                )
-            }),
-    }
+/// `key` (the alternatives at each place), when given: an integer from 0 to
+/// [`MAX_TOP_LOGPROBS`].
+fn alternatives(o: &Obj<'_>, key: &str) -> CallResult<Option<u8>> {
+    let Some(v) = o.get(key) else {
+        return Ok(None);
+    };
+    (v.as_u64())
+        .and_then(|n| u8::try_from(n).ok())
+        .filter(|n| *n <= MAX_TOP_LOGPROBS)
+        .map(Some)
+        .ok_or_else(|| {
+            CallError::expected(
+                &o.path(key),
+                &format!("an integer from 0 to {MAX_TOP_LOGPROBS}"),
+                v,
+            )
+        })
 }
 
 /// The Responses API: `include` naming [`INCLUDE_LOGPROBS`] asks, `top_logprobs` says how many
@@ -267,7 +272,7 @@ pub fn top_logprobs(o: &Obj<'_>) -> CallResult<Option<u8>> {
 /// without the ask is ignored (as OpenAI ignores it): both are said in `warnings`.
 fn responses_logprobs(o: &Obj<'_>, warnings: &mut Vec<String>) -> CallResult<Option<u8>> {
     let include = match o.get("include") {
-        None | Some(Value::Null) => &[][..],
+        None => &[][..],
         Some(Value::Array(items)) => items.as_slice(),
         Some(other) => return Err(CallError::expected(&o.path("include"), "a list", other)),
     };
@@ -285,7 +290,7 @@ fn responses_logprobs(o: &Obj<'_>, warnings: &mut Vec<String>) -> CallResult<Opt
             }
         }
     }
-    let top = top_logprobs(o)?;
+    let top = alternatives(o, "top_logprobs")?;
     if !asked && top.is_some_and(|n| n > 0) {
         warnings.push(format!(
             "`top_logprobs` was ignored: log-probabilities are returned when `include` names \

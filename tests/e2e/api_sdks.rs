@@ -115,6 +115,24 @@ impl Server {
     pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
+
+    /// A server on the embedded model (`--backend local`, then `args`), started once the model
+    /// is fetched, with the model's turn: bind both (`let (_turn, server)`), so that the server
+    /// stops before the turn is given up.
+    pub(crate) async fn local(
+        dir: &Path,
+        args: &[&str],
+    ) -> (tokio::sync::MutexGuard<'static, ()>, Server) {
+        let fetched = crate::local::first_try();
+        assert!(
+            fetched.status.success(),
+            "the embedded model could not be fetched: {}",
+            String::from_utf8_lossy(&fetched.stderr)
+        );
+        let turn = crate::local::TURN.lock().await;
+        let args = [&["--backend", "local"][..], args].concat();
+        (turn, Server::start(dir, &args).await)
+    }
 }
 
 /// A fresh folder for one test's files.
@@ -921,14 +939,7 @@ async fn the_genai_sdk_lists_the_models_and_raises_not_found_and_unauthenticated
 
 #[tokio::test]
 async fn every_sdk_is_answered_by_the_embedded_model_whole_and_streamed() {
-    let fetched = crate::local::first_try();
-    assert!(
-        fetched.status.success(),
-        "the embedded model could not be fetched: {}",
-        String::from_utf8_lossy(&fetched.stderr)
-    );
-    let _turn = crate::local::TURN.lock().await;
-    let server = Server::start(&folder("local"), &["--backend", "local"]).await;
+    let (_turn, server) = Server::local(&folder("local"), &[]).await;
     for sdk in SDKS {
         let models = json!({"local": sdk.aliases()[0]});
         let out = run(
@@ -986,18 +997,8 @@ fn assert_same(a: &[f64], b: &[f64], what: &str) {
 /// full one's first dimensions, normalized again.
 #[tokio::test]
 async fn embeddings_come_from_the_embedded_model_through_every_sdk() {
-    let fetched = crate::local::first_try();
-    assert!(
-        fetched.status.success(),
-        "the embedded model could not be fetched"
-    );
-    let _turn = crate::local::TURN.lock().await;
     // A context of 1,024 tokens: the texts the model embeds at once are as long at most.
-    let server = Server::start(
-        &folder("embeddings"),
-        &["--backend", "local", "--local-context", "1024"],
-    )
-    .await;
+    let (_turn, server) = Server::local(&folder("embeddings"), &["--local-context", "1024"]).await;
     let models = json!({"local": "text-embedding-3-small"});
     let openai = run(Sdk::OpenAi, &server, &models, &["embeddings"], 600).await;
     let o = ok(&openai, "embeddings");

@@ -90,14 +90,7 @@ fn list(v: &Value) -> Vec<Value> {
 
 #[tokio::test]
 async fn the_embedded_model_reports_logprobs_in_every_apis_form_whole_and_streamed() {
-    let fetched = crate::local::first_try();
-    assert!(
-        fetched.status.success(),
-        "the embedded model could not be fetched: {}",
-        String::from_utf8_lossy(&fetched.stderr)
-    );
-    let _turn = crate::local::TURN.lock().await;
-    let server = Server::start(&folder("logprobs"), &["--backend", "local"]).await;
+    let (_turn, server) = Server::local(&folder("logprobs"), &[]).await;
     let out = clients(&server).await;
     chat(&out);
     completions(&out);

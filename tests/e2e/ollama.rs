@@ -677,14 +677,7 @@ fn ok<'a>(out: &'a Value, case: &str) -> &'a Value {
 
 #[tokio::test]
 async fn the_ollama_clients_are_answered_by_the_embedded_model() {
-    let fetched = crate::local::first_try();
-    assert!(
-        fetched.status.success(),
-        "the embedded model could not be fetched: {}",
-        String::from_utf8_lossy(&fetched.stderr)
-    );
-    let _turn = crate::local::TURN.lock().await;
-    let server = Server::start(&folder("local"), &["--backend", "local"]).await;
+    let (_turn, server) = Server::local(&folder("local"), &[]).await;
     let model = "qwen2.5-coder-0.5b-instruct:latest";
     let out = python(
         &server,

@@ -7,7 +7,6 @@
 //! keeps its conversations; and the embedded model: answered, shown loaded in the engine view,
 //! unloaded by its button. The browser requests nothing from any other origin.
 
-use crate::common::http_client;
 use crate::common::openai::{Reply, Scripted};
 use crate::common::server::{HttpServer, Server};
 use crate::http_api::text_chunk;
@@ -145,7 +144,7 @@ async fn get(
     path: &str,
     headers: &[(&str, &str)],
 ) -> (u16, reqwest::header::HeaderMap, String) {
-    let _ = http_client();
+    agent_as_model::install_tls();
     let client = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()

@@ -106,28 +106,8 @@ function showList() {
 
 // ---- messages ---------------------------------------------------------------------------
 
-function toolCalls(calls) {
-  const box = el("div", "tool-calls");
-  for (const c of calls) {
-    const card = el("div", "tool-call");
-    card.append(el("span", "label", "Tool call"), el("code", "", c.name || "(unnamed)"));
-    let args = c.arguments || "";
-    try {
-      args = JSON.stringify(JSON.parse(args), null, 2);
-    } catch {
-      // Shown as it came (cut short by a stop).
-    }
-    const pre = el("pre");
-    pre.append(el("code", "", args));
-    card.append(pre);
-    box.append(card);
-  }
-  return box;
-}
-
-function structured(text) {
-  const box = el("div", "structured");
-  box.append(el("span", "label", "Structured output"));
+/** `text` as a code block, indented when it is JSON, else as it came (cut short by a stop). */
+function jsonBlock(text) {
   let shown = text;
   try {
     shown = JSON.stringify(JSON.parse(text), null, 2);
@@ -136,7 +116,23 @@ function structured(text) {
   }
   const pre = el("pre");
   pre.append(el("code", "", shown));
-  box.append(pre);
+  return pre;
+}
+
+function toolCalls(calls) {
+  const box = el("div", "tool-calls");
+  for (const c of calls) {
+    const card = el("div", "tool-call");
+    card.append(el("span", "label", "Tool call"), el("code", "", c.name || "(unnamed)"));
+    card.append(jsonBlock(c.arguments || ""));
+    box.append(card);
+  }
+  return box;
+}
+
+function structured(text) {
+  const box = el("div", "structured");
+  box.append(el("span", "label", "Structured output"), jsonBlock(text));
   return box;
 }
 
@@ -271,7 +267,7 @@ export function setModels(models) {
   if (same && picker.options.length) return;
   const options = [];
   for (const m of models) {
-    const extra = m.capabilities.chat ? badges(m).join(", ") : "embeddings only";
+    const extra = badges(m).join(", ");
     options.push(new Option(`${m.id} (${m.backend}${extra ? `: ${extra}` : ""})`, m.id));
     for (const alias of m.aliases) options.push(new Option(`${alias} → ${m.id}`, alias));
   }

@@ -147,8 +147,6 @@ pub struct Slots<D: Decoder> {
     disk: Option<DiskCache>,
     /// How answers draft tokens, if they do.
     speculative: Speculative,
-    /// A draft model drafts the answers' tokens (in the place of `speculative`'s).
-    by_model: bool,
 }
 
 /// A prompt read back from the disk must give a slot at least this many tokens more than its
@@ -186,7 +184,6 @@ impl<D: Decoder> Slots<D> {
             admitted: 0,
             disk,
             speculative: Speculative::None,
-            by_model: false,
         };
         slots.publish();
         slots
@@ -197,15 +194,22 @@ impl<D: Decoder> Slots<D> {
     pub fn speculating(mut self, speculative: Speculative) -> Self {
         if self.layout.cuts {
             self.speculative = speculative;
-            self.by_model = self.decoder.has_drafter();
         }
         self
     }
 
-    /// Tells the counters what the busy slots' caches hold now, and the cache's cells.
+    /// Whether a draft model drafts the answers' tokens (in the place of `speculative`'s;
+    /// only where the model's cache can take drafts back).
+    fn by_model(&self) -> bool {
+        self.layout.cuts && self.decoder.has_drafter()
+    }
+
+    /// Tells the counters how many slots are busy, what their caches hold now, and the
+    /// cache's cells.
     pub fn publish(&self) {
         let busy = self.slots.iter().filter(|s| s.active.is_some());
         let tokens = busy.map(|s| s.cached.len()).sum();
+        self.counters.busy.store(self.busy(), Ordering::Relaxed);
         self.counters.kv_tokens.store(tokens, Ordering::Relaxed);
         (self.counters.kv_cells).store(self.decoder.cells(), Ordering::Relaxed);
     }
@@ -306,11 +310,9 @@ impl<D: Decoder> Slots<D> {
                 continue;
             };
             if lost.contains(&slot.seq) {
+                slot.cached.clear();
                 (slot.prompt, slot.saved) = (0, 0);
                 self.fail(index, &why);
-                if let Some(slot) = self.slots.get_mut(index) {
-                    slot.cached.clear();
-                }
             }
         }
     }
@@ -588,6 +590,8 @@ impl<D: Decoder> Slots<D> {
     /// the cache) ends there, as one that reached its limit.
     fn next_tokens(&mut self, wanted: &mut Vec<(usize, usize)>, room: &mut Room) {
         let mut full = Vec::new();
+        let by_model = self.by_model();
+        let drafting = self.speculative != Speculative::None || by_model;
         for (index, slot) in self.slots.iter_mut().enumerate() {
             let Some(active) = slot.active.as_mut() else {
                 continue;
@@ -605,12 +609,12 @@ impl<D: Decoder> Slots<D> {
             active.next = None;
             wanted.push((index, self.batch.len()));
             room.put(&mut self.batch, (slot.seq, &mut slot.cached), token, true);
-            let drafting = self.speculative != Speculative::None || self.by_model;
             let most = draft_room(drafting, active, slot.cached.len(), self.layout.context);
             let most = most.min(room.batch).min(room.cells);
-            let drafts = match self.by_model {
-                true => self.decoder.draft(slot.seq, &slot.cached, most),
-                false => speculate::ngram(&slot.cached, most),
+            let drafts = if by_model {
+                self.decoder.draft(slot.seq, &slot.cached, most)
+            } else {
+                speculate::ngram(&slot.cached, most)
             };
             for draft in drafts {
                 wanted.push((index, self.batch.len()));
@@ -755,7 +759,6 @@ impl<D: Decoder> Slots<D> {
         }
         // The gauge says the slot is free before its caller hears the answer (a client that
         // scrapes right after finds it so).
-        self.counters.busy.store(self.busy(), Ordering::Relaxed);
         self.publish();
         let _ = reply.send(Ok(output));
         // A long prompt is kept on disk once its answer is out.
@@ -773,7 +776,7 @@ impl<D: Decoder> Slots<D> {
         self.decoder.cut(slot.seq, 0);
         slot.cached.clear();
         if let Some(active) = slot.active.take() {
-            self.counters.busy.store(self.busy(), Ordering::Relaxed);
+            self.publish();
             let _ = active.call.reply.send(Err(LocalError::Engine(why.clone())));
         }
     }

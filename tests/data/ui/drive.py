@@ -15,6 +15,7 @@ line printed is a JSON report: every URL the browser requested, the texts the Ru
 import json
 import os
 import sys
+from contextlib import contextmanager
 from urllib.parse import urlsplit
 
 from playwright.sync_api import expect, sync_playwright
@@ -23,11 +24,6 @@ CHROMIUM = os.environ.get("AGENT_AS_MODEL_CHROMIUM", "/usr/bin/chromium")
 # Bounds on waits (a busy machine runs several browsers at once), not measurements.
 WAIT = 60_000
 expect.set_options(timeout=WAIT)
-
-
-def launch(playwright):
-    args = ["--no-sandbox"] if os.geteuid() == 0 else []
-    return playwright.chromium.launch(executable_path=CHROMIUM, args=args)
 
 
 class Watch:
@@ -57,6 +53,24 @@ class Watch:
         assert not self.errors, f"the page reported errors: {self.errors}"
 
 
+@contextmanager
+def browsing(base, path, report):
+    """A page of Chromium opened at `base` + `path`; when the scenario is done, every request
+    the browser made is checked to have stayed on `base`'s origin and put in `report`."""
+    with sync_playwright() as p:
+        args = ["--no-sandbox"] if os.geteuid() == 0 else []
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=args)
+        context = browser.new_context(viewport={"width": 1280, "height": 800})
+        page = context.new_page()
+        page.set_default_timeout(WAIT)
+        watch = Watch(context, page)
+        page.goto(f"{base}{path}")
+        yield page
+        watch.check(base)
+        report["requests"] = watch.requests
+        browser.close()
+
+
 def last_answer(page):
     return page.locator("#messages .message.assistant").last
 
@@ -70,8 +84,8 @@ def ask(page, text):
 
 def answered(page):
     """Waits until the answer in progress has ended (Send is back)."""
-    expect(page.locator("#send")).to_be_visible(timeout=WAIT)
-    expect(page.locator("#stop")).to_be_hidden(timeout=WAIT)
+    expect(page.locator("#send")).to_be_visible()
+    expect(page.locator("#stop")).to_be_hidden()
 
 
 def tab_to(page, element_id, most=40):
@@ -87,13 +101,13 @@ def tab_to(page, element_id, most=40):
 def token_asked(page, token):
     """The dialog asks for the token: a wrong one is refused, the right one taken."""
     dialog = page.locator("#auth")
-    expect(dialog).to_be_visible(timeout=WAIT)
+    expect(dialog).to_be_visible()
     page.keyboard.type("not-the-token")
     page.keyboard.press("Enter")
-    expect(page.locator("#auth-why")).to_contain_text("refused", timeout=WAIT)
+    expect(page.locator("#auth-why")).to_contain_text("refused")
     page.keyboard.type(token)
     page.keyboard.press("Enter")
-    expect(dialog).to_be_hidden(timeout=WAIT)
+    expect(dialog).to_be_hidden()
 
 
 def chat_with_markdown(page, report):
@@ -153,9 +167,9 @@ def markdown(page):
 def stop_a_stream(page, report):
     ask(page, "Tell me a long story.")
     answer = last_answer(page)
-    expect(answer.locator(".body")).to_contain_text("word 3", timeout=WAIT)
+    expect(answer.locator(".body")).to_contain_text("word 3")
     page.keyboard.press("Escape")
-    expect(answer.locator(".stopped")).to_be_visible(timeout=WAIT)
+    expect(answer.locator(".stopped")).to_be_visible()
     answered(page)
     report["stopped_text"] = answer.locator(".body").inner_text()
 
@@ -218,7 +232,7 @@ def conversations(page, report):
     expect(items).to_have_count(1)
     # Kept in this browser: there after a reload, and the token is not asked again.
     page.reload()
-    expect(items.first.locator(".title")).to_have_text("Paris questions", timeout=WAIT)
+    expect(items.first.locator(".title")).to_have_text("Paris questions")
     items.first.locator(".title").click()
     expect(page.locator("#messages .message")).to_have_count(12)
     page.wait_for_timeout(500)
@@ -230,12 +244,12 @@ def engine_view(page, report):
     page.keyboard.press("ArrowRight")
     expect(page.locator("#engine")).to_be_visible()
     rows = page.locator("#models tbody tr")
-    expect(page.locator('#models tr[data-model="scripted"]')).to_contain_text("provider", timeout=WAIT)
+    expect(page.locator('#models tr[data-model="scripted"]')).to_contain_text("provider")
     expect(page.locator('#models tr[data-model="second"]')).to_contain_text("fast")
     expect(page.locator("#queue")).to_contain_text("waiting")
     page.wait_for_function(
         "document.getElementById('chart-speed').dataset.latest !== ''"
-        " && document.getElementById('chart-first').dataset.latest !== ''", timeout=WAIT)
+        " && document.getElementById('chart-first').dataset.latest !== ''")
     report["engine_rows"] = rows.all_inner_texts()
     report["charts"] = page.evaluate(
         "['chart-speed', 'chart-first', 'chart-cached'].map(id => document.getElementById(id).dataset.latest)")
@@ -255,15 +269,9 @@ def phone(page, shots):
 
 def provider(base, options):
     report = {}
-    with sync_playwright() as p:
-        browser = launch(p)
-        context = browser.new_context(viewport={"width": 1280, "height": 800})
-        page = context.new_page()
-        page.set_default_timeout(WAIT)
-        watch = Watch(context, page)
-        page.goto(f"{base}/ui")
+    with browsing(base, "/ui", report) as page:
         token_asked(page, options["token"])
-        expect(page.locator("#model option")).to_have_count(4, timeout=WAIT)
+        expect(page.locator("#model option")).to_have_count(4)
         chat_with_markdown(page, report)
         markdown(page)
         stop_a_stream(page, report)
@@ -277,26 +285,17 @@ def provider(base, options):
             page.screenshot(path=os.path.join(shots, "ui-chat-provider.png"))
         engine_view(page, report)
         phone(page, shots)
-        watch.check(base)
-        report["requests"] = watch.requests
-        browser.close()
     return report
 
 
 def embedded(base, options):
     report = {}
     shots = options.get("screenshots")
-    with sync_playwright() as p:
-        browser = launch(p)
-        context = browser.new_context(viewport={"width": 1280, "height": 800})
-        page = context.new_page()
-        page.set_default_timeout(WAIT)
-        watch = Watch(context, page)
-        page.goto(f"{base}/ui#engine")
+    with browsing(base, "/ui#engine", report) as page:
         row = page.locator('#models tr[data-model="local"]')
-        expect(row).to_have_attribute("data-state", "unloaded", timeout=WAIT)
+        expect(row).to_have_attribute("data-state", "unloaded")
         page.click("#tab-chat")
-        expect(page.locator("#capabilities")).to_contain_text("local", timeout=WAIT)
+        expect(page.locator("#capabilities")).to_contain_text("local")
         page.locator("#settings summary").click()
         page.fill("#max-tokens", "64")
         page.locator("#settings summary").click()
@@ -312,20 +311,17 @@ def embedded(base, options):
         if shots:
             page.screenshot(path=os.path.join(shots, "ui-chat.png"))
         page.click("#tab-engine")
-        expect(row).to_have_attribute("data-state", "loaded", timeout=WAIT)
+        expect(row).to_have_attribute("data-state", "loaded")
         page.wait_for_function(
-            "document.getElementById('chart-speed').dataset.latest !== ''", timeout=WAIT)
+            "document.getElementById('chart-speed').dataset.latest !== ''")
         report["loaded_row"] = row.inner_text()
         if shots:
             page.screenshot(path=os.path.join(shots, "ui-engine.png"))
         page.focus('#models button[data-model="local"]')
         expect(page.locator('#models button[data-model="local"]')).to_have_text("Unload")
         page.keyboard.press("Enter")
-        expect(row).to_have_attribute("data-state", "unloaded", timeout=WAIT)
+        expect(row).to_have_attribute("data-state", "unloaded")
         report["unloaded_row"] = row.inner_text()
-        watch.check(base)
-        report["requests"] = watch.requests
-        browser.close()
     return report
 
 

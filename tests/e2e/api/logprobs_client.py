@@ -36,34 +36,32 @@ def entries(logprobs):
     return [e.model_dump() for e in logprobs or []]
 
 
-def chat(args):
-    r = openai_client(args).chat.completions.create(
+def dumped(logprobs):
+    """A choice's `logprobs` (an SDK object) as JSON, or None."""
+    return logprobs.model_dump() if logprobs else None
+
+
+def chat_create(args, **more):
+    """The chat completion asked for, greedy, with 3 alternatives a token."""
+    return openai_client(args).chat.completions.create(
         model=args.models["openai"],
         messages=MESSAGES,
         max_tokens=24,
         temperature=0,
         logprobs=True,
         top_logprobs=3,
+        **more,
     )
-    choice = r.choices[0]
-    return {
-        "text": choice.message.content,
-        "logprobs": choice.logprobs.model_dump() if choice.logprobs else None,
-    }
+
+
+def chat(args):
+    choice = chat_create(args).choices[0]
+    return {"text": choice.message.content, "logprobs": dumped(choice.logprobs)}
 
 
 def chat_stream(args):
-    stream = openai_client(args).chat.completions.create(
-        model=args.models["openai"],
-        messages=MESSAGES,
-        max_tokens=24,
-        temperature=0,
-        logprobs=True,
-        top_logprobs=3,
-        stream=True,
-    )
     chunks = []
-    for chunk in stream:
+    for chunk in chat_create(args, stream=True):
         for choice in chunk.choices:
             chunks.append(
                 {
@@ -75,36 +73,28 @@ def chat_stream(args):
     return {"chunks": chunks}
 
 
-def completion(args):
-    r = openai_client(args).completions.create(
+def completion_create(args, **more):
+    """The legacy completion asked for, greedy, with 2 alternatives a token."""
+    return openai_client(args).completions.create(
         model=args.models["openai"],
         prompt="The capital of France is",
         max_tokens=8,
         temperature=0,
         logprobs=2,
+        **more,
     )
-    choice = r.choices[0]
-    return {"text": choice.text, "logprobs": choice.logprobs.model_dump() if choice.logprobs else None}
+
+
+def completion(args):
+    choice = completion_create(args).choices[0]
+    return {"text": choice.text, "logprobs": dumped(choice.logprobs)}
 
 
 def completion_stream(args):
-    stream = openai_client(args).completions.create(
-        model=args.models["openai"],
-        prompt="The capital of France is",
-        max_tokens=8,
-        temperature=0,
-        logprobs=2,
-        stream=True,
-    )
     chunks = []
-    for chunk in stream:
+    for chunk in completion_create(args, stream=True):
         for choice in chunk.choices:
-            chunks.append(
-                {
-                    "text": choice.text,
-                    "logprobs": choice.logprobs.model_dump() if choice.logprobs else None,
-                }
-            )
+            chunks.append({"text": choice.text, "logprobs": dumped(choice.logprobs)})
     return {"chunks": chunks}
 
 
