@@ -104,6 +104,7 @@ fn call(
     let (reply, answer) = tokio::sync::oneshot::channel();
     let call = Call {
         prompt: model.tokenize(prompt),
+        media: Vec::new(),
         sampler: engine::sampler(&params, constraint),
         params,
         budget: max,

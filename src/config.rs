@@ -469,6 +469,12 @@ pub struct LocalArgs {
     #[arg(long, env = "AGENT_AS_MODEL_DRAFT_MODEL")]
     pub draft_model: Option<std::path::PathBuf>,
 
+    /// The local model's multimodal projector (llama.cpp's `mmproj`, a GGUF file or
+    /// `hf:OWNER/REPO/FILE.gguf` fetched from the Hub as `--model` is): images, and audio where
+    /// the projector takes it, are read into its prompts; without one the model takes text only
+    #[arg(long, env = "AGENT_AS_MODEL_MMPROJ")]
+    pub mmproj: Option<std::path::PathBuf>,
+
     /// The bytes the prompt cache on disk may hold (with a unit: `8G`, `512M`): past it, the
     /// files used longest ago are removed; 0: no prompt cache on disk
     #[arg(long, env = "AGENT_AS_MODEL_PROMPT_CACHE_MAX_BYTES", value_parser = byte_size,

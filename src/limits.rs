@@ -26,6 +26,17 @@ pub struct Limits {
     /// Largest image or audio part, in decoded bytes
     #[arg(long, env = "AGENT_AS_MODEL_MAX_MEDIA_BYTES", default_value_t = 20 * 1024 * 1024, value_parser = positive)]
     pub max_media_bytes: usize,
+    /// Most pixels (width × height) of one image, read from its header before any pixel is
+    /// decoded (an image that says it is larger is refused without being decoded)
+    #[arg(long, env = "AGENT_AS_MODEL_MAX_MEDIA_PIXELS", default_value_t = 16_777_216, value_parser = positive)]
+    pub max_media_pixels: usize,
+    /// Most image and audio parts in one call
+    #[arg(long, env = "AGENT_AS_MODEL_MAX_MEDIA_PARTS", default_value_t = 32, value_parser = positive)]
+    pub max_media_parts: usize,
+    /// Longest audio part, in seconds: read from a WAV's header before it is decoded, counted
+    /// while an MP3 is decoded (which stops as soon as it passes)
+    #[arg(long, env = "AGENT_AS_MODEL_MAX_AUDIO_SECONDS", default_value_t = 600, value_parser = positive)]
+    pub max_audio_seconds: usize,
     /// Most tool definitions in one call
     #[arg(long, env = "AGENT_AS_MODEL_MAX_TOOLS", default_value_t = 128, value_parser = positive)]
     pub max_tools: usize,
@@ -54,6 +65,9 @@ impl Default for Limits {
             max_messages: 1000,
             max_message_chars: 1_000_000,
             max_media_bytes: 20 * 1024 * 1024,
+            max_media_pixels: 16_777_216,
+            max_media_parts: 32,
+            max_audio_seconds: 600,
             max_tools: 128,
             max_request_bytes: 16 * 1024 * 1024,
             max_schema_bytes: 256 * 1024,

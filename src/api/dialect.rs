@@ -201,6 +201,15 @@ fn openai_model(id: &str, described: Option<&Value>) -> Value {
         if let Some(engine) = described.get("engine") {
             object.insert("engine".into(), engine.clone());
         }
+        // What a request may hold for it, as OpenRouter's model list says it.
+        if let Some(supports) = described.get("supports") {
+            let says = |what: &str| supports.get(what).and_then(Value::as_bool) == Some(true);
+            let inputs = ["text"]
+                .into_iter()
+                .chain(says("images").then_some("image"));
+            let inputs: Vec<&str> = inputs.chain(says("audio").then_some("audio")).collect();
+            object.insert("input_modalities".into(), json!(inputs));
+        }
     }
     model
 }

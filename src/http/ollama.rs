@@ -208,6 +208,9 @@ impl Described {
         if self.supports("images") {
             capabilities.push("vision");
         }
+        if self.supports("audio") {
+            capabilities.push("audio");
+        }
         capabilities
     }
 }

@@ -259,6 +259,7 @@ fn model_view(
             "structured_output": says("json_schema") == Some(true),
             "reasoning": says("reasoning"),
             "vision": says("images") == Some(true),
+            "audio": says("audio") == Some(true),
             "embeddings": says("embeddings") == Some(true),
         },
         "context_tokens": about.get("context_tokens"),

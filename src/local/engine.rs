@@ -243,6 +243,10 @@ pub struct Info {
     pub fill_in_middle: bool,
     /// The chat template the model's prompts are rendered with, when it has one.
     pub chat_template: Option<std::sync::Arc<str>>,
+    /// Its projector reads images into its prompts.
+    pub vision: bool,
+    /// Its projector reads audio into its prompts.
+    pub audio: bool,
 }
 
 /// Why the engine cannot run a model, or cannot enforce a grammar.
@@ -506,6 +510,9 @@ pub struct Model {
     guidance: OnceLock<Result<ParserFactory, GuidanceError>>,
     /// A small model of the same vocabulary that drafts this one's tokens (`--draft-model`).
     draft: Option<Box<Model>>,
+    /// The projector that reads images and audio into its prompts (`--mmproj`), or why the
+    /// one asked for could not be loaded.
+    projector: Option<Result<super::projector::Projector, String>>,
 }
 
 /// The vocabulary's fill-in-the-middle tokens (prefix, suffix, middle), when it has all three.
@@ -796,12 +803,15 @@ impl Model {
                 file_type,
                 fill_in_middle,
                 chat_template: template.as_deref().map(std::sync::Arc::from),
+                vision: false,
+                audio: false,
             },
             template,
             special,
             longest_token,
             guidance: OnceLock::new(),
             draft: None,
+            projector: None,
         })
     }
 
@@ -910,6 +920,32 @@ impl Model {
             )),
             (true, Some(id)) => Err(format!("its token {id} is not the model's")),
         }
+    }
+
+    /// Loads the projector at `path` to read images and audio into this model's prompts; when
+    /// it does not load, the model takes text only and media is refused with the reason.
+    pub fn set_projector(&mut self, path: &Path) -> Result<(), String> {
+        let gpu = self.info.gpu_layers != "0";
+        let loaded = super::projector::Projector::load(path, &self.model, self.info.threads, gpu)
+            .map_err(|e| e.to_string());
+        if let Ok(projector) = &loaded {
+            self.info.vision = projector.vision();
+            self.info.audio = projector.audio_rate().is_some();
+        }
+        let problem = loaded.as_ref().err().cloned();
+        self.projector = Some(loaded);
+        problem.map_or(Ok(()), Err)
+    }
+
+    /// The projector that reads images and audio into this model's prompts: `None` when no
+    /// projector was asked for, `Err` why the one asked for is not there.
+    pub fn projector_state(&self) -> Option<Result<&super::projector::Projector, &str>> {
+        (self.projector.as_ref()).map(|p| p.as_ref().map_err(String::as_str))
+    }
+
+    /// The projector, when one is loaded.
+    pub fn projector(&self) -> Option<&super::projector::Projector> {
+        self.projector_state().and_then(Result::ok)
     }
 
     /// The model that drafts this one's tokens, when there is one.

@@ -382,6 +382,94 @@ pub async fn fetch(
     Ok(path)
 }
 
+/// Bytes of the Hub's description of a repository read at most (its file list).
+const MAX_LISTING_BYTES: usize = 4 << 20;
+
+/// The multimodal projector (`mmproj*.gguf`) in `source`'s repository, as llama-server's `-hf`
+/// finds one beside a model: one already fetched into the cache, else the one the Hub lists
+/// (the F16 one first, then Q8_0, then the first by name). `None` when the repository has none
+/// or the Hub cannot be asked (the model then takes text only; the log says why).
+pub async fn projector_beside(source: &HubFile, access: &Access) -> Option<HubFile> {
+    let named = |file: String| HubFile {
+        repo: source.repo.clone(),
+        file,
+    };
+    let mut folder = fetch::cache_dir().ok()?.join("models").join("hf");
+    folder.extend(source.repo.split('/'));
+    let cached = std::fs::read_dir(&folder).ok().and_then(|entries| {
+        let names = entries.filter_map(|e| e.ok()?.file_name().into_string().ok());
+        let names: Vec<String> = names
+            .filter(|n| fetch::sealed(&folder.join(n)).is_some())
+            .collect();
+        choose_projector(&names)
+    });
+    if let Some(file) = cached {
+        return Some(named(file));
+    }
+    match listing(source, access).await {
+        Ok(files) => choose_projector(&files).map(named),
+        Err(why) => {
+            tracing::info!(repo = %source.repo, problem = %why,
+                "the Hub's file list was not read: no projector is looked for beside the model");
+            None
+        }
+    }
+}
+
+/// The projector among a repository's `files`, if any.
+fn choose_projector(files: &[String]) -> Option<String> {
+    let mut found: Vec<&String> = (files.iter())
+        .filter(|f| {
+            let lower = f.to_ascii_lowercase();
+            let fetchable = !f.contains('/') && odd_segment(f).is_none();
+            lower.starts_with("mmproj") && lower.ends_with(".gguf") && fetchable
+        })
+        .collect();
+    found.sort_by_key(|f| {
+        let lower = f.to_ascii_lowercase();
+        (
+            !lower.contains("f16"),
+            !lower.contains("q8_0"),
+            (*f).clone(),
+        )
+    });
+    found.first().map(|f| (*f).clone())
+}
+
+/// The files of `source`'s repository, as the Hub's API lists them (`siblings`).
+async fn listing(source: &HubFile, access: &Access) -> Result<Vec<String>, String> {
+    let hub = endpoint(access).map_err(|e| e.to_string())?;
+    let mut url = hub.clone();
+    url.path_segments_mut()
+        .map_err(|()| "the endpoint is no base URL".to_owned())?
+        .pop_if_empty()
+        .extend(["api", "models"])
+        .extend(source.repo.split('/'));
+    let client = fetch::client(None).map_err(|e| e.to_string())?;
+    let mut request = client.get(url);
+    if let Some(token) = &access.token {
+        request = request.bearer_auth(token);
+    }
+    let mut response = request.send().await.map_err(|e| e.to_string())?;
+    if !response.status().is_success() {
+        return Err(format!("the Hub answered {}", response.status()));
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(|e| e.to_string())? {
+        if body.len() + chunk.len() > MAX_LISTING_BYTES {
+            return Err(format!("the file list is over {MAX_LISTING_BYTES} bytes"));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    let about: serde_json::Value = serde_json::from_slice(&body).map_err(|e| e.to_string())?;
+    let siblings = about.get("siblings").and_then(serde_json::Value::as_array);
+    Ok(siblings
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s.get("rfilename")?.as_str().map(str::to_owned))
+        .collect())
+}
+
 /// Checks the downloaded file's size and digest against the Hub's and keeps it.
 fn check(source: &HubFile, meta: &Metadata, partial: &Path, path: &Path) -> Result<(), HubError> {
     let size = std::fs::metadata(partial).map_or(0, |m| m.len());

@@ -13,7 +13,10 @@ pub mod format;
 pub mod hub;
 pub mod jinja;
 mod logprobs;
+pub mod media;
+mod multimodal;
 pub mod pool;
+mod projector;
 pub mod prompt_cache;
 pub mod queue;
 pub mod slots;
@@ -89,6 +92,11 @@ pub struct LocalSettings {
     pub speculative: speculate::Speculative,
     /// The model that drafts the answers' tokens, when there is one.
     pub draft: Option<Source>,
+    /// The multimodal projector that reads images and audio into the prompts, when there is
+    /// one (`--mmproj`).
+    pub mmproj: Option<Source>,
+    /// The bounds on a request's media (bytes, pixels, parts, seconds of audio).
+    pub limits: crate::limits::Limits,
 }
 
 impl LocalSettings {
@@ -117,6 +125,10 @@ impl LocalSettings {
             draft: (config.local.draft_model.as_deref())
                 .map(|file| file_source(config, file))
                 .transpose()?,
+            mmproj: (config.local.mmproj.as_deref())
+                .map(|file| file_source(config, file))
+                .transpose()?,
+            limits: config.limits.clone(),
             // No bytes for it: none.
             prompt_cache: config
                 .local
@@ -252,6 +264,9 @@ pub enum LocalError {
     /// llama.cpp made no embeddings context, or no embedding.
     #[error("the local model made no embedding: {0}")]
     Embed(#[source] EngineError),
+    /// llama.cpp could not read an image or audio part into the prompt.
+    #[error("the local model could not read an image or audio part: {0}")]
+    Media(String),
 }
 
 /// Why the model could not be had: fetched, loaded, or given a context.
@@ -321,6 +336,9 @@ pub enum RequestError {
          model such as Qwen2.5-Coder)"
     )]
     NoFillInMiddle,
+    /// An image or audio part this model cannot read, or that is not what it says it is.
+    #[error("invalid argument `{part}`: {problem}")]
+    Media { part: String, problem: String },
 }
 
 impl From<LocalError> for CallError {
@@ -342,6 +360,9 @@ impl From<LocalError> for CallError {
             },
             LocalError::Request(RequestError::NoFillInMiddle) => {
                 CallError::at("suffix", RequestError::NoFillInMiddle.to_string())
+            }
+            LocalError::Request(RequestError::Media { part, problem }) => {
+                CallError::at(&part, problem)
             }
             LocalError::Request(e) => fail(e.to_string()),
             LocalError::EmbedInput { path, problem } => CallError::at(&path, problem),
@@ -685,6 +706,16 @@ impl Local {
         self.state.borrow().clone()
     }
 
+    /// Refuses media at once when the model can have no projector (the projector, once
+    /// loaded, says whether it reads images, audio or both).
+    fn takes_media(&self, request: &ModelRequest) -> CallResult<()> {
+        // An `hf:` model may find its projector beside it once it is fetched.
+        if self.settings.mmproj.is_some() || matches!(self.settings.source, Source::Hub(..)) {
+            return Ok(());
+        }
+        multimodal::no_projector(request, &self.name())
+    }
+
     /// Queues a job; it holds its place while the ticket lives.
     fn queue(&self, job: Job) -> Result<queue::Ticket<Job>, LocalError> {
         self.jobs.push(job).map_err(|e| match e {
@@ -707,8 +738,9 @@ impl Local {
             return Ok((request, None));
         };
         let (seed, sandbox) = (self.settings.seed, self.sandbox.clone());
+        let limits = self.settings.limits.clone();
         let made = tokio::task::spawn_blocking(move || {
-            let parts = Worker::parts(&model, &request, seed, sandbox.as_ref());
+            let parts = Worker::parts(&model, &request, seed, sandbox.as_ref(), &limits);
             (request, parts)
         });
         let (request, parts) = made.await.map_err(|_| LocalError::StoppedBeforeAnswering)?;
@@ -845,6 +877,12 @@ impl Model for Local {
             State::Ready(info) => (Some(info.format), file_json(&info)),
             _ => (None, Value::Null),
         };
+        // What its projector reads, once it is loaded; before, a projector asked for is taken
+        // to read images (audio is not known until it loads).
+        let (images, audio) = match self.state() {
+            State::Ready(info) => (info.vision, Some(info.audio)),
+            _ => (s.mmproj.is_some(), None),
+        };
         json!({
             "id": self.name(),
             "owned_by": "local",
@@ -861,7 +899,8 @@ impl Model for Local {
                        "slots": slots, "gpu_layers": gpu_layers},
             "prefix_cache": prefix_cache_json(c),
             "supports": {"tools": !s.embeddings_only, "json_schema": !s.embeddings_only,
-                         "images": false, "stop_sequences": !s.embeddings_only,
+                         "images": images, "audio": audio,
+                         "stop_sequences": !s.embeddings_only,
                          "reasoning": format.map(|f| f.reasons()), "embeddings": true,
                          "chat": !s.embeddings_only},
             "format": format.map(|f| json!({
@@ -908,7 +947,7 @@ impl Model for Local {
         live: Option<Events>,
     ) -> BoxFuture<'_, CallResult<Completion>> {
         Box::pin(async move {
-            direct::text_only(&request, KIND)?;
+            self.takes_media(&request)?;
             // The tools offered, for the warning on a format read leniently.
             let tools = offered(&request).to_vec();
             let logprobs = request.base.logprobs.is_some();
@@ -965,11 +1004,11 @@ impl Model for Local {
     /// every slot is busy.
     fn count_tokens(&self, request: ModelRequest) -> BoxFuture<'_, CallResult<Option<usize>>> {
         Box::pin(async move {
-            direct::text_only(&request, KIND)?;
+            self.takes_media(&request)?;
             if let Some((_, model)) = self.loaded.get() {
-                let sandbox = self.sandbox.clone();
+                let (sandbox, limits) = (self.sandbox.clone(), self.settings.limits.clone());
                 let counted = tokio::task::spawn_blocking(move || {
-                    counted(&model, &request, sandbox.as_ref())
+                    counted(&model, &request, sandbox.as_ref(), &limits)
                 })
                 .await
                 .map_err(|_| LocalError::StoppedBeforeAnswering)?;
@@ -1535,7 +1574,7 @@ impl Worker {
                 .prepare(model, answer)
                 .and_then(|call| slots.place(call)),
             Job::Count(count) => {
-                Self::count(model, count, self.sandbox.as_ref());
+                Self::count(model, count, self.sandbox.as_ref(), &self.settings.limits);
                 None
             }
         }
@@ -1544,11 +1583,16 @@ impl Worker {
     /// Answers a count with the length of the prompt an answer would read: one over the
     /// context is counted too, unless its text is too long for any context of this size (see
     /// [`prompt`]).
-    fn count(model: &engine::Model, count: Count, sandbox: Option<&template::Renderer>) {
+    fn count(
+        model: &engine::Model,
+        count: Count,
+        sandbox: Option<&template::Renderer>,
+        limits: &crate::limits::Limits,
+    ) {
         if count.reply.is_closed() {
             return;
         }
-        let _ = (count.reply).send(counted(model, &count.request, sandbox));
+        let _ = (count.reply).send(counted(model, &count.request, sandbox, limits));
     }
 
     fn load(&self, member: &pool::Member) -> Result<(engine::Model, Option<OnDisk>), LoadError> {
@@ -1556,10 +1600,12 @@ impl Worker {
         let draft = (self.settings.draft.as_ref())
             .map(Self::locate)
             .transpose()?;
+        let mmproj = self.projector_file()?;
         // Room in the memory budget for the weights (mapped) and a tenth more for the
-        // context, the draft model's too, before they are loaded.
+        // context, the draft model's and the projector's too, before they are loaded.
         let room = |path: &Path| OnDisk::stat(path).map_or(0, |(len, _)| pool::footprint(len));
-        let bytes = room(&path) + draft.as_deref().map_or(0, room);
+        let bytes =
+            room(&path) + draft.as_deref().map_or(0, room) + mmproj.as_deref().map_or(0, room);
         member.reserve(bytes, pool::ROOM_WAIT)?;
         let started = std::time::Instant::now();
         let settings = engine::Settings {
@@ -1573,10 +1619,16 @@ impl Worker {
         // What the file is as it is mapped: checked before each call uses the map.
         let on_disk = OnDisk::stat(&path);
         let model = engine::Model::load(&path, &settings).map_err(|e| self.not_loaded(e, &path))?;
-        let model = match draft {
+        let mut model = match draft {
             Some(draft) => self.with_draft(model, &draft, &settings),
             None => model,
         };
+        if let Some(mmproj) = mmproj
+            && let Err(why) = model.set_projector(&mmproj)
+        {
+            tracing::warn!(model = %self.settings.label, problem = %why,
+                "the projector did not load: the model takes text only");
+        }
         let on_disk = on_disk.map(|(len, modified)| OnDisk {
             path,
             len,
@@ -1647,6 +1699,28 @@ impl Worker {
         model
     }
 
+    /// The projector's file: the one asked for, else one beside an `hf:` model in its
+    /// repository (fetched into the cache once, as the model is).
+    fn projector_file(&self) -> Result<Option<PathBuf>, LoadError> {
+        if let Some(asked) = &self.settings.mmproj {
+            return Self::locate(asked).map(Some);
+        }
+        let Source::Hub(model, access) = &self.settings.source else {
+            return Ok(None);
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(LoadError::Runtime)?;
+        let Some(beside) = runtime.block_on(hub::projector_beside(model, access)) else {
+            return Ok(None);
+        };
+        tracing::info!(model = %self.settings.label, projector = %beside,
+            "a projector beside the model in its repository reads its images");
+        let source = Source::Hub(beside, access.clone());
+        Self::locate(&source).map(Some)
+    }
+
     /// A model file: given, or fetched into the cache (once).
     fn locate(source: &Source) -> Result<PathBuf, LoadError> {
         let download = || {
@@ -1680,7 +1754,13 @@ impl Worker {
         } = answer;
         let parts = match prepared {
             Some(made) if made.generation == self.generation.get() => Ok(made.parts),
-            _ => Self::parts(model, &request, self.settings.seed, self.sandbox.as_ref()),
+            _ => Self::parts(
+                model,
+                &request,
+                self.settings.seed,
+                self.sandbox.as_ref(),
+                &self.settings.limits,
+            ),
         };
         match parts {
             Ok(parts) => {
@@ -1694,6 +1774,7 @@ impl Worker {
                     shown: parts.shown,
                     in_reasoning: parts.prompt.in_reasoning,
                     prompt: parts.prompt.tokens,
+                    media: parts.prompt.media,
                     params: parts.params,
                     budget: parts.budget,
                     sampler: parts.sampler,
@@ -1715,8 +1796,9 @@ impl Worker {
         request: &ModelRequest,
         seed: Option<u64>,
         sandbox: Option<&template::Renderer>,
+        limits: &crate::limits::Limits,
     ) -> Result<Parts, LocalError> {
-        let prompt = prompt(model, request, sandbox)?;
+        let prompt = prompt(model, request, sandbox, limits)?;
         let context = model.info().context;
         if prompt.tokens.is_empty() {
             return Err(RequestError::EmptyPrompt.into());
@@ -1822,7 +1904,13 @@ fn penalties(asked: &crate::call::Samplers, prompt: &[LlamaToken], context: usiz
     };
     if penalties.active() {
         let from = prompt.len().saturating_sub(penalties.last_n);
-        penalties.seen = prompt.iter().skip(from).copied().collect();
+        // Media's tokens are no vocabulary's.
+        penalties.seen = prompt
+            .iter()
+            .skip(from)
+            .copied()
+            .filter(|t| t.0 >= 0)
+            .collect();
     }
     penalties
 }
@@ -1846,6 +1934,8 @@ fn mirostat(asked: &crate::call::Samplers) -> Option<Mirostat> {
 /// (a template that opens `<think>` in the generation prompt).
 struct Prompt {
     tokens: Vec<LlamaToken>,
+    /// The images and audio among the tokens.
+    media: Vec<slots::Media>,
     in_reasoning: bool,
 }
 
@@ -1858,10 +1948,12 @@ fn prompt(
     model: &engine::Model,
     request: &ModelRequest,
     sandbox: Option<&template::Renderer>,
+    limits: &crate::limits::Limits,
 ) -> Result<Prompt, RequestError> {
     if let Some(text) = &request.base.text {
         return Ok(Prompt {
             tokens: raw_prompt(model, text)?,
+            media: Vec::new(),
             in_reasoning: false,
         });
     }
@@ -1885,9 +1977,19 @@ fn prompt(
     };
     fits(model, text.len())?;
     tracing::trace!(prompt = %text, "local prompt");
+    let in_reasoning = format.opens_reasoning(&text);
+    if multimodal::has_media(request) {
+        let (tokens, media) = multimodal::prompt(model, &text, request, limits)?;
+        return Ok(Prompt {
+            tokens,
+            media,
+            in_reasoning,
+        });
+    }
     Ok(Prompt {
-        in_reasoning: format.opens_reasoning(&text),
+        in_reasoning,
         tokens: model.tokenize(&text),
+        media: Vec::new(),
     })
 }
 
@@ -1896,8 +1998,9 @@ fn counted(
     model: &engine::Model,
     request: &ModelRequest,
     sandbox: Option<&template::Renderer>,
+    limits: &crate::limits::Limits,
 ) -> Result<usize, LocalError> {
-    Ok(prompt(model, request, sandbox)?.tokens.len())
+    Ok(prompt(model, request, sandbox, limits)?.tokens.len())
 }
 
 /// A text no context of this size could take is refused by its length, untokenized.

@@ -56,6 +56,8 @@ struct RawEntry {
     speculative: Option<crate::config::Speculative>,
     /// A local model's draft model: a GGUF file or `hf:OWNER/REPO/FILE.gguf`.
     draft_model: Option<PathBuf>,
+    /// A local model's multimodal projector: a GGUF file or `hf:OWNER/REPO/FILE.gguf`.
+    mmproj: Option<PathBuf>,
 }
 
 /// How well an entry does on each of MCP's model priorities, 0 to 1 (higher is better: a
@@ -100,6 +102,8 @@ pub struct LocalSpec {
     pub speculative: Option<crate::config::Speculative>,
     /// Its draft model; `None`: the setting's.
     pub draft_model: Option<PathBuf>,
+    /// Its multimodal projector; `None`: the setting's.
+    pub mmproj: Option<PathBuf>,
 }
 
 /// What answers an entry.
@@ -360,6 +364,7 @@ fn spec(entry: &Spanned<RawEntry>, env: &impl Fn(&str) -> Option<String>) -> Res
             prompt_cache_dir: e.prompt_cache_dir.clone(),
             speculative: e.speculative,
             draft_model: e.draft_model.clone(),
+            mmproj: e.mmproj.clone(),
         }),
         Backend::Provider => Answer::Provider(provider(e, &name, env).map_err(|p| match p {
             Problem(0, problem) => Problem::at(entry.span().start, problem),
@@ -438,6 +443,7 @@ fn settings_of_its_backend(e: &RawEntry, name: &str, at: usize) -> Result<(), Pr
         ),
         ("speculative", e.speculative.is_some(), Backend::Local),
         ("draft_model", e.draft_model.is_some(), Backend::Local),
+        ("mmproj", e.mmproj.is_some(), Backend::Local),
         ("hints", e.hints.is_some(), Backend::Host),
     ];
     match keys

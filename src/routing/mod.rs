@@ -265,6 +265,9 @@ fn start_local(
     if let Some(draft) = &local.draft_model {
         settings.draft = Some(crate::local::file_source(config, draft)?);
     }
+    if let Some(mmproj) = &local.mmproj {
+        settings.mmproj = Some(crate::local::file_source(config, mmproj)?);
+    }
     if let Some(dir) = &local.prompt_cache_dir {
         settings.prompt_cache =
             (!dir.as_os_str().is_empty()).then(|| crate::local::prompt_cache::Settings {

@@ -187,10 +187,27 @@ pub fn messages(system: Option<&str>, turns: &[Turn], reader: Reader) -> Vec<Mes
     out
 }
 
-/// A text, image or audio block as a content part (media only for the API).
+/// What a chat template is given in place of an image or audio part: a marker the embedded
+/// model's prompt is split at, to read the media there. It is made anew by each process, so a
+/// caller's text cannot spell it.
+pub fn media_marker() -> &'static str {
+    static MARKER: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    MARKER.get_or_init(|| {
+        let mut bytes = [0u8; 8];
+        let _ = getrandom::fill(&mut bytes);
+        format!("<__media_{}__>", hex::encode(bytes))
+    })
+}
+
+/// A text, image or audio block as a content part (media as a marker for a template).
 fn part(block: &Block, reader: Reader) -> Option<Part> {
     match block {
         Block::Text(t) => Some(Part::Text { text: t.clone() }),
+        Block::Image { .. } | Block::Audio { .. } if reader == Reader::Template => {
+            Some(Part::Text {
+                text: media_marker().to_owned(),
+            })
+        }
         Block::Image { data, mime, .. } if reader == Reader::Api => Some(Part::ImageUrl {
             image_url: ImageUrl {
                 url: format!("data:{mime};base64,{data}"),

@@ -477,7 +477,9 @@ async fn an_image_for_a_text_only_model_is_a_400_naming_the_part() {
     );
     let message = refused["error"]["message"].as_str().unwrap();
     assert!(
-        message.contains("image part") && message.contains("text only"),
+        message.contains("image part")
+            && message.contains("no vision")
+            && message.contains("--mmproj"),
         "{message}"
     );
 }

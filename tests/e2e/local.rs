@@ -368,6 +368,8 @@ async fn an_emulated_tool_call_comes_back_from_a_host_that_cannot_take_tools() {
         prompt_cache: None,
         speculative: Default::default(),
         draft: None,
+        mmproj: None,
+        limits: Default::default(),
     };
     let model = Local::start(settings).unwrap();
     model.ready().await.unwrap();

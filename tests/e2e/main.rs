@@ -85,6 +85,7 @@ mod structured;
 mod templates;
 mod tools;
 mod ui;
+mod vision;
 // Built with `--features vulkan` only (scripts/test runs it on Mesa's lavapipe).
 #[cfg(feature = "vulkan")]
 mod vulkan;

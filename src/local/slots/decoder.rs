@@ -17,6 +17,39 @@ pub struct Place {
     pub logits: bool,
 }
 
+/// An image or a clip of audio in a prompt: `len` positions from `start`, read into the
+/// cache whole, in a step of its own (llama.cpp's multimodal library encodes it and decodes
+/// its embeddings). The prompt holds a token no vocabulary has for each of its positions, made
+/// from the media's content ([`media_tokens`]), so a slot's cache shared with a later prompt
+/// is matched by content, as text is.
+#[derive(Clone)]
+pub struct Media {
+    pub start: usize,
+    pub len: usize,
+    /// What llama.cpp reads (none in the scheduler's tests).
+    pub chunks: Option<std::sync::Arc<llama_cpp_2::mtmd::MtmdInputChunks>>,
+}
+
+impl std::fmt::Debug for Media {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Media {{ start: {}, len: {} }}", self.start, self.len)
+    }
+}
+
+/// The tokens a media part of content hash `id` stands as in a prompt, one for each of its
+/// `len` positions: negative, so no vocabulary's token is one and no draft proposes one, and
+/// different for different content from the first on.
+pub fn media_tokens(id: &[u8; 32], len: usize) -> Vec<LlamaToken> {
+    let seed = u64::from_le_bytes(*id.first_chunk::<8>().unwrap_or(&[0; 8]));
+    (0..len as u64)
+        .map(|i| {
+            let mixed = seed ^ i.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            let low = i32::try_from(mixed % (i32::MAX as u64)).unwrap_or(0);
+            LlamaToken(-1 - low)
+        })
+        .collect()
+}
+
 /// What the scheduler knows of the model it steps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Layout {
@@ -72,6 +105,11 @@ pub trait Decoder {
     /// without one).
     fn draft(&mut self, _seq: i32, _tokens: &[LlamaToken], _most: usize) -> Vec<LlamaToken> {
         Vec::new()
+    }
+    /// Reads `media` into sequence `seq`'s cache from its `start` on (its positions after
+    /// the prompt tokens before it); `Err` says why it could not.
+    fn media(&mut self, _seq: i32, _media: &Media) -> Result<(), String> {
+        Err("this model reads no images or audio".to_owned())
     }
     /// Cells of the cache now.
     fn cells(&self) -> usize;

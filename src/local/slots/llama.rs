@@ -1,6 +1,6 @@
 //! The slots' decoder over llama.cpp: one context whose KV cache the sequences share.
 
-use super::decoder::{Decoder, Layout, Place};
+use super::decoder::{Decoder, Layout, Media, Place};
 use super::draft::Drafter;
 use crate::local::engine::{self, EngineError, Model, Params};
 use crate::local::prompt_cache::{DiskCache, RestoreError, SaveError, Saved};
@@ -129,6 +129,23 @@ impl Decoder for Llama<'_> {
 
     fn draft(&mut self, seq: i32, tokens: &[LlamaToken], most: usize) -> Vec<LlamaToken> {
         (self.drafter.as_mut()).map_or_else(Vec::new, |d| d.draft(seq, tokens, most))
+    }
+
+    fn media(&mut self, seq: i32, media: &Media) -> Result<(), String> {
+        let (Some(projector), Some(chunks)) = (self.model.projector(), media.chunks.as_deref())
+        else {
+            return Err("this model has no projector to read images or audio with".to_owned());
+        };
+        let step = self.model.info().step;
+        let next = (projector.eval(chunks, &mut self.ctx, media.start, seq, step))
+            .map_err(|e| e.to_string())?;
+        if next != media.start + media.len {
+            return Err(format!(
+                "the media took positions {}..{next}, not the {} counted",
+                media.start, media.len
+            ));
+        }
+        Ok(())
     }
 
     fn cells(&self) -> usize {

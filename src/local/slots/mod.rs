@@ -16,7 +16,7 @@ mod llama;
 #[cfg(test)]
 mod tests;
 
-pub use decoder::{Decoder, Layout, Place};
+pub use decoder::{Decoder, Layout, Media, Place, media_tokens};
 pub use gates::{Lazy, Think};
 pub use llama::Llama;
 
@@ -44,6 +44,9 @@ pub trait Reader {
 /// One call, ready for a slot; `S` picks its tokens (llama.cpp's sampler chain).
 pub struct Call<S = LlamaSampler> {
     pub prompt: Vec<LlamaToken>,
+    /// The images and audio in the prompt, in order: each stands in `prompt` as tokens of its
+    /// own (see [`media_tokens`]), and is read in a step of its own.
+    pub media: Vec<Media>,
     pub params: Params,
     /// Tokens the answer may have (the limit asked for, cut to what the context leaves).
     pub budget: usize,
@@ -340,8 +343,12 @@ impl<D: Decoder> Slots<D> {
             let _ = call.reply.send(Ok(output));
             return;
         }
-        // The last prompt token is always processed again: its logits start the answer.
+        // The last prompt token is always processed again: its logits start the answer. Media
+        // is kept whole or read again whole.
         let keep = shared.min(call.prompt.len().saturating_sub(1));
+        let keep = (call.media.iter())
+            .find(|m| m.start < keep && keep < m.start + m.len)
+            .map_or(keep, |m| m.start);
         let Some(slot) = self.slots.get_mut(index) else {
             return;
         };
@@ -492,6 +499,9 @@ impl<D: Decoder> Slots<D> {
                 slot.active = None;
             }
         }
+        if self.read_media() {
+            return;
+        }
         let wanted = self.fill();
         let tokens = self.batch.len();
         if tokens == 0 {
@@ -526,6 +536,49 @@ impl<D: Decoder> Slots<D> {
                 *ended = true;
             }
         }
+    }
+
+    /// Reads the media one prompt being read has reached, as a step of its own: `true` when
+    /// there was one. A media part that cannot be read ends its call alone.
+    fn read_media(&mut self) -> bool {
+        let next = self.slots.iter().enumerate().find_map(|(index, slot)| {
+            let active = slot.active.as_ref()?;
+            let media = active.call.media.iter().find(|m| m.start == active.fed)?;
+            Some((index, media.clone()))
+        });
+        let Some((index, media)) = next else {
+            return false;
+        };
+        self.make_room(media.len);
+        let Some(slot) = self.slots.get_mut(index) else {
+            return false;
+        };
+        let started = std::time::Instant::now();
+        let read = self.decoder.media(slot.seq, &media);
+        let Some(active) = slot.active.as_mut() else {
+            return true;
+        };
+        match read {
+            Ok(()) => {
+                let tokens = active.call.prompt.get(media.start..media.start + media.len);
+                slot.cached.extend(tokens.unwrap_or_default());
+                active.fed += media.len;
+                tracing::debug!(
+                    slot = index,
+                    positions = media.len,
+                    seconds = started.elapsed().as_secs_f64(),
+                    "media read into a prompt"
+                );
+            }
+            Err(why) => {
+                cut_back(&mut self.decoder, slot, media.start);
+                if let Some(active) = slot.active.take() {
+                    let _ = active.call.reply.send(Err(LocalError::Media(why)));
+                }
+                self.publish();
+            }
+        }
+        true
     }
 
     /// Learns from a step of `tokens` (drafts aside), `reading` of them a prompt's, how long a
@@ -611,12 +664,16 @@ impl<D: Decoder> Slots<D> {
             room.put(&mut self.batch, (slot.seq, &mut slot.cached), token, true);
             let most = draft_room(drafting, active, slot.cached.len(), self.layout.context);
             let most = most.min(room.batch).min(room.cells);
-            let drafts = if by_model {
+            // The draft model cannot follow a sequence with media in it; a draft never
+            // proposes media's tokens.
+            let drafts = if by_model && active.call.media.is_empty() {
                 self.decoder.draft(slot.seq, &slot.cached, most)
+            } else if by_model {
+                Vec::new()
             } else {
                 speculate::ngram(&slot.cached, most)
             };
-            for draft in drafts {
+            for draft in drafts.into_iter().take_while(|t| t.0 >= 0) {
                 wanted.push((index, self.batch.len()));
                 room.put(&mut self.batch, (slot.seq, &mut slot.cached), draft, true);
                 active.drafts.push_back(draft);
@@ -638,7 +695,12 @@ impl<D: Decoder> Slots<D> {
             let Some(active) = slot.active.as_mut() else {
                 continue;
             };
-            let left = active.call.prompt.len() - active.fed;
+            // A chunk stops where media starts: media is read in a step of its own.
+            let end = (active.call.media.iter())
+                .map(|m| m.start)
+                .find(|&start| start >= active.fed)
+                .unwrap_or(active.call.prompt.len());
+            let left = end - active.fed;
             if left == 0 || reading == 0 {
                 continue;
             }

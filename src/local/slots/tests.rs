@@ -41,6 +41,10 @@ struct Fake {
     failing: bool,
     /// A draft model's rule, when the fake has one.
     drafter: Option<fn(&[LlamaToken]) -> LlamaToken>,
+    /// The media read, as (sequence, start, positions), each in a step of its own.
+    media: Vec<(i32, usize, usize)>,
+    /// The next media read fails.
+    media_fails: bool,
 }
 
 impl Fake {
@@ -55,6 +59,8 @@ impl Fake {
             resized: Vec::new(),
             failing: false,
             drafter: None,
+            media: Vec::new(),
+            media_fails: false,
         }
     }
 }
@@ -89,6 +95,18 @@ impl Decoder for Fake {
     fn cut(&mut self, seq: i32, from: usize) -> bool {
         self.kv.entry(seq).or_default().truncate(from);
         true
+    }
+
+    fn media(&mut self, seq: i32, media: &Media) -> Result<(), String> {
+        if std::mem::take(&mut self.media_fails) {
+            return Err("the encoder failed".into());
+        }
+        let cached = self.kv.entry(seq).or_default();
+        assert_eq!(media.start, cached.len(), "{media:?} out of order");
+        // What the media's last position makes the model write next: 7.
+        cached.extend(std::iter::repeat_n(LlamaToken(6), media.len));
+        self.media.push((seq, media.start, media.len));
+        Ok(())
     }
 
     fn sample(&mut self, _: &mut Greedy, at: usize) -> LlamaToken {
@@ -197,6 +215,7 @@ fn asking(prompt: &[i32], budget: usize, params: Params) -> (Call<Greedy>, Answe
     let (reply, answer) = tokio::sync::oneshot::channel();
     let call = Call {
         prompt: prompt.iter().map(|t| LlamaToken(*t)).collect(),
+        media: Vec::new(),
         params,
         budget,
         sampler: Greedy,
@@ -567,4 +586,125 @@ fn a_failed_step_fails_the_calls_in_it_and_forgets_their_caches() {
     let next = admit(&mut slots, &[1, 2, 3], 2);
     run(&mut slots);
     assert_eq!(answer(next).text, "4 5 ");
+}
+
+/// A call whose prompt is `before`, then media of `len` positions of content `id`, then
+/// `after`.
+fn with_media(
+    before: &[i32],
+    id: u8,
+    len: usize,
+    after: &[i32],
+    budget: usize,
+) -> (Call<Greedy>, Answer) {
+    let (mut call, answer) = call(before, budget);
+    let start = call.prompt.len();
+    call.prompt.extend(media_tokens(&[id; 32], len));
+    call.prompt.extend(after.iter().map(|t| LlamaToken(*t)));
+    call.media.push(Media {
+        start,
+        len,
+        chunks: None,
+    });
+    (call, answer)
+}
+
+fn place(slots: &mut Slots<Fake>, (call, answer): (Call<Greedy>, Answer)) -> Answer {
+    assert!(slots.place(call).is_none(), "the call had to wait");
+    answer
+}
+
+#[test]
+fn media_is_read_whole_in_a_step_of_its_own_between_the_prompts_text() {
+    let mut slots = slots(layout(1, 512, 512), Fake::new(512, counting));
+    // 100 tokens of text first: read in two chunks, then the media, then the rest.
+    let before: Vec<i32> = (0..100).map(|i| i % 10).collect();
+    let reply = place(&mut slots, with_media(&before, 1, 40, &[4, 5], 3));
+    run(&mut slots);
+    let seq = slots.slots[0].seq;
+    assert_eq!(slots.decoder.media, vec![(seq, 100, 40)]);
+    for place in slots.decoder.batches.iter().flatten() {
+        assert!(
+            place.token.0 >= 0,
+            "a media token was decoded as text: {place:?}"
+        );
+        assert!(
+            !(100..140).contains(&place.position),
+            "{place:?} is the media's"
+        );
+    }
+    let out = answer(reply);
+    assert_eq!((out.text.as_str(), out.prompt_tokens), ("6 7 8 ", 142));
+    // The cache holds the media's tokens where it was read.
+    let cached = &slots.slots[0].cached;
+    assert_eq!(cached.get(100..140), Some(&media_tokens(&[1; 32], 40)[..]));
+}
+
+#[test]
+fn a_second_turn_that_repeats_an_image_reuses_its_reading_and_another_image_is_read() {
+    let mut slots = slots(layout(1, 512, 512), Fake::new(512, counting));
+    let first = place(&mut slots, with_media(&[1, 2, 3], 1, 20, &[4], 2));
+    run(&mut slots);
+    assert_eq!(answer(first).cached_tokens, 0);
+    // The same image, more text after it: only the text is read.
+    let again = place(&mut slots, with_media(&[1, 2, 3], 1, 20, &[4, 5, 6, 7], 2));
+    run(&mut slots);
+    let again = answer(again);
+    assert_eq!(slots.decoder.media.len(), 1, "the image was read again");
+    assert_eq!((again.prompt_tokens, again.cached_tokens), (27, 25));
+    // Another image in its place: the text before it is kept, the image read.
+    let other = place(&mut slots, with_media(&[1, 2, 3], 2, 20, &[4, 5, 6, 7], 2));
+    run(&mut slots);
+    assert_eq!(answer(other).cached_tokens, 3);
+    let seq = slots.slots[0].seq;
+    assert_eq!(slots.decoder.media.last(), Some(&(seq, 3, 20)));
+}
+
+#[test]
+fn a_cached_prefix_that_ends_inside_media_is_kept_only_up_to_the_media() {
+    let mut slots = slots(layout(1, 512, 512), Fake::new(512, counting));
+    let first = place(&mut slots, with_media(&[1, 2, 3], 1, 20, &[4], 2));
+    run(&mut slots);
+    answer(first);
+    // Media whose first ten tokens are the first image's: a match of 13 tokens, inside it.
+    let (mut call, reply) = with_media(&[1, 2, 3], 2, 20, &[4], 2);
+    let shared = media_tokens(&[1; 32], 10);
+    call.prompt.splice(3..13, shared);
+    let reply = place(&mut slots, (call, reply));
+    run(&mut slots);
+    assert_eq!(answer(reply).cached_tokens, 3);
+    let seq = slots.slots[0].seq;
+    assert_eq!(slots.decoder.media, vec![(seq, 3, 20), (seq, 3, 20)]);
+}
+
+#[test]
+fn media_that_cannot_be_read_ends_its_call_alone() {
+    let mut slots = slots(layout(2, 256, 512), Fake::new(512, counting));
+    let other = admit(&mut slots, &[1, 2, 3], 6);
+    slots.step();
+    slots.decoder.media_fails = true;
+    let mut failed = place(&mut slots, with_media(&[1], 1, 10, &[2], 3));
+    run(&mut slots);
+    assert!(matches!(failed.try_recv(), Ok(Err(LocalError::Media(_)))));
+    assert_eq!(answer(other).text, "4 5 6 7 8 9 ");
+    // Its slot holds what was read before the media, not the media.
+    assert!(
+        slots
+            .slots
+            .iter()
+            .all(|s| s.cached.iter().all(|t| t.0 >= 0))
+    );
+}
+
+#[test]
+fn drafts_never_propose_media_tokens() {
+    let slots = slots(layout(1, 512, 512), Fake::new(512, counting));
+    let mut slots = slots.speculating(Speculative::Ngram);
+    // The answer counts 1, 2, 3, …: "1 2" was followed by media in the prompt.
+    let reply = place(&mut slots, with_media(&[0, 1, 2], 1, 8, &[0], 12));
+    run(&mut slots);
+    assert_eq!(answer(reply).completion_tokens, 12);
+    for place in slots.decoder.batches.iter().flatten() {
+        assert!(place.token.0 >= 0, "a media token was drafted: {place:?}");
+    }
 }

@@ -1,0 +1,216 @@
+//! Images on the embedded model (`--mmproj`). No registry this project reaches carries a small
+//! vision model with its projector, so the projector is built for the default model itself by
+//! `tests/data/vision/make_color_mmproj.py` (`scripts/peers` writes it to
+//! `target/peers/vision/color-mmproj.gguf`, `AGENT_AS_MODEL_TEST_MMPROJ`): its "vision tower"
+//! projects each patch's mean red, green and blue onto the model's own embeddings of the words
+//! " red", " green" and " blue". It is a real projector to llama.cpp's multimodal library, which
+//! loads it, encodes images with it and reads them into the prompt; the answers depend on the
+//! image. Through the official openai, anthropic, google-genai and ollama Python clients
+//! (`tests/data/vision/ask.py`): a red and a blue image give two answers, each naming its colour;
+//! a second turn with the image still in the conversation reads it from the cache (cached tokens
+//! in the usage); hostile media is refused by name before any pixel is decoded.
+
+use crate::http::Replica;
+use crate::http_api::{embedded, post};
+use serde_json::{Value, json};
+use std::path::PathBuf;
+
+const TOKEN: &str = "vision-test-token";
+const QUESTION: &str = "What colour is this image? Answer with one word.";
+
+/// The colour projector `scripts/peers` built for the default model.
+fn mmproj() -> String {
+    let path = std::env::var_os("AGENT_AS_MODEL_TEST_MMPROJ").map_or_else(
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/peers/vision/color-mmproj.gguf"),
+        PathBuf::from,
+    );
+    assert!(
+        path.is_file(),
+        "no projector at {} (scripts/peers builds it)",
+        path.display()
+    );
+    path.to_string_lossy().into_owned()
+}
+
+fn image(name: &str) -> String {
+    format!("{}/tests/data/vision/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+async fn server(more: &[(&str, &str)]) -> (tokio::sync::MutexGuard<'static, ()>, Replica) {
+    let projector = mmproj();
+    let mut env = vec![
+        ("AGENT_AS_MODEL_MMPROJ", projector.as_str()),
+        ("AGENT_AS_MODEL_AUTH_TOKEN", TOKEN),
+    ];
+    env.extend_from_slice(more);
+    embedded(&env).await
+}
+
+/// What `sdk`'s client was handed for `picture` (and the follow-up turn when `again`).
+async fn ask(s: &Replica, sdk: &str, picture: &str, again: bool) -> Value {
+    let script = image("ask.py");
+    let model = if sdk == "ollama" {
+        "qwen2.5-coder-0.5b-instruct:latest"
+    } else {
+        "local"
+    };
+    let mut command = tokio::process::Command::new(crate::common::sdk_python());
+    command
+        .args([script.as_str(), sdk, &s.url, TOKEN, model])
+        .args([image(picture).as_str(), QUESTION])
+        .env("NO_PROXY", "127.0.0.1,localhost");
+    if again {
+        command.arg("--again");
+    }
+    let out = tokio::time::timeout(std::time::Duration::from_secs(300), command.output())
+        .await
+        .expect("the client took over 300 s")
+        .expect("the client ran");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{sdk}: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(stdout.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("{sdk}: {e}: {stdout}"))
+}
+
+fn said(answer: &Value) -> String {
+    answer["text"].as_str().unwrap_or_default().to_lowercase()
+}
+
+#[tokio::test]
+async fn an_image_reaches_the_model_through_every_clients_api_and_its_colour_is_answered() {
+    let (_turn, s) = server(&[]).await;
+    for sdk in ["openai", "anthropic", "genai", "ollama"] {
+        let red = ask(&s, sdk, "red.png", false).await;
+        let blue = ask(&s, sdk, "blue.png", false).await;
+        assert!(said(&red).contains("red"), "{sdk}: red.png: {red}");
+        assert!(said(&blue).contains("blue"), "{sdk}: blue.png: {blue}");
+        assert_ne!(said(&red), said(&blue), "{sdk}");
+    }
+}
+
+#[tokio::test]
+async fn a_second_turn_that_repeats_the_image_reads_it_from_the_cache() {
+    let (_turn, s) = server(&[]).await;
+    for sdk in ["openai", "anthropic", "genai"] {
+        let second = ask(&s, sdk, "green.png", true).await;
+        let (cached, prompt) = (second["cached"].as_u64(), second["prompt"].as_u64());
+        let (Some(cached), Some(prompt)) = (cached, prompt) else {
+            panic!("{sdk}: no usage: {second}");
+        };
+        // The first turn's prompt, the image in it, came from the slot's cache.
+        assert!(cached > 20 && cached < prompt, "{sdk}: {second}");
+    }
+}
+
+/// A chat request with `parts` as the user's content.
+fn chat(parts: Value) -> Value {
+    json!({"model": "local", "max_tokens": 4,
+           "messages": [{"role": "user", "content": parts}]})
+}
+
+fn data_url(mime: &str, bytes: &[u8]) -> Value {
+    use base64::Engine as _;
+    let data = base64::engine::general_purpose::STANDARD.encode(bytes);
+    json!({"type": "image_url", "image_url": {"url": format!("data:{mime};base64,{data}")}})
+}
+
+fn file(name: &str) -> Vec<u8> {
+    std::fs::read(image(name)).unwrap()
+}
+
+/// The 400 a chat request gets, its error message.
+async fn refused(s: &Replica, body: &Value) -> String {
+    let url = format!("{}/v1/chat/completions", s.url);
+    let auth = format!("Bearer {TOKEN}");
+    let (status, _, text) = post(&url, &[("authorization", auth.as_str())], body).await;
+    assert_eq!(status, 400, "{text}");
+    let v: Value = serde_json::from_str(&text).unwrap();
+    v["error"]["message"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn hostile_media_is_refused_by_name_before_it_is_decoded() {
+    let (_turn, s) = server(&[("AGENT_AS_MODEL_MAX_MEDIA_PARTS", "2")]).await;
+    let question = json!({"type": "text", "text": QUESTION});
+    // A PNG whose header says 100,000 by 100,000 pixels, in a few hundred bytes.
+    let bomb = refused(
+        &s,
+        &chat(json!([question, data_url("image/png", &file("bomb.png"))])),
+    )
+    .await;
+    assert!(
+        bomb.contains("messages[0]") && bomb.contains("AGENT_AS_MODEL_MAX_MEDIA_PIXELS"),
+        "{bomb}"
+    );
+    let cut = file("red.png");
+    let cut = cut.get(..cut.len() / 2).unwrap();
+    let truncated = refused(&s, &chat(json!([question, data_url("image/png", cut)]))).await;
+    assert!(truncated.contains("messages[0]"), "{truncated}");
+    let text = refused(
+        &s,
+        &chat(json!([
+            question,
+            data_url("image/png", &file("not-an-image.txt"))
+        ])),
+    )
+    .await;
+    assert!(
+        text.contains("messages[0]") && text.contains("not a PNG"),
+        "{text}"
+    );
+    let red = data_url("image/png", &file("red.png"));
+    let many = refused(&s, &chat(json!([question, red, red, red]))).await;
+    assert!(many.contains("AGENT_AS_MODEL_MAX_MEDIA_PARTS"), "{many}");
+    // Audio for a projector that reads images only.
+    let wav = refused(
+        &s,
+        &chat(json!([question, {"type": "input_audio",
+                                "input_audio": {"data": "UklGRg==", "format": "wav"}}])),
+    )
+    .await;
+    assert!(wav.contains("no audio"), "{wav}");
+}
+
+#[tokio::test]
+async fn the_model_lists_vision_once_its_projector_is_loaded() {
+    let (_turn, s) = server(&[]).await;
+    let auth = format!("Bearer {TOKEN}");
+    // A first call loads the model and its projector.
+    let hello = json!({"type": "text", "text": "Hello"});
+    let (status, _, text) = post(
+        &format!("{}/v1/chat/completions", s.url),
+        &[("authorization", auth.as_str())],
+        &chat(json!([hello])),
+    )
+    .await;
+    assert_eq!(status, 200, "{text}");
+    let (status, _, show) = post(
+        &format!("{}/api/show", s.url),
+        &[("authorization", auth.as_str())],
+        &json!({"model": "qwen2.5-coder-0.5b-instruct"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{show}");
+    let show: Value = serde_json::from_str(&show).unwrap();
+    let capabilities = show["capabilities"].as_array().unwrap();
+    assert!(capabilities.contains(&json!("vision")), "{show}");
+    assert!(!capabilities.contains(&json!("audio")), "{show}");
+    let models = crate::common::http_client()
+        .get(format!("{}/v1/models", s.url))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json::<Value>()
+        .await
+        .unwrap();
+    assert_eq!(
+        models["data"][0]["input_modalities"],
+        json!(["text", "image"]),
+        "{models}"
+    );
+}
