@@ -57,6 +57,8 @@ pub enum Api {
     /// Embeddings over HTTP: `/v1/embeddings`, Ollama's `/api/embed` and `/api/embeddings`,
     /// Gemini's `embedContent` and `batchEmbedContents`.
     Embeddings,
+    /// `POST /v1/audio/transcriptions`.
+    Transcriptions,
     /// An MCP tool call (stdio or `/mcp`).
     Mcp,
 }
@@ -71,6 +73,7 @@ impl Api {
             Api::Gemini => "gemini",
             Api::Ollama => "ollama",
             Api::Embeddings => "embeddings",
+            Api::Transcriptions => "transcriptions",
             Api::Mcp => "mcp",
         }
     }

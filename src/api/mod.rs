@@ -27,6 +27,7 @@ pub mod responses;
 pub mod sse;
 pub mod store;
 pub mod threads;
+pub mod transcriptions;
 pub use crate::shapes::tool_names;
 pub use dialect::{Dialect, Opening, Wire};
 

@@ -37,6 +37,7 @@ mod responses_ws;
 pub mod routes;
 mod settings;
 mod threads;
+mod transcriptions;
 pub mod ui;
 mod whole;
 

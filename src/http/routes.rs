@@ -38,6 +38,7 @@ pub fn router(state: Arc<Api>, registry: &'static [Dialect]) -> Router {
     router
         .route("/metrics", get(api::metrics))
         .merge(super::embeddings::routes())
+        .merge(super::transcriptions::routes())
         .merge(super::ui::routes())
         .method_not_allowed_fallback(move |method, uri: Uri, headers: HeaderMap| {
             api::wrong_method(registry, method, uri, headers)

@@ -84,6 +84,7 @@ mod streaming;
 mod structured;
 mod templates;
 mod tools;
+mod transcriptions;
 mod ui;
 mod vision;
 // Built with `--features vulkan` only (scripts/test runs it on Mesa's lavapipe).
