@@ -567,25 +567,20 @@ fn with_audio(call: &mut Call, audio: Block) {
     }
 }
 
-/// A refusal of the call, as this endpoint says it: a model that takes no audio (the embedded
-/// model refuses media by its part) is a 400 naming `file`; any other error as it is.
+/// A refusal of the call, as this endpoint says it: a refusal of the audio part (a model that
+/// takes no audio, or audio it cannot decode: the embedded model names the part) is a 400
+/// naming `file`; any other error as it is.
 pub fn refusal(e: ApiError, model: &str) -> ApiError {
-    let text_only = e.status == 400
-        && e.param.is_none()
-        && e.message.contains("audio part")
-        && e.message.contains("text only");
-    if !text_only {
+    let of_the_audio =
+        e.status == 400 && (e.param.as_deref()).is_some_and(|p| p.contains("audio part"));
+    if !of_the_audio {
         return e;
     }
-    let said = e
-        .message
-        .strip_prefix("invalid argument ")
-        .unwrap_or(&e.message);
+    let said = (e.message.split_once("`: ")).map_or(e.message.as_str(), |(_, said)| said);
     ApiError {
         param: Some("file".into()),
         ..ApiError::invalid(format!(
-            "invalid argument `file`: the model {:?} has no audio input, so it cannot transcribe: \
-             name a model that takes audio (it said: {said})",
+            "invalid argument `file`: the model {:?} cannot transcribe it: {said}",
             clip(model),
         ))
     }
@@ -915,12 +910,12 @@ mod tests {
                 },
             ],
         });
-        let said =
-            crate::backends::direct::text_only(&request, crate::error::Backend::Local).unwrap_err();
+        let said = crate::local::no_projector(&request, "qwen").unwrap_err();
         let e = refusal(ApiError::from(said), "local");
         assert_eq!((e.status, e.param.as_deref()), (400, Some("file")));
         assert!(
-            e.message.contains("\"local\" has no audio input"),
+            e.message.contains("\"local\" cannot transcribe it")
+                && e.message.contains("qwen has no audio input"),
             "{}",
             e.message
         );

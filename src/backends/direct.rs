@@ -3,7 +3,7 @@
 //! [`super::driver`] runs the fulfilment machine on them as on sampling; each only declares
 //! what its model can take and answers one neutral [`ModelRequest`] at a time.
 
-use crate::call::{Block, Completion, CompletionRequest, ToolChoice};
+use crate::call::{Completion, CompletionRequest, ToolChoice};
 use crate::error::{Backend, CallError, CallResult};
 use crate::fulfil::live::Events;
 use crate::fulfil::{Attempt, Capabilities};
@@ -52,17 +52,6 @@ impl ModelRequest {
             tool_choice: attempt.tool_choice,
             response_schema: attempt.response_schema.cloned(),
         }
-    }
-
-    /// The first image or audio block, with where it is, for backends that take text only.
-    pub fn first_media(&self) -> Option<(usize, &'static str)> {
-        self.base.turns.iter().enumerate().find_map(|(i, t)| {
-            t.blocks.iter().find_map(|b| match b {
-                Block::Image { .. } => Some((i, "image")),
-                Block::Audio { .. } => Some((i, "audio")),
-                _ => None,
-            })
-        })
     }
 }
 
@@ -197,17 +186,5 @@ pub fn normalized(v: &[f32]) -> Vec<f32> {
         v.iter().map(|x| (f64::from(*x) / norm) as f32).collect()
     } else {
         v.to_vec()
-    }
-}
-
-/// Refuses media for a backend that takes text only, naming where it is.
-pub fn text_only(request: &ModelRequest, backend: Backend) -> CallResult<()> {
-    // The request must change, not the server: a 400 naming the part.
-    match request.first_media() {
-        Some((turn, kind)) => Err(CallError::Invalid(format!(
-            "(message {turn}, its {kind} part): the {backend} model takes text only; send \
-             text, or use a host or provider whose model takes {kind}"
-        ))),
-        None => Ok(()),
     }
 }

@@ -402,7 +402,7 @@ mod tests {
         assert_eq!(
             view["capabilities"],
             json!({"chat": true, "tools": true, "structured_output": true, "reasoning": null,
-                   "vision": false, "embeddings": true})
+                   "vision": false, "audio": false, "embeddings": true})
         );
         // A provider: no engine, nothing about keep-alive; an embedding model makes no chat.
         let provider = json!({"id": "p", "supports": {"images": true}});

@@ -15,6 +15,7 @@ pub mod jinja;
 mod logprobs;
 pub mod media;
 mod multimodal;
+pub use multimodal::no_projector;
 pub mod pool;
 mod projector;
 pub mod prompt_cache;

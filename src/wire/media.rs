@@ -5,7 +5,14 @@ use crate::call::Block;
 use crate::error::{CallError, CallResult};
 use crate::limits::Limits;
 use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD;
+use base64::engine::DecodePaddingMode;
+use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig, STANDARD};
+
+/// URL-safe base64, padded or not.
+const URL_SAFE_INDIFFERENT: GeneralPurpose = GeneralPurpose::new(
+    &base64::alphabet::URL_SAFE,
+    GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
+);
 use sha2::{Digest, Sha256};
 
 pub const IMAGE_TYPES: [&str; 4] = ["image/png", "image/jpeg", "image/gif", "image/webp"];
@@ -18,8 +25,12 @@ pub fn decode(data: &str, path: &str, limits: &Limits) -> CallResult<Vec<u8>> {
     if approx > limits.max_media_bytes + 3 {
         return Err(too_big(path, approx, limits));
     }
+    // Standard base64, or the URL-safe alphabet (with or without padding), as proto3's JSON
+    // takes bytes: the google-genai SDK sends `inlineData` URL-safe.
+    let data = data.trim();
     let bytes = STANDARD
-        .decode(data.trim())
+        .decode(data)
+        .or_else(|e| URL_SAFE_INDIFFERENT.decode(data).map_err(|_| e))
         .map_err(|e| CallError::at(path, format!("is not valid base64 ({e})")))?;
     if bytes.len() > limits.max_media_bytes {
         return Err(too_big(path, bytes.len(), limits));
@@ -74,8 +85,17 @@ pub fn block(
         Kind::Audio => &AUDIO_TYPES,
     };
     check_type(mime, allowed, mime_path)?;
-    let sha256: [u8; 32] = Sha256::digest(decode(data, data_path, limits)?).into();
-    let (data, mime) = (data.trim().to_owned(), mime.to_owned());
+    let bytes = decode(data, data_path, limits)?;
+    let sha256: [u8; 32] = Sha256::digest(&bytes).into();
+    // Kept in the standard alphabet, as every API this server speaks to writes it.
+    let data = data.trim();
+    let url_safe = data.contains(['-', '_']) || !data.len().is_multiple_of(4);
+    let data = if url_safe {
+        STANDARD.encode(&bytes)
+    } else {
+        data.to_owned()
+    };
+    let mime = mime.to_owned();
     Ok(match kind {
         Kind::Image => Block::Image { data, mime, sha256 },
         Kind::Audio => Block::Audio { data, mime, sha256 },
@@ -213,6 +233,23 @@ pub fn audio_format(format: &str, path: &str) -> CallResult<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn url_safe_base64_is_taken_and_kept_in_the_standard_alphabet() {
+        let bytes = [0xfb_u8, 0xff, 0xbf, 0x01];
+        let l = Limits::default();
+        // "+/+/AQ==" in the standard alphabet; the google-genai SDK writes "-_-_AQ" or "-_-_AQ==".
+        for sent in ["-_-_AQ", "-_-_AQ=="] {
+            let block = block(Kind::Image, sent, "image/png", "d", "m", &l).unwrap();
+            let Block::Image { data, sha256, .. } = block else {
+                panic!("{block:?}");
+            };
+            assert_eq!(data, "+/+/AQ==");
+            assert_eq!(sha256, <[u8; 32]>::from(Sha256::digest(bytes)));
+        }
+        let e = decode("-_-_A*", "d", &l).unwrap_err().to_string();
+        assert!(e.contains("`d`") && e.contains("not valid base64"), "{e}");
+    }
 
     #[test]
     fn data_urls_only_with_known_types_and_valid_base64() {

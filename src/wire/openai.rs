@@ -412,7 +412,7 @@ mod tests {
     }
 
     #[test]
-    fn a_template_gets_argument_objects_and_text_only() {
+    fn a_template_gets_argument_objects_and_media_as_its_marker() {
         let mut turns = tool_turns();
         turns.push(Turn {
             role: Role::User,
@@ -434,9 +434,11 @@ mod tests {
                     "type": "function",
                     "function": {"name": "f", "arguments": {"city": "Zürich"}}}]},
                 {"role": "tool", "content": "Error: 42", "tool_call_id": template_id("c1")},
-                {"role": "user", "content": "look"},
+                {"role": "user", "content": format!("look\n\n{}", media_marker())},
             ])
         );
+        // A marker no text can spell: made anew by each process.
+        assert!(media_marker().starts_with("<__media_") && media_marker().len() > 20);
     }
 
     #[test]

@@ -170,7 +170,8 @@ async fn the_openai_sdk_gets_a_providers_transcription_as_json_text_and_verbose_
     assert!(message.contains("not supported"), "{message}");
     let message = assert_refused(&out, "text_only_model", "file");
     assert!(
-        message.contains("\"local\" has no audio input"),
+        message.contains("\"local\" cannot transcribe it")
+            && message.contains("has no audio input"),
         "{message}"
     );
     // None of them reached the provider.

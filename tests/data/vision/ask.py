@@ -1,5 +1,7 @@
 """Asks a model about an image through an official client, as its users would, and prints what
-the client handed back as one JSON line: {"text": ..., "cached": ..., "prompt": ...}.
+the client handed back as one JSON line: {"text": ..., "cached": ..., "prompt": ...,
+"first_prompt": ...} (the prompt's tokens, those of them read from the cache, and the first
+turn's prompt tokens).
 
 usage: ask.py SDK URL TOKEN MODEL IMAGE QUESTION [--again]
   SDK: openai | anthropic | genai | ollama
@@ -19,6 +21,8 @@ with open(image, "rb") as f:
     raw = f.read()
 data = base64.b64encode(raw).decode()
 follow_up = "And again, in one word: what colour is the image?"
+# The first turn's prompt tokens.
+first = {}
 
 
 def openai_ask():
@@ -30,6 +34,7 @@ def openai_ask():
         {"type": "image_url", "image_url": {"url": f"data:{mime};base64,{data}"}},
     ]}]
     r = client.chat.completions.create(model=model, messages=messages, temperature=0, max_tokens=8)
+    first["prompt"] = r.usage.prompt_tokens
     if again:
         messages += [{"role": "assistant", "content": r.choices[0].message.content},
                      {"role": "user", "content": follow_up}]
@@ -47,11 +52,14 @@ def anthropic_ask():
         {"type": "image", "source": {"type": "base64", "media_type": mime, "data": data}},
         {"type": "text", "text": question},
     ]}]
-    r = client.messages.create(model=model, messages=messages, temperature=0, max_tokens=8)
+    r = client.messages.create(model=model, messages=messages, max_tokens=8,
+                               extra_body={"temperature": 0})
+    first["prompt"] = r.usage.input_tokens + (r.usage.cache_read_input_tokens or 0)
     if again:
         messages += [{"role": "assistant", "content": r.content[0].text},
                      {"role": "user", "content": follow_up}]
-        r = client.messages.create(model=model, messages=messages, temperature=0, max_tokens=8)
+        r = client.messages.create(model=model, messages=messages, max_tokens=8,
+                               extra_body={"temperature": 0})
     cached = r.usage.cache_read_input_tokens or 0
     return r.content[0].text, cached, r.usage.input_tokens + cached
 
@@ -67,6 +75,7 @@ def genai_ask():
         types.Part.from_text(text=question),
     ])]
     r = client.models.generate_content(model=model, contents=contents, config=config)
+    first["prompt"] = r.usage_metadata.prompt_token_count
     if again:
         contents += [types.Content(role="model", parts=[types.Part.from_text(text=r.text)]),
                      types.Content(role="user", parts=[types.Part.from_text(text=follow_up)])]
@@ -82,6 +91,7 @@ def ollama_ask():
     options = {"temperature": 0, "num_predict": 8}
     messages = [{"role": "user", "content": question, "images": [data]}]
     r = client.chat(model=model, messages=messages, options=options)
+    first["prompt"] = r.prompt_eval_count
     if again:
         messages += [{"role": "assistant", "content": r.message.content},
                      {"role": "user", "content": follow_up}]
@@ -92,4 +102,5 @@ def ollama_ask():
 
 text, cached, prompt = {"openai": openai_ask, "anthropic": anthropic_ask, "genai": genai_ask,
                         "ollama": ollama_ask}[sdk]()
-print(json.dumps({"text": text, "cached": cached, "prompt": prompt}))
+print(json.dumps({"text": text, "cached": cached, "prompt": prompt,
+                  "first_prompt": first.get("prompt")}))
