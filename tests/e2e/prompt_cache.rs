@@ -54,7 +54,7 @@ async fn ask(url: &str) -> (String, u64, u64) {
 }
 
 /// The saved prompts under `dir` (in the model's own folder).
-fn saved(dir: &Path) -> Vec<PathBuf> {
+pub(crate) fn saved(dir: &Path) -> Vec<PathBuf> {
     let Ok(models) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
@@ -68,7 +68,7 @@ fn saved(dir: &Path) -> Vec<PathBuf> {
 
 /// The one saved prompt under `dir`, once the server has written it (it saves after the answer
 /// is out); waits at most two minutes.
-async fn saved_once(dir: &Path, server: &HttpServer) -> PathBuf {
+pub(crate) async fn saved_once(dir: &Path, server: &HttpServer) -> PathBuf {
     for _ in 0..1200 {
         if let [one] = saved(dir).as_slice() {
             return one.clone();

@@ -215,3 +215,91 @@ async fn the_model_lists_vision_once_its_projector_is_loaded() {
         "{models}"
     );
 }
+
+/// A chat of about 1,500 prompt tokens of rules, then `picture` and the question.
+fn long_chat_about(picture: &str) -> Value {
+    use base64::Engine as _;
+    let rules: String = (1..=90)
+        .map(|i| {
+            format!(
+                "Rule {i}: the answer to question {i} is the number {}.\n",
+                i * 7
+            )
+        })
+        .collect();
+    let data = base64::engine::general_purpose::STANDARD.encode(file(picture));
+    json!({"model": "local", "max_tokens": 4, "temperature": 0,
+           "messages": [{"role": "system", "content": rules},
+                        {"role": "user", "content": [
+                            {"type": "image_url",
+                             "image_url": {"url": format!("data:image/png;base64,{data}")}},
+                            {"type": "text", "text": QUESTION}]}]})
+}
+
+/// The answer to a long chat about `picture`, its prompt tokens and those read from a cache.
+async fn ask_long(url: &str, picture: &str) -> (String, u64, u64) {
+    let (status, _, body) = post(
+        &format!("{url}/v1/chat/completions"),
+        &[],
+        &long_chat_about(picture),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    let text = v["choices"][0]["message"]["content"].as_str().unwrap();
+    let usage = &v["usage"];
+    (
+        text.to_lowercase(),
+        usage["prompt_tokens"].as_u64().unwrap(),
+        usage["prompt_tokens_details"]["cached_tokens"]
+            .as_u64()
+            .unwrap(),
+    )
+}
+
+#[tokio::test]
+async fn a_restarted_server_reads_an_image_back_from_the_disk_and_never_for_another_image() {
+    use crate::common::server::{HttpServer, Server};
+    assert!(crate::local::first_try().status.success());
+    let _turn = crate::local::TURN.lock().await;
+    let dir = std::env::temp_dir().join(format!("vision-cache-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let log = dir.with_extension("log");
+    let projector = mmproj();
+    let start = || async {
+        Server::new()
+            .log_level("agent_as_model=info")
+            .env("AGENT_AS_MODEL_BACKEND", "local")
+            .env("AGENT_AS_MODEL_MMPROJ", &projector)
+            .env("AGENT_AS_MODEL_PROMPT_CACHE_DIR", &dir)
+            .log_file(&log)
+            .http()
+            .await
+    };
+    let first: HttpServer = start().await;
+    let (red, prompt, cold) = ask_long(&first.url, "red.png").await;
+    assert!(
+        red.contains("red") && cold < prompt / 2,
+        "{red} {prompt} {cold}"
+    );
+    crate::prompt_cache::saved_once(&dir, &first).await;
+    drop(first);
+
+    // A new process: only the disk has the prompt, the image's reading in it.
+    let second = start().await;
+    let (again, _, cached) = ask_long(&second.url, "red.png").await;
+    assert_eq!(again, red);
+    assert!(
+        cached + 1 >= prompt - 16,
+        "{cached} of {prompt}\n{}",
+        second.log()
+    );
+    assert!(second.log().contains("prompt read back from the disk"));
+    // Another image after the same rules: the rules come from the disk, the image is read.
+    let (blue, _, cached) = ask_long(&second.url, "blue.png").await;
+    assert!(blue.contains("blue"), "{blue}");
+    assert!(cached < prompt - 16, "{cached} of {prompt}");
+    drop(second);
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_file(&log);
+}
