@@ -98,23 +98,7 @@ fn content(v: &Value, path: &str, limits: &Limits) -> CallResult<Vec<Block>> {
                 };
                 media::image_url(url, &format!("{url_path}.url"), limits)?
             }
-            _ => {
-                let audio_path = part.path("input_audio");
-                let audio = Obj::new(
-                    as_object(part.required("input_audio")?, &audio_path)?,
-                    audio_path.as_str(),
-                );
-                let mime =
-                    media::audio_format(audio.required_str("format")?, &audio.path("format"))?;
-                media::block(
-                    media::Kind::Audio,
-                    audio.required_str("data")?,
-                    mime,
-                    &audio.path("data"),
-                    &audio.path("format"),
-                    limits,
-                )?
-            }
+            _ => media::input_audio(&part, limits)?,
         });
     }
     Ok(flatten_text(blocks))

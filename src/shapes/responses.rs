@@ -2,8 +2,8 @@
 //!
 //! `input` is a string (one user message) or a non-empty list of items: messages `{role:
 //! user|assistant|system|developer, content: string | parts}` (parts `input_text`/`text`/
-//! `output_text`, `input_image` with a data URL), `function_call` items (the model's earlier tool
-//! calls), `function_call_output` items (their results) and `compaction` items (a summary of
+//! `output_text`, `input_image` with a data URL, `input_audio`), `function_call` items (the
+//! model's earlier tool calls), `function_call_output` items (their results) and `compaction` items (a summary of
 //! an earlier conversation that `POST /v1/responses/compact` made here, read as a user turn) and
 //! `reasoning` items (their `reasoning_text` content is the assistant's reasoning; the answer's
 //! own reasoning is a `reasoning` output item before its message).
@@ -64,11 +64,12 @@ impl Shape for ResponsesCreate {
 }
 
 const ROLES: [&str; 4] = ["user", "assistant", "system", "developer"];
-const PART_TYPES: [&str; 5] = [
+const PART_TYPES: [&str; 6] = [
     "input_text",
     "text",
     "output_text",
     "input_image",
+    "input_audio",
     "input_file",
 ];
 const ITEM_TYPES: [&str; 5] = [
@@ -117,6 +118,10 @@ fn content(v: &Value, path: &str, limits: &Limits) -> CallResult<Vec<Block>> {
                     "input_image" => {
                         let url = part.required_str("image_url")?;
                         blocks.push(media::image_url(url, &part.path("image_url"), limits)?);
+                        continue;
+                    }
+                    "input_audio" => {
+                        blocks.push(media::input_audio(&part, limits)?);
                         continue;
                     }
                     "input_file" => {
@@ -304,6 +309,20 @@ mod tests {
     }
 
     #[test]
+    fn an_audio_part_becomes_an_audio_block_of_its_format() {
+        let c = call(json!({"input": [{"role": "user", "content": [
+            {"type": "input_text", "text": "Transcribe."},
+            {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}}]}]}))
+        .unwrap();
+        let blocks = &c.request.turns[0].blocks;
+        assert!(
+            matches!(&blocks[1], Block::Audio { data, mime, .. }
+                if data == "UklGRg==" && mime == "audio/wav"),
+            "{blocks:?}"
+        );
+    }
+
+    #[test]
     fn instructions_lead_and_developer_items_fold_in() {
         let c = call(json!({
             "instructions": "Lead.",
@@ -421,6 +440,11 @@ mod tests {
             (
                 json!({"input": [{"role": "user", "content": [{"type": "input_text"}]}]}),
                 "`input[0].content[0]`: a text part needs its text",
+            ),
+            (
+                json!({"input": [{"role": "user", "content": [{"type": "input_audio",
+                    "input_audio": {"data": "AAAA", "format": "flac"}}]}]}),
+                "`input[0].content[0].input_audio.format`: unsupported audio format \"flac\"",
             ),
             (
                 json!({"input": 5}),

@@ -230,6 +230,25 @@ pub fn audio_format(format: &str, path: &str) -> CallResult<&'static str> {
     }
 }
 
+/// An `input_audio` part (OpenAI's chat and Responses): `{"input_audio": {"data": <base64>,
+/// "format": "wav" | "mp3"}}`.
+pub fn input_audio(part: &crate::args::Obj<'_>, limits: &Limits) -> CallResult<Block> {
+    let path = part.path("input_audio");
+    let audio = crate::args::Obj::new(
+        crate::args::as_object(part.required("input_audio")?, &path)?,
+        path.as_str(),
+    );
+    let mime = audio_format(audio.required_str("format")?, &audio.path("format"))?;
+    block(
+        Kind::Audio,
+        audio.required_str("data")?,
+        mime,
+        &audio.path("data"),
+        &audio.path("format"),
+        limits,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

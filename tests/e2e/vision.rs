@@ -83,7 +83,7 @@ fn said(answer: &Value) -> String {
 #[tokio::test]
 async fn an_image_reaches_the_model_through_every_clients_api_and_its_colour_is_answered() {
     let (_turn, s) = server(&[]).await;
-    for sdk in ["openai", "anthropic", "genai", "ollama"] {
+    for sdk in ["openai", "responses", "anthropic", "genai", "ollama"] {
         let red = ask(&s, sdk, "red.png", false).await;
         let blue = ask(&s, sdk, "blue.png", false).await;
         assert!(said(&red).contains("red"), "{sdk}: red.png: {red}");
@@ -95,7 +95,7 @@ async fn an_image_reaches_the_model_through_every_clients_api_and_its_colour_is_
 #[tokio::test]
 async fn a_second_turn_that_repeats_the_image_reads_it_from_the_cache() {
     let (_turn, s) = server(&[]).await;
-    for sdk in ["openai", "anthropic", "genai"] {
+    for sdk in ["openai", "responses", "anthropic", "genai"] {
         let second = ask(&s, sdk, "green.png", true).await;
         let usage = ["cached", "prompt", "first_prompt"].map(|k| second[k].as_u64());
         let [Some(cached), Some(prompt), Some(first)] = usage else {

@@ -4,7 +4,8 @@ the client handed back as one JSON line: {"text": ..., "cached": ..., "prompt": 
 turn's prompt tokens).
 
 usage: ask.py SDK URL TOKEN MODEL IMAGE QUESTION [--again]
-  SDK: openai | anthropic | genai | ollama
+  SDK: openai (chat completions) | responses (the openai SDK's Responses API) | anthropic |
+       genai | ollama
   --again: a second turn after the first answer, the image still in the conversation; the
            line is the second turn's (its cached tokens say whether the image was read again).
 Greedy (temperature 0), at most 8 tokens an answer.
@@ -42,6 +43,25 @@ def openai_ask():
                                            max_tokens=8)
     details = r.usage.prompt_tokens_details
     return r.choices[0].message.content, details.cached_tokens if details else 0, r.usage.prompt_tokens
+
+
+def responses_ask():
+    import openai
+
+    client = openai.OpenAI(base_url=url + "/v1", api_key=token)
+    items = [{"role": "user", "content": [
+        {"type": "input_text", "text": question},
+        {"type": "input_image", "image_url": f"data:{mime};base64,{data}"},
+    ]}]
+    r = client.responses.create(model=model, input=items, temperature=0, max_output_tokens=16)
+    first["prompt"] = r.usage.input_tokens
+    if again:
+        items += [{"role": "assistant", "content": r.output_text},
+                  {"role": "user", "content": follow_up}]
+        r = client.responses.create(model=model, input=items, temperature=0,
+                                    max_output_tokens=16)
+    details = r.usage.input_tokens_details
+    return r.output_text, details.cached_tokens if details else 0, r.usage.input_tokens
 
 
 def anthropic_ask():
@@ -100,7 +120,7 @@ def ollama_ask():
     return r.message.content, None, r.prompt_eval_count
 
 
-text, cached, prompt = {"openai": openai_ask, "anthropic": anthropic_ask, "genai": genai_ask,
-                        "ollama": ollama_ask}[sdk]()
+text, cached, prompt = {"openai": openai_ask, "responses": responses_ask,
+                        "anthropic": anthropic_ask, "genai": genai_ask, "ollama": ollama_ask}[sdk]()
 print(json.dumps({"text": text, "cached": cached, "prompt": prompt,
                   "first_prompt": first.get("prompt")}))
