@@ -116,6 +116,12 @@ pub fn prompt(
         });
         tokens.extend(slots::media_tokens(&id, len));
     }
+    // A prompt with no template after its last part (a base model's, joined as plain text):
+    // the answer starts after a paragraph break, as plain text joins the turns, for it needs a
+    // token of text to start from.
+    if (spans.last()).is_some_and(|m| m.start + m.len == tokens.len()) {
+        tokens.extend(model.tokens_of("\n\n"));
+    }
     Ok((tokens, spans))
 }
 

@@ -59,7 +59,8 @@ enum Script {
 /// What a flooding storage host sends at most.
 const FLOOD: u64 = 256 << 20;
 
-/// A Hub on loopback that serves one file from `/REPO/resolve/main/FILE`.
+/// A Hub on loopback that serves its files from `/REPO/resolve/main/NAME` (the model as
+/// [`FILE`]), and lists them at `/api/models/REPO`.
 pub(crate) struct Hub {
     pub(crate) endpoint: String,
     seen: Arc<Mutex<Vec<Seen>>>,
@@ -71,17 +72,28 @@ impl Hub {
     }
 
     fn scripted(file: Vec<u8>, script: Script) -> Hub {
+        Hub::serving(vec![(FILE.to_owned(), file)], script)
+    }
+
+    /// A Hub whose repository holds `files` (name, bytes).
+    fn serving(files: Vec<(String, Vec<u8>)>, script: Script) -> Hub {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let seen = Arc::new(Mutex::new(Vec::new()));
-        let digest = hex::encode(Sha256::digest(&file));
-        let file = Arc::new(file);
+        let files: Arc<Vec<Served>> = Arc::new(
+            (files.into_iter())
+                .map(|(name, bytes)| Served {
+                    digest: hex::encode(Sha256::digest(&bytes)),
+                    name,
+                    bytes,
+                })
+                .collect(),
+        );
         let log = seen.clone();
         std::thread::spawn(move || {
             for stream in listener.incoming().flatten() {
-                let (file, log, digest, script) =
-                    (file.clone(), log.clone(), digest.clone(), script.clone());
-                std::thread::spawn(move || serve(stream, port, &file, &digest, &log, &script));
+                let (files, log, script) = (files.clone(), log.clone(), script.clone());
+                std::thread::spawn(move || serve(stream, port, &files, &log, &script));
             }
         });
         Hub {
@@ -95,14 +107,14 @@ impl Hub {
     }
 }
 
-fn serve(
-    stream: TcpStream,
-    port: u16,
-    file: &[u8],
-    digest: &str,
-    log: &Mutex<Vec<Seen>>,
-    script: &Script,
-) {
+/// A file of the scripted Hub's repository.
+struct Served {
+    name: String,
+    bytes: Vec<u8>,
+    digest: String,
+}
+
+fn serve(stream: TcpStream, port: u16, files: &[Served], log: &Mutex<Vec<Seen>>, script: &Script) {
     let mut reader = BufReader::new(stream.try_clone().unwrap());
     let mut out = stream;
     loop {
@@ -136,12 +148,27 @@ fn serve(
         });
         let head = method == "HEAD";
         let resolve = format!("/{REPO}/resolve/main/");
-        let reply = if let Some(name) = target.strip_prefix(&resolve) {
+        let stored = (target.strip_prefix("/storage/"))
+            .and_then(|rest| files.iter().find(|f| rest.starts_with(&f.digest)));
+        let reply = if target == format!("/api/models/{REPO}") {
+            let siblings: Vec<_> = (files.iter())
+                .map(|f| serde_json::json!({"rfilename": f.name}))
+                .collect();
+            let body = serde_json::json!({"id": REPO, "siblings": siblings}).to_string();
+            format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                body.len()
+            )
+        } else if let Some(name) = target.strip_prefix(&resolve) {
+            let found = files.iter().find(|f| f.name == name);
             if authorization.as_deref() != Some(&format!("Bearer {TOKEN}")) {
                 "HTTP/1.1 401 Unauthorized\r\ncontent-length: 0\r\n\r\n".to_owned()
-            } else if name != FILE {
-                "HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n".to_owned()
-            } else {
+            } else if let Some(Served {
+                bytes: file,
+                digest,
+                ..
+            }) = found
+            {
                 // As the Hub does for a file in Git LFS: a redirect to storage on another
                 // host, with the file's size and SHA-256.
                 let etag = if matches!(script, Script::Racing { .. }) {
@@ -154,8 +181,10 @@ fn serve(
                      {etag}x-linked-size: {}\r\ncontent-length: 0\r\n\r\n",
                     file.len()
                 )
+            } else {
+                "HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n".to_owned()
             }
-        } else if target.starts_with("/storage/") && !head {
+        } else if let Some(Served { bytes: file, .. }) = stored.filter(|_| !head) {
             match script {
                 Script::BreakOffOnce => {}
                 Script::Flood {
@@ -619,5 +648,94 @@ fn a_hub_file_that_will_not_load_is_fetched_again_and_its_path_not_shown() {
         "downloads after each call: {fetched:?}"
     );
     drop(raw);
+    let _ = std::fs::remove_dir_all(&cache);
+}
+
+/// A projector beside an `hf:` model in its repository is found, fetched once into the cache
+/// beside the model and loaded with it, as llama-server's `-hf` finds one: the model then takes
+/// an image (Gemma 3 270M with a colour projector made for it by
+/// `tests/data/vision/color-mmproj`). A restart finds it in the cache.
+#[test]
+fn a_projector_beside_an_hf_model_is_fetched_with_it_and_reads_its_images() {
+    let _turn = TURN.blocking_lock();
+    let model = gemma();
+    let cache = std::env::temp_dir().join(format!("aam-hub-mmproj-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&cache);
+    std::fs::create_dir_all(&cache).unwrap();
+    let projector = cache.join("built-mmproj.gguf");
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/vision/color-mmproj"
+    );
+    let built = std::process::Command::new(script)
+        .arg(&model)
+        .arg(&projector)
+        .output()
+        .unwrap();
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    const MMPROJ: &str = "mmproj-gemma-3-270m-f16.gguf";
+    let files = vec![
+        (FILE.to_owned(), std::fs::read(&model).unwrap()),
+        (
+            "mmproj-gemma-3-270m-q8_0.gguf".to_owned(),
+            b"not this one".to_vec(),
+        ),
+        (MMPROJ.to_owned(), std::fs::read(&projector).unwrap()),
+        ("README.md".to_owned(), b"# Gemma".to_vec()),
+    ];
+    let hub = Hub::serving(files, Script::BreakOffOnce);
+    let source = format!("hf:{REPO}/{FILE}");
+    let red = {
+        use base64::Engine as _;
+        let png = std::fs::read(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/data/vision/red.png"
+        ));
+        base64::engine::general_purpose::STANDARD.encode(png.unwrap())
+    };
+    let ask = |raw: &mut Raw, id: &str| {
+        raw.send(&tools_call(
+            json!(id),
+            "chat_complete",
+            json!({"max_tokens": 2, "messages": [{"role": "user", "content": [
+                {"type": "text", "text": "What colour is this?"},
+                {"type": "image_url", "image_url": {"url": format!("data:image/png;base64,{red}")}}]}]}),
+        ));
+        raw.recv_id(&json!(id), LONG).expect("answered")
+    };
+    for run in ["first", "restarted"] {
+        let mut raw = server(&hub.endpoint, &source, Some(TOKEN), &cache);
+        let reply = ask(&mut raw, run);
+        assert_eq!(
+            reply["result"]["isError"],
+            false,
+            "{run}: {reply}\n{}",
+            raw.stderr()
+        );
+        assert!(
+            raw.stderr().contains("a projector beside the model"),
+            "{run}: {}",
+            raw.stderr()
+        );
+    }
+    let fetched = cache.join("models/hf").join(REPO).join(MMPROJ);
+    assert_eq!(
+        std::fs::read(&fetched).unwrap(),
+        std::fs::read(&projector).unwrap()
+    );
+    // The F16 projector only, once; the listing asked on the first run only.
+    let seen = hub.seen();
+    let fetches = |name: &str| {
+        (seen.iter())
+            .filter(|s| s.method == "HEAD" && s.target.ends_with(name))
+            .count()
+    };
+    assert_eq!((fetches(MMPROJ), fetches("q8_0.gguf")), (1, 0), "{seen:?}");
+    let listings = seen.iter().filter(|s| s.target.starts_with("/api/models/"));
+    assert_eq!(listings.count(), 1, "{seen:?}");
     let _ = std::fs::remove_dir_all(&cache);
 }

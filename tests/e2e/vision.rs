@@ -18,18 +18,35 @@ use std::path::PathBuf;
 const TOKEN: &str = "vision-test-token";
 const QUESTION: &str = "What colour is this image? Answer with one word.";
 
-/// The colour projector `scripts/peers` built for the default model.
+/// The colour projector for the default model: `AGENT_AS_MODEL_TEST_MMPROJ` when it names
+/// another, else `tests/data/vision/color-mmproj`'s (built once the default model is cached, which
+/// `scripts/peers` does when it is, and again when the model or the script is newer).
 fn mmproj() -> String {
-    let path = std::env::var_os("AGENT_AS_MODEL_TEST_MMPROJ").map_or_else(
-        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/peers/vision/color-mmproj.gguf"),
-        PathBuf::from,
+    let default = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/target/peers/vision/color-mmproj.gguf"
     );
+    if let Some(named) = std::env::var_os("AGENT_AS_MODEL_TEST_MMPROJ")
+        .filter(|p| p.as_os_str() != std::ffi::OsStr::new(default))
+    {
+        return named.to_string_lossy().into_owned();
+    }
     assert!(
-        path.is_file(),
-        "no projector at {} (scripts/peers builds it)",
-        path.display()
+        crate::local::first_try().status.success(),
+        "no default model"
     );
-    path.to_string_lossy().into_owned()
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/vision/color-mmproj"
+    );
+    let built = std::process::Command::new(script).output().unwrap();
+    assert!(
+        built.status.success(),
+        "{script}: {}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    assert!(PathBuf::from(default).is_file(), "{default} was not built");
+    default.to_owned()
 }
 
 fn image(name: &str) -> String {

@@ -328,6 +328,12 @@ impl<D: Decoder> Slots<D> {
             let _ = call.reply.send(Err(LocalError::NoFreeSlot));
             return;
         };
+        // The answer starts from the logits of the prompt's last token, which media has not.
+        if (call.media.last()).is_some_and(|m| m.start + m.len >= call.prompt.len()) {
+            let why = "the prompt ends with an image or audio part: no text follows it";
+            let _ = call.reply.send(Err(LocalError::Media(why.to_owned())));
+            return;
+        }
         let shared = self.restore(index, &call.prompt, shared).unwrap_or(shared);
         if call.budget == 0 {
             let output = Output {

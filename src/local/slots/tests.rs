@@ -708,3 +708,11 @@ fn drafts_never_propose_media_tokens() {
         assert!(place.token.0 >= 0, "a media token was drafted: {place:?}");
     }
 }
+
+#[test]
+fn a_prompt_that_ends_with_media_is_refused_not_left_waiting() {
+    let mut slots = slots(layout(1, 256, 256), Fake::new(256, counting));
+    let mut reply = place(&mut slots, with_media(&[1, 2], 1, 6, &[], 3));
+    assert!(matches!(reply.try_recv(), Ok(Err(LocalError::Media(_)))));
+    assert!(slots.is_idle());
+}
