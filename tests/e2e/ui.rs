@@ -331,3 +331,30 @@ async fn the_page_is_answered_by_the_embedded_model_and_its_engine_view_loads_an
         );
     }
 }
+
+#[tokio::test]
+async fn the_page_attaches_images_for_a_model_with_vision_and_they_reach_it() {
+    let projector = crate::vision::mmproj();
+    let _turn = crate::local::TURN.lock().await;
+    let file = models_file(
+        "vision",
+        &format!("[[models]]\nname = \"local\"\nbackend = \"local\"\nmmproj = \"{projector}\"\n"),
+    );
+    let server = Server::new()
+        .log_level("error")
+        .env("AGENT_AS_MODEL_MODELS", &file)
+        .ready_within(Duration::from_secs(60))
+        .http()
+        .await;
+    let images = ["red.png", "blue.png"]
+        .map(|n| format!("{}/tests/data/vision/{n}", env!("CARGO_MANIFEST_DIR")));
+    let report = drive("vision", &server.url, json!({"images": images})).await;
+    same_origin(&report, &server.url);
+    let answers: Vec<String> = (report["answers"].as_array().unwrap().iter())
+        .map(|a| a.as_str().unwrap().to_lowercase())
+        .collect();
+    assert!(
+        answers.len() == 2 && answers[0].contains("red") && answers[1].contains("blue"),
+        "{answers:?}"
+    );
+}

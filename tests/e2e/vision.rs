@@ -21,7 +21,7 @@ const QUESTION: &str = "What colour is this image? Answer with one word.";
 /// The colour projector for the default model: `AGENT_AS_MODEL_TEST_MMPROJ` when it names
 /// another, else `tests/data/vision/color-mmproj`'s (built once the default model is cached, which
 /// `scripts/peers` does when it is, and again when the model or the script is newer).
-fn mmproj() -> String {
+pub(crate) fn mmproj() -> String {
     let default = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/target/peers/vision/color-mmproj.gguf"

@@ -7,8 +7,9 @@ SCENARIO is `provider` (a scripted provider behind a token: the token asked for 
 question answered with Markdown, reasoning, a tool call and structured output, a stream stopped
 mid-way, another model picked, an error shown, conversations kept, renamed and deleted, the
 engine view, a phone's width) or `embedded` (the embedded model: a question answered, the
-engine view showing it loaded, then unloaded by its button). OPTIONS_JSON holds `token`,
-`screenshots` (a folder, or null). The page's own checks fail with an AssertionError; the last
+engine view showing it loaded, then unloaded by its button) or `vision` (the embedded model
+with a projector: images attached and answered). OPTIONS_JSON holds `token`, `screenshots` (a
+folder, or null), `images` (files to attach). The page's own checks fail with an AssertionError; the last
 line printed is a JSON report: every URL the browser requested, the texts the Rust test checks.
 """
 
@@ -325,9 +326,32 @@ def embedded(base, options):
     return report
 
 
+def vision(base, options):
+    """The embedded model with a projector: the attach button is on, and an attached image
+    reaches it (a red one, then in a new conversation a blue one)."""
+    report = {"answers": []}
+    with browsing(base, "/ui", report) as page:
+        expect(page.locator("#capabilities")).to_contain_text("vision")
+        expect(page.locator("#image")).to_be_enabled()
+        for picture in options["images"]:
+            page.click("#new-chat")
+            page.set_input_files("#image", picture)
+            expect(page.locator("#attached")).to_contain_text("image 1")
+            ask(page, "What colour is this image? Answer with one word.")
+            answered(page)
+            answer = last_answer(page)
+            expect(answer.locator(".error")).to_have_count(0)
+            # The image is shown in the user's message, and gone from the next one's attachments.
+            expect(page.locator("#messages .message.user").last.locator("img")).to_have_count(1)
+            expect(page.locator("#attached")).not_to_contain_text("image 1")
+            report["answers"].append(answer.locator(".body").inner_text())
+    return report
+
+
 def main():
     scenario, base, options = sys.argv[1], sys.argv[2].rstrip("/"), json.loads(sys.argv[3])
-    report = {"provider": provider, "embedded": embedded}[scenario](base, options)
+    scenarios = {"provider": provider, "embedded": embedded, "vision": vision}
+    report = scenarios[scenario](base, options)
     print(json.dumps(report))
 
 
