@@ -529,12 +529,26 @@ pub fn audio_block(audio: &Audio, limits: &Limits) -> Result<Block, ApiError> {
     )?)
 }
 
+/// Tokens a transcript may have for each 30 seconds of audio, begun: Whisper's decoder writes
+/// at most 448 a window. A model that loops on the audio stops there, not at its context's end.
+const TOKENS_PER_WINDOW: u64 = 448;
+
+/// The windows of audio whose length is not known (10 minutes' worth).
+const UNKNOWN_WINDOWS: u64 = 20;
+
+/// The transcript's token limit for `audio`.
+fn answer_tokens(audio: &Audio) -> u64 {
+    let windows = duration(audio).map_or(UNKNOWN_WINDOWS, |s| (s / 30.0).ceil().max(1.0) as u64);
+    TOKENS_PER_WINDOW.saturating_mul(windows)
+}
+
 /// The call: a chat completion of `asked.model` (routed as every API's model is), whose one
-/// user turn holds the instruction and then `audio`.
+/// user turn holds the instruction and then `audio`, its answer held to [`answer_tokens`].
 pub fn call(api: &Api, asked: &Asked, audio: Block) -> Result<Call, ApiError> {
     let mut arguments = json!({
         "model": asked.model,
         "messages": [{"role": "user", "content": instruction(asked)}],
+        "max_tokens": answer_tokens(&asked.audio),
     });
     if let (Some(t), Some(map)) = (asked.temperature, arguments.as_object_mut()) {
         map.insert("temperature".into(), json!(t));
@@ -844,6 +858,21 @@ mod tests {
         // Other audio, named as such, is refused all the same.
         let e = asked("a.flac", "audio/flac", b"fLaC\0\0\0\x22").unwrap_err();
         assert!(e.message.contains("audio/flac"), "{}", e.message);
+    }
+
+    #[test]
+    fn a_transcript_is_held_to_448_tokens_a_window_of_30_seconds() {
+        let of = |data: Vec<u8>| {
+            answer_tokens(&Audio {
+                data: Bytes::from(data),
+                mime: "audio/wav",
+            })
+        };
+        assert_eq!(of(wav(16_000, 8_000)), 448);
+        // 31 seconds: two windows.
+        assert_eq!(of(wav(1_000, 31_000)), 896);
+        // Not a WAV header: its length unknown, ten minutes' worth.
+        assert_eq!(of(b"RIFF".to_vec()), 448 * 20);
     }
 
     #[test]

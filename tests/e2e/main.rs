@@ -20,6 +20,7 @@ mod anthropic_threads;
 mod api_clis;
 mod api_letter;
 mod api_sdks;
+mod audio;
 // Built with `--features dynamic-backends` only (scripts/test runs it).
 #[cfg(all(
     feature = "dynamic-backends",

@@ -26,27 +26,30 @@ pub(crate) fn mmproj() -> String {
         env!("CARGO_MANIFEST_DIR"),
         "/target/peers/vision/color-mmproj.gguf"
     );
-    if let Some(named) = std::env::var_os("AGENT_AS_MODEL_TEST_MMPROJ")
-        .filter(|p| p.as_os_str() != std::ffi::OsStr::new(default))
-    {
-        return named.to_string_lossy().into_owned();
+    match std::env::var_os("AGENT_AS_MODEL_TEST_MMPROJ") {
+        Some(named) if named.as_os_str() != std::ffi::OsStr::new(default) => {
+            named.to_string_lossy().into_owned()
+        }
+        _ => built("vision/color-mmproj"),
     }
+}
+
+/// The projector `tests/data/SCRIPT` builds for the default model (fetched first): its path.
+pub(crate) fn built(script: &str) -> String {
     assert!(
         crate::local::first_try().status.success(),
         "no default model"
     );
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/data/vision/color-mmproj"
-    );
-    let built = std::process::Command::new(script).output().unwrap();
+    let script = format!("{}/tests/data/{script}", env!("CARGO_MANIFEST_DIR"));
+    let built = std::process::Command::new(&script).output().unwrap();
     assert!(
         built.status.success(),
         "{script}: {}",
         String::from_utf8_lossy(&built.stderr)
     );
-    assert!(PathBuf::from(default).is_file(), "{default} was not built");
-    default.to_owned()
+    let path = String::from_utf8_lossy(&built.stdout).trim().to_owned();
+    assert!(PathBuf::from(&path).is_file(), "{script} built no {path}");
+    path
 }
 
 fn image(name: &str) -> String {
