@@ -127,6 +127,56 @@ fn at(param: &str, problem: impl std::fmt::Display) -> ApiError {
 /// `temperature` or `language`, or a field given twice. Unknown fields are ignored, said in
 /// the warnings, as the other APIs here say them.
 pub fn read(parts: Vec<Part>) -> Result<Asked, ApiError> {
+    let Form {
+        file,
+        texts,
+        warnings,
+    } = sort(parts)?;
+    let text = |name: &str| {
+        texts
+            .get(name)
+            .and_then(Value::as_str)
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+    };
+    let Some(file) = file else {
+        return Err(at(
+            "file",
+            "is required: the audio to transcribe, a WAV or MP3 file",
+        ));
+    };
+    let Some(model) = text("model") else {
+        return Err(at(
+            "model",
+            "is required: the model to transcribe with (one that takes audio input)",
+        ));
+    };
+    not_streamed(text("stream"))?;
+    let format = format(text("response_format"))?;
+    let temperature = temperature(text("temperature"))?;
+    let language = language(text("language"))?;
+    let audio = audio(file)?;
+    Ok(Asked {
+        model: model.to_owned(),
+        audio,
+        language,
+        prompt: text("prompt").map(str::to_owned),
+        format,
+        temperature,
+        warnings,
+    })
+}
+
+/// The form's parts, sorted: the file, the text fields, and warnings for the rest.
+struct Form {
+    file: Option<Part>,
+    texts: Map<String, Value>,
+    warnings: Vec<String>,
+}
+
+/// Sorts the form's parts: a field given twice is a 400 naming it; an unknown or ignored field
+/// is said in the warnings.
+fn sort(parts: Vec<Part>) -> Result<Form, ApiError> {
     let mut file: Option<Part> = None;
     let mut texts: Map<String, Value> = Map::new();
     let mut warned: Vec<String> = Vec::new();
@@ -164,26 +214,16 @@ pub fn read(parts: Vec<Part>) -> Result<Asked, ApiError> {
             });
         }
     }
-    let text = |name: &str| {
-        texts
-            .get(name)
-            .and_then(Value::as_str)
-            .map(str::trim)
-            .filter(|t| !t.is_empty())
-    };
-    let Some(file) = file else {
-        return Err(at(
-            "file",
-            "is required: the audio to transcribe, a WAV or MP3 file",
-        ));
-    };
-    let Some(model) = text("model") else {
-        return Err(at(
-            "model",
-            "is required: the model to transcribe with (one that takes audio input)",
-        ));
-    };
-    if let Some(stream) = text("stream") {
+    Ok(Form {
+        file,
+        texts,
+        warnings,
+    })
+}
+
+/// `stream`: only false (or left out) is taken.
+fn not_streamed(stream: Option<&str>) -> Result<(), ApiError> {
+    if let Some(stream) = stream {
         match stream.to_ascii_lowercase().as_str() {
             "false" | "0" => {}
             "true" | "1" => {
@@ -196,7 +236,12 @@ pub fn read(parts: Vec<Part>) -> Result<Asked, ApiError> {
             _ => return Err(at("stream", "expected true or false")),
         }
     }
-    let format = match text("response_format") {
+    Ok(())
+}
+
+/// `response_format`: json (the default), text or verbose_json.
+fn format(asked: Option<&str>) -> Result<Format, ApiError> {
+    Ok(match asked {
         None | Some("json") => Format::Json,
         Some("text") => Format::Text,
         Some("verbose_json") => Format::VerboseJson,
@@ -229,8 +274,12 @@ pub fn read(parts: Vec<Part>) -> Result<Asked, ApiError> {
                 ),
             ));
         }
-    };
-    let temperature = match text("temperature") {
+    })
+}
+
+/// `temperature`: a number from 0 to 1.
+fn temperature(asked: Option<&str>) -> Result<Option<f64>, ApiError> {
+    Ok(match asked {
         None => None,
         Some(t) => match t.parse::<f64>() {
             Ok(t) if (0.0..=1.0).contains(&t) => Some(t),
@@ -241,8 +290,12 @@ pub fn read(parts: Vec<Part>) -> Result<Asked, ApiError> {
                 ));
             }
         },
-    };
-    let language = match text("language") {
+    })
+}
+
+/// `language`: an ISO-639-1 code (two or three letters).
+fn language(asked: Option<&str>) -> Result<Option<String>, ApiError> {
+    Ok(match asked {
         None => None,
         Some(code)
             if (2..=3).contains(&code.len()) && code.bytes().all(|b| b.is_ascii_alphabetic()) =>
@@ -258,16 +311,6 @@ pub fn read(parts: Vec<Part>) -> Result<Asked, ApiError> {
                 ),
             ));
         }
-    };
-    let audio = audio(file)?;
-    Ok(Asked {
-        model: model.to_owned(),
-        audio,
-        language,
-        prompt: text("prompt").map(str::to_owned),
-        format,
-        temperature,
-        warnings,
     })
 }
 

@@ -707,6 +707,15 @@ impl Local {
         self.state.borrow().clone()
     }
 
+    /// Whether it reads images, and audio, as its projector says once it is loaded; before, a
+    /// projector asked for is taken to read images (audio is not known until it loads).
+    fn senses(&self) -> (bool, Option<bool>) {
+        match self.state() {
+            State::Ready(info) => (info.vision, Some(info.audio)),
+            _ => (self.settings.mmproj.is_some(), None),
+        }
+    }
+
     /// Refuses media at once when the model can have no projector (the projector, once
     /// loaded, says whether it reads images, audio or both).
     fn takes_media(&self, request: &ModelRequest) -> CallResult<()> {
@@ -878,12 +887,7 @@ impl Model for Local {
             State::Ready(info) => (Some(info.format), file_json(&info)),
             _ => (None, Value::Null),
         };
-        // What its projector reads, once it is loaded; before, a projector asked for is taken
-        // to read images (audio is not known until it loads).
-        let (images, audio) = match self.state() {
-            State::Ready(info) => (info.vision, Some(info.audio)),
-            _ => (s.mmproj.is_some(), None),
-        };
+        let (images, audio) = self.senses();
         json!({
             "id": self.name(),
             "owned_by": "local",

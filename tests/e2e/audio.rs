@@ -35,18 +35,7 @@ async fn hear(s: &Replica, way: &str, wav: &str) -> String {
         "local",
         &format!("{dir}/{wav}"),
     ]);
-    let out = tokio::time::timeout(std::time::Duration::from_secs(300), command.output())
-        .await
-        .expect("the client took over 300 s")
-        .expect("the client ran");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{way}: {}\n{stdout}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_str(stdout.lines().last().unwrap_or_default())
-        .unwrap_or_else(|e| panic!("{way}: {e}: {stdout}"));
+    let v = crate::vision::client_json(command, way).await;
     v["text"].as_str().unwrap_or_default().to_lowercase()
 }
 

@@ -1,7 +1,7 @@
 //! Pulling and deleting models go through the backends, on the real binary: an `hf:` file
 //! `POST /api/pull` fetched is a model from then on (listed by `/api/tags`, routed by name on
-//! `/api/chat`) until `DELETE /api/delete` removes it and its file; a file a running local
-//! backend answers from is not deleted, even once pulled. The first two run no model (the
+//! `/api/chat`) until `DELETE /api/delete` removes it and its file; a file a configured local
+//! model answers from is not deleted, even once pulled. The first two run no model (the
 //! scripted Hub's file is none, and a call that reaches it is told so, naming it); the last
 //! pulls the embedded model's file under an `hf:` name and chats with it.
 
@@ -120,19 +120,24 @@ async fn a_pulled_file_is_listed_routed_and_deleted_through_the_backends() {
 }
 
 #[tokio::test]
-async fn the_file_of_a_running_local_backend_is_not_deleted_even_once_pulled() {
+async fn the_file_of_a_configured_local_model_is_not_deleted_even_once_pulled() {
     let hub = crate::hub::Hub::start(b"not a model either".repeat(40_000));
     let dir = folder("pull-in-use");
     let cache = dir.join("cache");
     let _ = std::fs::remove_dir_all(&cache);
     let (name, cached) = hub_file(&dir);
-    // The local backend answers from the Hub's file (fetched as the server starts).
+    // A local model answers from the Hub's file. It loads on its first call (none comes): a
+    // file that will not load is removed when it fails to, and this one is no model.
     let env = [
         ("AGENT_AS_MODEL_CACHE_DIR", cache.to_str().unwrap()),
         ("HF_ENDPOINT", hub.endpoint.as_str()),
         ("HF_TOKEN", crate::hub::TOKEN),
     ];
-    let args = ["--backend", "local", "--model", name.as_str()];
+    let models = dir.join("models.toml");
+    let entry =
+        format!("[[models]]\nname = \"local\"\nbackend = \"local\"\nmodel_file = \"{name}\"\n");
+    std::fs::write(&models, entry).unwrap();
+    let args = ["--models", models.to_str().unwrap()];
     let server = Server::with_env(&dir, &args, &env).await;
     // Pulled, the name shares the backend's engine; deleted, it is refused with Ollama's
     // shape, naming the file and the model, and the file stays.

@@ -82,6 +82,11 @@ async fn ask(s: &Replica, sdk: &str, picture: &str, again: bool) -> Value {
     if again {
         command.arg("--again");
     }
+    client_json(command, sdk).await
+}
+
+/// The JSON line a client printed last, run within 300 seconds; `what` names it in failures.
+pub(crate) async fn client_json(mut command: tokio::process::Command, what: &str) -> Value {
     let out = tokio::time::timeout(std::time::Duration::from_secs(300), command.output())
         .await
         .expect("the client took over 300 s")
@@ -89,11 +94,11 @@ async fn ask(s: &Replica, sdk: &str, picture: &str, again: bool) -> Value {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
-        "{sdk}: {}\n{stdout}",
+        "{what}: {}\n{stdout}",
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_str(stdout.lines().last().unwrap_or_default())
-        .unwrap_or_else(|e| panic!("{sdk}: {e}: {stdout}"))
+        .unwrap_or_else(|e| panic!("{what}: {e}: {stdout}"))
 }
 
 fn said(answer: &Value) -> String {
