@@ -9,6 +9,19 @@
 //! conversation: aggregate decode tokens/s and the time to first token, at each `n` of
 //! `BENCH_STREAMS` (default `1,4,8`; `none` skips them).
 //!
+//! Between the two, with `BENCH_MMPROJ=FILE` (a projector for the model; without it that
+//! table is skipped), images: both servers started again with `--mmproj FILE` ([`SLOTS`]
+//! slots), and for each image of `BENCH_IMAGES` (paths, comma-separated; default the five of
+//! `tests/data/vision`), `BENCH_RUNS` runs on each, alternating: a user turn asking the
+//! image's colour, the question (which starts with a tag of the request's own, so no cache
+//! serves what follows) before the image, streamed; the same turn without the image; the
+//! tokens the image adds to `usage.prompt_tokens` and to the time to the first token (its cold
+//! cost: decoding, resizing, encoding, reading the embeddings); then the turn with the image
+//! sent again, unchanged: its first token and its `cached_tokens`. Ours logs at debug level
+//! there, and its own time for each image read (its `media read into a prompt` line) is shown
+//! beside. `BENCH_ONLY_IMAGES` runs the images alone; `BENCH_ONLY_STREAMS` skips the
+//! conversations only.
+//!
 //! `BENCH_LLAMA_SERVER=path/to/llama-server cargo bench --bench llama_server` (BENCHMARKS.md
 //! says how that binary was built). The default model must be cached (run `try` once), or
 //! `BENCH_MODEL=FILE`. `BENCH_RUNS` (default 5) conversations (and rounds of streams) per
@@ -28,7 +41,9 @@ mod rss;
 use port::free_port;
 
 use agent_as_model::local::{engine, fetch};
+use base64::Engine as _;
 use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -44,6 +59,8 @@ struct Server {
     child: Child,
     url: String,
     started: Duration,
+    /// Where its standard output and error go.
+    log: PathBuf,
 }
 
 impl Drop for Server {
@@ -76,6 +93,7 @@ async fn start(
         child,
         url: format!("http://127.0.0.1:{port}"),
         started: Duration::ZERO,
+        log: log.clone(),
     };
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
@@ -274,46 +292,21 @@ fn show((m, lo, hi): (f64, f64, f64)) -> String {
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     agent_as_model::install_tls();
-    let Some(theirs) = std::env::var_os("BENCH_LLAMA_SERVER") else {
-        eprintln!("set BENCH_LLAMA_SERVER to a llama-server binary (BENCHMARKS.md)");
-        std::process::exit(2);
-    };
-    let model = std::env::var_os("BENCH_MODEL")
-        .map(std::path::PathBuf::from)
-        .or_else(fetch::cached_default)
-        .expect("the default model is cached: run `try` once");
     let runs: usize = std::env::var("BENCH_RUNS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(5);
-    let threads = engine::physical_cores().to_string();
-    // On a GPU build: the layers both put on the device (`auto`, both servers' default, or a
-    // number), BENCHMARKS.md's GPU procedure.
-    let gpu_layers = std::env::var("BENCH_GPU_LAYERS").ok();
-    let ours_binary = std::env::var_os("BENCH_SERVER")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| env!("CARGO_BIN_EXE_agent-as-model").into());
-    println!(
-        "model {}; {threads} threads, {SLOTS} slots of {CONTEXT} tokens each, greedy, \
-         {MAX_TOKENS} tokens at most, {runs} conversations each, GPU layers: {}",
-        model.display(),
-        gpu_layers.as_deref().unwrap_or("each server's default")
-    );
-    // A new connection for every request, for both (llama-server closes a streamed one).
-    let client = reqwest::Client::builder()
-        .pool_max_idle_per_host(0)
-        .build()
-        .unwrap();
-    let bench = Bench {
-        client,
-        model,
-        threads,
-        gpu_layers,
-        ours: ours_binary,
-        theirs: theirs.into(),
-    };
-    if std::env::var_os("BENCH_ONLY_STREAMS").is_none() {
+    let bench = Bench::from_env(runs);
+    let only_images = std::env::var_os("BENCH_ONLY_IMAGES").is_some();
+    if !only_images && std::env::var_os("BENCH_ONLY_STREAMS").is_none() {
         conversations(&bench, runs).await;
+    }
+    match std::env::var_os("BENCH_MMPROJ") {
+        Some(mmproj) => images_table(&bench, Path::new(&mmproj), &image_files(), runs).await,
+        None => println!("\nno images table: BENCH_MMPROJ (a projector for the model) is not set"),
+    }
+    if only_images {
+        return;
     }
     let streams = std::env::var("BENCH_STREAMS").unwrap_or_else(|_| "1,4,8".to_owned());
     let levels: Vec<u32> = streams
@@ -325,11 +318,11 @@ async fn main() {
     }
 }
 
-/// The conversations' table (`BENCH_ONLY_STREAMS` skips it).
+/// The conversations' table (`BENCH_ONLY_STREAMS` or `BENCH_ONLY_IMAGES` skips it).
 async fn conversations(bench: &Bench, runs: usize) {
     // Both are started (one at a time), then their conversations alternate, so a machine
     // that drifts (other load, clock) drifts for both; only one of them works at any time.
-    let servers = bench.start_both(SLOTS).await;
+    let servers = bench.start_both(SLOTS, None).await;
     let client = &bench.client;
     let mut rows = vec![Vec::new(), Vec::new()];
     for run in 0..runs {
@@ -354,17 +347,58 @@ async fn conversations(bench: &Bench, runs: usize) {
 /// What both servers are started with.
 struct Bench {
     client: reqwest::Client,
-    model: std::path::PathBuf,
+    model: PathBuf,
     threads: String,
     gpu_layers: Option<String>,
-    ours: std::path::PathBuf,
-    theirs: std::path::PathBuf,
+    ours: PathBuf,
+    theirs: PathBuf,
 }
 
 impl Bench {
+    /// The servers, model, threads and GPU layers the environment names (the top comment),
+    /// printed; exits when `BENCH_LLAMA_SERVER` is not set.
+    fn from_env(runs: usize) -> Self {
+        let Some(theirs) = std::env::var_os("BENCH_LLAMA_SERVER") else {
+            eprintln!("set BENCH_LLAMA_SERVER to a llama-server binary (BENCHMARKS.md)");
+            std::process::exit(2);
+        };
+        let model = std::env::var_os("BENCH_MODEL")
+            .map(PathBuf::from)
+            .or_else(fetch::cached_default)
+            .expect("the default model is cached: run `try` once");
+        let threads = engine::physical_cores().to_string();
+        // On a GPU build: the layers both put on the device (`auto`, both servers' default, or
+        // a number), BENCHMARKS.md's GPU procedure.
+        let gpu_layers = std::env::var("BENCH_GPU_LAYERS").ok();
+        let ours = std::env::var_os("BENCH_SERVER")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| env!("CARGO_BIN_EXE_agent-as-model").into());
+        println!(
+            "model {}; {threads} threads, {SLOTS} slots of {CONTEXT} tokens each, greedy, \
+             {MAX_TOKENS} tokens at most, {runs} conversations each, GPU layers: {}",
+            model.display(),
+            gpu_layers.as_deref().unwrap_or("each server's default")
+        );
+        // A new connection for every request, for both (llama-server closes a streamed one).
+        let client = reqwest::Client::builder()
+            .pool_max_idle_per_host(0)
+            .build()
+            .unwrap();
+        let theirs = theirs.into();
+        Self {
+            client,
+            model,
+            threads,
+            gpu_layers,
+            ours,
+            theirs,
+        }
+    }
+
     /// Starts ours, then llama-server, each with `slots` slots of [`CONTEXT`] tokens (one
-    /// cache the slots share: ours always, llama-server's asked for).
-    async fn start_both(&self, slots: u32) -> Vec<Server> {
+    /// cache the slots share: ours always, llama-server's asked for), and `mmproj`'s
+    /// projector when given (ours then logs at debug level: its line for each image read).
+    async fn start_both(&self, slots: u32, mmproj: Option<&Path>) -> Vec<Server> {
         let mut servers = Vec::new();
         for name in ["agent-as-model", "llama-server"] {
             let port = free_port();
@@ -373,6 +407,12 @@ impl Bench {
             } else {
                 (self.theirs_command(port, slots), "/health")
             };
+            if let Some(mmproj) = mmproj {
+                command.arg("--mmproj").arg(mmproj);
+                if name == "agent-as-model" {
+                    command.env("RUST_LOG", "error,agent_as_model=debug");
+                }
+            }
             servers.push(start(&self.client, name, &mut command, port, health).await);
         }
         servers
@@ -449,7 +489,7 @@ async fn streams_row(client: &reqwest::Client, server: &Server, n: u32, run: usi
 async fn streams_table(bench: &Bench, levels: &[u32], runs: usize) {
     let mut table = Vec::new();
     for &n in levels {
-        let servers = bench.start_both(n).await;
+        let servers = bench.start_both(n, None).await;
         let mut rows = vec![Vec::new(), Vec::new()];
         for run in 0..runs {
             for (server, rows) in servers.iter().zip(rows.iter_mut()) {
@@ -508,4 +548,265 @@ fn print_table(results: &Results) {
         "\nmedian (min, max); against: theirs / ours for times, ours / theirs for tokens/s, so \
          1.00x or more means ours is at least as fast"
     );
+}
+
+/// The images of `BENCH_IMAGES` (paths, comma-separated), by default the five of
+/// `tests/data/vision` the vision tests and `benches/vision_llama_server.sh` use.
+fn image_files() -> Vec<PathBuf> {
+    if let Ok(list) = std::env::var("BENCH_IMAGES") {
+        let files = list.split(',').map(str::trim).filter(|f| !f.is_empty());
+        return files.map(PathBuf::from).collect();
+    }
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/vision");
+    let names = [
+        "red.png",
+        "green.png",
+        "blue.png",
+        "blue.jpg",
+        "gradient-640x480.png",
+    ];
+    names.iter().map(|name| dir.join(name)).collect()
+}
+
+/// The image file at `path` as a data URL, its type told by its name.
+fn data_url(path: &Path) -> String {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let jpeg = path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("jpg") || e.eq_ignore_ascii_case("jpeg"));
+    let mime = if jpeg { "image/jpeg" } else { "image/png" };
+    let data = base64::engine::general_purpose::STANDARD.encode(bytes);
+    format!("data:{mime};base64,{data}")
+}
+
+/// A tag for the next request (`next` counts them): the count's digits, lowest first, then
+/// the process: a tag differs from the last ten requests' from its first character, so no
+/// prefix cache serves anything after the template's start (digits are a token each in the
+/// default model's vocabulary, so every tag is as many tokens long).
+fn run_tag(next: &mut u32) -> String {
+    *next += 1;
+    let digits: String = format!("{:06}", *next).chars().rev().collect();
+    format!("{digits}-{}", std::process::id())
+}
+
+/// A user turn asking the colour of `image` (a data URL), or the same turn without it: the
+/// question, which starts with `tag`, before the image; greedy, streamed, a few tokens.
+fn image_chat(tag: &str, image: Option<&str>) -> Value {
+    let question = format!("Run {tag}. What colour is this image? Answer with one word.");
+    let mut content = vec![json!({"type": "text", "text": question})];
+    if let Some(url) = image {
+        content.push(json!({"type": "image_url", "image_url": {"url": url}}));
+    }
+    json!({"model": "local", "messages": [{"role": "user", "content": content}],
+           "stream": true, "temperature": 0, "max_tokens": 4,
+           "stream_options": {"include_usage": true}})
+}
+
+/// One streamed request that must succeed.
+async fn ask(client: &reqwest::Client, server: &Server, body: &Value) -> Turn {
+    turn(client, &server.url, body)
+        .await
+        .unwrap_or_else(|| panic!("{}: an image request failed", server.name))
+}
+
+/// The log's length now (where a request's lines will start).
+fn log_len(log: &Path) -> u64 {
+    std::fs::metadata(log).map_or(0, |m| m.len())
+}
+
+/// The time (ms) the server's log gives for reading an image in its lines after byte `from`:
+/// ours logs `media read into a prompt … seconds=S` at debug level (the projector's encoding
+/// and the model reading the embeddings); none for llama-server, whose log says nothing at
+/// its default verbosity.
+fn logged_ms(log: &Path, from: u64) -> Option<f64> {
+    let text = std::fs::read(log).ok()?;
+    let lines = String::from_utf8_lossy(text.get(usize::try_from(from).ok()?..)?).into_owned();
+    let line = lines
+        .lines()
+        .find(|l| l.contains("media read into a prompt"))?;
+    let seconds = line.split_once("seconds=")?.1.split_whitespace().next()?;
+    seconds.parse::<f64>().ok().map(|s| s * 1e3)
+}
+
+/// One run of one image on one server.
+struct ImageRun {
+    /// The answer (does it name the image's colour?).
+    answer: String,
+    /// The prompt's tokens with the image less those without it.
+    tokens: f64,
+    /// Time to first token (ms) with the image, without it, and with it again.
+    with: f64,
+    without: f64,
+    again: f64,
+    /// The repeated request's prompt tokens and how many of them were cached.
+    prompt: f64,
+    cached: f64,
+    /// Reading the image (ms) as the server's own log has it: ours only.
+    logged: Option<f64>,
+}
+
+/// One run of an image (`url`) on `server`: the turn without the image, then with it (each
+/// its own tag), then the turn with it again, unchanged.
+async fn image_run(
+    client: &reqwest::Client,
+    server: &Server,
+    url: &str,
+    next: &mut u32,
+) -> ImageRun {
+    let without = ask(client, server, &image_chat(&run_tag(next), None)).await;
+    let body = image_chat(&run_tag(next), Some(url));
+    let from = log_len(&server.log);
+    let with = ask(client, server, &body).await;
+    let logged = logged_ms(&server.log, from);
+    let again = ask(client, server, &body).await;
+    let ms = |t: &Turn| t.first.as_secs_f64() * 1e3;
+    let tokens = |t: &Turn| t.prompt as f64;
+    ImageRun {
+        answer: with.text.trim().to_owned(),
+        tokens: tokens(&with) - tokens(&without),
+        with: ms(&with),
+        without: ms(&without),
+        again: ms(&again),
+        prompt: tokens(&again),
+        cached: again.cached as f64,
+        logged,
+    }
+}
+
+impl ImageRun {
+    /// The run as one line of the bench's log.
+    fn line(&self) -> String {
+        let logged = self
+            .logged
+            .map_or(String::new(), |ms| format!("; its log: read in {ms:.1} ms"));
+        format!(
+            "{:?}, {} tokens an image; first token {:.1} ms with it, {:.1} ms without \
+             ({:.1} ms); again {:.1} ms, {}/{} cached{logged}",
+            self.answer,
+            self.tokens,
+            self.with,
+            self.without,
+            self.with - self.without,
+            self.again,
+            self.cached,
+            self.prompt
+        )
+    }
+}
+
+/// The images table (`BENCH_MMPROJ`; `BENCH_ONLY_IMAGES` runs it alone): both servers started
+/// with the projector, then for each image `runs` runs on each, the servers alternating.
+async fn images_table(bench: &Bench, mmproj: &Path, files: &[PathBuf], runs: usize) {
+    let servers = bench.start_both(SLOTS, Some(mmproj)).await;
+    let urls: Vec<String> = files.iter().map(|f| data_url(f)).collect();
+    let mut next = 0;
+    for (server, url) in servers.iter().zip(urls.iter().cycle()) {
+        // The first image a server reads sets up what its projector needs: not measured.
+        ask(
+            &bench.client,
+            server,
+            &image_chat(&run_tag(&mut next), Some(url)),
+        )
+        .await;
+    }
+    let mut table = Vec::new();
+    for (file, url) in files.iter().zip(&urls) {
+        let name = file.file_name().map_or_else(
+            || file.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        );
+        let mut rows = vec![Vec::new(), Vec::new()];
+        for run in 0..runs {
+            for (server, rows) in servers.iter().zip(rows.iter_mut()) {
+                tokio::time::sleep(SETTLE).await;
+                let row = image_run(&bench.client, server, url, &mut next).await;
+                println!("{:<15} {name} run {run}: {}", server.name, row.line());
+                rows.push(row);
+            }
+        }
+        table.push((name, rows));
+    }
+    print_images(&table);
+}
+
+type ImageTable = [(String, Vec<Vec<ImageRun>>)];
+
+/// The median (min, max) of `f` over `rows`.
+fn image_col(rows: &[ImageRun], f: impl Fn(&ImageRun) -> f64) -> (f64, f64, f64) {
+    median(rows.iter().map(f).collect())
+}
+
+/// A count: its median, and its range where the runs differed.
+fn count((m, lo, hi): (f64, f64, f64)) -> String {
+    if lo == hi {
+        format!("{m:.0}")
+    } else {
+        format!("{m:.0} ({lo:.0}, {hi:.0})")
+    }
+}
+
+/// The images' tables: the first request with each image, then the same request again.
+fn print_images(table: &ImageTable) {
+    print_first_reads(table);
+    print_again(table);
+    println!(
+        "\nmedian (min, max); an image's cost: the first token's time with it less without it, \
+         each run; against: theirs / ours, so 1.00x or more means ours is at least as fast"
+    );
+}
+
+/// The tokens an image costs, the first token with it and what it adds to that.
+fn print_first_reads(table: &ImageTable) {
+    println!(
+        "\n| image | tokens an image: ours | llama-server | first token with it (ms): ours | llama-server | the image's cost (ms): ours | llama-server | against | ours' log: read in (ms) |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    for (name, rows) in table {
+        let (ours, theirs) = (&rows[0], &rows[1]);
+        let cost = |r: &[ImageRun]| image_col(r, |run| run.with - run.without);
+        let (a, b) = (cost(ours), cost(theirs));
+        let logged: Vec<f64> = ours.iter().filter_map(|r| r.logged).collect();
+        let logged = if logged.is_empty() {
+            "n/a".to_owned()
+        } else {
+            show(median(logged))
+        };
+        println!(
+            "| {name} | {} | {} | {} | {} | {} | {} | {:.2}x | {logged} |",
+            count(image_col(ours, |r| r.tokens)),
+            count(image_col(theirs, |r| r.tokens)),
+            show(image_col(ours, |r| r.with)),
+            show(image_col(theirs, |r| r.with)),
+            show(a),
+            show(b),
+            b.0 / a.0
+        );
+    }
+}
+
+/// The same request again: its first token and the prompt tokens it found cached.
+fn print_again(table: &ImageTable) {
+    println!(
+        "\n| image | the same request again, first token (ms): ours | llama-server | against | cached of its prompt tokens: ours | llama-server |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- |");
+    for (name, rows) in table {
+        let (ours, theirs) = (&rows[0], &rows[1]);
+        let (a, b) = (image_col(ours, |r| r.again), image_col(theirs, |r| r.again));
+        let cached = |r: &[ImageRun]| {
+            let (cached, prompt) = (
+                image_col(r, |run| run.cached),
+                image_col(r, |run| run.prompt),
+            );
+            format!("{} of {}", count(cached), count(prompt))
+        };
+        println!(
+            "| {name} | {} | {} | {:.2}x | {} | {} |",
+            show(a),
+            show(b),
+            b.0 / a.0,
+            cached(ours),
+            cached(theirs)
+        );
+    }
 }
