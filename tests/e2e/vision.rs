@@ -5,7 +5,8 @@
 //! projects each patch's mean red, green and blue onto the model's own embeddings of the words
 //! " red", " green" and " blue". It is a real projector to llama.cpp's multimodal library, which
 //! loads it, encodes images with it and reads them into the prompt; the answers depend on the
-//! image. Through the official openai, anthropic, google-genai and ollama Python clients
+//! image. Through the official openai (chat and Responses), anthropic, google-genai and ollama
+//! (chat and generate) Python clients
 //! (`tests/data/vision/ask.py`): a red and a blue image give two answers, each naming its colour;
 //! a second turn with the image still in the conversation reads it from the cache (cached tokens
 //! in the usage); hostile media is refused by name before any pixel is decoded.
@@ -69,7 +70,7 @@ async fn server(more: &[(&str, &str)]) -> (tokio::sync::MutexGuard<'static, ()>,
 /// What `sdk`'s client was handed for `picture` (and the follow-up turn when `again`).
 async fn ask(s: &Replica, sdk: &str, picture: &str, again: bool) -> Value {
     let script = image("ask.py");
-    let model = if sdk == "ollama" {
+    let model = if sdk.starts_with("ollama") {
         "qwen2.5-coder-0.5b-instruct:latest"
     } else {
         "local"
@@ -108,7 +109,15 @@ fn said(answer: &Value) -> String {
 #[tokio::test]
 async fn an_image_reaches_the_model_through_every_clients_api_and_its_colour_is_answered() {
     let (_turn, s) = server(&[]).await;
-    for sdk in ["openai", "responses", "anthropic", "genai", "ollama"] {
+    let sdks = [
+        "openai",
+        "responses",
+        "anthropic",
+        "genai",
+        "ollama",
+        "ollama_generate",
+    ];
+    for sdk in sdks {
         let red = ask(&s, sdk, "red.png", false).await;
         let blue = ask(&s, sdk, "blue.png", false).await;
         assert!(said(&red).contains("red"), "{sdk}: red.png: {red}");

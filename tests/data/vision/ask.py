@@ -5,7 +5,7 @@ turn's prompt tokens).
 
 usage: ask.py SDK URL TOKEN MODEL IMAGE QUESTION [--again]
   SDK: openai (chat completions) | responses (the openai SDK's Responses API) | anthropic |
-       genai | ollama
+       genai | ollama (chat) | ollama_generate (/api/generate; no --again)
   --again: a second turn after the first answer, the image still in the conversation; the
            line is the second turn's (its cached tokens say whether the image was read again).
 Greedy (temperature 0), at most 8 tokens an answer.
@@ -120,7 +120,17 @@ def ollama_ask():
     return r.message.content, None, r.prompt_eval_count
 
 
+def ollama_generate_ask():
+    import ollama
+
+    client = ollama.Client(host=url, headers={"Authorization": f"Bearer {token}"})
+    options = {"temperature": 0, "num_predict": 8}
+    r = client.generate(model=model, prompt=question, images=[data], options=options)
+    return r.response, None, r.prompt_eval_count
+
+
 text, cached, prompt = {"openai": openai_ask, "responses": responses_ask,
-                        "anthropic": anthropic_ask, "genai": genai_ask, "ollama": ollama_ask}[sdk]()
+                        "anthropic": anthropic_ask, "genai": genai_ask, "ollama": ollama_ask,
+                        "ollama_generate": ollama_generate_ask}[sdk]()
 print(json.dumps({"text": text, "cached": cached, "prompt": prompt,
                   "first_prompt": first.get("prompt")}))
