@@ -18,11 +18,13 @@ use crate::wire::{media as wire_media, openai};
 use llama_cpp_2::token::LlamaToken;
 use std::sync::Arc;
 
-/// One media part of a request: where it is (its turn, its kind), its data.
+/// One media part of a request: where it is (its turn, its kind), its data (base64) and the
+/// SHA-256 of its bytes.
 struct Part<'r> {
     turn: usize,
     kind: &'static str,
-    block: &'r Block,
+    data: &'r str,
+    sha256: &'r [u8; 32],
 }
 
 impl Part<'_> {
@@ -39,12 +41,17 @@ fn parts(request: &ModelRequest) -> Vec<Part<'_>> {
     turns
         .flat_map(|(turn, t)| t.blocks.iter().map(move |b| (turn, b)))
         .filter_map(|(turn, block)| {
-            let kind = match block {
-                Block::Image { .. } => "image",
-                Block::Audio { .. } => "audio",
+            let (kind, data, sha256) = match block {
+                Block::Image { data, sha256, .. } => ("image", data, sha256),
+                Block::Audio { data, sha256, .. } => ("audio", data, sha256),
                 _ => return None,
             };
-            Some(Part { turn, kind, block })
+            Some(Part {
+                turn,
+                kind,
+                data,
+                sha256,
+            })
         })
         .collect()
 }
@@ -182,12 +189,8 @@ fn read(
     limits: &Limits,
 ) -> Result<(llama_cpp_2::mtmd::MtmdInputChunks, [u8; 32]), RequestError> {
     let named = part.named();
-    let (data, sha256) = match part.block {
-        Block::Image { data, sha256, .. } | Block::Audio { data, sha256, .. } => (data, sha256),
-        _ => return Err(RequestError::EmptyPrompt),
-    };
-    let bytes = wire_media::decode(data, &named, limits).map_err(refused)?;
-    let id = hex::encode(sha256);
+    let bytes = wire_media::decode(part.data, &named, limits).map_err(refused)?;
+    let id = hex::encode(part.sha256);
     let chunks = match (part.kind, projector.audio_rate()) {
         ("audio", Some(rate)) => {
             let samples = media::audio(&bytes, rate, &named, limits).map_err(refused)?;
@@ -202,7 +205,7 @@ fn read(
         part: named,
         problem: e.to_string(),
     })?;
-    Ok((chunks, *sha256))
+    Ok((chunks, *part.sha256))
 }
 
 /// A media part's refusal as the request's.
