@@ -40,7 +40,7 @@ fn generate(id: &str, prompt: &str, max_tokens: u32) -> Value {
 }
 
 /// The local model's entry of `list_models`.
-fn local_entry(raw: &mut Raw, id: &str) -> Value {
+pub(crate) fn local_entry(raw: &mut Raw, id: &str) -> Value {
     raw.send(&tools_call(json!(id), "list_models", json!({})));
     let reply = raw.recv_id(&json!(id), LONG).expect("list_models answered");
     let text = reply["result"]["content"][0]["text"].as_str().unwrap();

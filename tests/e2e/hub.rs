@@ -721,6 +721,13 @@ fn a_projector_beside_an_hf_model_is_fetched_with_it_and_reads_its_images() {
             "{run}: {}",
             raw.stderr()
         );
+        // list_models says what the loaded projector reads.
+        let listed = crate::engine::local_entry(&mut raw, "listed");
+        assert_eq!(
+            (&listed["supports"]["images"], &listed["supports"]["audio"]),
+            (&json!(true), &json!(false)),
+            "{listed}"
+        );
     }
     let fetched = cache.join("models/hf").join(REPO).join(MMPROJ);
     assert_eq!(
