@@ -119,6 +119,7 @@ pub fn prompt(
         spans.push(Media {
             start: tokens.len(),
             len,
+            cells: chunks.total_tokens().max(len),
             chunks: Some(Arc::new(chunks)),
         });
         tokens.extend(slots::media_tokens(&id, len));

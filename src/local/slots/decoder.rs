@@ -26,14 +26,33 @@ pub struct Place {
 pub struct Media {
     pub start: usize,
     pub len: usize,
+    /// Cells of the cache it takes: its positions, or more for a model whose image takes fewer
+    /// positions than tokens (M-RoPE: Qwen2-VL's kind).
+    pub cells: usize,
     /// What llama.cpp reads (none in the scheduler's tests).
     pub chunks: Option<std::sync::Arc<llama_cpp_2::mtmd::MtmdInputChunks>>,
 }
 
 impl std::fmt::Debug for Media {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Media {{ start: {}, len: {} }}", self.start, self.len)
+        let (start, len, cells) = (self.start, self.len, self.cells);
+        write!(f, "Media {{ start: {start}, len: {len}, cells: {cells} }}")
     }
+}
+
+impl Media {
+    /// Cells it takes beyond its positions.
+    pub fn wide(&self) -> usize {
+        self.cells.saturating_sub(self.len)
+    }
+}
+
+/// The cells beyond their positions that the media of `media` ending by position `end` take.
+pub fn wide_until(media: &[Media], end: usize) -> usize {
+    (media.iter())
+        .filter(|m| m.start + m.len <= end)
+        .map(Media::wide)
+        .sum()
 }
 
 /// The tokens a media part of content hash `id` stands as in a prompt, one for each of its

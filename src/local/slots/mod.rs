@@ -16,6 +16,7 @@ mod llama;
 #[cfg(test)]
 mod tests;
 
+use decoder::wide_until;
 pub use decoder::{Decoder, Layout, Media, Place, media_tokens};
 pub use gates::{Lazy, Think};
 pub use llama::Llama;
@@ -125,12 +126,25 @@ struct Slot<S> {
     prompt: usize,
     /// Of `cached`, the tokens a file of the prompt cache on disk holds already.
     saved: usize,
+    /// Cells its cache's media take beyond their positions (see [`Media::cells`]).
+    wide: usize,
 }
 
 impl<S> Slot<S> {
     /// Cells the slot holds for its call: what it has written, or the room it was given.
     fn held(&self) -> usize {
-        (self.active.as_ref()).map_or(0, |a| a.reserved.max(self.cached.len()))
+        (self.active.as_ref()).map_or(0, |a| a.reserved.max(self.cells()))
+    }
+
+    /// Cells its cache takes.
+    fn cells(&self) -> usize {
+        self.cached.len() + self.wide
+    }
+
+    /// Empties its cache's record (the model's cache cut first).
+    fn clear(&mut self) {
+        self.cached.clear();
+        (self.prompt, self.saved, self.wide) = (0, 0, 0);
     }
 }
 
@@ -175,6 +189,7 @@ impl<D: Decoder> Slots<D> {
                 active: None,
                 prompt: 0,
                 saved: 0,
+                wide: 0,
             })
             .collect();
         let slots = Slots {
@@ -211,7 +226,7 @@ impl<D: Decoder> Slots<D> {
     /// cache's cells.
     pub fn publish(&self) {
         let busy = self.slots.iter().filter(|s| s.active.is_some());
-        let tokens = busy.map(|s| s.cached.len()).sum();
+        let tokens = busy.map(Slot::cells).sum();
         self.counters.busy.store(self.busy(), Ordering::Relaxed);
         self.counters.kv_tokens.store(tokens, Ordering::Relaxed);
         (self.counters.kv_cells).store(self.decoder.cells(), Ordering::Relaxed);
@@ -241,7 +256,7 @@ impl<D: Decoder> Slots<D> {
     /// cache could take is answered with the error. The answer's limit is cut to what a
     /// sequence holds.
     pub fn place(&mut self, mut call: Call<D::Sampler>) -> Option<Call<D::Sampler>> {
-        let prompt = call.prompt.len();
+        let prompt = call.prompt.len() + wide_until(&call.media, usize::MAX);
         let wanted = (prompt + call.budget.min(ANSWER_ROOM)).min(self.layout.context);
         let held: usize = self.slots.iter().map(Slot::held).sum();
         if held + wanted > self.decoder.cells()
@@ -313,8 +328,7 @@ impl<D: Decoder> Slots<D> {
                 continue;
             };
             if lost.contains(&slot.seq) {
-                slot.cached.clear();
-                (slot.prompt, slot.saved) = (0, 0);
+                slot.clear();
                 self.fail(index, &why);
             }
         }
@@ -359,6 +373,8 @@ impl<D: Decoder> Slots<D> {
             return;
         };
         let keep = cut_back(&mut self.decoder, slot, keep);
+        // The media kept are the call's own (matched by content).
+        slot.wide = wide_until(&call.media, keep);
         self.admitted += 1;
         slot.used = self.admitted;
         let text = Text::new(&call.params.stop);
@@ -394,8 +410,7 @@ impl<D: Decoder> Slots<D> {
         let seq = self.slots.get(index)?.seq;
         self.decoder.cut(seq, 0);
         let slot = self.slots.get_mut(index)?;
-        slot.cached.clear();
-        (slot.prompt, slot.saved) = (0, 0);
+        slot.clear();
         self.make_room(saved.tokens);
         let Slots {
             disk,
@@ -478,7 +493,7 @@ impl<D: Decoder> Slots<D> {
     /// ago first. Returns the cells free then.
     fn make_room(&mut self, need: usize) -> usize {
         loop {
-            let used: usize = self.slots.iter().map(|s| s.cached.len()).sum();
+            let used: usize = self.slots.iter().map(Slot::cells).sum();
             let free = self.decoder.cells().saturating_sub(used);
             let idle = (self.slots.iter_mut())
                 .filter(|s| s.active.is_none() && !s.cached.is_empty())
@@ -492,8 +507,7 @@ impl<D: Decoder> Slots<D> {
                 "a free slot's cache gives way"
             );
             self.decoder.cut(slot.seq, 0);
-            slot.cached.clear();
-            (slot.prompt, slot.saved) = (0, 0);
+            slot.clear();
         }
     }
 
@@ -555,7 +569,7 @@ impl<D: Decoder> Slots<D> {
         let Some((index, media)) = next else {
             return false;
         };
-        self.make_room(media.len);
+        self.make_room(media.cells);
         let Some(slot) = self.slots.get_mut(index) else {
             return false;
         };
@@ -568,6 +582,7 @@ impl<D: Decoder> Slots<D> {
             Ok(()) => {
                 let tokens = active.call.prompt.get(media.start..media.start + media.len);
                 slot.cached.extend(tokens.unwrap_or_default());
+                slot.wide += media.wide();
                 active.fed += media.len;
                 tracing::debug!(
                     slot = index,
@@ -577,7 +592,9 @@ impl<D: Decoder> Slots<D> {
                 );
             }
             Err(why) => {
+                let wide = wide_until(&active.call.media, media.start);
                 cut_back(&mut self.decoder, slot, media.start);
+                slot.wide = wide;
                 if let Some(active) = slot.active.take() {
                     let _ = active.call.reply.send(Err(LocalError::Media(why)));
                 }
@@ -842,7 +859,7 @@ impl<D: Decoder> Slots<D> {
             return;
         }
         self.decoder.cut(slot.seq, 0);
-        slot.cached.clear();
+        slot.clear();
         if let Some(active) = slot.active.take() {
             self.publish();
             let _ = active.call.reply.send(Err(LocalError::Engine(why.clone())));
@@ -926,7 +943,7 @@ fn take_back_drafts<D: Decoder>(decoder: &mut D, slot: &mut Slot<D::Sampler>) {
     if !decoder.cut(slot.seq, kept) {
         // Not expected of a model whose cache cuts (drafting is off otherwise): start again.
         decoder.cut(slot.seq, 0);
-        slot.cached.clear();
+        slot.clear();
     }
 }
 

@@ -45,6 +45,8 @@ struct Fake {
     media: Vec<(i32, usize, usize)>,
     /// The next media read fails.
     media_fails: bool,
+    /// Cells each sequence's media take beyond their positions, by where the media end.
+    wide: BTreeMap<i32, Vec<(usize, usize)>>,
 }
 
 impl Fake {
@@ -61,6 +63,7 @@ impl Fake {
             drafter: None,
             media: Vec::new(),
             media_fails: false,
+            wide: BTreeMap::new(),
         }
     }
 }
@@ -72,7 +75,8 @@ impl Decoder for Fake {
     type Sampler = Greedy;
 
     fn decode(&mut self, batch: &[Place]) -> Result<(), DecodeError> {
-        let used: usize = self.kv.values().map(Vec::len).sum();
+        let wide: usize = self.wide.values().flatten().map(|(_, w)| w).sum();
+        let used: usize = self.kv.values().map(Vec::len).sum::<usize>() + wide;
         if std::mem::take(&mut self.failing) {
             return Err(DecodeError::Unknown(-3));
         }
@@ -94,6 +98,10 @@ impl Decoder for Fake {
 
     fn cut(&mut self, seq: i32, from: usize) -> bool {
         self.kv.entry(seq).or_default().truncate(from);
+        self.wide
+            .entry(seq)
+            .or_default()
+            .retain(|(end, _)| *end <= from);
         true
     }
 
@@ -105,6 +113,8 @@ impl Decoder for Fake {
         assert_eq!(media.start, cached.len(), "{media:?} out of order");
         // What the media's last position makes the model write next: 7.
         cached.extend(std::iter::repeat_n(LlamaToken(6), media.len));
+        let end = media.start + media.len;
+        self.wide.entry(seq).or_default().push((end, media.wide()));
         self.media.push((seq, media.start, media.len));
         Ok(())
     }
@@ -155,6 +165,7 @@ impl Decoder for Fake {
 
     fn resize(&mut self, cells: usize, keep: &[i32]) -> Result<Vec<i32>, EngineError> {
         self.kv.retain(|seq, _| keep.contains(seq));
+        self.wide.retain(|seq, _| keep.contains(seq));
         self.cells = cells;
         self.resized.push(cells);
         Ok(Vec::new())
@@ -604,6 +615,7 @@ fn with_media(
     call.media.push(Media {
         start,
         len,
+        cells: len,
         chunks: None,
     });
     (call, answer)
@@ -715,4 +727,26 @@ fn a_prompt_that_ends_with_media_is_refused_not_left_waiting() {
     let mut reply = place(&mut slots, with_media(&[1, 2], 1, 6, &[], 3));
     assert!(matches!(reply.try_recv(), Ok(Err(LocalError::Media(_)))));
     assert!(slots.is_idle());
+}
+
+#[test]
+fn media_that_takes_more_cells_than_positions_is_given_them() {
+    // An image of 4 positions and 40 cells (M-RoPE's kind) in a cache of 64 cells.
+    let mut slots = slots(layout(2, 64, 64), Fake::new(64, counting));
+    let (mut wide, first) = with_media(&[1, 2], 1, 4, &[3], 2);
+    if let Some(media) = wide.media.first_mut() {
+        media.cells = 40;
+    }
+    let first = place(&mut slots, (wide, first));
+    slots.step();
+    // 20 more tokens do not fit beside its 43 cells and 2 of answer: the call waits, rather
+    // than overflow the cache in a step.
+    let (waiting, second) = call(&(0..20).collect::<Vec<_>>(), 2);
+    let waiting = slots.place(waiting).expect("the call had to wait");
+    run(&mut slots);
+    assert_eq!(answer(first).text, "4 5 ");
+    // Its slot's cache, image and all, gives way to it now.
+    let second = place(&mut slots, (waiting, second));
+    run(&mut slots);
+    assert_eq!(answer(second).text, "0 1 ");
 }
