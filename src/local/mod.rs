@@ -556,6 +556,9 @@ pub struct Local {
     loaded: Arc<Loaded>,
     /// Where chat templates render (the engines' renderer; none: on a thread).
     sandbox: Option<template::Renderer>,
+    /// What the projector's file says it reads (images, audio), read before the model loads,
+    /// once there is a file to read.
+    declared: std::sync::OnceLock<(bool, bool)>,
     /// The workers of the engines it was started from, kept while it lives: the last model (or
     /// server) to let them go stops and waits for them (see [`pool::Workers`]).
     _workers: Arc<pool::Workers>,
@@ -670,6 +673,7 @@ impl Local {
             known,
             loaded,
             sandbox: engines.renderer().cloned(),
+            declared: std::sync::OnceLock::new(),
             _workers: engines.workers().clone(),
         })
     }
@@ -710,9 +714,21 @@ impl Local {
     /// Whether it reads images, and audio, as its projector says once it is loaded; before, a
     /// projector asked for is taken to read images (audio is not known until it loads).
     fn senses(&self) -> (bool, Option<bool>) {
-        match self.state() {
-            State::Ready(info) => (info.vision, Some(info.audio)),
-            _ => (self.settings.mmproj.is_some(), None),
+        if let State::Ready(info) = self.state() {
+            return (info.vision, Some(info.audio));
+        }
+        let file = match &self.settings.mmproj {
+            Some(Source::File(path)) => Some(path.clone()),
+            Some(Source::Hub(file, _)) => file.cached().ok(),
+            _ => None,
+        };
+        let declared = self.declared.get().copied().or_else(|| {
+            let read = file.and_then(|f| projector::declared(&f))?;
+            Some(*self.declared.get_or_init(|| read))
+        });
+        match declared {
+            Some((images, audio)) => (images, Some(audio)),
+            None => (self.settings.mmproj.is_some(), None),
         }
     }
 

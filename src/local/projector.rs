@@ -37,6 +37,20 @@ pub enum ProjectorError {
     Encode(String),
 }
 
+/// What a projector file says it reads, (images, audio), from its metadata alone (no tensor is
+/// read): `None` when it is no GGUF file (not fetched yet, say).
+pub fn declared(path: &Path) -> Option<(bool, bool)> {
+    if !path.is_file() {
+        return None;
+    }
+    let gguf = llama_cpp_2::gguf::GgufContext::from_file(path)?;
+    let has = |key: &str| gguf.find_key(key) >= 0;
+    Some((
+        has("clip.vision.image_size"),
+        has("clip.audio.num_mel_bins"),
+    ))
+}
+
 impl Projector {
     /// Loads the projector at `path` for `model`, encoding on `threads` CPU threads (or a GPU
     /// when `gpu`).

@@ -94,3 +94,31 @@ async fn an_audio_projector_says_audio_and_refuses_an_image_by_name() {
         "{show}"
     );
 }
+
+#[tokio::test]
+async fn before_it_loads_the_model_says_what_its_projectors_file_reads() {
+    let projector = crate::vision::built("audio/tone-mmproj");
+    let dir = std::env::temp_dir().join(format!("aam-audio-list-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let models = dir.join("models.toml");
+    let entry =
+        format!("[[models]]\nname = \"local\"\nbackend = \"local\"\nmmproj = \"{projector}\"\n");
+    std::fs::write(&models, entry).unwrap();
+    // Loaded on its first call (none comes).
+    let s = crate::http::start(&[("AGENT_AS_MODEL_MODELS", models.to_str().unwrap())]).await;
+    let get = |path: &str| {
+        let url = format!("{}{path}", s.url);
+        async move {
+            let response = crate::common::http_client().get(url).send().await.unwrap();
+            response.json::<Value>().await.unwrap()
+        }
+    };
+    let listed = get("/v1/models").await;
+    assert_eq!(
+        listed["data"][0]["input_modalities"],
+        json!(["text", "audio"]),
+        "{listed}"
+    );
+    assert_eq!(get("/api/ps").await["models"], json!([]), "it was loaded");
+    let _ = std::fs::remove_dir_all(&dir);
+}
