@@ -17,7 +17,6 @@ use crate::contract::cursor::Entry;
 use crate::error::{CallError, clip};
 use crate::limits::Limits;
 use crate::wire::media;
-use base64::Engine as _;
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
@@ -339,7 +338,7 @@ fn audio(file: Part) -> Result<Audio, ApiError> {
     let says_mp3 = name.ends_with(".mp3")
         || name.ends_with(".mpga")
         || matches!(kind.as_str(), "audio/mpeg" | "audio/mp3" | "audio/mpeg3");
-    let mime = if is_wav(&file.data) {
+    let mime = if media::is_wav(&file.data) {
         Some("audio/wav")
     } else if mp3_start(&file.data, says_mp3).is_some() {
         Some("audio/mpeg")
@@ -369,11 +368,6 @@ fn audio(file: Part) -> Result<Audio, ApiError> {
             ))
         }
     }
-}
-
-/// Whether `data` begins as a WAV file does: `RIFF`, a size, `WAVE`.
-fn is_wav(data: &[u8]) -> bool {
-    data.get(..4) == Some(b"RIFF") && data.get(8..12) == Some(b"WAVE")
 }
 
 /// One MPEG audio frame's header, read.
@@ -561,12 +555,11 @@ pub fn instruction(asked: &Asked) -> String {
 /// The audio as a block of the user turn: its size checked against the media limit and its
 /// hash taken, as every API's audio is (an error names `file`).
 pub fn audio_block(audio: &Audio, limits: &Limits) -> Result<Block, ApiError> {
-    let data = base64::engine::general_purpose::STANDARD.encode(&audio.data);
-    Ok(media::block(
-        media::Kind::Audio,
-        &data,
+    let kind = media::Kind::Audio;
+    Ok(media::block_of_bytes(
+        kind,
+        &audio.data,
         audio.mime,
-        "file",
         "file",
         limits,
     )?)

@@ -182,7 +182,7 @@ pub fn audio(bytes: &[u8], rate: u32, part: &str, limits: &Limits) -> CallResult
             "the model's audio sample rate is 0",
         ));
     }
-    let (mono, from) = if is_wav(bytes) {
+    let (mono, from) = if crate::wire::media::is_wav(bytes) {
         guarded(part, || wav(bytes, part, limits))?
     } else if is_mp3(bytes) {
         guarded(part, || mp3(bytes, part, limits))?
@@ -197,10 +197,6 @@ pub fn audio(bytes: &[u8], rate: u32, part: &str, limits: &Limits) -> CallResult
         return Err(CallError::at(part, "holds no audio samples"));
     }
     Ok(resample(mono, from, rate))
-}
-
-fn is_wav(bytes: &[u8]) -> bool {
-    bytes.starts_with(b"RIFF") && bytes.get(8..12) == Some(b"WAVE".as_slice())
 }
 
 /// An ID3v2 tag, or an MPEG audio frame's sync (11 bits set) with a layer (not ADTS's 00).

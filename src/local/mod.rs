@@ -1729,11 +1729,7 @@ impl Worker {
         let Source::Hub(model, access) = &self.settings.source else {
             return Ok(None);
         };
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(LoadError::Runtime)?;
-        let Some(beside) = runtime.block_on(hub::projector_beside(model, access)) else {
+        let Some(beside) = fetching()?.block_on(hub::projector_beside(model, access)) else {
             return Ok(None);
         };
         tracing::info!(model = %self.settings.label, projector = %beside,
@@ -1744,19 +1740,13 @@ impl Worker {
 
     /// A model file: given, or fetched into the cache (once).
     fn locate(source: &Source) -> Result<PathBuf, LoadError> {
-        let download = || {
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map_err(LoadError::Runtime)
-        };
         match source {
             Source::File(path) => Ok(path.clone()),
-            Source::Default => download()?
+            Source::Default => fetching()?
                 .block_on(fetch::default_model(&mut fetch::Progress::new()))
                 .map_err(LoadError::Default),
             Source::Hub(file, access) => {
-                Ok(download()?.block_on(hub::fetch(file, access, &mut fetch::Progress::new()))?)
+                Ok(fetching()?.block_on(hub::fetch(file, access, &mut fetch::Progress::new()))?)
             }
         }
     }
@@ -1863,6 +1853,14 @@ impl Worker {
             budget,
         })
     }
+}
+
+/// A runtime for the worker's fetches from the Hub (the worker runs on a thread of its own).
+fn fetching() -> Result<tokio::runtime::Runtime, LoadError> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(LoadError::Runtime)
 }
 
 /// What a call's answer is made of, before it takes a slot.

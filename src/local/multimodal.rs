@@ -114,7 +114,7 @@ pub fn prompt(
         let Some(part) = parts.get(i) else {
             continue;
         };
-        let (chunks, id) = read(projector, part, limits)?;
+        let chunks = read(projector, part, limits)?;
         let len = usize::try_from(chunks.total_positions()).unwrap_or(0);
         spans.push(Media {
             start: tokens.len(),
@@ -122,7 +122,7 @@ pub fn prompt(
             cells: chunks.total_tokens().max(len),
             chunks: Some(Arc::new(chunks)),
         });
-        tokens.extend(slots::media_tokens(&id, len));
+        tokens.extend(slots::media_tokens(part.sha256, len));
     }
     // A prompt with no template after its last part (a base model's, joined as plain text):
     // the answer starts after a paragraph break, as plain text joins the turns, for it needs a
@@ -183,12 +183,13 @@ fn no_projector_problem(name: &str, first: Option<&Part<'_>>) -> String {
     )
 }
 
-/// Decodes one part, bounded, and reads it with the projector: its chunks and content id.
+/// Decodes one part, bounded, and reads it with the projector into chunks (llama.cpp knows
+/// them by the part's digest).
 fn read(
     projector: &Projector,
     part: &Part<'_>,
     limits: &Limits,
-) -> Result<(llama_cpp_2::mtmd::MtmdInputChunks, [u8; 32]), RequestError> {
+) -> Result<llama_cpp_2::mtmd::MtmdInputChunks, RequestError> {
     let named = part.named();
     let bytes = wire_media::decode(part.data, &named, limits).map_err(refused)?;
     let id = hex::encode(part.sha256);
@@ -202,11 +203,10 @@ fn read(
             projector.image(pixels.width, pixels.height, &pixels.rgb, &id)
         }
     };
-    let chunks = chunks.map_err(|e| RequestError::Media {
+    chunks.map_err(|e| RequestError::Media {
         part: named,
         problem: e.to_string(),
-    })?;
-    Ok((chunks, *part.sha256))
+    })
 }
 
 /// A media part's refusal as the request's.

@@ -86,7 +86,6 @@ pub fn block(
     };
     check_type(mime, allowed, mime_path)?;
     let bytes = decode(data, data_path, limits)?;
-    let sha256: [u8; 32] = Sha256::digest(&bytes).into();
     // Kept in the standard alphabet, as every API this server speaks to writes it.
     let data = data.trim();
     let url_safe = data.contains(['-', '_']) || !data.len().is_multiple_of(4);
@@ -95,11 +94,37 @@ pub fn block(
     } else {
         data.to_owned()
     };
+    Ok(encoded(kind, data, &bytes, mime))
+}
+
+/// An image or audio block of `bytes` (a file's, as a form sends it) of type `mime`: their
+/// size checked against the media limit (`path` names them), base64-encoded once.
+pub fn block_of_bytes(
+    kind: Kind,
+    bytes: &[u8],
+    mime: &str,
+    path: &str,
+    limits: &Limits,
+) -> CallResult<Block> {
+    if bytes.len() > limits.max_media_bytes {
+        return Err(too_big(path, bytes.len(), limits));
+    }
+    Ok(encoded(kind, STANDARD.encode(bytes), bytes, mime))
+}
+
+/// The block of `bytes`, whose standard base64 is `data`.
+fn encoded(kind: Kind, data: String, bytes: &[u8], mime: &str) -> Block {
+    let sha256: [u8; 32] = Sha256::digest(bytes).into();
     let mime = mime.to_owned();
-    Ok(match kind {
+    match kind {
         Kind::Image => Block::Image { data, mime, sha256 },
         Kind::Audio => Block::Audio { data, mime, sha256 },
-    })
+    }
+}
+
+/// Whether `bytes` begin as a WAV file does: `RIFF`, a size, `WAVE`.
+pub fn is_wav(bytes: &[u8]) -> bool {
+    bytes.starts_with(b"RIFF") && bytes.get(8..12) == Some(b"WAVE".as_slice())
 }
 
 /// An image given as a URL, which must be a `data:<mime>;base64,<data>` URL.

@@ -60,17 +60,8 @@ async fn a_sound_reaches_the_model_through_every_clients_api_and_the_transcripti
 async fn an_audio_projector_says_audio_and_refuses_an_image_by_name() {
     let (_turn, s) = server().await;
     let auth = format!("Bearer {TOKEN}");
-    let png = {
-        use base64::Engine as _;
-        let red = std::fs::read(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/data/vision/red.png"
-        ));
-        base64::engine::general_purpose::STANDARD.encode(red.unwrap())
-    };
-    let body = json!({"model": "local", "max_tokens": 4, "messages": [{"role": "user", "content": [
-        {"type": "text", "text": "What colour is this?"},
-        {"type": "image_url", "image_url": {"url": format!("data:image/png;base64,{png}")}}]}]});
+    let red = crate::vision::data_url("image/png", &crate::vision::file("red.png"));
+    let body = crate::vision::chat(json!([{"type": "text", "text": "What colour is this?"}, red]));
     let chat = format!("{}/v1/chat/completions", s.url);
     let (status, _, text) = post(&chat, &[("authorization", auth.as_str())], &body).await;
     assert_eq!(status, 400, "{text}");

@@ -689,21 +689,13 @@ fn a_projector_beside_an_hf_model_is_fetched_with_it_and_reads_its_images() {
     ];
     let hub = Hub::serving(files, Script::BreakOffOnce);
     let source = format!("hf:{REPO}/{FILE}");
-    let red = {
-        use base64::Engine as _;
-        let png = std::fs::read(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/data/vision/red.png"
-        ));
-        base64::engine::general_purpose::STANDARD.encode(png.unwrap())
-    };
+    let red = crate::vision::data_url("image/png", &crate::vision::file("red.png"));
     let ask = |raw: &mut Raw, id: &str| {
         raw.send(&tools_call(
             json!(id),
             "chat_complete",
             json!({"max_tokens": 2, "messages": [{"role": "user", "content": [
-                {"type": "text", "text": "What colour is this?"},
-                {"type": "image_url", "image_url": {"url": format!("data:image/png;base64,{red}")}}]}]}),
+                {"type": "text", "text": "What colour is this?"}, red]}]}),
         ));
         raw.recv_id(&json!(id), LONG).expect("answered")
     };

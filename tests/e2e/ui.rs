@@ -295,6 +295,18 @@ async fn the_page_chats_with_a_scripted_provider_behind_the_token_and_a_stop_can
     );
 }
 
+/// A server whose models file's one entry, `local`, is the embedded model with `setting` (a
+/// TOML line).
+async fn local_model_page(name: &str, setting: &str) -> HttpServer {
+    let entry = format!("[[models]]\nname = \"local\"\nbackend = \"local\"\n{setting}\n");
+    Server::new()
+        .log_level("error")
+        .env("AGENT_AS_MODEL_MODELS", models_file(name, &entry))
+        .ready_within(Duration::from_secs(60))
+        .http()
+        .await
+}
+
 #[tokio::test]
 async fn the_page_is_answered_by_the_embedded_model_and_its_engine_view_loads_and_unloads_it() {
     let fetched = crate::local::first_try();
@@ -303,16 +315,7 @@ async fn the_page_is_answered_by_the_embedded_model_and_its_engine_view_loads_an
         "the embedded model could not be fetched"
     );
     let _turn = crate::local::TURN.lock().await;
-    let file = models_file(
-        "embedded",
-        "[[models]]\nname = \"local\"\nbackend = \"local\"\nkeep_alive = 600\n",
-    );
-    let server = Server::new()
-        .log_level("error")
-        .env("AGENT_AS_MODEL_MODELS", &file)
-        .ready_within(Duration::from_secs(60))
-        .http()
-        .await;
+    let server = local_model_page("embedded", "keep_alive = 600").await;
     let shots = screenshots();
     let report = drive("embedded", &server.url, json!({"screenshots": shots})).await;
     same_origin(&report, &server.url);
@@ -336,16 +339,7 @@ async fn the_page_is_answered_by_the_embedded_model_and_its_engine_view_loads_an
 async fn the_page_attaches_images_for_a_model_with_vision_and_they_reach_it() {
     let projector = crate::vision::mmproj();
     let _turn = crate::local::TURN.lock().await;
-    let file = models_file(
-        "vision",
-        &format!("[[models]]\nname = \"local\"\nbackend = \"local\"\nmmproj = \"{projector}\"\n"),
-    );
-    let server = Server::new()
-        .log_level("error")
-        .env("AGENT_AS_MODEL_MODELS", &file)
-        .ready_within(Duration::from_secs(60))
-        .http()
-        .await;
+    let server = local_model_page("vision", &format!("mmproj = \"{projector}\"")).await;
     let images = ["red.png", "blue.png"]
         .map(|n| format!("{}/tests/data/vision/{n}", env!("CARGO_MANIFEST_DIR")));
     let report = drive("vision", &server.url, json!({"images": images})).await;

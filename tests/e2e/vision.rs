@@ -142,18 +142,20 @@ async fn a_second_turn_that_repeats_the_image_reads_it_from_the_cache() {
 }
 
 /// A chat request with `parts` as the user's content.
-fn chat(parts: Value) -> Value {
+pub(crate) fn chat(parts: Value) -> Value {
     json!({"model": "local", "max_tokens": 4,
            "messages": [{"role": "user", "content": parts}]})
 }
 
-fn data_url(mime: &str, bytes: &[u8]) -> Value {
+/// A chat image part of `bytes` as a data URL.
+pub(crate) fn data_url(mime: &str, bytes: &[u8]) -> Value {
     use base64::Engine as _;
     let data = base64::engine::general_purpose::STANDARD.encode(bytes);
     json!({"type": "image_url", "image_url": {"url": format!("data:{mime};base64,{data}")}})
 }
 
-fn file(name: &str) -> Vec<u8> {
+/// The bytes of `tests/data/vision/NAME`.
+pub(crate) fn file(name: &str) -> Vec<u8> {
     std::fs::read(image(name)).unwrap()
 }
 
