@@ -59,6 +59,17 @@ pub enum Source {
     Hub(hub::HubFile, hub::Access),
 }
 
+impl Source {
+    /// Where its file is, or will be once fetched.
+    fn on_disk(&self) -> Option<PathBuf> {
+        match self {
+            Source::File(file) => Some(file.clone()),
+            Source::Hub(file, _) => file.cached().ok(),
+            Source::Default => fetch::cached_default(),
+        }
+    }
+}
+
 /// Settings of the local backend.
 #[derive(Debug, Clone)]
 pub struct LocalSettings {
@@ -717,13 +728,9 @@ impl Local {
         if let State::Ready(info) = self.state() {
             return (info.vision, Some(info.audio));
         }
-        let file = match &self.settings.mmproj {
-            Some(Source::File(path)) => Some(path.clone()),
-            Some(Source::Hub(file, _)) => file.cached().ok(),
-            _ => None,
-        };
         let declared = self.declared.get().copied().or_else(|| {
-            let read = file.and_then(|f| projector::declared(&f))?;
+            let file = self.settings.mmproj.as_ref()?.on_disk()?;
+            let read = projector::declared(&file)?;
             Some(*self.declared.get_or_init(|| read))
         });
         match declared {
@@ -944,12 +951,7 @@ impl Model for Local {
     /// Its file as the settings name it (an `hf:` file and the default model where they are
     /// cached), the same file as `path` when both name one file (through links too).
     fn uses_file(&self, path: &Path) -> bool {
-        let own = match &self.settings.source {
-            Source::File(file) => Some(file.clone()),
-            Source::Hub(file, _) => file.cached().ok(),
-            Source::Default => fetch::cached_default(),
-        };
-        own.is_some_and(|own| {
+        self.settings.source.on_disk().is_some_and(|own| {
             own == path
                 || matches!((own.canonicalize(), path.canonicalize()), (Ok(a), Ok(b)) if a == b)
         })
